@@ -1,0 +1,176 @@
+package ferry
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/riverqueue/river"
+
+	"github.com/ferryq/ferry/jobs"
+)
+
+// Defaults. The fetch settings were chosen from measurements (see README,
+// "Tuning"): River's own defaults (100 ms cooldown, 1 s poll) cap each queue
+// at about MaxWorkers jobs per 100 ms and put pickup p99 near 100 ms.
+const (
+	DefaultAdminAddr         = "127.0.0.1:9090"
+	DefaultQueues            = "default=100"
+	DefaultFetchCooldown     = 5 * time.Millisecond
+	DefaultFetchPollInterval = 100 * time.Millisecond
+	DefaultShutdownGrace     = 25 * time.Second
+	DefaultJobTimeout        = time.Minute
+	DefaultPoolMaxConns      = 20
+	// MaxWorkersPerQueue bounds one queue's workers in one process.
+	MaxWorkersPerQueue = 10_000
+)
+
+// Config configures a ferry Server. The zero value of every field but
+// DatabaseURL is replaced by its default (see WithDefaults).
+type Config struct {
+	// DatabaseURL is the Postgres connection string (DATABASE_URL). pgx pool
+	// settings such as pool_max_conns may be given in it.
+	DatabaseURL string
+
+	// Queues maps each queue this process works to its worker count
+	// (FERRY_QUEUES, "default=100,outbox=20").
+	Queues map[string]int
+
+	// FetchCooldown is the least time between two fetches of one queue; it
+	// caps a queue at about MaxWorkers jobs per cooldown. FetchPollInterval is
+	// the fallback poll when no insert notification arrives.
+	FetchCooldown     time.Duration
+	FetchPollInterval time.Duration
+
+	// JobTimeout is the default time a job may run before its context is
+	// cancelled (a kind may set its own).
+	JobTimeout time.Duration
+
+	// ShutdownGrace is how long a stopping worker lets running jobs finish
+	// before it cancels them. A cancelled job fails its attempt and is retried;
+	// it is never lost.
+	ShutdownGrace time.Duration
+
+	// AdminAddr is where /healthz, /readyz and /metrics listen; "off"
+	// disables the admin server. AdminToken protects all but /healthz.
+	AdminAddr  string
+	AdminToken string
+
+	// Migrate applies pending migrations at start. Without it, New refuses a
+	// database whose schema is behind this build.
+	Migrate bool
+
+	// Kinds are the caller's own job kinds (jobs.Define), worked beside
+	// ferry's built-in ones.
+	Kinds []jobs.Kind
+
+	// Logger defaults to a JSON logger on stderr.
+	Logger *slog.Logger
+
+	// Version is reported in logs and ferry_build_info; defaults to the
+	// module version of the binary.
+	Version string
+}
+
+// WithDefaults returns a copy of c with every unset field at its default.
+func (c Config) WithDefaults() Config {
+	if c.Queues == nil {
+		c.Queues, _ = ParseQueues(DefaultQueues)
+	}
+	c.FetchCooldown = cmp.Or(c.FetchCooldown, DefaultFetchCooldown)
+	c.FetchPollInterval = cmp.Or(c.FetchPollInterval, DefaultFetchPollInterval)
+	c.JobTimeout = cmp.Or(c.JobTimeout, DefaultJobTimeout)
+	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, DefaultShutdownGrace)
+	c.AdminAddr = cmp.Or(c.AdminAddr, DefaultAdminAddr)
+	c.Version = cmp.Or(c.Version, Version())
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	var errs []error
+	if c.DatabaseURL == "" {
+		errs = append(errs, errors.New("database URL is empty: set DATABASE_URL or --database-url"))
+	}
+	if len(c.Queues) == 0 {
+		errs = append(errs, errors.New("queues: at least one queue is needed"))
+	}
+	for _, q := range slices.Sorted(maps.Keys(c.Queues)) {
+		if err := validateQueue(q, c.Queues[q]); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.FetchCooldown < river.FetchCooldownMin {
+		errs = append(errs, fmt.Errorf("fetch cooldown %s is below River's minimum %s", c.FetchCooldown, river.FetchCooldownMin))
+	}
+	if c.FetchPollInterval < c.FetchCooldown {
+		errs = append(errs, fmt.Errorf("fetch poll interval %s is below the fetch cooldown %s", c.FetchPollInterval, c.FetchCooldown))
+	}
+	if c.JobTimeout < 0 && c.JobTimeout != -1 {
+		errs = append(errs, fmt.Errorf("job timeout %s is negative", c.JobTimeout))
+	}
+	if c.ShutdownGrace < 0 {
+		errs = append(errs, fmt.Errorf("shutdown grace %s is negative", c.ShutdownGrace))
+	}
+	return errors.Join(errs...)
+}
+
+var queueNameRE = regexp.MustCompile(`^[a-z0-9]+(?:[_|-]?[a-z0-9]+)*$`)
+
+// ValidateQueueName checks a queue name against River's rules.
+func ValidateQueueName(name string) error {
+	if len(name) > 64 || !queueNameRE.MatchString(name) {
+		return fmt.Errorf("queue %q: a name is 1 to 64 lowercase letters and digits, separated by single _ or -", name)
+	}
+	return nil
+}
+
+func validateQueue(name string, workers int) error {
+	if err := ValidateQueueName(name); err != nil {
+		return err
+	}
+	if workers < 1 || workers > MaxWorkersPerQueue {
+		return fmt.Errorf("queue %q: workers %d is not between 1 and %d", name, workers, MaxWorkersPerQueue)
+	}
+	return nil
+}
+
+// ParseQueues reads "name=workers,name=workers" (FERRY_QUEUES).
+func ParseQueues(s string) (map[string]int, error) {
+	out := map[string]int{}
+	for part := range strings.SplitSeq(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		name, count, ok := strings.Cut(part, "=")
+		name = strings.TrimSpace(name)
+		if !ok {
+			return nil, fmt.Errorf("queues: %q is not name=workers", part)
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(count))
+		if err != nil {
+			return nil, fmt.Errorf("queues: %q: workers must be a whole number", part)
+		}
+		if _, dup := out[name]; dup {
+			return nil, fmt.Errorf("queues: %q is listed twice", name)
+		}
+		if err := validateQueue(name, n); err != nil {
+			return nil, fmt.Errorf("queues: %w", err)
+		}
+		out[name] = n
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("queues: %q names no queue; want e.g. %q", s, DefaultQueues)
+	}
+	return out, nil
+}

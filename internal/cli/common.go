@@ -1,0 +1,159 @@
+// Package cli holds the command-line apps of ferry's binaries, so that the
+// mains stay a few lines and tests can build the same apps.
+//
+// Exit codes, for every command: 0 success, 2 bad input (one line on stderr
+// saying why; nothing was written), 1 any other failure.
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/ferryq/ferry/internal/dburl"
+	"github.com/ferryq/ferry/internal/logging"
+)
+
+// Exit codes.
+const (
+	ExitOK      = 0
+	ExitFailure = 1
+	ExitUsage   = 2
+)
+
+// UsageError is bad input: a flag, an argument, a file. It exits 2.
+type UsageError struct{ Err error }
+
+func (e *UsageError) Error() string { return e.Err.Error() }
+func (e *UsageError) Unwrap() error { return e.Err }
+
+func usageErrorf(format string, args ...any) error {
+	return &UsageError{Err: fmt.Errorf(format, args...)}
+}
+
+// Run runs app with args under ctx (which main cancels on SIGINT/SIGTERM)
+// and returns the process exit code, printing a failure as one line on
+// stderr.
+func Run(ctx context.Context, app *cli.App, args []string) int {
+	app.ExitErrHandler = func(*cli.Context, error) {} // exit codes are ours
+	app.OnUsageError = func(_ *cli.Context, err error, _ bool) error { return &UsageError{Err: err} }
+	for _, c := range app.Commands {
+		setUsageHandler(c)
+	}
+	err := app.RunContext(ctx, interspersed(app, args))
+	if err == nil {
+		return ExitOK
+	}
+	msg := dburl.Redact(strings.Join(strings.Fields(err.Error()), " "))
+	fmt.Fprintf(app.ErrWriter, "%s: %s\n", app.Name, msg)
+	var usage *UsageError
+	var exitCoder cli.ExitCoder
+	if errors.As(err, &usage) || errors.As(err, &exitCoder) || isFlagError(err) {
+		return ExitUsage
+	}
+	return ExitFailure
+}
+
+func setUsageHandler(c *cli.Command) {
+	c.OnUsageError = func(_ *cli.Context, err error, _ bool) error { return &UsageError{Err: err} }
+	for _, sub := range c.Subcommands {
+		setUsageHandler(sub)
+	}
+}
+
+// isFlagError recognises urfave/cli's errors for flags set from the
+// environment, which bypass OnUsageError.
+func isFlagError(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, "from env var") || strings.Contains(s, "could not parse") ||
+		strings.HasPrefix(s, "flag provided but not defined") || strings.Contains(s, "Required flag")
+}
+
+func newApp(name, usage string) *cli.App {
+	return &cli.App{
+		Name:                 name,
+		Usage:                usage,
+		Writer:               os.Stdout,
+		ErrWriter:            os.Stderr,
+		EnableBashCompletion: false,
+		HideHelpCommand:      true,
+	}
+}
+
+// Flags shared by several commands.
+
+func databaseURLFlag() cli.Flag {
+	return &cli.StringFlag{
+		Name:    "database-url",
+		Usage:   "Postgres connection string",
+		EnvVars: []string{"DATABASE_URL"},
+	}
+}
+
+func jsonFlag() cli.Flag {
+	return &cli.BoolFlag{Name: "json", Usage: "print JSON for machines instead of a table"}
+}
+
+func logFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "log-format", Value: logging.FormatAuto, Usage: "auto (text on a terminal, JSON otherwise), text or json", EnvVars: []string{"FERRY_LOG_FORMAT"}},
+		&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", EnvVars: []string{"FERRY_LOG_LEVEL"}},
+	}
+}
+
+func loggerFrom(c *cli.Context) (*slog.Logger, error) {
+	l, err := logging.New(c.App.ErrWriter, c.String("log-format"), c.String("log-level"))
+	if err != nil {
+		return nil, &UsageError{Err: err}
+	}
+	return l, nil
+}
+
+func databaseURL(c *cli.Context) (string, error) {
+	u := c.String("database-url")
+	if u == "" {
+		return "", usageErrorf("no database: set DATABASE_URL or --database-url")
+	}
+	return u, nil
+}
+
+// output writes either JSON or a table.
+type output struct {
+	w    io.Writer
+	json bool
+}
+
+func outputFrom(c *cli.Context) output { return output{w: c.App.Writer, json: c.Bool("json")} }
+
+func (o output) JSON(v any) error {
+	enc := json.NewEncoder(o.w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// Table prints rows under a header, aligned.
+func (o output) Table(header []string, rows [][]string) error {
+	tw := tabwriter.NewWriter(o.w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, strings.Join(header, "\t"))
+	for _, r := range rows {
+		fmt.Fprintln(tw, strings.Join(r, "\t"))
+	}
+	return tw.Flush()
+}
+
+// signalContext is the context commands run under; main cancels it on
+// SIGINT/SIGTERM.
+func signalContext(c *cli.Context) context.Context {
+	if c.Context != nil {
+		return c.Context
+	}
+	return context.Background()
+}

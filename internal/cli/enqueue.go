@@ -1,0 +1,228 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/riverqueue/river"
+	"github.com/urfave/cli/v2"
+
+	"github.com/ferryq/ferry"
+	"github.com/ferryq/ferry/jobs"
+)
+
+// Enqueue returns the `enqueue` app, the operator's CLI.
+func Enqueue() *cli.App {
+	app := newApp("enqueue", "insert and inspect ferry jobs from a shell")
+	app.Description = `Every command reads DATABASE_URL (or --database-url), prints a table (or JSON
+with --json), and exits 0 on success, 2 on bad input (one line saying why;
+nothing written), 1 on any other failure.
+
+Examples:
+   enqueue job ferry.noop
+   enqueue job http.request --args '{"method":"POST","url":"http://app:8000/warm"}' --in 10m
+   enqueue job http.request --args @request.json --unique-key warm-2026-11-30 --json
+   echo '{"sleep":"2s"}' | enqueue job ferry.noop --args - --queue default --priority 2`
+	app.Commands = []*cli.Command{enqueueJob(), versionCommand()}
+	return app
+}
+
+var (
+	// tagRE is River's rule for tags (river/insert_opts.go).
+	tagRE = regexp.MustCompile(`\A[\w][\w\-]+[\w]\z`)
+)
+
+func enqueueJob() *cli.Command {
+	return &cli.Command{
+		Name:      "job",
+		Usage:     "insert one job and print its id",
+		ArgsUsage: "KIND",
+		Description: `KIND is one of ferry's built-in kinds (ferry.noop, http.request) or a kind some
+worker has registered (listed in ferry_job_kind). Args must be a JSON object of
+at most 64 KiB; for built-in kinds they are checked against the kind's fields.
+
+With --unique-key, a second insert of the same kind and key returns the
+existing job instead of a new one while that job is pending, scheduled,
+available, running, retryable or completed (completed jobs are cleaned after
+24h).
+
+Examples:
+   enqueue job ferry.noop
+   enqueue job http.request --args '{"url":"http://app:8000/internal/drain","method":"POST","timeout":"2m"}'
+   enqueue job http.request --args @req.json --at 2026-12-01T06:00:00+01:00 --tag nightly
+   enqueue job ferry.noop --args - < args.json`,
+		Flags: []cli.Flag{
+			databaseURLFlag(),
+			&cli.StringFlag{Name: "args", Value: "{}", Usage: "job args: JSON, @file, or - for stdin"},
+			&cli.StringFlag{Name: "queue", Usage: "queue (default: the kind's queue)"},
+			&cli.IntFlag{Name: "priority", Value: 1, Usage: "1 (first) to 4 (last)"},
+			&cli.StringFlag{Name: "at", Usage: "run at this time (RFC 3339)"},
+			&cli.StringFlag{Name: "in", Usage: "run after this duration (e.g. 90s, 10m)"},
+			&cli.IntFlag{Name: "max-attempts", Value: 0, Usage: "attempts before the job is discarded (default River's 25)"},
+			&cli.StringFlag{Name: "unique-key", Usage: "insert at most one live job of this kind with this key"},
+			&cli.StringSliceFlag{Name: "tag", Usage: "tag the job (repeatable)"},
+			jsonFlag(),
+		},
+		Action: runEnqueueJob,
+	}
+}
+
+type jobResult struct {
+	ID          int64     `json:"id"`
+	Kind        string    `json:"kind"`
+	Queue       string    `json:"queue"`
+	State       string    `json:"state"`
+	ScheduledAt time.Time `json:"scheduled_at"`
+	Duplicate   bool      `json:"duplicate"`
+}
+
+func runEnqueueJob(c *cli.Context) error {
+	// Everything that can be checked without the database is checked first.
+	if c.NArg() != 1 {
+		return usageErrorf("job takes exactly one KIND argument, got %d", c.NArg())
+	}
+	kind := c.Args().First()
+	raw, err := readArgs(c.String("args"), c.App.Reader)
+	if err != nil {
+		return err
+	}
+	args, err := jobs.ParseRaw(kind, raw)
+	if err != nil {
+		return &UsageError{Err: fmt.Errorf("--args: %w", err)}
+	}
+	opts, err := insertOpts(c)
+	if err != nil {
+		return err
+	}
+	url, err := databaseURL(c)
+	if err != nil {
+		return err
+	}
+
+	ctx := signalContext(c)
+	pool, err := connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	known, ok, err := jobs.Lookup(ctx, pool, kind)
+	if err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
+			return errors.New("ferry's tables are missing: run `worker migrate up` first")
+		}
+		return err
+	}
+	if !ok {
+		return usageErrorf("unknown job kind %q: not built in and no worker has registered it", kind)
+	}
+	if opts.Queue == "" {
+		opts.Queue = known.Queue
+	}
+	if key := c.String("unique-key"); key != "" {
+		opts = jobs.WithUniqueKey(opts, key)
+	}
+
+	ins, err := jobs.NewInserter(pool)
+	if err != nil {
+		return err
+	}
+	var res jobResult
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		r, err := ins.InsertTx(ctx, tx, args, opts)
+		if err != nil {
+			return err
+		}
+		res = jobResult{ID: r.Job.ID, Kind: r.Job.Kind, Queue: r.Job.Queue, State: string(r.Job.State), ScheduledAt: r.Job.ScheduledAt, Duplicate: r.UniqueSkippedAsDuplicate}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	out := outputFrom(c)
+	if out.json {
+		return out.JSON(res)
+	}
+	if res.Duplicate {
+		_, err = fmt.Fprintf(out.w, "unique key matched existing job %d (%s, %s); nothing inserted\n", res.ID, res.Kind, res.State)
+		return err
+	}
+	_, err = fmt.Fprintf(out.w, "%d\n", res.ID)
+	return err
+}
+
+// readArgs reads --args: inline JSON, @file, or - for stdin, reading at most
+// one byte past the limit so an oversized document is refused, not loaded.
+func readArgs(v string, stdin io.Reader) ([]byte, error) {
+	var (
+		r    io.Reader
+		from string
+	)
+	switch {
+	case v == "-":
+		r, from = stdin, "stdin"
+	case strings.HasPrefix(v, "@"):
+		f, err := os.Open(v[1:])
+		if err != nil {
+			return nil, usageErrorf("--args: %v", err)
+		}
+		defer f.Close()
+		r, from = f, v[1:]
+	default:
+		return []byte(v), nil
+	}
+	b, err := io.ReadAll(io.LimitReader(r, jobs.MaxArgsBytes+1))
+	if err != nil {
+		return nil, usageErrorf("--args: read %s: %v", from, err)
+	}
+	return b, nil
+}
+
+func insertOpts(c *cli.Context) (*river.InsertOpts, error) {
+	opts := &river.InsertOpts{Queue: c.String("queue"), Priority: c.Int("priority"), MaxAttempts: c.Int("max-attempts")}
+	if opts.Queue != "" {
+		if err := ferry.ValidateQueueName(opts.Queue); err != nil {
+			return nil, usageErrorf("--queue: %v", err)
+		}
+	}
+	if opts.Priority < 1 || opts.Priority > 4 {
+		return nil, usageErrorf("--priority %d: must be 1 (first) to 4 (last)", opts.Priority)
+	}
+	if c.IsSet("max-attempts") && opts.MaxAttempts < 1 {
+		return nil, usageErrorf("--max-attempts %d: must be at least 1", opts.MaxAttempts)
+	}
+	at, in := c.String("at"), c.String("in")
+	switch {
+	case at != "" && in != "":
+		return nil, usageErrorf("--at and --in: give one or the other")
+	case at != "":
+		t, err := time.Parse(time.RFC3339, at)
+		if err != nil {
+			return nil, usageErrorf("--at %q: not an RFC 3339 time like 2026-12-01T06:00:00Z", at)
+		}
+		opts.ScheduledAt = t
+	case in != "":
+		d, err := time.ParseDuration(in)
+		if err != nil || d < 0 {
+			return nil, usageErrorf("--in %q: not a non-negative duration like 90s or 10m", in)
+		}
+		opts.ScheduledAt = time.Now().Add(d)
+	}
+	for _, tag := range c.StringSlice("tag") {
+		if len(tag) > 255 || !tagRE.MatchString(tag) {
+			return nil, usageErrorf("--tag %q: tags are 3 to 255 letters, digits, _ or -, starting and ending with a letter or digit", tag)
+		}
+		opts.Tags = append(opts.Tags, tag)
+	}
+	if key := c.String("unique-key"); c.IsSet("unique-key") && strings.TrimSpace(key) == "" {
+		return nil, usageErrorf("--unique-key is empty")
+	}
+	return opts, nil
+}

@@ -1,0 +1,235 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/urfave/cli/v2"
+
+	"github.com/ferryq/ferry"
+	"github.com/ferryq/ferry/internal/dburl"
+	"github.com/ferryq/ferry/migrations"
+)
+
+// Worker returns the `worker` app: run, migrate, version.
+func Worker() *cli.App {
+	app := newApp("worker", "run ferry's job workers, and migrate its schema")
+	app.Description = `A worker works River jobs from every queue it is given, on as many replicas as
+you like: start the same command on each host, all pointing at one Postgres.
+
+Examples:
+   worker migrate up
+   DATABASE_URL=postgres://ferry:ferry@127.0.0.1:5432/ferry worker run
+   worker run --queues default=100,outbox=20 --shutdown-grace 60s`
+	app.Commands = []*cli.Command{workerRun(), workerMigrate(), versionCommand()}
+	return app
+}
+
+func workerRun() *cli.Command {
+	return &cli.Command{
+		Name:  "run",
+		Usage: "work jobs until SIGINT or SIGTERM, then stop gracefully",
+		Description: `On SIGINT or SIGTERM the worker stops fetching, lets running jobs finish within
+--shutdown-grace, then cancels the rest: a cancelled job fails its attempt and
+River retries it later. It is never lost.
+
+The worker refuses to start on a schema behind its build unless --migrate is
+given.`,
+		Flags: append([]cli.Flag{
+			databaseURLFlag(),
+			&cli.StringFlag{Name: "queues", Value: ferry.DefaultQueues, Usage: "queues to work and their worker counts, name=workers,…", EnvVars: []string{"FERRY_QUEUES"}},
+			&cli.DurationFlag{Name: "fetch-cooldown", Value: ferry.DefaultFetchCooldown, Usage: "least time between two fetches of one queue", EnvVars: []string{"FERRY_FETCH_COOLDOWN"}},
+			&cli.DurationFlag{Name: "fetch-poll-interval", Value: ferry.DefaultFetchPollInterval, Usage: "fallback poll of each queue when no insert notification arrives", EnvVars: []string{"FERRY_FETCH_POLL_INTERVAL"}},
+			&cli.DurationFlag{Name: "job-timeout", Value: ferry.DefaultJobTimeout, Usage: "default time a job may run before its context is cancelled", EnvVars: []string{"FERRY_JOB_TIMEOUT"}},
+			&cli.DurationFlag{Name: "shutdown-grace", Value: ferry.DefaultShutdownGrace, Usage: "time running jobs get to finish on stop before they are cancelled (and retried)", EnvVars: []string{"FERRY_SHUTDOWN_GRACE"}},
+			&cli.StringFlag{Name: "admin-addr", Value: ferry.DefaultAdminAddr, Usage: "address of /healthz, /readyz and /metrics, or off", EnvVars: []string{"FERRY_ADMIN_ADDR"}},
+			&cli.StringFlag{Name: "admin-token", Usage: "token required on the admin surface (all but /healthz)", EnvVars: []string{"FERRY_ADMIN_TOKEN"}},
+			&cli.BoolFlag{Name: "migrate", Usage: "apply pending migrations before starting", EnvVars: []string{"FERRY_MIGRATE"}},
+		}, logFlags()...),
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return usageErrorf("run takes no arguments, got %q", c.Args().First())
+			}
+			logger, err := loggerFrom(c)
+			if err != nil {
+				return err
+			}
+			url, err := databaseURL(c)
+			if err != nil {
+				return err
+			}
+			queues, err := ferry.ParseQueues(c.String("queues"))
+			if err != nil {
+				return &UsageError{Err: err}
+			}
+			ctx := signalContext(c)
+			srv, err := ferry.New(ctx, ferry.Config{
+				DatabaseURL:       url,
+				Queues:            queues,
+				FetchCooldown:     c.Duration("fetch-cooldown"),
+				FetchPollInterval: c.Duration("fetch-poll-interval"),
+				JobTimeout:        c.Duration("job-timeout"),
+				ShutdownGrace:     c.Duration("shutdown-grace"),
+				AdminAddr:         c.String("admin-addr"),
+				AdminToken:        c.String("admin-token"),
+				Migrate:           c.Bool("migrate"),
+				Logger:            logger,
+			})
+			if err != nil {
+				return err
+			}
+			return srv.Run(ctx)
+		},
+	}
+}
+
+func workerMigrate() *cli.Command {
+	flags := []cli.Flag{databaseURLFlag(), jsonFlag()}
+	return &cli.Command{
+		Name:  "migrate",
+		Usage: "apply, revert or list River's and ferry's migrations",
+		Description: `Runs hold the session advisory lock 8110731, so concurrent runs take turns.
+
+Examples:
+   worker migrate up
+   worker migrate status --json
+   worker migrate down --steps 1`,
+		Subcommands: []*cli.Command{
+			{
+				Name:  "up",
+				Usage: "apply every pending migration (River's, then ferry's)",
+				Flags: flags,
+				Action: func(c *cli.Context) error {
+					return withMigrator(c, func(ctx context.Context, m *migrations.Migrator) error {
+						applied, err := m.Up(ctx)
+						if err != nil {
+							return err
+						}
+						return printApplied(c, "applied", applied)
+					})
+				},
+			},
+			{
+				Name:  "down",
+				Usage: "revert the newest migrations (ferry's first, then River's)",
+				Flags: append([]cli.Flag{
+					&cli.IntFlag{Name: "steps", Value: 1, Usage: "how many migrations to revert"},
+					&cli.BoolFlag{Name: "all", Usage: "revert every migration: drops ferry's and River's tables and their data"},
+				}, flags...),
+				Action: func(c *cli.Context) error {
+					steps := c.Int("steps")
+					if c.Bool("all") {
+						steps = -1
+					} else if steps < 1 {
+						return usageErrorf("--steps must be at least 1, got %d", steps)
+					}
+					return withMigrator(c, func(ctx context.Context, m *migrations.Migrator) error {
+						reverted, err := m.Down(ctx, steps)
+						if err != nil {
+							return err
+						}
+						return printApplied(c, "reverted", reverted)
+					})
+				},
+			},
+			{
+				Name:  "status",
+				Usage: "list every migration of this build and whether it is applied",
+				Flags: flags,
+				Action: func(c *cli.Context) error {
+					return withMigrator(c, func(ctx context.Context, m *migrations.Migrator) error {
+						status, err := m.Status(ctx)
+						if err != nil {
+							return err
+						}
+						out := outputFrom(c)
+						if out.json {
+							return out.JSON(status)
+						}
+						rows := make([][]string, 0, len(status))
+						for _, s := range status {
+							at := "pending"
+							if s.AppliedAt != nil {
+								at = s.AppliedAt.UTC().Format("2006-01-02 15:04:05Z")
+							} else if s.Applied {
+								at = "applied"
+							}
+							rows = append(rows, []string{s.Line, fmt.Sprintf("%03d", s.Version), s.Name, at})
+						}
+						return out.Table([]string{"LINE", "VERSION", "NAME", "APPLIED"}, rows)
+					})
+				},
+			},
+		},
+	}
+}
+
+func withMigrator(c *cli.Context, fn func(context.Context, *migrations.Migrator) error) error {
+	if c.NArg() > 0 {
+		return usageErrorf("%s takes no arguments, got %q", c.Command.Name, c.Args().First())
+	}
+	url, err := databaseURL(c)
+	if err != nil {
+		return err
+	}
+	ctx := signalContext(c)
+	pool, err := connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	// The command prints what it applied; no log lines besides.
+	m, err := migrations.New(pool, nil)
+	if err != nil {
+		return err
+	}
+	return fn(ctx, m)
+}
+
+func printApplied(c *cli.Context, verb string, applied []migrations.Applied) error {
+	out := outputFrom(c)
+	if out.json {
+		if applied == nil {
+			applied = []migrations.Applied{}
+		}
+		return out.JSON(applied)
+	}
+	if len(applied) == 0 {
+		_, err := fmt.Fprintln(out.w, "nothing to do")
+		return err
+	}
+	for _, a := range applied {
+		fmt.Fprintf(out.w, "%s %s/%03d %s (%s)\n", verb, a.Line, a.Version, a.Name, a.Duration.Round(1e5))
+	}
+	return nil
+}
+
+func connect(ctx context.Context, url string) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, usageErrorf("database URL: %s", dburl.Redact(err.Error()))
+	}
+	cfg.MaxConns = 4
+	cfg.ConnConfig.RuntimeParams["application_name"] = "ferry-cli"
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open database: %s", dburl.Redact(err.Error()))
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect to database: %s", dburl.Redact(err.Error()))
+	}
+	return pool, nil
+}
+
+func versionCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "version",
+		Usage: "print the build's version",
+		Action: func(c *cli.Context) error {
+			_, err := fmt.Fprintln(c.App.Writer, ferry.Version())
+			return err
+		},
+	}
+}

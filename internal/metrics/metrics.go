@@ -1,0 +1,172 @@
+// Package metrics holds ferry's Prometheus registry: build info, River jobs by
+// queue and state (read from river_job at scrape time, cached briefly), and
+// job durations by kind (a River worker middleware).
+package metrics
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+)
+
+// Metrics is one process's registry and the collectors ferry feeds.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	jobDuration *prometheus.HistogramVec
+	logger      *slog.Logger
+}
+
+// New returns a registry with Go, process and build-info collectors and the
+// River job collectors reading pool. logger may be nil.
+func New(pool *pgxpool.Pool, version string, logger *slog.Logger) *Metrics {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	build := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "ferry_build_info",
+		Help:        "Always 1; the labels say which build of ferry runs.",
+		ConstLabels: prometheus.Labels{"version": version, "go_version": runtime.Version()},
+	})
+	build.Set(1)
+	m := &Metrics{
+		Registry: reg,
+		jobDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "ferry_job_duration_seconds",
+			Help:    "Time this process spent working a job, by kind and outcome (completed, failed, cancelled, snoozed).",
+			Buckets: []float64{.001, .005, .01, .05, .1, .5, 1, 5, 10, 30, 60, 300},
+		}, []string{"kind", "outcome"}),
+		logger: logger,
+	}
+	reg.MustRegister(build, m.jobDuration, &jobsCollector{pool: pool, logger: logger, ttl: 5 * time.Second})
+	return m
+}
+
+// Middleware returns the River worker middleware that times every job and
+// logs its outcome: completed at debug level (a busy queue works thousands a
+// second), anything else at warn with the error.
+func (m *Metrics) Middleware() rivertype.Middleware { return &workMiddleware{m: m} }
+
+type workMiddleware struct {
+	river.MiddlewareDefaults
+	m *Metrics
+}
+
+func (w *workMiddleware) Work(ctx context.Context, job *rivertype.JobRow, doInner func(context.Context) error) error {
+	start := time.Now()
+	err := doInner(ctx)
+	elapsed := time.Since(start)
+	out := outcome(err)
+	w.m.jobDuration.WithLabelValues(job.Kind, out).Observe(elapsed.Seconds())
+	switch {
+	case err == nil:
+		if w.m.logger.Enabled(ctx, slog.LevelDebug) {
+			w.m.logger.Debug("job: completed", "kind", job.Kind, "job_id", job.ID, "queue", job.Queue, "attempt", job.Attempt, "duration", elapsed)
+		}
+	case out == "snoozed":
+		w.m.logger.Info("job: snoozed", "kind", job.Kind, "job_id", job.ID, "attempt", job.Attempt)
+	default:
+		w.m.logger.Warn("job: "+out, "kind", job.Kind, "job_id", job.ID, "queue", job.Queue, "attempt", job.Attempt, "max_attempts", job.MaxAttempts, "duration", elapsed, "error", err)
+	}
+	return err
+}
+
+func outcome(err error) string {
+	var (
+		cancel *rivertype.JobCancelError
+		snooze *rivertype.JobSnoozeError
+	)
+	switch {
+	case err == nil:
+		return "completed"
+	case errors.As(err, &cancel):
+		return "cancelled"
+	case errors.As(err, &snooze):
+		return "snoozed"
+	}
+	return "failed"
+}
+
+var jobsDesc = prometheus.NewDesc("ferry_jobs", "River jobs in the database by queue and state (read at scrape time, cached for 5s).", []string{"queue", "state"}, nil)
+var jobsUpDesc = prometheus.NewDesc("ferry_jobs_scrape_ok", "1 when the last read of river_job for ferry_jobs succeeded.", nil, nil)
+
+// jobsCollector counts river_job rows by queue and state. The count runs on
+// the state index; the cache keeps frequent scrapes from many replicas from
+// repeating it.
+type jobsCollector struct {
+	pool   *pgxpool.Pool
+	logger *slog.Logger
+	ttl    time.Duration
+
+	mu     sync.Mutex
+	at     time.Time
+	counts []jobCount
+	ok     bool
+}
+
+type jobCount struct {
+	queue, state string
+	n            int64
+}
+
+func (c *jobsCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- jobsDesc
+	ch <- jobsUpDesc
+}
+
+func (c *jobsCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if time.Since(c.at) > c.ttl {
+		c.refresh()
+	}
+	for _, jc := range c.counts {
+		ch <- prometheus.MustNewConstMetric(jobsDesc, prometheus.GaugeValue, float64(jc.n), jc.queue, jc.state)
+	}
+	up := 0.0
+	if c.ok {
+		up = 1
+	}
+	ch <- prometheus.MustNewConstMetric(jobsUpDesc, prometheus.GaugeValue, up)
+}
+
+func (c *jobsCollector) refresh() {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	c.at = time.Now()
+	rows, err := c.pool.Query(ctx, "SELECT queue, state::text, count(*) FROM river_job GROUP BY queue, state ORDER BY queue, state")
+	if err == nil {
+		var counts []jobCount
+		for rows.Next() {
+			var jc jobCount
+			if err = rows.Scan(&jc.queue, &jc.state, &jc.n); err != nil {
+				break
+			}
+			counts = append(counts, jc)
+		}
+		rows.Close()
+		if err == nil {
+			err = rows.Err()
+		}
+		if err == nil {
+			c.counts, c.ok = counts, true
+			return
+		}
+	}
+	c.ok = false
+	c.logger.Warn("metrics: count river_job", "error", err)
+}

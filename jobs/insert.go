@@ -1,0 +1,210 @@
+package jobs
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivershared/uniquestates"
+	"github.com/riverqueue/river/rivertype"
+)
+
+// DBTX is what ferry's SQL runs on: a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx.
+type DBTX interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// MaxArgsBytes is the largest args document ferry accepts at insert.
+const MaxArgsBytes = 64 << 10
+
+// Builtin returns the kinds that ship in this package.
+func Builtin() []Kind {
+	return []Kind{
+		Define[NoopArgs](&NoopWorker{}, river.QueueDefault, "does nothing (or sleeps for args.sleep); for smoke tests and benchmarks"),
+		Define[HTTPRequestArgs](&HTTPRequestWorker{}, river.QueueDefault, "one HTTP call; 2xx completes, 408/429/5xx retry, other 4xx cancel"),
+	}
+}
+
+// Inserter inserts jobs from Go services, inside their own transactions. It
+// wraps an insert-only River client: it works no jobs and needs no queues.
+//
+//	ins, _ := jobs.NewInserter(pool)
+//	tx, _ := pool.Begin(ctx)
+//	res, err := ins.InsertTx(ctx, tx, jobs.HTTPRequestArgs{URL: "http://app/warm"}, nil)
+//	// … the service's own writes in tx …
+//	tx.Commit(ctx) // the job exists if and only if this commits
+type Inserter struct {
+	client *river.Client[pgx.Tx]
+}
+
+// NewInserter returns an Inserter over pool (used only for Insert without a
+// transaction; InsertTx uses the caller's tx).
+func NewInserter(pool *pgxpool.Pool) (*Inserter, error) {
+	c, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Middleware: []rivertype.Middleware{&uniqueKeyMiddleware{}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("jobs: new inserter: %w", err)
+	}
+	return &Inserter{client: c}, nil
+}
+
+// Client is the underlying insert-only River client, for River's other insert
+// APIs (InsertManyTx, InsertManyFastTx).
+func (i *Inserter) Client() *river.Client[pgx.Tx] { return i.client }
+
+// InsertTx inserts one job in tx. Args that implement Validate() error are
+// validated first, and args over MaxArgsBytes are refused.
+func (i *Inserter) InsertTx(ctx context.Context, tx pgx.Tx, args river.JobArgs, opts *river.InsertOpts) (*rivertype.JobInsertResult, error) {
+	if err := CheckArgs(args); err != nil {
+		return nil, err
+	}
+	res, err := i.client.InsertTx(ctx, tx, args, opts)
+	if err != nil {
+		return nil, fmt.Errorf("jobs: insert %s: %w", args.Kind(), err)
+	}
+	return res, nil
+}
+
+// CheckArgs validates args (when they have a Validate method) and their
+// encoded size.
+func CheckArgs(args river.JobArgs) error {
+	if v, ok := args.(interface{ Validate() error }); ok {
+		if err := v.Validate(); err != nil {
+			return err
+		}
+	}
+	b, err := json.Marshal(args)
+	if err != nil {
+		return fmt.Errorf("jobs: encode %s args: %w", args.Kind(), err)
+	}
+	if len(b) > MaxArgsBytes {
+		return fmt.Errorf("jobs: %s args are %d bytes, over the %d byte limit", args.Kind(), len(b), MaxArgsBytes)
+	}
+	return nil
+}
+
+// RawArgs carries a kind name and args already encoded as a JSON object, for
+// inserters that don't have the Go type (the enqueue CLI, bridges).
+type RawArgs struct {
+	KindName string
+	JSON     json.RawMessage
+}
+
+// Kind implements river.JobArgs.
+func (r RawArgs) Kind() string { return r.KindName }
+
+// MarshalJSON returns the args as given.
+func (r RawArgs) MarshalJSON() ([]byte, error) { return r.JSON, nil }
+
+// ParseRaw checks that raw is a JSON object within MaxArgsBytes and, for a
+// built-in kind, that it decodes into the kind's args with no unknown field
+// and passes their validation.
+func ParseRaw(kind string, raw []byte) (RawArgs, error) {
+	if len(raw) > MaxArgsBytes {
+		return RawArgs{}, fmt.Errorf("args are %d bytes, over the %d byte limit", len(raw), MaxArgsBytes)
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &obj); err != nil || obj == nil {
+		return RawArgs{}, fmt.Errorf("args must be a JSON object: %s", describeJSONError(raw, err))
+	}
+	var typed river.JobArgs
+	switch kind {
+	case NoopArgs{}.Kind():
+		typed = &NoopArgs{}
+	case HTTPRequestArgs{}.Kind():
+		typed = &HTTPRequestArgs{}
+	}
+	if typed != nil {
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(typed); err != nil {
+			return RawArgs{}, fmt.Errorf("args do not fit %s: %v", kind, err)
+		}
+		if v, ok := typed.(interface{ Validate() error }); ok {
+			if err := v.Validate(); err != nil {
+				return RawArgs{}, err
+			}
+		}
+	}
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, raw); err != nil {
+		return RawArgs{}, fmt.Errorf("args must be a JSON object: %v", err)
+	}
+	return RawArgs{KindName: kind, JSON: compact.Bytes()}, nil
+}
+
+func describeJSONError(raw []byte, err error) string {
+	var typeErr *json.UnmarshalTypeError
+	if errors.As(err, &typeErr) {
+		return "got a JSON " + typeErr.Value
+	}
+	if err != nil {
+		return strings.TrimPrefix(err.Error(), "json: ")
+	}
+	t := strings.TrimSpace(string(raw))
+	if len(t) > 20 {
+		t = t[:20] + "…"
+	}
+	return "got " + t
+}
+
+// uniqueKeyMeta is the metadata key that carries a caller's unique key.
+const uniqueKeyMeta = "ferry_unique_key"
+
+// WithUniqueKey returns opts (or new opts) marked with a caller-chosen unique
+// key: while a job of the same kind with the same key is pending, scheduled,
+// available, running, retryable or completed (River's default unique states;
+// completed jobs are cleaned after 24h), inserting another returns the
+// existing job instead (JobInsertResult.UniqueSkippedAsDuplicate). It works
+// through an Inserter, whose client turns the key into River's unique_key.
+func WithUniqueKey(opts *river.InsertOpts, key string) *river.InsertOpts {
+	var o river.InsertOpts
+	if opts != nil {
+		o = *opts
+	}
+	meta := map[string]any{}
+	if len(o.Metadata) > 0 {
+		_ = json.Unmarshal(o.Metadata, &meta)
+	}
+	meta[uniqueKeyMeta] = key
+	o.Metadata, _ = json.Marshal(meta)
+	return &o
+}
+
+// uniqueKeyMiddleware turns the ferry_unique_key metadata into River's
+// unique_key and unique_states, so River's own unique index enforces it.
+type uniqueKeyMiddleware struct {
+	river.MiddlewareDefaults
+}
+
+func (*uniqueKeyMiddleware) InsertMany(ctx context.Context, params []*rivertype.JobInsertParams, doInner func(context.Context) ([]*rivertype.JobInsertResult, error)) ([]*rivertype.JobInsertResult, error) {
+	for _, p := range params {
+		if len(p.Metadata) == 0 || !bytes.Contains(p.Metadata, []byte(uniqueKeyMeta)) {
+			continue
+		}
+		var meta map[string]any
+		if err := json.Unmarshal(p.Metadata, &meta); err != nil {
+			continue
+		}
+		key, ok := meta[uniqueKeyMeta].(string)
+		if !ok || key == "" {
+			continue
+		}
+		sum := sha256.Sum256([]byte("ferry:" + p.Kind + ":" + key))
+		p.UniqueKey = sum[:]
+		p.UniqueStates = uniquestates.UniqueStatesToBitmask(rivertype.UniqueOptsByStateDefault())
+	}
+	return doInner(ctx)
+}

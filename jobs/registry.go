@@ -1,0 +1,141 @@
+package jobs
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+)
+
+// Kind describes one job kind: its name (River's Kind()), the queue its jobs
+// go to unless an insert says otherwise, a one-line description for
+// operators, and how to add its worker to a river.Workers.
+type Kind struct {
+	Name        string
+	Queue       string
+	Description string
+
+	register func(*river.Workers) error
+}
+
+// Define makes a Kind from a River worker. The name is the args type's
+// Kind(); the queue defaults to river.QueueDefault.
+func Define[T river.JobArgs](worker river.Worker[T], queue, description string) Kind {
+	var zero T
+	if queue == "" {
+		queue = river.QueueDefault
+	}
+	return Kind{
+		Name:        zero.Kind(),
+		Queue:       queue,
+		Description: description,
+		register:    func(w *river.Workers) error { return river.AddWorkerSafely(w, worker) },
+	}
+}
+
+// Registry is the set of kinds one process works. The root package fills it
+// from every capability (jobs, outbox …) and the user's own kinds.
+type Registry struct {
+	kinds []Kind
+}
+
+// Add adds kinds; a name registered twice is an error.
+func (r *Registry) Add(kinds ...Kind) error {
+	for _, k := range kinds {
+		if k.Name == "" || k.register == nil {
+			return fmt.Errorf("jobs: kind %q was not made with jobs.Define", k.Name)
+		}
+		if _, ok := r.Get(k.Name); ok {
+			return fmt.Errorf("jobs: kind %q registered twice", k.Name)
+		}
+		r.kinds = append(r.kinds, k)
+	}
+	return nil
+}
+
+// Get returns the kind named name.
+func (r *Registry) Get(name string) (Kind, bool) {
+	i := slices.IndexFunc(r.kinds, func(k Kind) bool { return k.Name == name })
+	if i < 0 {
+		return Kind{}, false
+	}
+	return r.kinds[i], true
+}
+
+// Kinds returns the registered kinds in registration order.
+func (r *Registry) Kinds() []Kind { return slices.Clone(r.kinds) }
+
+// Queues returns the distinct queues of the registered kinds, sorted.
+func (r *Registry) Queues() []string {
+	var qs []string
+	for _, k := range r.kinds {
+		if !slices.Contains(qs, k.Queue) {
+			qs = append(qs, k.Queue)
+		}
+	}
+	slices.Sort(qs)
+	return qs
+}
+
+// Workers returns a river.Workers holding every registered worker.
+func (r *Registry) Workers() (*river.Workers, error) {
+	w := river.NewWorkers()
+	for _, k := range r.kinds {
+		if err := k.register(w); err != nil {
+			return nil, fmt.Errorf("jobs: register %s: %w", k.Name, err)
+		}
+	}
+	return w, nil
+}
+
+// Publish upserts every registered kind into ferry_job_kind, so that the
+// enqueue CLI knows them. Workers call it at start.
+func (r *Registry) Publish(ctx context.Context, db DBTX) error {
+	if len(r.kinds) == 0 {
+		return nil
+	}
+	var names, queues, descs []string
+	for _, k := range r.kinds {
+		names, queues, descs = append(names, k.Name), append(queues, k.Queue), append(descs, k.Description)
+	}
+	_, err := db.Exec(ctx, `
+		INSERT INTO ferry_job_kind (kind, queue, description, updated_at)
+		SELECT * , now() FROM unnest($1::text[], $2::text[], $3::text[])
+		ON CONFLICT (kind) DO UPDATE
+		SET queue = excluded.queue, description = excluded.description, updated_at = excluded.updated_at`,
+		names, queues, descs)
+	if err != nil {
+		return fmt.Errorf("jobs: publish kinds to ferry_job_kind: %w", err)
+	}
+	return nil
+}
+
+// Known is what an inserter knows about a kind it did not register itself.
+type Known struct {
+	Name        string `json:"kind"`
+	Queue       string `json:"queue"`
+	Description string `json:"description"`
+	Builtin     bool   `json:"builtin"`
+}
+
+// Lookup finds a kind among ferry's built-in kinds and, failing that, in
+// ferry_job_kind (kinds some worker has registered). ok is false when
+// neither knows it.
+func Lookup(ctx context.Context, db DBTX, name string) (k Known, ok bool, err error) {
+	for _, b := range Builtin() {
+		if b.Name == name {
+			return Known{Name: b.Name, Queue: b.Queue, Description: b.Description, Builtin: true}, true, nil
+		}
+	}
+	err = db.QueryRow(ctx, "SELECT kind, queue, description FROM ferry_job_kind WHERE kind = $1", name).
+		Scan(&k.Name, &k.Queue, &k.Description)
+	if err == pgx.ErrNoRows {
+		return Known{}, false, nil
+	}
+	if err != nil {
+		return Known{}, false, fmt.Errorf("jobs: look up kind %q: %w", name, err)
+	}
+	return k, true, nil
+}

@@ -1,0 +1,64 @@
+package migrations_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ferryq/ferry/internal/pgtest"
+	"github.com/ferryq/ferry/migrations"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+func TestAll(t *testing.T) {
+	t.Parallel()
+	all := migrations.All()
+	require.NotEmpty(t, all)
+	for i, m := range all {
+		require.Equal(t, i+1, m.Version)
+		require.NotEmpty(t, m.Up)
+		require.NotEmpty(t, m.Down)
+	}
+}
+
+func TestMigrator_UpDownUp(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.PoolFor(t, pgtest.NewDatabase(t, false))
+	m, err := migrations.New(pool, nil)
+	require.NoError(t, err)
+
+	require.ErrorIs(t, m.Check(ctx), migrations.ErrSchemaBehind)
+
+	applied, err := m.Up(ctx)
+	require.NoError(t, err)
+	status, err := m.Status(ctx)
+	require.NoError(t, err)
+	require.Len(t, applied, len(status))
+	require.NoError(t, m.Check(ctx))
+
+	again, err := m.Up(ctx)
+	require.NoError(t, err)
+	require.Empty(t, again, "a second up finds nothing to do")
+
+	// One step down reverts ferry's newest migration only.
+	one, err := m.Down(ctx, 1)
+	require.NoError(t, err)
+	require.Len(t, one, 1)
+	require.Equal(t, migrations.LineFerry, one[0].Line)
+	require.ErrorIs(t, m.Check(ctx), migrations.ErrSchemaBehind)
+
+	rest, err := m.Down(ctx, -1)
+	require.NoError(t, err)
+	require.Len(t, rest, len(status)-1)
+	var tables int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_tables WHERE schemaname = current_schema() AND (tablename LIKE 'river%' OR tablename LIKE 'ferry%')`).Scan(&tables))
+	require.Zero(t, tables, "down --all leaves no river or ferry tables")
+
+	applied, err = m.Up(ctx)
+	require.NoError(t, err)
+	require.Len(t, applied, len(status))
+	require.NoError(t, m.Check(ctx))
+}

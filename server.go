@@ -1,0 +1,230 @@
+package ferry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/ferryq/ferry/internal/admin"
+	"github.com/ferryq/ferry/internal/dburl"
+	"github.com/ferryq/ferry/internal/logging"
+	"github.com/ferryq/ferry/internal/metrics"
+	"github.com/ferryq/ferry/jobs"
+	"github.com/ferryq/ferry/migrations"
+)
+
+// hardStopBudget is how long a stopping Server waits, after the grace period
+// has cancelled running jobs, for them to return. A job that ignores its
+// context past this is left to River's rescuer.
+const hardStopBudget = 15 * time.Second
+
+// Server is one ferry process: a River client working every registered kind,
+// and the admin HTTP server.
+type Server struct {
+	cfg      Config
+	pool     *pgxpool.Pool
+	river    *river.Client[pgx.Tx]
+	registry *jobs.Registry
+	migrator *migrations.Migrator
+	metrics  *metrics.Metrics
+	admin    *admin.Server
+}
+
+// New validates cfg, connects to Postgres, checks (or with cfg.Migrate,
+// applies) the schema, and builds the River client. Nothing runs until Run.
+func New(ctx context.Context, cfg Config) (*Server, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	registry := &jobs.Registry{}
+	if err := registry.Add(jobs.Builtin()...); err != nil {
+		return nil, err
+	}
+	if err := registry.Add(cfg.Kinds...); err != nil {
+		return nil, err
+	}
+	workers, err := registry.Workers()
+	if err != nil {
+		return nil, err
+	}
+
+	pool, err := openPool(ctx, cfg.DatabaseURL, "ferry-worker")
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, pool: pool, registry: registry}
+	fail := func(err error) (*Server, error) { pool.Close(); return nil, err }
+
+	s.migrator, err = migrations.New(pool, cfg.Logger)
+	if err != nil {
+		return fail(err)
+	}
+	if cfg.Migrate {
+		if _, err := s.migrator.Up(ctx); err != nil {
+			return fail(err)
+		}
+	} else if err := s.migrator.Check(ctx); err != nil {
+		if errors.Is(err, migrations.ErrSchemaBehind) {
+			return fail(fmt.Errorf("%w; run `worker migrate up` (or start with --migrate)", err))
+		}
+		return fail(err)
+	}
+
+	s.metrics = metrics.New(pool, cfg.Version, cfg.Logger)
+	queues := make(map[string]river.QueueConfig, len(cfg.Queues))
+	for name, n := range cfg.Queues {
+		queues[name] = river.QueueConfig{MaxWorkers: n}
+	}
+	s.river, err = river.NewClient(riverpgxv5.New(pool), &river.Config{
+		FetchCooldown:     cfg.FetchCooldown,
+		FetchPollInterval: cfg.FetchPollInterval,
+		JobTimeout:        cfg.JobTimeout,
+		Logger:            logging.AtLeast(cfg.Logger, slog.LevelInfo),
+		Middleware:        []rivertype.Middleware{s.metrics.Middleware()},
+		Queues:            queues,
+		SoftStopTimeout:   cfg.ShutdownGrace,
+		Workers:           workers,
+	})
+	if err != nil {
+		return fail(fmt.Errorf("ferry: new river client: %w", err))
+	}
+
+	if cfg.AdminAddr != "off" {
+		s.admin, err = admin.New(admin.Config{
+			Addr:     cfg.AdminAddr,
+			Token:    cfg.AdminToken,
+			Gatherer: s.metrics.Registry,
+			Ready:    s.ready,
+			Logger:   cfg.Logger,
+		})
+		if err != nil {
+			return fail(err)
+		}
+	}
+	return s, nil
+}
+
+// openPool opens a pgx pool with ferry's defaults: an application_name that
+// names the process, and DefaultPoolMaxConns unless the URL sets
+// pool_max_conns.
+func openPool(ctx context.Context, url, role string) (*pgxpool.Pool, error) {
+	pcfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("ferry: database URL: %s", dburl.Redact(err.Error()))
+	}
+	if _, set := pcfg.ConnConfig.RuntimeParams["application_name"]; !set {
+		host, _ := os.Hostname()
+		pcfg.ConnConfig.RuntimeParams["application_name"] = role + ":" + host + ":" + strconv.Itoa(os.Getpid())
+	}
+	if !strings.Contains(strings.ToLower(url), "pool_max_conns") {
+		pcfg.MaxConns = DefaultPoolMaxConns
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("ferry: open database pool: %s", dburl.Redact(err.Error()))
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("ferry: connect to database %s: %s", dburl.Redact(pcfg.ConnConfig.Host+"/"+pcfg.ConnConfig.Database), dburl.Redact(err.Error()))
+	}
+	return pool, nil
+}
+
+// Pool is the server's connection pool, for the caller's own queries.
+func (s *Server) Pool() *pgxpool.Pool { return s.pool }
+
+// River is the server's River client (insert jobs with InsertTx).
+func (s *Server) River() *river.Client[pgx.Tx] { return s.river }
+
+// AdminAddr is the admin server's bound address ("" when disabled).
+func (s *Server) AdminAddr() string {
+	if s.admin == nil {
+		return ""
+	}
+	return s.admin.Addr()
+}
+
+func (s *Server) ready(ctx context.Context) error {
+	if err := s.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("database unreachable: %s", dburl.Redact(err.Error()))
+	}
+	return s.migrator.Check(ctx)
+}
+
+// Run publishes the registered kinds, starts the admin server and the River
+// client, and works jobs until ctx is done. Then it stops fetching, gives
+// running jobs ShutdownGrace to finish, cancels the rest (they fail their
+// attempt and are retried, never lost), and returns. The pool is closed when
+// Run returns.
+func (s *Server) Run(ctx context.Context) (err error) {
+	log := s.cfg.Logger
+	defer s.pool.Close()
+
+	if err := s.registry.Publish(ctx, s.pool); err != nil {
+		return err
+	}
+	for _, k := range s.registry.Kinds() {
+		if _, ok := s.cfg.Queues[k.Queue]; !ok {
+			log.Warn("ferry: a kind's queue is not worked by this process", "kind", k.Name, "queue", k.Queue)
+		}
+	}
+	if s.admin != nil {
+		if err := s.admin.Start(ctx); err != nil {
+			return err
+		}
+		defer s.admin.Stop()
+	}
+	// River's work contexts must outlive ctx: the stop below is what ends
+	// them, after the grace period.
+	if err := s.river.Start(context.WithoutCancel(ctx)); err != nil {
+		return fmt.Errorf("ferry: start river client: %w", err)
+	}
+	log.Info("ferry: started",
+		"version", s.cfg.Version,
+		"queues", queueSummary(s.cfg.Queues),
+		"kinds", len(s.registry.Kinds()),
+		"admin_addr", s.AdminAddr())
+
+	select {
+	case <-ctx.Done():
+	case <-s.river.Stopped():
+		return errors.New("ferry: river client stopped unexpectedly")
+	}
+
+	log.Info("ferry: stopping; running jobs have the grace period to finish", "grace", s.cfg.ShutdownGrace)
+	stopCtx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace+hardStopBudget)
+	defer cancel()
+	if err := s.river.Stop(stopCtx); err != nil {
+		log.Error("ferry: jobs still running after the grace period and their cancellation; River's rescuer will retry them", "error", err)
+		return nil
+	}
+	log.Info("ferry: stopped")
+	return nil
+}
+
+func queueSummary(q map[string]int) string {
+	var out []byte
+	for i, name := range slices.Sorted(maps.Keys(q)) {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = fmt.Appendf(out, "%s=%d", name, q[name])
+	}
+	return string(out)
+}
