@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -24,6 +25,10 @@ type DBTX interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
+
+// InsertNotifyCooldown is the least time between two insert notifications
+// that one inserting client sends for a queue.
+const InsertNotifyCooldown = 5 * time.Millisecond
 
 // MaxArgsBytes is the largest args document ferry accepts at insert.
 const MaxArgsBytes = 64 << 10
@@ -52,7 +57,12 @@ type Inserter struct {
 // transaction; InsertTx uses the caller's tx).
 func NewInserter(pool *pgxpool.Pool) (*Inserter, error) {
 	c, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
-		Middleware: []rivertype.Middleware{&uniqueKeyMiddleware{}},
+		// An inserting client NOTIFYs workers at most once per FetchCooldown
+		// per queue. River's default (100 ms) leaves jobs inserted in between
+		// waiting for the workers' poll: pickup p99 ~94 ms measured, against
+		// ~7 ms with 5 ms (README, "Tuning").
+		FetchCooldown: InsertNotifyCooldown,
+		Middleware:    []rivertype.Middleware{&uniqueKeyMiddleware{}},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("jobs: new inserter: %w", err)

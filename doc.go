@@ -1,0 +1,43 @@
+// Package ferry is a Postgres-native job queue service built on River.
+//
+// River carries the durable half: jobs are rows in river_job, worked by any
+// replica, retried with backoff, rescued when a worker dies, inserted in the
+// caller's transaction. ferry composes River with what production apps keep
+// getting wrong: a leader layer that owns the singletons, a scheduler whose
+// every tick becomes a job exactly once, an outbox, and the ops surfaces
+// (the enqueue CLI, the admin server, Prometheus metrics). Those arrive
+// capability by capability; see the README for what this build has.
+//
+// # Embedding
+//
+// A service embeds ferry in its own binary to work its own kinds beside
+// ferry's built-in ones:
+//
+//	srv, err := ferry.New(ctx, ferry.Config{
+//		DatabaseURL: os.Getenv("DATABASE_URL"),
+//		Kinds:       []jobs.Kind{jobs.Define[SendInvoiceArgs](&SendInvoiceWorker{}, "billing", "send one invoice")},
+//		Queues:      map[string]int{"default": 100, "billing": 20},
+//	})
+//	if err != nil { … }
+//	err = srv.Run(ctx) // until ctx is cancelled, then a graceful stop
+//
+// Services that only insert use jobs.Inserter (or their own River client)
+// inside their own transactions.
+//
+// # Lifecycle
+//
+// New validates the Config, connects, and checks the schema (or migrates it
+// with Config.Migrate). Run publishes the registered kinds to ferry_job_kind,
+// starts the admin server and the River client, and works jobs until its
+// context ends. Then it stops fetching, gives running jobs
+// Config.ShutdownGrace to finish, and cancels the rest: a cancelled job fails
+// its attempt and River retries it. A job is never lost to a deploy.
+//
+// # Defaults
+//
+// River's out-of-the-box fetch settings (100 ms cooldown, 1 s poll) cap a
+// queue at about MaxWorkers jobs per 100 ms and put pickup p99 near 100 ms.
+// ferry defaults to a 5 ms cooldown and a 100 ms poll, measured here at a
+// pickup p50 of 4 ms and p99 of 7 ms at 500 jobs/s, and 16,000 jobs/s from a
+// backlog with 100 workers (README, "Tuning").
+package ferry

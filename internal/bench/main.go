@@ -1,0 +1,267 @@
+// Command bench measures River worker settings on this machine: pickup
+// latency (insert to start) for jobs inserted at a steady rate by a separate
+// client, and throughput from a backlog. It was used to choose ferry's fetch
+// defaults (README, "Tuning"); the full bench harness builds on it.
+//
+//	go run ./internal/bench -mode sweep
+//	go run ./internal/bench -mode latency -cooldown 5ms -poll 100ms -rate 500
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/ferryq/ferry/internal/dburl"
+	"github.com/ferryq/ferry/migrations"
+)
+
+type stampArgs struct {
+	At int64 `json:"at"` // insert time, unix ns
+}
+
+func (stampArgs) Kind() string { return "bench.stamp" }
+
+type stampWorker struct {
+	river.WorkerDefaults[stampArgs]
+	mu   sync.Mutex
+	lats []time.Duration
+	done chan struct{}
+	want int
+}
+
+func (w *stampWorker) Work(_ context.Context, job *river.Job[stampArgs]) error {
+	lat := time.Since(time.Unix(0, job.Args.At))
+	w.mu.Lock()
+	w.lats = append(w.lats, lat)
+	if len(w.lats) == w.want {
+		close(w.done)
+	}
+	w.mu.Unlock()
+	return nil
+}
+
+type setting struct {
+	Name           string        `json:"name"`
+	Cooldown       time.Duration `json:"cooldown"`
+	Poll           time.Duration `json:"poll"`
+	Workers        int           `json:"workers"`
+	InsertCooldown time.Duration `json:"insert_cooldown"`
+}
+
+type result struct {
+	setting
+	Mode       string  `json:"mode"`
+	Jobs       int     `json:"jobs"`
+	P50MS      float64 `json:"p50_ms,omitempty"`
+	P99MS      float64 `json:"p99_ms,omitempty"`
+	MaxMS      float64 `json:"max_ms,omitempty"`
+	JobsPerSec float64 `json:"jobs_per_sec,omitempty"`
+}
+
+func main() {
+	var (
+		mode     = flag.String("mode", "sweep", "sweep, latency or throughput")
+		url      = flag.String("database-url", os.Getenv("TEST_DATABASE_URL"), "server to create scratch databases on")
+		cooldown = flag.Duration("cooldown", 5*time.Millisecond, "worker fetch cooldown")
+		poll     = flag.Duration("poll", 100*time.Millisecond, "worker fetch poll interval")
+		workers  = flag.Int("workers", 100, "workers in the queue")
+		insCool  = flag.Duration("insert-cooldown", 5*time.Millisecond, "inserting client's fetch cooldown (its insert-notify limiter)")
+		rate     = flag.Int("rate", 500, "latency mode: inserts per second")
+		dur      = flag.Duration("duration", 4*time.Second, "latency mode: how long to insert")
+		backlog  = flag.Int("backlog", 50000, "throughput mode: jobs in the backlog")
+	)
+	flag.Parse()
+	if *url == "" {
+		*url = "postgres://ferry:ferry@127.0.0.1:5432/ferry?sslmode=disable"
+	}
+	ctx := context.Background()
+	one := setting{Name: "custom", Cooldown: *cooldown, Poll: *poll, Workers: *workers, InsertCooldown: *insCool}
+	var results []result
+	run := func(mode string, s setting) {
+		var r result
+		var err error
+		if mode == "latency" {
+			r, err = latency(ctx, *url, s, *rate, *dur)
+		} else {
+			r, err = throughput(ctx, *url, s, *backlog)
+		}
+		if err != nil {
+			log.Fatalf("bench: %s %s: %v", mode, s.Name, dburl.Redact(err.Error()))
+		}
+		fmt.Fprintf(os.Stderr, "%-10s %-34s workers=%-5d jobs=%-6d p50=%6.1fms p99=%6.1fms max=%6.1fms rate=%8.0f/s\n",
+			mode, fmt.Sprintf("%s (%s/%s, ins %s)", s.Name, s.Cooldown, s.Poll, s.InsertCooldown), s.Workers, r.Jobs, r.P50MS, r.P99MS, r.MaxMS, r.JobsPerSec)
+		results = append(results, r)
+	}
+	switch *mode {
+	case "latency", "throughput":
+		run(*mode, one)
+	case "sweep":
+		settings := []setting{
+			{Name: "river-default", Cooldown: 100 * time.Millisecond, Poll: time.Second, Workers: 100, InsertCooldown: 100 * time.Millisecond},
+			{Name: "river-default-worker", Cooldown: 100 * time.Millisecond, Poll: time.Second, Workers: 100, InsertCooldown: 5 * time.Millisecond},
+			{Name: "fast-worker-slow-inserter", Cooldown: 5 * time.Millisecond, Poll: 100 * time.Millisecond, Workers: 100, InsertCooldown: 100 * time.Millisecond},
+			{Name: "ferry", Cooldown: 5 * time.Millisecond, Poll: 100 * time.Millisecond, Workers: 100, InsertCooldown: 5 * time.Millisecond},
+			{Name: "ferry-1ms-insert", Cooldown: 5 * time.Millisecond, Poll: 100 * time.Millisecond, Workers: 100, InsertCooldown: time.Millisecond},
+			{Name: "river-bench", Cooldown: 2 * time.Millisecond, Poll: 20 * time.Millisecond, Workers: 2000, InsertCooldown: 2 * time.Millisecond},
+		}
+		for _, s := range settings {
+			run("latency", s)
+		}
+		for _, s := range settings {
+			run("throughput", s)
+		}
+	default:
+		log.Fatalf("bench: unknown mode %q", *mode)
+	}
+	_ = json.NewEncoder(os.Stdout).Encode(results)
+}
+
+// scratch creates a migrated database and returns a pool on it and a drop
+// function.
+func scratch(ctx context.Context, serverURL string) (*pgxpool.Pool, func(), error) {
+	admin, err := pgx.Connect(ctx, serverURL)
+	if err != nil {
+		return nil, nil, err
+	}
+	name := fmt.Sprintf("ferry_bench_%d_%d", os.Getpid(), time.Now().UnixNano())
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		admin.Close(ctx)
+		return nil, nil, err
+	}
+	drop := func() {
+		_, _ = admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+		admin.Close(context.Background())
+	}
+	u, err := dburl.WithDatabase(serverURL, name)
+	if err != nil {
+		drop()
+		return nil, nil, err
+	}
+	cfg, err := pgxpool.ParseConfig(u)
+	if err != nil {
+		drop()
+		return nil, nil, err
+	}
+	cfg.MaxConns = 40
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		drop()
+		return nil, nil, err
+	}
+	m, err := migrations.New(pool, nil)
+	if err == nil {
+		_, err = m.Up(ctx)
+	}
+	if err != nil {
+		pool.Close()
+		drop()
+		return nil, nil, err
+	}
+	return pool, func() { pool.Close(); drop() }, nil
+}
+
+func workerClient(pool *pgxpool.Pool, s setting, w *stampWorker) (*river.Client[pgx.Tx], error) {
+	workers := river.NewWorkers()
+	river.AddWorker(workers, w)
+	return river.NewClient(riverpgxv5.New(pool), &river.Config{
+		FetchCooldown:     s.Cooldown,
+		FetchPollInterval: s.Poll,
+		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: s.Workers}},
+		Workers:           workers,
+		Logger:            nil,
+	})
+}
+
+func latency(ctx context.Context, serverURL string, s setting, rate int, dur time.Duration) (result, error) {
+	pool, drop, err := scratch(ctx, serverURL)
+	if err != nil {
+		return result{}, err
+	}
+	defer drop()
+	n := int(float64(rate) * dur.Seconds())
+	w := &stampWorker{done: make(chan struct{}), want: n}
+	wc, err := workerClient(pool, s, w)
+	if err != nil {
+		return result{}, err
+	}
+	if err := wc.Start(ctx); err != nil {
+		return result{}, err
+	}
+	defer func() { _ = wc.Stop(context.Background()) }()
+	// A separate, insert-only client, as a Go service or the CLI would be.
+	ic, err := river.NewClient(riverpgxv5.New(pool), &river.Config{FetchCooldown: s.InsertCooldown, FetchPollInterval: max(s.InsertCooldown, time.Second)})
+	if err != nil {
+		return result{}, err
+	}
+	time.Sleep(500 * time.Millisecond) // let producers settle
+	interval := time.Second / time.Duration(rate)
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for range n {
+		<-tick.C
+		if _, err := ic.Insert(ctx, stampArgs{At: time.Now().UnixNano()}, nil); err != nil {
+			return result{}, err
+		}
+	}
+	select {
+	case <-w.done:
+	case <-time.After(30 * time.Second):
+		return result{}, fmt.Errorf("only %d of %d jobs ran", len(w.lats), n)
+	}
+	lats := slices.Clone(w.lats)
+	slices.Sort(lats)
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	return result{setting: s, Mode: "latency", Jobs: n, P50MS: ms(lats[len(lats)/2]), P99MS: ms(lats[len(lats)*99/100]), MaxMS: ms(lats[len(lats)-1])}, nil
+}
+
+func throughput(ctx context.Context, serverURL string, s setting, backlog int) (result, error) {
+	pool, drop, err := scratch(ctx, serverURL)
+	if err != nil {
+		return result{}, err
+	}
+	defer drop()
+	ic, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
+	if err != nil {
+		return result{}, err
+	}
+	params := make([]river.InsertManyParams, 0, 10000)
+	for i := 0; i < backlog; i += 10000 {
+		params = params[:0]
+		for j := i; j < min(i+10000, backlog); j++ {
+			params = append(params, river.InsertManyParams{Args: stampArgs{At: time.Now().UnixNano()}})
+		}
+		if _, err := ic.InsertManyFast(ctx, params); err != nil {
+			return result{}, err
+		}
+	}
+	w := &stampWorker{done: make(chan struct{}), want: backlog}
+	wc, err := workerClient(pool, s, w)
+	if err != nil {
+		return result{}, err
+	}
+	start := time.Now()
+	if err := wc.Start(ctx); err != nil {
+		return result{}, err
+	}
+	defer func() { _ = wc.Stop(context.Background()) }()
+	select {
+	case <-w.done:
+	case <-time.After(5 * time.Minute):
+		return result{}, fmt.Errorf("only %d of %d jobs ran", len(w.lats), backlog)
+	}
+	el := time.Since(start)
+	return result{setting: s, Mode: "throughput", Jobs: backlog, JobsPerSec: float64(backlog) / el.Seconds()}, nil
+}
+
