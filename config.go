@@ -54,8 +54,8 @@ type Config struct {
 	JobTimeout time.Duration
 
 	// ShutdownGrace is how long a stopping worker lets running jobs finish
-	// before it cancels them. A cancelled job fails its attempt and is retried;
-	// it is never lost.
+	// before it cancels them. A cancelled job goes back to available, its
+	// interrupted attempt uncounted; it is never lost.
 	ShutdownGrace time.Duration
 
 	// AdminAddr is where /healthz, /readyz and /metrics listen; "off"

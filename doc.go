@@ -30,8 +30,9 @@
 // with Config.Migrate). Run publishes the registered kinds to ferry_job_kind,
 // starts the admin server and the River client, and works jobs until its
 // context ends. Then it stops fetching, gives running jobs
-// Config.ShutdownGrace to finish, and cancels the rest: a cancelled job fails
-// its attempt and River retries it. A job is never lost to a deploy.
+// Config.ShutdownGrace to finish, and cancels the rest: River puts an
+// interrupted job back to available without counting the attempt. A job is
+// never lost to a deploy.
 //
 // # Defaults
 //

@@ -41,6 +41,7 @@ type Server struct {
 	migrator *migrations.Migrator
 	metrics  *metrics.Metrics
 	admin    *admin.Server
+	started  chan struct{}
 }
 
 // New validates cfg, connects to Postgres, checks (or with cfg.Migrate,
@@ -66,7 +67,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, pool: pool, registry: registry}
+	s := &Server{cfg: cfg, pool: pool, registry: registry, started: make(chan struct{})}
 	fail := func(err error) (*Server, error) { pool.Close(); return nil, err }
 
 	s.migrator, err = migrations.New(pool, cfg.Logger)
@@ -152,7 +153,12 @@ func (s *Server) Pool() *pgxpool.Pool { return s.pool }
 // River is the server's River client (insert jobs with InsertTx).
 func (s *Server) River() *river.Client[pgx.Tx] { return s.river }
 
-// AdminAddr is the admin server's bound address ("" when disabled).
+// Started is closed once Run has started the admin server and the River
+// client.
+func (s *Server) Started() <-chan struct{} { return s.started }
+
+// AdminAddr is the admin server's bound address ("" when disabled); read it
+// after Started.
 func (s *Server) AdminAddr() string {
 	if s.admin == nil {
 		return ""
@@ -169,8 +175,9 @@ func (s *Server) ready(ctx context.Context) error {
 
 // Run publishes the registered kinds, starts the admin server and the River
 // client, and works jobs until ctx is done. Then it stops fetching, gives
-// running jobs ShutdownGrace to finish, cancels the rest (they fail their
-// attempt and are retried, never lost), and returns. The pool is closed when
+// running jobs ShutdownGrace to finish, cancels the rest, and returns. River
+// puts each interrupted job back to available without counting the attempt,
+// so it is worked again, never lost. The pool is closed when
 // Run returns.
 func (s *Server) Run(ctx context.Context) (err error) {
 	log := s.cfg.Logger
@@ -195,6 +202,7 @@ func (s *Server) Run(ctx context.Context) (err error) {
 	if err := s.river.Start(context.WithoutCancel(ctx)); err != nil {
 		return fmt.Errorf("ferry: start river client: %w", err)
 	}
+	close(s.started)
 	log.Info("ferry: started",
 		"version", s.cfg.Version,
 		"queues", queueSummary(s.cfg.Queues),

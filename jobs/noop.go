@@ -13,7 +13,8 @@ import (
 // for smoke tests, benchmarks and drills.
 type NoopArgs struct {
 	// Sleep, when set, makes the job wait this long (or until cancelled) before
-	// it completes. A cancelled sleep fails the attempt, so River retries it.
+	// it completes. A cancelled sleep returns the context's error, so a
+	// shutdown puts the job back to available.
 	Sleep Duration `json:"sleep,omitempty"`
 }
 
@@ -49,6 +50,9 @@ func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Durat
 
 // UnmarshalJSON implements json.Unmarshaler.
 func (d *Duration) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil // as encoding/json does for a plain value: no effect
+	}
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {
 		var secs float64

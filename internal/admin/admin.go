@@ -158,10 +158,10 @@ func (s *Server) Addr() string {
 // Stop shuts the server down, waiting up to 5s for requests in flight. It is
 // safe to call twice, and before Start.
 func (s *Server) Stop() {
+	if s.ln == nil {
+		return
+	}
 	s.once.Do(func() {
-		if s.ln == nil {
-			return
-		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = s.srv.Shutdown(ctx)

@@ -31,8 +31,8 @@ func workerRun() *cli.Command {
 		Name:  "run",
 		Usage: "work jobs until SIGINT or SIGTERM, then stop gracefully",
 		Description: `On SIGINT or SIGTERM the worker stops fetching, lets running jobs finish within
---shutdown-grace, then cancels the rest: a cancelled job fails its attempt and
-River retries it later. It is never lost.
+--shutdown-grace, then cancels the rest: River puts an interrupted job back to
+available without counting the attempt. It is never lost.
 
 The worker refuses to start on a schema behind its build unless --migrate is
 given.`,

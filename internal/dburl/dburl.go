@@ -12,7 +12,7 @@ import (
 
 var (
 	urlPassRE = regexp.MustCompile(`(?i)(postgres(?:ql)?://[^:/@\s]*:)[^@\s]*@`)
-	kvPassRE  = regexp.MustCompile(`(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)`)
+	kvPassRE  = regexp.MustCompile(`(?i)(^|\s)(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)`)
 	qPassRE   = regexp.MustCompile(`(?i)([?&]password=)[^&\s]*`)
 )
 
@@ -20,7 +20,7 @@ var (
 // with xxxxx.
 func Redact(s string) string {
 	s = urlPassRE.ReplaceAllString(s, "${1}xxxxx@")
-	s = kvPassRE.ReplaceAllString(s, "${1}xxxxx")
+	s = kvPassRE.ReplaceAllString(s, "${1}${2}xxxxx")
 	return qPassRE.ReplaceAllString(s, "${1}xxxxx")
 }
 

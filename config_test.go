@@ -1,0 +1,69 @@
+package ferry
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestParseQueues(t *testing.T) {
+	t.Parallel()
+	got, err := ParseQueues(" default=10, outbox=20 ,")
+	require.NoError(t, err)
+	require.Equal(t, map[string]int{"default": 10, "outbox": 20}, got)
+
+	for in, wantErr := range map[string]string{
+		"":                    "names no queue",
+		"default":             "is not name=workers",
+		"default=x":           "whole number",
+		"default=0":           "not between 1 and 10000",
+		"default=10001":       "not between 1 and 10000",
+		"Default=1":           "lowercase",
+		"a__b=1":              "lowercase",
+		"default=1,default=2": "listed twice",
+		"=3":                  "lowercase",
+	} {
+		_, err := ParseQueues(in)
+		require.ErrorContains(t, err, wantErr, "input %q", in)
+	}
+}
+
+func TestConfig_WithDefaults(t *testing.T) {
+	t.Parallel()
+	c := Config{DatabaseURL: "postgres://x@127.0.0.1/x"}.WithDefaults()
+	require.Equal(t, map[string]int{"default": 100}, c.Queues)
+	require.Equal(t, DefaultFetchCooldown, c.FetchCooldown)
+	require.Equal(t, DefaultFetchPollInterval, c.FetchPollInterval)
+	require.Equal(t, DefaultShutdownGrace, c.ShutdownGrace)
+	require.Equal(t, DefaultAdminAddr, c.AdminAddr)
+	require.NotEmpty(t, c.Version)
+	require.NotNil(t, c.Logger)
+	require.NoError(t, c.validate())
+
+	set := Config{FetchCooldown: time.Second}.WithDefaults()
+	require.Equal(t, time.Second, set.FetchCooldown, "a set value is kept")
+}
+
+func TestConfig_Validate(t *testing.T) {
+	t.Parallel()
+	base := Config{DatabaseURL: "postgres://x@127.0.0.1/x"}.WithDefaults()
+	for name, tc := range map[string]struct {
+		mod  func(*Config)
+		want string
+	}{
+		"no database":         {func(c *Config) { c.DatabaseURL = "" }, "DATABASE_URL"},
+		"poll under cooldown": {func(c *Config) { c.FetchPollInterval = time.Millisecond }, "below the fetch cooldown"},
+		"cooldown too small":  {func(c *Config) { c.FetchCooldown = time.Microsecond }, "below River's minimum"},
+		"negative grace":      {func(c *Config) { c.ShutdownGrace = -time.Second }, "negative"},
+		"bad queue":           {func(c *Config) { c.Queues = map[string]int{"BAD": 1} }, "lowercase"},
+		"no queues":           {func(c *Config) { c.Queues = map[string]int{} }, "at least one queue"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			c := base
+			tc.mod(&c)
+			require.ErrorContains(t, c.validate(), tc.want)
+		})
+	}
+}

@@ -1,0 +1,136 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ferryq/ferry/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+type testBundle struct {
+	srv  *Server
+	base string
+}
+
+func setup(t *testing.T, cfg Config) *testBundle {
+	t.Helper()
+	cfg.Addr = "127.0.0.1:0"
+	srv, err := New(cfg)
+	require.NoError(t, err)
+	require.NoError(t, srv.Start(context.Background()))
+	t.Cleanup(srv.Stop)
+	return &testBundle{srv: srv, base: "http://" + srv.Addr()}
+}
+
+func get(t *testing.T, url string, mod func(*http.Request)) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	require.NoError(t, err)
+	if mod != nil {
+		mod(req)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, string(b)
+}
+
+func TestNew_RefusesExposedAddressWithoutToken(t *testing.T) {
+	t.Parallel()
+	for _, addr := range []string{"0.0.0.0:9090", "[::]:9090", ":9090", "10.1.2.3:9090", "example.com:9090"} {
+		t.Run(addr, func(t *testing.T) {
+			t.Parallel()
+			_, err := New(Config{Addr: addr})
+			require.ErrorIs(t, err, ErrExposedWithoutToken)
+			_, err = New(Config{Addr: addr, Token: "t"})
+			require.NoError(t, err, "a token makes any address acceptable")
+		})
+	}
+	for _, addr := range []string{"127.0.0.1:9090", "[::1]:9090", "localhost:9090"} {
+		_, err := New(Config{Addr: addr})
+		require.NoError(t, err, addr)
+	}
+	_, err := New(Config{Addr: "nonsense"})
+	require.ErrorContains(t, err, "not host:port")
+}
+
+func TestServer_Endpoints(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "ferry_test_gauge", Help: "test"})
+	g.Set(7)
+	reg.MustRegister(g)
+	b := setup(t, Config{Gatherer: reg, Ready: func(context.Context) error { return nil }})
+
+	code, body := get(t, b.base+"/healthz", nil)
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, "ok\n", body)
+
+	code, body = get(t, b.base+"/readyz", nil)
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, "ready\n", body)
+
+	code, body = get(t, b.base+"/metrics", nil)
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, "ferry_test_gauge 7")
+
+	code, _ = get(t, b.base+"/nope", nil)
+	require.Equal(t, http.StatusNotFound, code)
+}
+
+func TestServer_ReadyzFails(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{Ready: func(context.Context) error { return errors.New("database unreachable") }})
+	code, body := get(t, b.base+"/readyz", nil)
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Equal(t, "not ready: database unreachable\n", body)
+}
+
+func TestServer_Token(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{Token: "s3cret"})
+
+	code, _ := get(t, b.base+"/healthz", nil)
+	require.Equal(t, http.StatusOK, code, "healthz never needs the token")
+
+	for _, path := range []string{"/readyz", "/metrics"} {
+		t.Run(strings.TrimPrefix(path, "/"), func(t *testing.T) {
+			code, body := get(t, b.base+path, nil)
+			require.Equal(t, http.StatusUnauthorized, code)
+			require.NotContains(t, body, "s3cret")
+
+			code, _ = get(t, b.base+path, func(r *http.Request) { r.Header.Set("Authorization", "Bearer wrong") })
+			require.Equal(t, http.StatusUnauthorized, code)
+
+			code, _ = get(t, b.base+path, func(r *http.Request) { r.Header.Set("Authorization", "Bearer s3cret") })
+			require.Equal(t, http.StatusOK, code)
+
+			code, _ = get(t, b.base+path, func(r *http.Request) { r.SetBasicAuth("anyone", "s3cret") })
+			require.Equal(t, http.StatusOK, code)
+
+			code, _ = get(t, b.base+path, func(r *http.Request) { r.SetBasicAuth("s3cret", "") })
+			require.Equal(t, http.StatusUnauthorized, code, "the token is the password, not the user")
+		})
+	}
+}
+
+func TestServer_StopTwice(t *testing.T) {
+	t.Parallel()
+	srv, err := New(Config{Addr: "127.0.0.1:0"})
+	require.NoError(t, err)
+	srv.Stop() // before Start
+	require.NoError(t, srv.Start(context.Background()))
+	srv.Stop()
+	srv.Stop()
+}

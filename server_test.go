@@ -1,0 +1,233 @@
+package ferry_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ferryq/ferry"
+	"github.com/ferryq/ferry/internal/pgtest"
+	"github.com/ferryq/ferry/jobs"
+	"github.com/ferryq/ferry/migrations"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+type echoArgs struct {
+	Msg string `json:"msg"`
+}
+
+func (echoArgs) Kind() string { return "test.echo" }
+
+type echoWorker struct {
+	river.WorkerDefaults[echoArgs]
+	got chan string
+}
+
+func (w *echoWorker) Work(ctx context.Context, job *river.Job[echoArgs]) error {
+	w.got <- job.Args.Msg
+	return nil
+}
+
+func quietConfig(url string) ferry.Config {
+	return ferry.Config{
+		DatabaseURL: url,
+		AdminAddr:   "127.0.0.1:0",
+		Logger:      slog.New(slog.DiscardHandler),
+	}
+}
+
+// runServer runs srv in the background and returns a stop function that
+// cancels it and waits for Run to return.
+func runServer(t *testing.T, srv *ferry.Server) func() error {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	select {
+	case <-srv.Started():
+	case err := <-done:
+		t.Fatalf("Run returned before starting: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("server did not start")
+	}
+	var stopped bool
+	stop := func() error {
+		if stopped {
+			return nil
+		}
+		stopped = true
+		cancel()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(30 * time.Second):
+			return errors.New("Run did not return")
+		}
+	}
+	t.Cleanup(func() { _ = stop() })
+	return stop
+}
+
+func TestNew_StaleSchema(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t, false)
+	_, err := ferry.New(context.Background(), quietConfig(url))
+	require.ErrorIs(t, err, migrations.ErrSchemaBehind)
+	require.ErrorContains(t, err, "worker migrate up")
+
+	cfg := quietConfig(url)
+	cfg.Migrate = true
+	srv, err := ferry.New(context.Background(), cfg)
+	require.NoError(t, err)
+	stop := runServer(t, srv)
+	require.NoError(t, stop())
+}
+
+func TestNew_BadConfig(t *testing.T) {
+	t.Parallel()
+	cfg := quietConfig(pgtest.URL(t))
+	cfg.Queues = map[string]int{"default": 0}
+	_, err := ferry.New(context.Background(), cfg)
+	require.ErrorContains(t, err, "workers 0")
+
+	cfg = quietConfig(pgtest.URL(t))
+	cfg.AdminAddr = "0.0.0.0:0"
+	_, err = ferry.New(context.Background(), cfg)
+	require.ErrorContains(t, err, "FERRY_ADMIN_TOKEN")
+}
+
+func TestServer_Run(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.NewDatabase(t, true)
+	w := &echoWorker{got: make(chan string, 1)}
+	cfg := quietConfig(url)
+	cfg.Kinds = []jobs.Kind{jobs.Define[echoArgs](w, "default", "echo for tests")}
+	srv, err := ferry.New(ctx, cfg)
+	require.NoError(t, err)
+	stop := runServer(t, srv)
+
+	// The user's kind is published for the enqueue CLI.
+	known, ok, err := jobs.Lookup(ctx, srv.Pool(), "test.echo")
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, "echo for tests", known.Description)
+
+	// A job inserted by a separate inserter is worked.
+	pool := pgtest.PoolFor(t, url)
+	ins, err := jobs.NewInserter(pool)
+	require.NoError(t, err)
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = ins.InsertTx(ctx, tx, echoArgs{Msg: "hello"}, nil)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+	select {
+	case msg := <-w.got:
+		require.Equal(t, "hello", msg)
+	case <-time.After(10 * time.Second):
+		t.Fatal("job not worked")
+	}
+
+	base := "http://" + srv.AdminAddr()
+	body := httpGet(t, base+"/readyz")
+	require.Equal(t, "ready\n", body)
+	require.Eventually(t, func() bool {
+		b := httpGet(t, base+"/metrics")
+		return strings.Contains(b, `ferry_job_duration_seconds_count{kind="test.echo",outcome="completed"} 1`)
+	}, 5*time.Second, 20*time.Millisecond)
+	metrics := httpGet(t, base+"/metrics")
+	require.Contains(t, metrics, "ferry_build_info{")
+	require.Contains(t, metrics, "ferry_jobs{")
+
+	require.NoError(t, stop())
+}
+
+func TestServer_ShutdownCancelsAndRetries(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.NewDatabase(t, true)
+	cfg := quietConfig(url)
+	cfg.ShutdownGrace = 300 * time.Millisecond
+	srv, err := ferry.New(ctx, cfg)
+	require.NoError(t, err)
+	stop := runServer(t, srv)
+
+	pool := pgtest.PoolFor(t, url)
+	id := insertNoop(t, pool, jobs.NoopArgs{Sleep: jobs.Duration(time.Minute)})
+	waitState(t, pool, id, rivertype.JobStateRunning)
+
+	start := time.Now()
+	require.NoError(t, stop())
+	require.Less(t, time.Since(start), 10*time.Second, "stop waits the grace period, then cancels")
+
+	var (
+		state string
+		errs  int
+		tries int
+	)
+	require.NoError(t, pool.QueryRow(ctx, "SELECT state, coalesce(array_length(errors, 1), 0), attempt FROM river_job WHERE id = $1", id).Scan(&state, &errs, &tries))
+	// River puts a job interrupted by its client's stop straight back to
+	// available, and the interrupted attempt does not count.
+	require.Equal(t, "available", state, "a job cut off by shutdown is retried, not lost")
+	require.Equal(t, 0, errs)
+	require.Equal(t, 0, tries)
+}
+
+func TestServer_ShutdownLetsShortJobsFinish(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.NewDatabase(t, true)
+	cfg := quietConfig(url)
+	cfg.ShutdownGrace = 10 * time.Second
+	srv, err := ferry.New(ctx, cfg)
+	require.NoError(t, err)
+	stop := runServer(t, srv)
+
+	pool := pgtest.PoolFor(t, url)
+	id := insertNoop(t, pool, jobs.NoopArgs{Sleep: jobs.Duration(700 * time.Millisecond)})
+	waitState(t, pool, id, rivertype.JobStateRunning)
+	require.NoError(t, stop())
+	var state string
+	require.NoError(t, pool.QueryRow(ctx, "SELECT state FROM river_job WHERE id = $1", id).Scan(&state))
+	require.Equal(t, "completed", state)
+}
+
+func insertNoop(t *testing.T, pool *pgxpool.Pool, args jobs.NoopArgs) int64 {
+	t.Helper()
+	ins, err := jobs.NewInserter(pool)
+	require.NoError(t, err)
+	res, err := ins.Client().Insert(context.Background(), args, nil)
+	require.NoError(t, err)
+	return res.Job.ID
+}
+
+func waitState(t *testing.T, pool *pgxpool.Pool, id int64, want rivertype.JobState) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		var state string
+		err := pool.QueryRow(context.Background(), "SELECT state FROM river_job WHERE id = $1", id).Scan(&state)
+		return err == nil && state == string(want)
+	}, 10*time.Second, 20*time.Millisecond, "job %d never reached %s", id, want)
+}
+
+func httpGet(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return string(b)
+}
