@@ -264,4 +264,3 @@ func throughput(ctx context.Context, serverURL string, s setting, backlog int) (
 	el := time.Since(start)
 	return result{setting: s, Mode: "throughput", Jobs: backlog, JobsPerSec: float64(backlog) / el.Seconds()}, nil
 }
-
