@@ -67,17 +67,41 @@ func (a HTTPRequestArgs) Validate() error {
 	}
 	u, err := url.Parse(a.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("http.request: url %q is not an absolute http(s) URL", a.URL)
+		return fmt.Errorf("http.request: url %q is not an absolute http(s) URL", redactURL(a.URL))
 	}
 	if a.Timeout < 0 || time.Duration(a.Timeout) > httpMaxTimeout {
 		return fmt.Errorf("http.request: timeout %s is not between 0 and %s", time.Duration(a.Timeout), httpMaxTimeout)
 	}
 	for h, env := range a.HeadersEnv {
+		if !validHeaderName(h) {
+			return fmt.Errorf("http.request: headers_env: %q is not a valid header name", h)
+		}
 		if env == "" {
 			return fmt.Errorf("http.request: headers_env[%q] names no environment variable", h)
 		}
 	}
+	for h, v := range a.Headers {
+		if !validHeaderName(h) {
+			return fmt.Errorf("http.request: headers: %q is not a valid header name", h)
+		}
+		if strings.ContainsAny(v, "\r\n\x00") {
+			return fmt.Errorf("http.request: headers[%q]: value contains a line break or NUL", h)
+		}
+	}
 	return nil
+}
+
+// validHeaderName reports whether h is an RFC 9110 token.
+func validHeaderName(h string) bool {
+	if h == "" {
+		return false
+	}
+	for _, c := range []byte(h) {
+		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func (a HTTPRequestArgs) method() string {
@@ -127,7 +151,8 @@ func (w *HTTPRequestWorker) Work(ctx context.Context, job *river.Job[HTTPRequest
 	if err := a.Validate(); err != nil {
 		return river.JobCancel(err)
 	}
-	ctx, cancel := context.WithTimeoutCause(ctx, a.timeout(), fmt.Errorf("http.request: timed out after %s", a.timeout()))
+	timedOut := fmt.Errorf("http.request: timed out after %s", a.timeout())
+	ctx, cancel := context.WithTimeoutCause(ctx, a.timeout(), timedOut)
 	defer cancel()
 
 	req, err := http.NewRequestWithContext(ctx, a.method(), a.URL, strings.NewReader(a.Body))
@@ -154,8 +179,10 @@ func (w *HTTPRequestWorker) Work(ctx context.Context, job *river.Job[HTTPRequest
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		if cause := context.Cause(ctx); cause != nil && errors.Is(err, context.DeadlineExceeded) {
-			return cause
+		if context.Cause(ctx) == timedOut {
+			// Our own timeout (not a shutdown): say so once, without the
+			// transport's wrapping. Returned as an error, so it is retried.
+			return fmt.Errorf("http.request: %s %s: timed out after %s", a.method(), redactURL(a.URL), a.timeout())
 		}
 		return fmt.Errorf("http.request: %s %s: %w", a.method(), redactURL(a.URL), unwrapURLError(err))
 	}
@@ -203,8 +230,15 @@ func readSnippet(r io.Reader) string {
 	truncated := len(b) > SnippetBytes
 	if truncated {
 		b = b[:SnippetBytes]
-		for len(b) > 0 && !utf8.Valid(b) {
-			b = b[:len(b)-1]
+		// Drop a rune cut in half at the end. Invalid bytes elsewhere are
+		// replaced below; they are no reason to drop the rest of the snippet.
+		for i := 1; i < utf8.UTFMax && i <= len(b); i++ {
+			if utf8.RuneStart(b[len(b)-i]) {
+				if !utf8.FullRune(b[len(b)-i:]) {
+					b = b[:len(b)-i]
+				}
+				break
+			}
 		}
 	}
 	s := strings.ToValidUTF8(string(bytes.TrimSpace(b)), "?")

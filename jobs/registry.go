@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -41,17 +42,23 @@ type Registry struct {
 	kinds []Kind
 }
 
-// Add adds kinds; a name registered twice is an error.
+// Add adds kinds; a name registered twice, or a kind not made with Define,
+// is an error and adds nothing.
 func (r *Registry) Add(kinds ...Kind) error {
+	seen := map[string]bool{}
+	for _, k := range r.kinds {
+		seen[k.Name] = true
+	}
 	for _, k := range kinds {
 		if k.Name == "" || k.register == nil {
 			return fmt.Errorf("jobs: kind %q was not made with jobs.Define", k.Name)
 		}
-		if _, ok := r.Get(k.Name); ok {
+		if seen[k.Name] {
 			return fmt.Errorf("jobs: kind %q registered twice", k.Name)
 		}
-		r.kinds = append(r.kinds, k)
+		seen[k.Name] = true
 	}
+	r.kinds = append(r.kinds, kinds...)
 	return nil
 }
 
@@ -131,7 +138,7 @@ func Lookup(ctx context.Context, db DBTX, name string) (k Known, ok bool, err er
 	}
 	err = db.QueryRow(ctx, "SELECT kind, queue, description FROM ferry_job_kind WHERE kind = $1", name).
 		Scan(&k.Name, &k.Queue, &k.Description)
-	if err == pgx.ErrNoRows {
+	if errors.Is(err, pgx.ErrNoRows) {
 		return Known{}, false, nil
 	}
 	if err != nil {

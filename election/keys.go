@@ -1,0 +1,37 @@
+package election
+
+// The advisory key table: every Postgres advisory lock key ferry takes, with
+// its owner. Keys are per database. Single-key (bigint) locks show in
+// pg_locks with objsubid 1; two-int locks with objsubid 2, so the two forms
+// never collide. User code that wants named locks uses the two-int form with
+// a namespace of its own (its first int), never these keys.
+const (
+	// KeyElection is the leader election singleton (FERRY_ELECTION_KEY).
+	KeyElection int64 = 911000001
+	// KeyReserved is held back for a future ferry singleton.
+	KeyReserved int64 = 911000002
+	// KeyMigrations serialises migration runs (migrations.LockKey).
+	KeyMigrations int64 = 8110731
+)
+
+// KeyOwner is one row of the advisory key table.
+type KeyOwner struct {
+	Key   int64
+	Form  string // "session bigint" or "session int4,int4"
+	Owner string
+	Use   string
+}
+
+// Keys is the advisory key table. A test fails if two owners share a key.
+var Keys = []KeyOwner{
+	{Key: KeyElection, Form: "session bigint", Owner: "election", Use: "this process is the leader: it runs the schedule and the Telegram long-polls"},
+	{Key: KeyReserved, Form: "session bigint", Owner: "reserved", Use: "held back for a future ferry singleton; take no lock on it"},
+	{Key: KeyMigrations, Form: "session bigint", Owner: "migrations", Use: "one migration run at a time (worker migrate, --migrate)"},
+}
+
+// lockParts splits a bigint advisory key into pg_locks' classid (high 32
+// bits) and objid (low 32 bits), as Postgres stores it.
+func lockParts(key int64) (classid, objid int64) {
+	u := uint64(key)
+	return int64(u >> 32), int64(uint32(u))
+}
