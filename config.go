@@ -14,6 +14,7 @@ import (
 
 	"github.com/riverqueue/river"
 
+	"github.com/ferryq/ferry/election"
 	"github.com/ferryq/ferry/jobs"
 )
 
@@ -58,6 +59,22 @@ type Config struct {
 	// interrupted attempt uncounted; it is never lost.
 	ShutdownGrace time.Duration
 
+	// ElectionDatabaseURL is where the leader lock lives
+	// (FERRY_ELECTION_DATABASE_URL); default DatabaseURL. It must reach
+	// Postgres directly or through a session-mode pooler.
+	ElectionDatabaseURL string
+	// ElectionKey is the leader lock (FERRY_ELECTION_KEY); default
+	// election.KeyElection.
+	ElectionKey int64
+	// LeaderTick is the leader's ownership check interval (FERRY_LEADER_TICK,
+	// default 15s); StandbyProbe the standby's retry interval
+	// (FERRY_STANDBY_PROBE, default 60s).
+	LeaderTick   time.Duration
+	StandbyProbe time.Duration
+	// LeaderRunnables run on the leader only, cancelled within one tick of a
+	// lost lock.
+	LeaderRunnables []LeaderRunnable
+
 	// AdminAddr is where /healthz, /readyz and /metrics listen; "off"
 	// disables the admin server. AdminToken protects all but /healthz.
 	AdminAddr  string
@@ -79,6 +96,12 @@ type Config struct {
 	Version string
 }
 
+// LeaderRunnable is named work that runs only while this process leads.
+type LeaderRunnable struct {
+	Name string
+	Run  election.Runnable
+}
+
 // WithDefaults returns a copy of c with every unset field at its default.
 func (c Config) WithDefaults() Config {
 	if c.Queues == nil {
@@ -89,6 +112,10 @@ func (c Config) WithDefaults() Config {
 	c.JobTimeout = cmp.Or(c.JobTimeout, DefaultJobTimeout)
 	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, DefaultShutdownGrace)
 	c.AdminAddr = cmp.Or(c.AdminAddr, DefaultAdminAddr)
+	c.ElectionDatabaseURL = cmp.Or(c.ElectionDatabaseURL, c.DatabaseURL)
+	c.ElectionKey = cmp.Or(c.ElectionKey, election.KeyElection)
+	c.LeaderTick = cmp.Or(c.LeaderTick, election.DefaultTick)
+	c.StandbyProbe = cmp.Or(c.StandbyProbe, election.DefaultProbe)
 	c.Version = cmp.Or(c.Version, Version())
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -18,6 +18,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/ferryq/ferry/election"
 	"github.com/ferryq/ferry/internal/admin"
 	"github.com/ferryq/ferry/internal/dburl"
 	"github.com/ferryq/ferry/internal/logging"
@@ -41,6 +42,7 @@ type Server struct {
 	migrator *migrations.Migrator
 	metrics  *metrics.Metrics
 	admin    *admin.Server
+	elector  *election.Elector
 	started  chan struct{}
 }
 
@@ -104,6 +106,21 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return fail(fmt.Errorf("ferry: new river client: %w", err))
 	}
 
+	s.elector, err = election.New(election.Config{
+		DatabaseURL: cfg.ElectionDatabaseURL,
+		Key:         cfg.ElectionKey,
+		Tick:        cfg.LeaderTick,
+		Probe:       cfg.StandbyProbe,
+		Logger:      cfg.Logger,
+		Registerer:  s.metrics.Registry,
+	})
+	if err != nil {
+		return fail(err)
+	}
+	for _, r := range cfg.LeaderRunnables {
+		s.elector.Register(r.Name, r.Run)
+	}
+
 	if cfg.AdminAddr != "off" {
 		s.admin, err = admin.New(admin.Config{
 			Addr:     cfg.AdminAddr,
@@ -152,6 +169,9 @@ func (s *Server) Pool() *pgxpool.Pool { return s.pool }
 
 // River is the server's River client (insert jobs with InsertTx).
 func (s *Server) River() *river.Client[pgx.Tx] { return s.river }
+
+// Elector is the server's leader elector (IsLeader, Term, Status, Fence).
+func (s *Server) Elector() *election.Elector { return s.elector }
 
 // Started is closed once Run has started the admin server and the River
 // client.
@@ -202,6 +222,12 @@ func (s *Server) Run(ctx context.Context) (err error) {
 	if err := s.river.Start(context.WithoutCancel(ctx)); err != nil {
 		return fmt.Errorf("ferry: start river client: %w", err)
 	}
+	// The election runs beside the workers: whatever it does (an unreachable
+	// lock database, a lost lock), jobs keep being worked.
+	if err := s.elector.Start(ctx); err != nil {
+		return err
+	}
+	defer s.elector.Stop()
 	close(s.started)
 	log.Info("ferry: started",
 		"version", s.cfg.Version,
@@ -215,6 +241,9 @@ func (s *Server) Run(ctx context.Context) (err error) {
 		return errors.New("ferry: river client stopped unexpectedly")
 	}
 
+	// Resign first: a standby takes over the singletons in milliseconds
+	// while this process drains its jobs.
+	s.elector.Stop()
 	log.Info("ferry: stopping; running jobs have the grace period to finish", "grace", s.cfg.ShutdownGrace)
 	stopCtx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace+hardStopBudget)
 	defer cancel()

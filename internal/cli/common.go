@@ -18,6 +18,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ferryq/ferry/election"
 	"github.com/ferryq/ferry/internal/dburl"
 	"github.com/ferryq/ferry/internal/logging"
 )
@@ -96,6 +97,10 @@ func databaseURLFlag() cli.Flag {
 		Usage:   "Postgres connection string",
 		EnvVars: []string{"DATABASE_URL"},
 	}
+}
+
+func electionKeyFlag() cli.Flag {
+	return &cli.Int64Flag{Name: "election-key", Value: election.KeyElection, Usage: "advisory lock key of the leader election", EnvVars: []string{"FERRY_ELECTION_KEY"}}
 }
 
 func jsonFlag() cli.Flag {

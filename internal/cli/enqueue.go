@@ -30,7 +30,7 @@ Examples:
    enqueue job http.request --args '{"method":"POST","url":"http://app:8000/warm"}' --in 10m
    enqueue job http.request --args @request.json --unique-key warm-2026-11-30 --json
    echo '{"sleep":"2s"}' | enqueue job ferry.noop --args - --queue default --priority 2`
-	app.Commands = []*cli.Command{enqueueJob(), versionCommand()}
+	app.Commands = []*cli.Command{enqueueJob(), enqueueLeader(), versionCommand()}
 	return app
 }
 

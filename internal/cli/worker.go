@@ -8,6 +8,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/ferryq/ferry"
+	"github.com/ferryq/ferry/election"
 	"github.com/ferryq/ferry/internal/dburl"
 	"github.com/ferryq/ferry/migrations"
 )
@@ -46,6 +47,10 @@ given.`,
 			&cli.StringFlag{Name: "admin-addr", Value: ferry.DefaultAdminAddr, Usage: "address of /healthz, /readyz and /metrics, or off", EnvVars: []string{"FERRY_ADMIN_ADDR"}},
 			&cli.StringFlag{Name: "admin-token", Usage: "token required on the admin surface (all but /healthz)", EnvVars: []string{"FERRY_ADMIN_TOKEN"}},
 			&cli.BoolFlag{Name: "migrate", Usage: "apply pending migrations before starting", EnvVars: []string{"FERRY_MIGRATE"}},
+			&cli.StringFlag{Name: "election-database-url", Usage: "Postgres for the leader lock, direct or session-mode (default: --database-url)", EnvVars: []string{"FERRY_ELECTION_DATABASE_URL"}},
+			electionKeyFlag(),
+			&cli.DurationFlag{Name: "leader-tick", Value: election.DefaultTick, Usage: "how often the leader proves it still holds the lock", EnvVars: []string{"FERRY_LEADER_TICK"}},
+			&cli.DurationFlag{Name: "standby-probe", Value: election.DefaultProbe, Usage: "how often a standby tries the lock (a resigning leader wakes standbys at once)", EnvVars: []string{"FERRY_STANDBY_PROBE"}},
 		}, logFlags()...),
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
@@ -65,16 +70,20 @@ given.`,
 			}
 			ctx := signalContext(c)
 			srv, err := ferry.New(ctx, ferry.Config{
-				DatabaseURL:       url,
-				Queues:            queues,
-				FetchCooldown:     c.Duration("fetch-cooldown"),
-				FetchPollInterval: c.Duration("fetch-poll-interval"),
-				JobTimeout:        c.Duration("job-timeout"),
-				ShutdownGrace:     c.Duration("shutdown-grace"),
-				AdminAddr:         c.String("admin-addr"),
-				AdminToken:        c.String("admin-token"),
-				Migrate:           c.Bool("migrate"),
-				Logger:            logger,
+				DatabaseURL:         url,
+				Queues:              queues,
+				FetchCooldown:       c.Duration("fetch-cooldown"),
+				FetchPollInterval:   c.Duration("fetch-poll-interval"),
+				JobTimeout:          c.Duration("job-timeout"),
+				ShutdownGrace:       c.Duration("shutdown-grace"),
+				AdminAddr:           c.String("admin-addr"),
+				AdminToken:          c.String("admin-token"),
+				Migrate:             c.Bool("migrate"),
+				ElectionDatabaseURL: c.String("election-database-url"),
+				ElectionKey:         c.Int64("election-key"),
+				LeaderTick:          c.Duration("leader-tick"),
+				StandbyProbe:        c.Duration("standby-probe"),
+				Logger:              logger,
 			})
 			if err != nil {
 				return err

@@ -1,0 +1,80 @@
+package cli
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/ferryq/ferry/election"
+)
+
+func enqueueLeader() *cli.Command {
+	return &cli.Command{
+		Name:  "leader",
+		Usage: "show which process holds the leader lock",
+		Description: `Reads pg_locks (in this database only), pg_stat_activity and ferry_leader_term.
+Exit code 0 whether or not a leader exists; with no leader it says so.
+
+Examples:
+   enqueue leader
+   enqueue leader --json`,
+		Flags: []cli.Flag{databaseURLFlag(), electionKeyFlag(), jsonFlag()},
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return usageErrorf("leader takes no arguments, got %q", c.Args().First())
+			}
+			url, err := databaseURL(c)
+			if err != nil {
+				return err
+			}
+			ctx := signalContext(c)
+			pool, err := connect(ctx, url)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			h, err := election.CurrentHolder(ctx, pool, c.Int64("election-key"))
+			if err != nil {
+				return err
+			}
+			out := outputFrom(c)
+			if out.json {
+				return out.JSON(map[string]any{"leader": h})
+			}
+			if h == nil {
+				_, err := fmt.Fprintf(out.w, "no process holds the leader lock (key %d)\n", c.Int64("election-key"))
+				return err
+			}
+			dash := func(p any) string {
+				switch v := p.(type) {
+				case *int64:
+					if v != nil {
+						return strconv.FormatInt(*v, 10)
+					}
+				case *int:
+					if v != nil {
+						return strconv.Itoa(*v)
+					}
+				case *time.Time:
+					if v != nil {
+						return v.UTC().Format(time.RFC3339) + " (" + time.Since(*v).Round(time.Second).String() + " ago)"
+					}
+				}
+				return "-"
+			}
+			return out.Table([]string{"FIELD", "VALUE"}, [][]string{
+				{"term", dash(h.Term)},
+				{"application_name", h.ApplicationName},
+				{"hostname", h.Hostname},
+				{"pid", dash(h.PID)},
+				{"backend_pid", strconv.Itoa(h.BackendPID)},
+				{"client_addr", h.ClientAddr},
+				{"session_state", h.SessionState},
+				{"since", dash(h.AcquiredAt)},
+				{"runnables_started", dash(h.StartedAt)},
+			})
+		},
+	}
+}
