@@ -72,7 +72,7 @@ type result struct {
 
 func main() {
 	var (
-		mode     = flag.String("mode", "sweep", "sweep, latency or throughput")
+		mode     = flag.String("mode", "sweep", "sweep, latency, throughput or failover")
 		url      = flag.String("database-url", os.Getenv("TEST_DATABASE_URL"), "server to create scratch databases on")
 		cooldown = flag.Duration("cooldown", 5*time.Millisecond, "worker fetch cooldown")
 		poll     = flag.Duration("poll", 100*time.Millisecond, "worker fetch poll interval")
@@ -81,6 +81,8 @@ func main() {
 		rate     = flag.Int("rate", 500, "latency mode: inserts per second")
 		dur      = flag.Duration("duration", 4*time.Second, "latency mode: how long to insert")
 		backlog  = flag.Int("backlog", 50000, "throughput mode: jobs in the backlog")
+		trials   = flag.Int("trials", 20, "failover mode: trials of each kind")
+		tick     = flag.Duration("tick", time.Second, "failover mode: leader tick and standby probe")
 	)
 	flag.Parse()
 	if *url == "" {
@@ -105,6 +107,15 @@ func main() {
 		results = append(results, r)
 	}
 	switch *mode {
+	case "failover":
+		r, err := failover(ctx, *url, *trials, *tick)
+		if err != nil {
+			log.Fatalf("bench: failover: %v", dburl.Redact(err.Error()))
+		}
+		fmt.Fprintf(os.Stderr, "failover (tick=probe=%s, %d trials each): graceful median %.0f ms max %.0f ms; crash median %.0f ms max %.0f ms; demotion median %.0f ms max %.0f ms; overlaps %d; max holders seen %d\n",
+			*tick, *trials, r.GracefulMedianMS, r.GracefulMaxMS, r.CrashMedianMS, r.CrashMaxMS, r.DemotionMedianMS, r.DemotionMaxMS, r.Overlaps, r.MaxHoldersSeen)
+		_ = json.NewEncoder(os.Stdout).Encode(r)
+		return
 	case "latency", "throughput":
 		run(*mode, one)
 	case "sweep":
