@@ -228,6 +228,15 @@ func ensureTemplate(ctx context.Context, conn *pgx.Conn, tmpl string) error {
 	if exists {
 		return nil
 	}
+	// Templates of older schemas are dead weight once the migrations moved
+	// on; drop them (quietly: one still being cloned by another run stays).
+	rows, err := conn.Query(ctx, "SELECT datname FROM pg_database WHERE datname LIKE 'ferry\\_test\\_tmpl\\_%' AND datname <> $1", tmpl)
+	if err == nil {
+		stale, _ := pgx.CollectRows(rows, pgx.RowTo[string])
+		for _, name := range stale {
+			_ = dropWith(ctx, conn, name)
+		}
+	}
 	building := tmpl + "_building"
 	_ = dropWith(ctx, conn, building)
 	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{building}.Sanitize()); err != nil {
