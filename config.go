@@ -12,9 +12,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
 	"github.com/ferryq/ferry/election"
+	"github.com/ferryq/ferry/internal/admin"
+	"github.com/ferryq/ferry/internal/dburl"
 	"github.com/ferryq/ferry/jobs"
 )
 
@@ -123,7 +126,25 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
+// ErrConfig marks an invalid Config: bad input, which the CLI reports with
+// exit code 2.
+var ErrConfig = errors.New("invalid configuration")
+
+// configError wraps err so that errors.Is(err, ErrConfig) holds while the
+// message stays err's own.
+type configError struct{ err error }
+
+func (e *configError) Error() string   { return e.err.Error() }
+func (e *configError) Unwrap() []error { return []error{e.err, ErrConfig} }
+
 func (c Config) validate() error {
+	if err := c.check(); err != nil {
+		return &configError{err: err}
+	}
+	return nil
+}
+
+func (c Config) check() error {
 	var errs []error
 	if c.DatabaseURL == "" {
 		errs = append(errs, errors.New("database URL is empty: set DATABASE_URL or --database-url"))
@@ -147,6 +168,25 @@ func (c Config) validate() error {
 	}
 	if c.ShutdownGrace < 0 {
 		errs = append(errs, fmt.Errorf("shutdown grace %s is negative", c.ShutdownGrace))
+	}
+	if c.AdminAddr != "off" {
+		if err := admin.ValidateAddr(c.AdminAddr, c.AdminToken); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if _, err := pgxpool.ParseConfig(c.DatabaseURL); c.DatabaseURL != "" && err != nil {
+		errs = append(errs, fmt.Errorf("database URL: %s", dburl.Redact(err.Error())))
+	}
+	if c.ElectionDatabaseURL != c.DatabaseURL {
+		if _, err := pgxpool.ParseConfig(c.ElectionDatabaseURL); err != nil {
+			errs = append(errs, fmt.Errorf("election database URL: %s", dburl.Redact(err.Error())))
+		}
+	}
+	if c.LeaderTick < 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("leader tick %s is under 100ms", c.LeaderTick))
+	}
+	if c.StandbyProbe < 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("standby probe %s is under 100ms", c.StandbyProbe))
 	}
 	return errors.Join(errs...)
 }

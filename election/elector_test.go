@@ -405,4 +405,3 @@ func TestElector_StopWithoutStart(t *testing.T) {
 	e.Stop()
 	e.Stop()
 }
-

@@ -17,6 +17,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
+
+	"github.com/ferryq/ferry/internal/dburl"
 )
 
 // LockKey is the session advisory lock (single bigint form) that serialises
@@ -158,26 +160,25 @@ func New(pool *pgxpool.Pool, logger *slog.Logger) (*Migrator, error) {
 	return &Migrator{pool: pool, river: rm, ferry: All(), logger: logger}, nil
 }
 
-// withLock runs fn on a pooled connection that holds LockKey.
-func (m *Migrator) withLock(ctx context.Context, fn func(conn *pgxpool.Conn) error) (err error) {
-	conn, err := m.pool.Acquire(ctx)
+// withLock runs fn on a dedicated connection (not one of the pool's, so a
+// pool of one connection still has one for River's migrator) that holds
+// LockKey for the whole run.
+func (m *Migrator) withLock(ctx context.Context, fn func(conn *pgx.Conn) error) (err error) {
+	cc := m.pool.Config().ConnConfig.Copy()
+	cc.RuntimeParams["application_name"] = "ferry-migrate"
+	conn, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
-		return fmt.Errorf("migrations: acquire connection: %w", err)
+		return fmt.Errorf("migrations: connect: %s", dburl.Redact(err.Error()))
 	}
-	defer conn.Release()
+	defer func() {
+		// Closing the session releases the lock even if ctx is done.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = conn.Close(cctx)
+	}()
 	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", LockKey); err != nil {
 		return fmt.Errorf("migrations: take advisory lock %d: %w", LockKey, err)
 	}
-	defer func() {
-		// Unlock even when ctx is done; a failed unlock must not leak a held
-		// lock back into the pool, so the connection is closed instead.
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if _, uerr := conn.Exec(uctx, "SELECT pg_advisory_unlock($1)", LockKey); uerr != nil {
-			_ = conn.Conn().Close(uctx)
-			err = errors.Join(err, fmt.Errorf("migrations: release advisory lock: %w", uerr))
-		}
-	}()
 	return fn(conn)
 }
 
@@ -190,7 +191,7 @@ const createTable = `CREATE TABLE IF NOT EXISTS ferry_migration (
 // Up applies every pending migration: River's first, then ferry's.
 func (m *Migrator) Up(ctx context.Context) ([]Applied, error) {
 	var out []Applied
-	err := m.withLock(ctx, func(conn *pgxpool.Conn) error {
+	err := m.withLock(ctx, func(conn *pgx.Conn) error {
 		res, err := m.river.Migrate(ctx, rivermigrate.DirectionUp, nil)
 		if err != nil {
 			return fmt.Errorf("migrations: river up: %w", err)
@@ -234,7 +235,7 @@ func (m *Migrator) Down(ctx context.Context, steps int) ([]Applied, error) {
 		return nil, nil
 	}
 	var out []Applied
-	err := m.withLock(ctx, func(conn *pgxpool.Conn) error {
+	err := m.withLock(ctx, func(conn *pgx.Conn) error {
 		applied, err := ferryApplied(ctx, conn)
 		if err != nil {
 			return err
@@ -299,12 +300,7 @@ func (m *Migrator) Status(ctx context.Context) ([]Status, error) {
 	for _, v := range m.river.AllVersions() {
 		out = append(out, Status{Line: LineRiver, Version: v.Version, Name: v.Name, Applied: riverHave[v.Version]})
 	}
-	conn, err := m.pool.Acquire(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("migrations: acquire connection: %w", err)
-	}
-	defer conn.Release()
-	applied, err := ferryApplied(ctx, conn)
+	applied, err := ferryApplied(ctx, m.pool)
 	if err != nil {
 		return nil, err
 	}
@@ -337,7 +333,12 @@ func (m *Migrator) Check(ctx context.Context) error {
 	return nil
 }
 
-func ferryApplied(ctx context.Context, conn *pgxpool.Conn) (map[int]time.Time, error) {
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+func ferryApplied(ctx context.Context, conn querier) (map[int]time.Time, error) {
 	var exists bool
 	if err := conn.QueryRow(ctx, "SELECT to_regclass('ferry_migration') IS NOT NULL").Scan(&exists); err != nil {
 		return nil, fmt.Errorf("migrations: look for ferry_migration: %w", err)

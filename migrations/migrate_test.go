@@ -2,7 +2,9 @@ package migrations_test
 
 import (
 	"context"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -60,5 +62,26 @@ func TestMigrator_UpDownUp(t *testing.T) {
 	applied, err = m.Up(ctx)
 	require.NoError(t, err)
 	require.Len(t, applied, len(status))
+	require.NoError(t, m.Check(ctx))
+}
+
+func TestMigrator_PoolOfOne(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	// The advisory lock lives on a connection of its own, so a pool of one
+	// still has a connection for River's migrator (it used to deadlock).
+	url := pgtest.NewDatabase(t, false)
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	pool := pgtest.PoolFor(t, url+sep+"pool_max_conns=1")
+	require.EqualValues(t, 1, pool.Config().MaxConns)
+	m, err := migrations.New(pool, nil)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	_, err = m.Up(ctx)
+	require.NoError(t, err)
 	require.NoError(t, m.Check(ctx))
 }

@@ -58,16 +58,25 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Gatherer == nil {
 		cfg.Gatherer = prometheus.NewRegistry()
 	}
-	host, _, err := net.SplitHostPort(cfg.Addr)
-	if err != nil {
-		return nil, fmt.Errorf("admin: address %q is not host:port: %w", cfg.Addr, err)
-	}
-	if cfg.Token == "" && !isLoopback(host) {
-		return nil, fmt.Errorf("%w (address %s)", ErrExposedWithoutToken, cfg.Addr)
+	if err := ValidateAddr(cfg.Addr, cfg.Token); err != nil {
+		return nil, err
 	}
 	s := &Server{cfg: cfg, done: make(chan struct{})}
 	s.srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	return s, nil
+}
+
+// ValidateAddr checks an admin address: host:port, and loopback unless a
+// token is set.
+func ValidateAddr(addr, token string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("admin: address %q is not host:port", addr)
+	}
+	if token == "" && !isLoopback(host) {
+		return fmt.Errorf("%w (address %s)", ErrExposedWithoutToken, addr)
+	}
+	return nil
 }
 
 func isLoopback(host string) bool {

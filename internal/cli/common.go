@@ -86,6 +86,12 @@ func newApp(name, usage string) *cli.App {
 		ErrWriter:            os.Stderr,
 		EnableBashCompletion: false,
 		HideHelpCommand:      true,
+		Action: func(c *cli.Context) error {
+			if c.NArg() == 0 {
+				return cli.ShowAppHelp(c)
+			}
+			return usageErrorf("unknown command %q; see %s --help", c.Args().First(), name)
+		},
 	}
 }
 

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -85,6 +86,9 @@ given.`,
 				StandbyProbe:        c.Duration("standby-probe"),
 				Logger:              logger,
 			})
+			if errors.Is(err, ferry.ErrConfig) {
+				return &UsageError{Err: err}
+			}
 			if err != nil {
 				return err
 			}

@@ -47,7 +47,7 @@ func New(pool *pgxpool.Pool, version string, logger *slog.Logger) *Metrics {
 		Registry: reg,
 		jobDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "ferry_job_duration_seconds",
-			Help:    "Time this process spent working a job, by kind and outcome (completed, failed, cancelled, snoozed).",
+			Help:    "Time this process spent working a job, by kind and outcome (completed, failed, cancelled, snoozed, interrupted).",
 			Buckets: []float64{.001, .005, .01, .05, .1, .5, 1, 5, 10, 30, 60, 300},
 		}, []string{"kind", "outcome"}),
 		logger: logger,
@@ -58,7 +58,8 @@ func New(pool *pgxpool.Pool, version string, logger *slog.Logger) *Metrics {
 
 // Middleware returns the River worker middleware that times every job and
 // logs its outcome: completed at debug level (a busy queue works thousands a
-// second), anything else at warn with the error.
+// second), snoozed and interrupted (cut off by shutdown) at info, failed and
+// cancelled at warn with the error.
 func (m *Metrics) Middleware() rivertype.Middleware { return &workMiddleware{m: m} }
 
 type workMiddleware struct {
@@ -71,14 +72,19 @@ func (w *workMiddleware) Work(ctx context.Context, job *rivertype.JobRow, doInne
 	err := doInner(ctx)
 	elapsed := time.Since(start)
 	out := outcome(err)
+	if out == "failed" && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		// Cut off by a stopping worker (or a remote cancel): River puts
+		// the job back without counting the attempt. Not a failure.
+		out = "interrupted"
+	}
 	w.m.jobDuration.WithLabelValues(job.Kind, out).Observe(elapsed.Seconds())
 	switch {
 	case err == nil:
 		if w.m.logger.Enabled(ctx, slog.LevelDebug) {
 			w.m.logger.Debug("job: completed", "kind", job.Kind, "job_id", job.ID, "queue", job.Queue, "attempt", job.Attempt, "duration", elapsed)
 		}
-	case out == "snoozed":
-		w.m.logger.Info("job: snoozed", "kind", job.Kind, "job_id", job.ID, "attempt", job.Attempt)
+	case out == "snoozed" || out == "interrupted":
+		w.m.logger.Info("job: "+out, "kind", job.Kind, "job_id", job.ID, "attempt", job.Attempt)
 	default:
 		w.m.logger.Warn("job: "+out, "kind", job.Kind, "job_id", job.ID, "queue", job.Queue, "attempt", job.Attempt, "max_attempts", job.MaxAttempts, "duration", elapsed, "error", err)
 	}

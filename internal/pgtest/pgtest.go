@@ -118,11 +118,30 @@ func NewDatabase(tb testing.TB, migrated bool) string {
 	return url
 }
 
-// Main runs the package's tests, drops the package database, checks for
-// leaked goroutines (goleak, with opts) when the tests passed, and exits.
-// Call it as the whole of TestMain.
+var (
+	atExitMu sync.Mutex
+	atExit   []func()
+)
+
+// AtExit registers fn to run in Main after the tests, before the leak check
+// (the proctest harness removes its binaries this way).
+func AtExit(fn func()) {
+	atExitMu.Lock()
+	defer atExitMu.Unlock()
+	atExit = append(atExit, fn)
+}
+
+// Main runs the package's tests, drops the package database (if one was
+// made), runs the AtExit functions, checks for leaked goroutines (goleak,
+// with opts) when the tests passed, and exits. It is the whole of TestMain in
+// every package, with or without a database.
 func Main(m *testing.M, opts ...goleak.Option) {
 	code := m.Run()
+	atExitMu.Lock()
+	for _, fn := range atExit {
+		fn()
+	}
+	atExitMu.Unlock()
 	if pkgName != "" && pkgErr == nil {
 		if err := dropDatabase(context.Background(), pkgName); err != nil {
 			fmt.Fprintf(os.Stderr, "pgtest: %v\n", err)
