@@ -160,3 +160,20 @@ func TestElection_TerminatedLockSessionDemotes(t *testing.T) {
 	require.Contains(t, []int{leader.Pid(), standby.Pid()}, leaderPID(t, url))
 	require.EqualValues(t, 1, most.Load(), "never two holders of the lock")
 }
+
+func TestElection_FailureNeverBlocksJobs(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t, true)
+	// The lock's database is unreachable: the worker stays standby, says
+	// why, and works jobs all the same.
+	electionURL := "postgres://ferry:ferry@127.0.0.1:" + strconv.Itoa(freePort(t)) + "/ferry?sslmode=disable"
+	w := startWorker(t, url, []string{"FERRY_LOG_LEVEL=debug", "FERRY_ELECTION_DATABASE_URL=" + electionURL}, electionArgs(time.Second)...)
+	_, err := w.WaitForLineFunc(10*time.Second, logged("election: probe failed; staying standby"))
+	require.NoError(t, err)
+	id := enqueueID(t, url, "ferry.noop")
+	_, err = w.WaitForLineFunc(10*time.Second, logged("job: completed", "job_id", id))
+	require.NoError(t, err)
+	_, err = w.WaitForLineFunc(0, logged("election: runnables started"))
+	require.Error(t, err, "nothing ran as leader")
+	stop(t, w, stopTimeout)
+}
