@@ -590,12 +590,8 @@ func (e *Elector) listen(ctx context.Context) {
 			return
 		}
 		e.log().Debug("election: resignation listener reconnecting", "error", dburl.Redact(fmt.Sprint(err)), "backoff", backoff)
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !sleep(ctx, backoff) {
 			return
-		case <-t.C:
 		}
 		backoff = min(backoff*2, e.cfg.Probe)
 	}
@@ -656,12 +652,8 @@ func (e *Elector) startRunnables() *supervisor {
 					return
 				}
 				s.log.Error("election: runnable failed; restarting", "runnable", r.name, "error", err, "backoff", backoff)
-				t := time.NewTimer(backoff)
-				select {
-				case <-ctx.Done():
-					t.Stop()
+				if !sleep(ctx, backoff) {
 					return
-				case <-t.C:
 				}
 				backoff = min(backoff*2, 30*time.Second)
 			}
@@ -681,6 +673,18 @@ func (s *supervisor) stop(cause error, wait time.Duration) {
 	case <-done:
 	case <-t.C:
 		s.log.Error("election: runnables still running after their context was cancelled", "waited", wait)
+	}
+}
+
+// sleep waits d, or until ctx is done; it reports whether the full d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 

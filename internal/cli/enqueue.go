@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/urfave/cli/v2"
 
@@ -101,47 +103,10 @@ func runEnqueueJob(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	url, err := databaseURL(c)
-	if err != nil {
-		return err
-	}
-
-	ctx := signalContext(c)
-	pool, err := connect(ctx, url)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	known, ok, err := jobs.Lookup(ctx, pool, kind)
-	if err != nil {
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
-			return errors.New("ferry's tables are missing: run `worker migrate up` first")
-		}
-		return err
-	}
-	if !ok {
-		return usageErrorf("unknown job kind %q: not built in and no worker has registered it", kind)
-	}
-	if opts.Queue == "" {
-		opts.Queue = known.Queue
-	}
-	if key := c.String("unique-key"); key != "" {
-		opts = jobs.WithUniqueKey(opts, key)
-	}
-
-	ins, err := jobs.NewInserter(pool)
-	if err != nil {
-		return err
-	}
 	var res jobResult
-	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		r, err := ins.InsertTx(ctx, tx, args, opts)
-		if err != nil {
-			return err
-		}
-		res = jobResult{ID: r.Job.ID, Kind: r.Job.Kind, Queue: r.Job.Queue, State: string(r.Job.State), ScheduledAt: r.Job.ScheduledAt, Duplicate: r.UniqueSkippedAsDuplicate}
-		return nil
+	err = withPool(c, func(ctx context.Context, pool *pgxpool.Pool) (err error) {
+		res, err = insertJob(ctx, pool, args, opts, c.String("unique-key"))
+		return err
 	})
 	if err != nil {
 		return err
@@ -156,6 +121,43 @@ func runEnqueueJob(c *cli.Context) error {
 	}
 	_, err = fmt.Fprintf(out.w, "%d\n", res.ID)
 	return err
+}
+
+// insertJob checks the kind is known, fills the queue from it when unset,
+// and inserts the job in one transaction.
+func insertJob(ctx context.Context, pool *pgxpool.Pool, args jobs.RawArgs, opts *river.InsertOpts, uniqueKey string) (jobResult, error) {
+	kind := args.Kind()
+	known, ok, err := jobs.Lookup(ctx, pool, kind)
+	if err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
+			return jobResult{}, errors.New("ferry's tables are missing: run `worker migrate up` first")
+		}
+		return jobResult{}, err
+	}
+	if !ok {
+		return jobResult{}, usageErrorf("unknown job kind %q: not built in and no worker has registered it", kind)
+	}
+	if opts.Queue == "" {
+		opts.Queue = known.Queue
+	}
+	if uniqueKey != "" {
+		opts = jobs.WithUniqueKey(opts, uniqueKey)
+	}
+	ins, err := jobs.NewInserter(pool)
+	if err != nil {
+		return jobResult{}, err
+	}
+	var res jobResult
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		r, err := ins.InsertTx(ctx, tx, args, opts)
+		if err != nil {
+			return err
+		}
+		res = jobResult{ID: r.Job.ID, Kind: r.Job.Kind, Queue: r.Job.Queue, State: string(r.Job.State), ScheduledAt: r.Job.ScheduledAt, Duplicate: r.UniqueSkippedAsDuplicate}
+		return nil
+	})
+	return res, err
 }
 
 // readArgs reads --args: inline JSON, @file, or - for stdin, reading at most

@@ -1,10 +1,12 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/urfave/cli/v2"
 
 	"github.com/ferryq/ferry/election"
@@ -25,17 +27,11 @@ Examples:
 			if c.NArg() > 0 {
 				return usageErrorf("leader takes no arguments, got %q", c.Args().First())
 			}
-			url, err := databaseURL(c)
-			if err != nil {
+			var h *election.Holder
+			err := withPool(c, func(ctx context.Context, pool *pgxpool.Pool) (err error) {
+				h, err = election.CurrentHolder(ctx, pool, c.Int64("election-key"))
 				return err
-			}
-			ctx := signalContext(c)
-			pool, err := connect(ctx, url)
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
-			h, err := election.CurrentHolder(ctx, pool, c.Int64("election-key"))
+			})
 			if err != nil {
 				return err
 			}

@@ -182,22 +182,14 @@ func withMigrator(c *cli.Context, fn func(context.Context, *migrations.Migrator)
 	if c.NArg() > 0 {
 		return usageErrorf("%s takes no arguments, got %q", c.Command.Name, c.Args().First())
 	}
-	url, err := databaseURL(c)
-	if err != nil {
-		return err
-	}
-	ctx := signalContext(c)
-	pool, err := connect(ctx, url)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	// The command prints what it applied; no log lines besides.
-	m, err := migrations.New(pool, nil)
-	if err != nil {
-		return err
-	}
-	return fn(ctx, m)
+	return withPool(c, func(ctx context.Context, pool *pgxpool.Pool) error {
+		// The command prints what it applied; no log lines besides.
+		m, err := migrations.New(pool, nil)
+		if err != nil {
+			return err
+		}
+		return fn(ctx, m)
+	})
 }
 
 func printApplied(c *cli.Context, verb string, applied []migrations.Applied) error {
@@ -216,6 +208,22 @@ func printApplied(c *cli.Context, verb string, applied []migrations.Applied) err
 		fmt.Fprintf(out.w, "%s %s/%03d %s (%s)\n", verb, a.Line, a.Version, a.Name, a.Duration.Round(1e5))
 	}
 	return nil
+}
+
+// withPool connects to the command's database and runs fn under the
+// command's context.
+func withPool(c *cli.Context, fn func(context.Context, *pgxpool.Pool) error) error {
+	url, err := databaseURL(c)
+	if err != nil {
+		return err
+	}
+	ctx := signalContext(c)
+	pool, err := connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	return fn(ctx, pool)
 }
 
 func connect(ctx context.Context, url string) (*pgxpool.Pool, error) {
