@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,6 +18,7 @@ import (
 	"github.com/ferryq/ferry/internal/admin"
 	"github.com/ferryq/ferry/internal/dburl"
 	"github.com/ferryq/ferry/jobs"
+	"github.com/ferryq/ferry/periodic"
 )
 
 // Defaults. The fetch settings were chosen from measurements (see README,
@@ -86,6 +86,13 @@ type Config struct {
 	// Migrate applies pending migrations at start. Without it, New refuses a
 	// database whose schema is behind this build.
 	Migrate bool
+
+	// ConfigFile is the YAML file of schedules (FERRY_CONFIG); "" for none.
+	ConfigFile string
+	// Schedules are schedules from Go code, beside the config file's.
+	// Local ones (Local: true) run in every process; the rest run on the
+	// leader and enqueue a job per tick.
+	Schedules []periodic.Schedule
 
 	// Kinds are the caller's own job kinds (jobs.Define), worked beside
 	// ferry's built-in ones.
@@ -191,18 +198,8 @@ func (c Config) check() error {
 	return errors.Join(errs...)
 }
 
-var queueNameRE = regexp.MustCompile(`^[a-z0-9]+(?:[_|-]?[a-z0-9]+)*$`)
-
-// ValidateQueueName checks a queue name against River's rules.
-func ValidateQueueName(name string) error {
-	if len(name) > 64 || !queueNameRE.MatchString(name) {
-		return fmt.Errorf("queue %q: a name is 1 to 64 lowercase letters and digits, separated by single _ or -", name)
-	}
-	return nil
-}
-
 func validateQueue(name string, workers int) error {
-	if err := ValidateQueueName(name); err != nil {
+	if err := jobs.ValidateQueueName(name); err != nil {
 		return err
 	}
 	if workers < 1 || workers > MaxWorkersPerQueue {

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -20,11 +21,13 @@ import (
 
 	"github.com/ferryq/ferry/election"
 	"github.com/ferryq/ferry/internal/admin"
+	"github.com/ferryq/ferry/internal/config"
 	"github.com/ferryq/ferry/internal/dburl"
 	"github.com/ferryq/ferry/internal/logging"
 	"github.com/ferryq/ferry/internal/metrics"
 	"github.com/ferryq/ferry/jobs"
 	"github.com/ferryq/ferry/migrations"
+	"github.com/ferryq/ferry/periodic"
 )
 
 // hardStopBudget is how long a stopping Server waits, after the grace period
@@ -43,6 +46,7 @@ type Server struct {
 	metrics  *metrics.Metrics
 	admin    *admin.Server
 	elector  *election.Elector
+	sched    *periodic.Scheduler
 	started  chan struct{}
 }
 
@@ -63,6 +67,14 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	workers, err := registry.Workers()
 	if err != nil {
 		return nil, err
+	}
+	fileSchedules, err := config.Load(cfg.ConfigFile, registry)
+	if err != nil {
+		return nil, &configError{err: err}
+	}
+	schedules, err := periodic.ValidateSchedules(append(slices.Clone(cfg.Schedules), fileSchedules...))
+	if err != nil {
+		return nil, &configError{err: err}
 	}
 
 	pool, err := openPool(ctx, cfg.DatabaseURL, "ferry-worker")
@@ -117,6 +129,20 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return fail(err)
 	}
+	s.sched, err = periodic.New(periodic.Config{
+		Pool:       pool,
+		Inserter:   s.river,
+		Leader:     s.elector,
+		Schedules:  schedules,
+		Logger:     cfg.Logger,
+		Registerer: s.metrics.Registry,
+	})
+	if err != nil {
+		return fail(err)
+	}
+	if s.sched.Durable() {
+		s.elector.Register("periodic", s.sched.Run)
+	}
 	for _, r := range cfg.LeaderRunnables {
 		s.elector.Register(r.Name, r.Run)
 	}
@@ -169,6 +195,9 @@ func (s *Server) Pool() *pgxpool.Pool { return s.pool }
 
 // River is the server's River client (insert jobs with InsertTx).
 func (s *Server) River() *river.Client[pgx.Tx] { return s.river }
+
+// Scheduler is the server's scheduler (NextRun).
+func (s *Server) Scheduler() *periodic.Scheduler { return s.sched }
 
 // Elector is the server's leader elector (IsLeader, Term, Status, Fence).
 func (s *Server) Elector() *election.Elector { return s.elector }
@@ -228,6 +257,10 @@ func (s *Server) Run(ctx context.Context) (err error) {
 		return err
 	}
 	defer s.elector.Stop()
+	var local sync.WaitGroup
+	localCtx, stopLocal := context.WithCancel(ctx)
+	local.Go(func() { s.sched.RunLocal(localCtx) })
+	defer func() { stopLocal(); local.Wait() }()
 	close(s.started)
 	log.Info("ferry: started",
 		"version", s.cfg.Version,

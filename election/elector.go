@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ferryq/ferry/internal/dburl"
@@ -204,10 +205,14 @@ func New(cfg Config) (*Elector, error) {
 // statement), a statement timeout under the tick, and short TCP keepalives
 // on both ends so a dead peer is noticed in seconds, not hours.
 func (e *Elector) connConfig(appName string, lock bool) (*pgx.ConnConfig, error) {
-	cc, err := pgx.ParseConfig(e.cfg.DatabaseURL)
+	// Parsed as a pool URL so that pool settings (pool_max_conns …), which
+	// DATABASE_URL may carry for the job pool, are dropped rather than sent
+	// to the server as unknown parameters.
+	pc, err := pgxpool.ParseConfig(e.cfg.DatabaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("election: database URL: %s", dburl.Redact(err.Error()))
 	}
+	cc := pc.ConnConfig
 	cc.RuntimeParams["application_name"] = appName
 	keepIdle := max(1, int(e.cfg.Tick.Seconds()))
 	cc.RuntimeParams["tcp_keepalives_idle"] = strconv.Itoa(keepIdle)
@@ -322,6 +327,11 @@ func (e *Elector) run(ctx context.Context) {
 			e.lead(ctx, conn, backendPID, boot)
 			if ctx.Err() != nil {
 				return
+			}
+			// A notice that arrived while leading is stale.
+			select {
+			case <-e.wake:
+			default:
 			}
 			// Demoted, or the term could not be recorded: wait a probe
 			// interval like any standby, so a persistent failure cannot spin.

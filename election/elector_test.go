@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -404,4 +405,45 @@ func TestElector_StopWithoutStart(t *testing.T) {
 	require.NoError(t, err)
 	e.Stop()
 	e.Stop()
+}
+
+func TestElector_PoolSettingsInURL(t *testing.T) {
+	t.Parallel()
+	// DATABASE_URL may carry pgxpool settings for the job pool; the lock
+	// connection must not send them to the server.
+	b := setup(t)
+	sep := "?"
+	if strings.Contains(b.url, "?") {
+		sep = "&"
+	}
+	b.url += sep + "pool_max_conns=7&pool_min_conns=1"
+	e := b.elector(t, nil)
+	waitLeader(t, 5*time.Second, e)
+	require.Empty(t, e.Status().LastError)
+}
+
+func TestCurrentHolder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	h, err := CurrentHolder(ctx, b.pool, KeyElection)
+	require.NoError(t, err)
+	require.Nil(t, h, "no one holds the lock")
+
+	// A holder that has not recorded a term is still named, from its
+	// application_name.
+	conn, err := pgx.Connect(ctx, b.url)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close(ctx) })
+	_, err = conn.Exec(ctx, "SET application_name = 'ferry-leader:some-host:4242'")
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, "SELECT pg_advisory_lock($1)", KeyElection)
+	require.NoError(t, err)
+	h, err = CurrentHolder(ctx, b.pool, KeyElection)
+	require.NoError(t, err)
+	require.NotNil(t, h)
+	require.Equal(t, 4242, *h.PID)
+	require.Equal(t, "some-host", h.Hostname)
+	require.Nil(t, h.Term)
+	require.Equal(t, "idle", h.SessionState)
 }

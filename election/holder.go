@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -58,6 +60,17 @@ func CurrentHolder(ctx context.Context, q Querier, key int64) (*Holder, error) {
 	}
 	if hostname != nil {
 		h.Hostname = *hostname
+	}
+	if h.PID == nil {
+		// The holder has the lock but has not recorded its term yet (or
+		// could not): its application_name still names host and pid.
+		if rest, ok := strings.CutPrefix(h.ApplicationName, "ferry-leader:"); ok {
+			if i := strings.LastIndexByte(rest, ':'); i >= 0 {
+				if pid, err := strconv.Atoi(rest[i+1:]); err == nil {
+					h.PID, h.Hostname = &pid, rest[:i]
+				}
+			}
+		}
 	}
 	return h, nil
 }

@@ -4,11 +4,23 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 )
+
+var queueNameRE = regexp.MustCompile(`^[a-z0-9]+(?:[_|-]?[a-z0-9]+)*$`)
+
+// ValidateQueueName checks a queue name against River's rules: 1 to 64
+// lowercase letters and digits, separated by single _, - or |.
+func ValidateQueueName(name string) error {
+	if len(name) > 64 || !queueNameRE.MatchString(name) {
+		return fmt.Errorf("queue %q: a name is 1 to 64 lowercase letters and digits, separated by single _ or -", name)
+	}
+	return nil
+}
 
 // Kind describes one job kind: its name (River's Kind()), the queue its jobs
 // go to unless an insert says otherwise, a one-line description for

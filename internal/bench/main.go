@@ -72,16 +72,17 @@ type result struct {
 
 func main() {
 	var (
-		mode     = flag.String("mode", "sweep", "sweep, latency, throughput or failover")
+		mode     = flag.String("mode", "sweep", "sweep, latency, throughput, failover or ticks")
 		url      = flag.String("database-url", os.Getenv("TEST_DATABASE_URL"), "server to create scratch databases on")
 		cooldown = flag.Duration("cooldown", 5*time.Millisecond, "worker fetch cooldown")
 		poll     = flag.Duration("poll", 100*time.Millisecond, "worker fetch poll interval")
 		workers  = flag.Int("workers", 100, "workers in the queue")
 		insCool  = flag.Duration("insert-cooldown", 5*time.Millisecond, "inserting client's fetch cooldown (its insert-notify limiter)")
-		rate     = flag.Int("rate", 500, "latency mode: inserts per second")
-		dur      = flag.Duration("duration", 4*time.Second, "latency mode: how long to insert")
+		rate     = flag.Int("rate", 500, "latency mode: inserts per second; ticks mode: load jobs per second")
+		dur      = flag.Duration("duration", 4*time.Second, "latency and ticks modes: how long to run")
 		backlog  = flag.Int("backlog", 50000, "throughput mode: jobs in the backlog")
 		trials   = flag.Int("trials", 20, "failover mode: trials of each kind")
+		scheds   = flag.Int("schedules", 10, "ticks mode: schedules firing every second")
 		tick     = flag.Duration("tick", time.Second, "failover mode: leader tick and standby probe")
 	)
 	flag.Parse()
@@ -107,6 +108,15 @@ func main() {
 		results = append(results, r)
 	}
 	switch *mode {
+	case "ticks":
+		r, err := tickLag(ctx, *url, *scheds, *dur, *rate)
+		if err != nil {
+			log.Fatalf("bench: ticks: %v", dburl.Redact(err.Error()))
+		}
+		fmt.Fprintf(os.Stderr, "tick lag (%d schedules every 1s, %d ticks, load %d jobs/s of 20ms): insert p50 %.1f ms p99 %.1f ms; start p50 %.1f ms p99 %.1f ms\n",
+			r.Schedules, r.Ticks, r.LoadJobsPerSec, r.InsertP50MS, r.InsertP99MS, r.StartP50MS, r.StartP99MS)
+		_ = json.NewEncoder(os.Stdout).Encode(r)
+		return
 	case "failover":
 		r, err := failover(ctx, *url, *trials, *tick)
 		if err != nil {

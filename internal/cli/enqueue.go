@@ -16,7 +16,6 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/urfave/cli/v2"
 
-	"github.com/ferryq/ferry"
 	"github.com/ferryq/ferry/jobs"
 )
 
@@ -32,7 +31,7 @@ Examples:
    enqueue job http.request --args '{"method":"POST","url":"http://app:8000/warm"}' --in 10m
    enqueue job http.request --args @request.json --unique-key warm-2026-11-30 --json
    echo '{"sleep":"2s"}' | enqueue job ferry.noop --args - --queue default --priority 2`
-	app.Commands = []*cli.Command{enqueueJob(), enqueueLeader(), versionCommand()}
+	app.Commands = []*cli.Command{enqueueJob(), enqueueSchedule(), enqueueLeader(), versionCommand()}
 	return app
 }
 
@@ -190,7 +189,7 @@ func readArgs(v string, stdin io.Reader) ([]byte, error) {
 func insertOpts(c *cli.Context) (*river.InsertOpts, error) {
 	opts := &river.InsertOpts{Queue: c.String("queue"), Priority: c.Int("priority"), MaxAttempts: c.Int("max-attempts")}
 	if opts.Queue != "" {
-		if err := ferry.ValidateQueueName(opts.Queue); err != nil {
+		if err := jobs.ValidateQueueName(opts.Queue); err != nil {
 			return nil, usageErrorf("--queue: %v", err)
 		}
 	}

@@ -1,0 +1,137 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ferryq/ferry/jobs"
+	"github.com/ferryq/ferry/periodic"
+)
+
+func registry(t *testing.T) *jobs.Registry {
+	t.Helper()
+	r := &jobs.Registry{}
+	require.NoError(t, r.Add(jobs.Builtin()...))
+	return r
+}
+
+const good = `
+schedules:
+  - id: booking-reminders            # stable: the tick key in ferry_periodic_tick
+    name: Send booking reminder SMS  # what monitors match; keep it stable
+    every: 15m
+    kind: http.request
+    args: {method: POST, url: "http://app:8000/internal/reminders", timeout: 30s}
+    queue: default
+    catch_up: last
+    misfire: 15m
+    overlap: skip
+  - id: nightly
+    cron: "0 6 * * *"
+    zone: Europe/Madrid
+    kind: ferry.noop
+    catch_up: none
+    overlap: allow
+`
+
+func TestParse(t *testing.T) {
+	t.Parallel()
+	got, err := Parse([]byte(good), registry(t))
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+
+	b := got[0]
+	require.Equal(t, "booking-reminders", b.ID)
+	require.Equal(t, "Send booking reminder SMS", b.Name)
+	require.Equal(t, 15*time.Minute, b.Trigger.Interval())
+	require.Equal(t, "http.request", b.Args.Kind())
+	require.JSONEq(t, `{"method":"POST","url":"http://app:8000/internal/reminders","timeout":"30s"}`, string(b.Args.(jobs.RawArgs).JSON))
+	require.Equal(t, "default", b.InsertOpts.Queue)
+	require.Equal(t, periodic.CatchUpLast, b.CatchUp)
+	require.Equal(t, 15*time.Minute, b.Misfire)
+	require.Equal(t, periodic.OverlapSkip, b.Overlap)
+
+	n := got[1]
+	require.Equal(t, "Europe/Madrid", n.Trigger.Zone())
+	require.Equal(t, periodic.CatchUpNone, n.CatchUp)
+	require.Equal(t, periodic.OverlapAllow, n.Overlap)
+	require.JSONEq(t, `{}`, string(n.Args.(jobs.RawArgs).JSON))
+
+	empty, err := Parse([]byte(""), registry(t))
+	require.NoError(t, err)
+	require.Empty(t, empty)
+}
+
+func TestParse_Errors(t *testing.T) {
+	t.Parallel()
+	entry := func(lines ...string) string {
+		return "schedules:\n  - id: x\n" + "    " + strings.Join(lines, "\n    ") + "\n"
+	}
+	for name, tc := range map[string]struct{ doc, want string }{
+		"unknown top-level key": {"schedule:\n  - id: x\n", "unknown key schedule"},
+		"unknown entry key":     {entry("every: 1m", "kind: ferry.noop", "timezone: UTC"), "unknown key timezone"},
+		"no id":                 {"schedules:\n  - every: 1m\n    kind: ferry.noop\n", `schedules[0] (id ""): id: missing`},
+		"bad id":                {"schedules:\n  - id: has space\n    every: 1m\n    kind: ferry.noop\n", `schedules[0] (id "has space"): id`},
+		"no trigger":            {entry("kind: ferry.noop"), "every, cron: give one"},
+		"both triggers":         {entry("every: 1m", `cron: "* * * * *"`, "kind: ferry.noop"), "every, cron: give one, not both"},
+		"bad every":             {entry("every: often", "kind: ferry.noop"), `schedules[0] (id "x"): every:`},
+		"bad cron":              {entry(`cron: "61 * * * *"`, "kind: ferry.noop"), "cron: " + `cron "61 * * * *": minute field`},
+		"bad zone":              {entry(`cron: "0 6 * * *"`, "zone: Mars/Olympus", "kind: ferry.noop"), "Mars/Olympus"},
+		"zone with every":       {entry("every: 1m", "zone: UTC", "kind: ferry.noop"), "zone: only for cron"},
+		"unknown kind":          {entry("every: 1m", "kind: email.send"), `kind: "email.send" is not a job kind this worker runs`},
+		"no kind":               {entry("every: 1m"), "kind: missing"},
+		"bad args":              {entry("every: 1m", "kind: ferry.noop", "args: {colour: red}"), `args: args do not fit ferry.noop: json: unknown field "colour"`},
+		"bad http args":         {entry("every: 1m", "kind: http.request", "args: {url: /relative}"), "args: http.request: url"},
+		"bad queue":             {entry("every: 1m", "kind: ferry.noop", "queue: Bad Queue"), "queue:"},
+		"bad catch_up":          {entry("every: 1m", "kind: ferry.noop", "catch_up: all"), `catch_up "all": want last or none`},
+		"bad overlap":           {entry("every: 1m", "kind: ferry.noop", "overlap: queue"), `overlap "queue": want skip or allow`},
+		"bad misfire":           {entry("every: 1m", "kind: ferry.noop", "misfire: soon"), `misfire: "soon"`},
+		"duplicate id":          {"schedules:\n  - {id: x, every: 1m, kind: ferry.noop}\n  - {id: x, every: 2m, kind: ferry.noop}\n", `schedules[1] (id "x"): id: already used by schedules[0]`},
+		"outbox section":        {"outbox:\n  routes: []\n", "outbox: this build of ferry has no outbox yet"},
+		"telegram section":      {"telegram:\n  bots: []\n", "telegram: this build of ferry has no Telegram support yet"},
+		"not yaml":              {"schedules: [", "did not find expected"},
+		"wrong type":            {"schedules: {id: x}\n", "cannot unmarshal"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			_, err := Parse([]byte(tc.doc), registry(t))
+			require.Error(t, err)
+			require.Contains(t, err.Error(), tc.want)
+			require.NotContains(t, err.Error(), "\n", "one line")
+		})
+	}
+}
+
+func TestLoad(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "ferry.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(good), 0o600))
+	got, err := Load(path, registry(t))
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+
+	none, err := Load("", registry(t))
+	require.NoError(t, err)
+	require.Nil(t, none)
+
+	_, err = Load(filepath.Join(dir, "missing.yaml"), registry(t))
+	require.ErrorContains(t, err, "missing.yaml: no such file or directory")
+
+	require.NoError(t, os.WriteFile(path, []byte("schedules:\n  - id: x\n    every: 1m\n    kind: nope\n"), 0o600))
+	_, err = Load(path, registry(t))
+	require.ErrorContains(t, err, "config "+path+`: schedules[0] (id "x"): kind: "nope"`)
+}
+
+func TestDemoConfig(t *testing.T) {
+	t.Parallel()
+	// The file `go tool task up` runs with must stay valid.
+	got, err := Load(filepath.Join("..", "..", "examples", "demo.yaml"), registry(t))
+	require.NoError(t, err)
+	require.NotEmpty(t, got)
+}

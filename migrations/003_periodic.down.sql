@@ -1,0 +1,2 @@
+DROP TABLE ferry_periodic_tick;
+DROP TABLE ferry_schedule;
