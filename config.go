@@ -18,6 +18,7 @@ import (
 	"github.com/ferryq/ferry/internal/admin"
 	"github.com/ferryq/ferry/internal/dburl"
 	"github.com/ferryq/ferry/jobs"
+	"github.com/ferryq/ferry/outbox"
 	"github.com/ferryq/ferry/periodic"
 )
 
@@ -26,7 +27,7 @@ import (
 // at about MaxWorkers jobs per 100 ms and put pickup p99 near 100 ms.
 const (
 	DefaultAdminAddr         = "127.0.0.1:9090"
-	DefaultQueues            = "default=100"
+	DefaultQueues            = "default=100,outbox=20"
 	DefaultFetchCooldown     = 5 * time.Millisecond
 	DefaultFetchPollInterval = 100 * time.Millisecond
 	DefaultShutdownGrace     = 25 * time.Second
@@ -93,6 +94,13 @@ type Config struct {
 	// Local ones (Local: true) run in every process; the rest run on the
 	// leader and enqueue a job per tick.
 	Schedules []periodic.Schedule
+
+	// OutboxRoutes are outbox routes from Go code (handlers or webhooks),
+	// beside the config file's.
+	OutboxRoutes []outbox.Route
+	// OutboxMaxAttempts bounds each delivery (FERRY_OUTBOX_MAX_ATTEMPTS);
+	// 0 takes the config file's outbox.max_attempts, else 24.
+	OutboxMaxAttempts int
 
 	// Kinds are the caller's own job kinds (jobs.Define), worked beside
 	// ferry's built-in ones.
@@ -188,6 +196,9 @@ func (c Config) check() error {
 		if _, err := pgxpool.ParseConfig(c.ElectionDatabaseURL); err != nil {
 			errs = append(errs, fmt.Errorf("election database URL: %s", dburl.Redact(err.Error())))
 		}
+	}
+	if c.OutboxMaxAttempts < 0 || c.OutboxMaxAttempts > 1000 {
+		errs = append(errs, fmt.Errorf("outbox max attempts %d is not between 1 and 1000", c.OutboxMaxAttempts))
 	}
 	if c.LeaderTick < 100*time.Millisecond {
 		errs = append(errs, fmt.Errorf("leader tick %s is under 100ms", c.LeaderTick))

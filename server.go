@@ -1,6 +1,7 @@
 package ferry
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -27,6 +28,7 @@ import (
 	"github.com/ferryq/ferry/internal/metrics"
 	"github.com/ferryq/ferry/jobs"
 	"github.com/ferryq/ferry/migrations"
+	"github.com/ferryq/ferry/outbox"
 	"github.com/ferryq/ferry/periodic"
 )
 
@@ -47,6 +49,7 @@ type Server struct {
 	admin    *admin.Server
 	elector  *election.Elector
 	sched    *periodic.Scheduler
+	relay    *outbox.Relay
 	started  chan struct{}
 }
 
@@ -64,18 +67,19 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err := registry.Add(cfg.Kinds...); err != nil {
 		return nil, err
 	}
-	workers, err := registry.Workers()
-	if err != nil {
-		return nil, err
-	}
-	fileSchedules, err := config.Load(cfg.ConfigFile, registry)
+	file, err := config.Load(cfg.ConfigFile, registry)
 	if err != nil {
 		return nil, &configError{err: err}
 	}
-	schedules, err := periodic.ValidateSchedules(append(slices.Clone(cfg.Schedules), fileSchedules...))
+	schedules, err := periodic.ValidateSchedules(append(slices.Clone(cfg.Schedules), file.Schedules...))
 	if err != nil {
 		return nil, &configError{err: err}
 	}
+	routes, err := outbox.NewRoutes(append(slices.Clone(cfg.OutboxRoutes), file.Routes...)...)
+	if err != nil {
+		return nil, &configError{err: err}
+	}
+	maxAttempts := cmp.Or(cfg.OutboxMaxAttempts, file.OutboxMaxAttempts, outbox.DefaultMaxAttempts)
 
 	pool, err := openPool(ctx, cfg.DatabaseURL, "ferry-worker")
 	if err != nil {
@@ -83,6 +87,15 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, pool: pool, registry: registry, started: make(chan struct{})}
 	fail := func(err error) (*Server, error) { pool.Close(); return nil, err }
+
+	deliver := outbox.NewDeliverWorker(outbox.DeliverConfig{Pool: pool, Routes: routes, MaxAttempts: maxAttempts, Logger: cfg.Logger})
+	if err := registry.Add(deliver.Kind()); err != nil {
+		return fail(err)
+	}
+	workers, err := registry.Workers()
+	if err != nil {
+		return fail(err)
+	}
 
 	s.migrator, err = migrations.New(pool, cfg.Logger)
 	if err != nil {
@@ -138,6 +151,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		Registerer: s.metrics.Registry,
 	})
 	if err != nil {
+		return fail(err)
+	}
+	s.relay = outbox.NewRelay(outbox.RelayConfig{Pool: pool, Inserter: s.river, Routes: routes, MaxAttempts: maxAttempts, Logger: cfg.Logger})
+	if err := s.metrics.Registry.Register(outbox.NewCollector(pool, cfg.Logger)); err != nil {
 		return fail(err)
 	}
 	if s.sched.Durable() {
@@ -257,10 +274,12 @@ func (s *Server) Run(ctx context.Context) (err error) {
 		return err
 	}
 	defer s.elector.Stop()
-	var local sync.WaitGroup
-	localCtx, stopLocal := context.WithCancel(ctx)
-	local.Go(func() { s.sched.RunLocal(localCtx) })
-	defer func() { stopLocal(); local.Wait() }()
+	// Local schedules and the outbox relay run in every process.
+	var background sync.WaitGroup
+	bgCtx, stopBackground := context.WithCancel(ctx)
+	background.Go(func() { s.sched.RunLocal(bgCtx) })
+	background.Go(func() { s.relay.Run(bgCtx) })
+	defer func() { stopBackground(); background.Wait() }()
 	close(s.started)
 	log.Info("ferry: started",
 		"version", s.cfg.Version,

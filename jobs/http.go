@@ -67,7 +67,7 @@ func (a HTTPRequestArgs) Validate() error {
 	}
 	u, err := url.Parse(a.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("http.request: url %q is not an absolute http(s) URL", redactURL(a.URL))
+		return fmt.Errorf("http.request: url %q is not an absolute http(s) URL", RedactURL(a.URL))
 	}
 	if a.Timeout < 0 || time.Duration(a.Timeout) > httpMaxTimeout {
 		return fmt.Errorf("http.request: timeout %s is not between 0 and %s", time.Duration(a.Timeout), httpMaxTimeout)
@@ -182,9 +182,9 @@ func (w *HTTPRequestWorker) Work(ctx context.Context, job *river.Job[HTTPRequest
 		if context.Cause(ctx) == timedOut {
 			// Our own timeout (not a shutdown): say so once, without the
 			// transport's wrapping. Returned as an error, so it is retried.
-			return fmt.Errorf("http.request: %s %s: timed out after %s", a.method(), redactURL(a.URL), a.timeout())
+			return fmt.Errorf("http.request: %s %s: timed out after %s", a.method(), RedactURL(a.URL), a.timeout())
 		}
-		return fmt.Errorf("http.request: %s %s: %w", a.method(), redactURL(a.URL), unwrapURLError(err))
+		return fmt.Errorf("http.request: %s %s: %w", a.method(), RedactURL(a.URL), unwrapURLError(err))
 	}
 	defer resp.Body.Close()
 	snippet := readSnippet(resp.Body)
@@ -196,9 +196,9 @@ func (w *HTTPRequestWorker) Work(ctx context.Context, job *river.Job[HTTPRequest
 	case resp.StatusCode >= 200 && resp.StatusCode < 300:
 		return river.RecordOutput(ctx, HTTPRequestOutput{Status: resp.StatusCode, DurationMS: elapsed.Milliseconds(), Body: snippet})
 	case retryableStatus(resp.StatusCode):
-		return &StatusError{Method: a.method(), URL: redactURL(a.URL), Status: resp.StatusCode, Body: snippet}
+		return &StatusError{Method: a.method(), URL: RedactURL(a.URL), Status: resp.StatusCode, Body: snippet}
 	default:
-		return river.JobCancel(&StatusError{Method: a.method(), URL: redactURL(a.URL), Status: resp.StatusCode, Body: snippet})
+		return river.JobCancel(&StatusError{Method: a.method(), URL: RedactURL(a.URL), Status: resp.StatusCode, Body: snippet})
 	}
 }
 
@@ -248,8 +248,8 @@ func readSnippet(r io.Reader) string {
 	return s
 }
 
-// redactURL drops userinfo and the query string, where credentials live.
-func redactURL(raw string) string {
+// RedactURL drops userinfo and the query string, where credentials live.
+func RedactURL(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return "(unparsable url)"

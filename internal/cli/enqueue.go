@@ -31,7 +31,7 @@ Examples:
    enqueue job http.request --args '{"method":"POST","url":"http://app:8000/warm"}' --in 10m
    enqueue job http.request --args @request.json --unique-key warm-2026-11-30 --json
    echo '{"sleep":"2s"}' | enqueue job ferry.noop --args - --queue default --priority 2`
-	app.Commands = []*cli.Command{enqueueJob(), enqueueSchedule(), enqueueLeader(), versionCommand()}
+	app.Commands = []*cli.Command{enqueueJob(), enqueueOutbox(), enqueueSchedule(), enqueueLeader(), versionCommand()}
 	return app
 }
 
@@ -90,7 +90,7 @@ func runEnqueueJob(c *cli.Context) error {
 		return usageErrorf("job takes exactly one KIND argument, got %d", c.NArg())
 	}
 	kind := c.Args().First()
-	raw, err := readArgs(c.String("args"), c.App.Reader)
+	raw, err := readDocument("args", c.String("args"), c.App.Reader, jobs.MaxArgsBytes)
 	if err != nil {
 		return err
 	}
@@ -159,9 +159,10 @@ func insertJob(ctx context.Context, pool *pgxpool.Pool, args jobs.RawArgs, opts 
 	return res, err
 }
 
-// readArgs reads --args: inline JSON, @file, or - for stdin, reading at most
-// one byte past the limit so an oversized document is refused, not loaded.
-func readArgs(v string, stdin io.Reader) ([]byte, error) {
+// readDocument reads a JSON flag's value: inline, @file, or - for stdin,
+// reading at most one byte past limit so an oversized document is refused,
+// not loaded.
+func readDocument(flag, v string, stdin io.Reader, limit int) ([]byte, error) {
 	var (
 		r    io.Reader
 		from string
@@ -172,16 +173,16 @@ func readArgs(v string, stdin io.Reader) ([]byte, error) {
 	case strings.HasPrefix(v, "@"):
 		f, err := os.Open(v[1:])
 		if err != nil {
-			return nil, usageErrorf("--args: %v", err)
+			return nil, usageErrorf("--%s: %v", flag, err)
 		}
 		defer f.Close()
 		r, from = f, v[1:]
 	default:
 		return []byte(v), nil
 	}
-	b, err := io.ReadAll(io.LimitReader(r, jobs.MaxArgsBytes+1))
+	b, err := io.ReadAll(io.LimitReader(r, int64(limit)+1))
 	if err != nil {
-		return nil, usageErrorf("--args: read %s: %v", from, err)
+		return nil, usageErrorf("--%s: read %s: %v", flag, from, err)
 	}
 	return b, nil
 }

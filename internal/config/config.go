@@ -20,16 +20,40 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/ferryq/ferry/jobs"
+	"github.com/ferryq/ferry/outbox"
 	"github.com/ferryq/ferry/periodic"
 )
 
 // File is the YAML document.
 type File struct {
 	Schedules []ScheduleEntry `yaml:"schedules"`
-	// Outbox and Telegram are recognised so that a file written for a later
-	// build is refused with a clear line rather than half-applied.
-	Outbox   yaml.Node `yaml:"outbox"`
+	Outbox    OutboxSection   `yaml:"outbox"`
+	// Telegram is recognised so that a file written for a later build is
+	// refused with a clear line rather than half-applied.
 	Telegram yaml.Node `yaml:"telegram"`
+}
+
+// OutboxSection is the `outbox:` section.
+type OutboxSection struct {
+	MaxAttempts int          `yaml:"max_attempts"`
+	Routes      []RouteEntry `yaml:"routes"`
+}
+
+// RouteEntry is one `outbox.routes` item: a webhook for a topic.
+type RouteEntry struct {
+	Topic     string            `yaml:"topic"`
+	Name      string            `yaml:"name"`
+	URL       string            `yaml:"url"`
+	SecretEnv string            `yaml:"secret_env"`
+	Timeout   string            `yaml:"timeout"`
+	Headers   map[string]string `yaml:"headers"`
+}
+
+// Loaded is what a file configures.
+type Loaded struct {
+	Schedules         []periodic.Schedule
+	Routes            []outbox.Route
+	OutboxMaxAttempts int // 0 when the file does not set it
 }
 
 // ScheduleEntry is one `schedules:` item (keys as in DESIGN.md, "Config
@@ -54,37 +78,85 @@ type Kinds interface {
 	Get(name string) (jobs.Kind, bool)
 }
 
-// Load reads path and returns its schedules, checked against kinds. An
-// empty path means no file.
-func Load(path string, kinds Kinds) ([]periodic.Schedule, error) {
+// Load reads path and returns what it configures, checked against kinds
+// (and the environment, for route secrets). An empty path means no file.
+func Load(path string, kinds Kinds) (Loaded, error) {
 	if path == "" {
-		return nil, nil
+		return Loaded{}, nil
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("config %s: %w", path, unwrapPathError(err))
+		return Loaded{}, fmt.Errorf("config %s: %w", path, unwrapPathError(err))
 	}
-	schedules, err := Parse(b, kinds)
+	loaded, err := Parse(b, kinds)
 	if err != nil {
-		return nil, fmt.Errorf("config %s: %w", path, err)
+		return Loaded{}, fmt.Errorf("config %s: %w", path, err)
 	}
-	return schedules, nil
+	return loaded, nil
 }
 
 // Parse reads a YAML document (see Load).
-func Parse(b []byte, kinds Kinds) ([]periodic.Schedule, error) {
+func Parse(b []byte, kinds Kinds) (Loaded, error) {
 	var f File
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
-		return nil, yamlError(err)
-	}
-	if !f.Outbox.IsZero() {
-		return nil, errors.New("outbox: this build of ferry has no outbox yet; remove the section")
+		return Loaded{}, yamlError(err)
 	}
 	if !f.Telegram.IsZero() {
-		return nil, errors.New("telegram: this build of ferry has no Telegram support yet; remove the section")
+		return Loaded{}, errors.New("telegram: this build of ferry has no Telegram support yet; remove the section")
 	}
+	schedules, err := f.schedules(kinds)
+	if err != nil {
+		return Loaded{}, err
+	}
+	routes, err := f.Outbox.routes()
+	if err != nil {
+		return Loaded{}, err
+	}
+	if f.Outbox.MaxAttempts < 0 || f.Outbox.MaxAttempts > 1000 {
+		return Loaded{}, fmt.Errorf("outbox: max_attempts: %d is not between 1 and 1000", f.Outbox.MaxAttempts)
+	}
+	return Loaded{Schedules: schedules, Routes: routes, OutboxMaxAttempts: f.Outbox.MaxAttempts}, nil
+}
+
+func (o OutboxSection) routes() ([]outbox.Route, error) {
+	out := make([]outbox.Route, 0, len(o.Routes))
+	for i, e := range o.Routes {
+		r := outbox.Route{Topic: e.Topic, Name: e.Name, URL: e.URL, Headers: e.Headers}
+		where := fmt.Sprintf("outbox.routes[%d] (name %q)", i, e.Name)
+		if e.URL == "" {
+			return nil, fmt.Errorf("%s: url: missing", where)
+		}
+		if e.SecretEnv != "" {
+			secret, ok := os.LookupEnv(e.SecretEnv)
+			if !ok || secret == "" {
+				return nil, fmt.Errorf("%s: secret_env: %s is not set in the environment", where, e.SecretEnv)
+			}
+			r.Secret = []byte(secret)
+		}
+		if e.Timeout != "" {
+			d, err := time.ParseDuration(e.Timeout)
+			if err != nil || d <= 0 {
+				return nil, fmt.Errorf("%s: timeout: %q is not a positive duration like 10s", where, e.Timeout)
+			}
+			r.Timeout = d
+		}
+		out = append(out, r)
+	}
+	// The outbox's own checks (topic, name, url, unique names), with the
+	// file's indexes in the message.
+	if _, err := outbox.NewRoutes(out...); err != nil {
+		msg := err.Error()
+		if rest, ok := strings.CutPrefix(msg, "route "); ok {
+			msg = "outbox.routes[" + strings.Replace(rest, " ", "] ", 1)
+		}
+		return nil, errors.New(msg)
+	}
+	return out, nil
+}
+
+func (f File) schedules(kinds Kinds) ([]periodic.Schedule, error) {
 	out := make([]periodic.Schedule, 0, len(f.Schedules))
 	seen := map[string]int{}
 	for i, e := range f.Schedules {

@@ -41,8 +41,9 @@ schedules:
 
 func TestParse(t *testing.T) {
 	t.Parallel()
-	got, err := Parse([]byte(good), registry(t))
+	loaded, err := Parse([]byte(good), registry(t))
 	require.NoError(t, err)
+	got := loaded.Schedules
 	require.Len(t, got, 2)
 
 	b := got[0]
@@ -64,7 +65,8 @@ func TestParse(t *testing.T) {
 
 	empty, err := Parse([]byte(""), registry(t))
 	require.NoError(t, err)
-	require.Empty(t, empty)
+	require.Empty(t, empty.Schedules)
+	require.Empty(t, empty.Routes)
 }
 
 func TestParse_Errors(t *testing.T) {
@@ -92,7 +94,14 @@ func TestParse_Errors(t *testing.T) {
 		"bad overlap":           {entry("every: 1m", "kind: ferry.noop", "overlap: queue"), `overlap "queue": want skip or allow`},
 		"bad misfire":           {entry("every: 1m", "kind: ferry.noop", "misfire: soon"), `misfire: "soon"`},
 		"duplicate id":          {"schedules:\n  - {id: x, every: 1m, kind: ferry.noop}\n  - {id: x, every: 2m, kind: ferry.noop}\n", `schedules[1] (id "x"): id: already used by schedules[0]`},
-		"outbox section":        {"outbox:\n  routes: []\n", "outbox: this build of ferry has no outbox yet"},
+		"route without url":     {"outbox:\n  routes:\n    - {topic: a, name: r}\n", `outbox.routes[0] (name "r"): url: missing`},
+		"route bad topic":       {"outbox:\n  routes:\n    - {topic: 'a b', name: r, url: 'http://x/'}\n", `outbox.routes[0] (name "r"): topic "a b"`},
+		"route bad url":         {"outbox:\n  routes:\n    - {topic: a, name: r, url: '/hook'}\n", `outbox.routes[0] (name "r"): url "/hook"`},
+		"route secret unset":    {"outbox:\n  routes:\n    - {topic: a, name: r, url: 'http://x/', secret_env: FERRY_TEST_SURELY_UNSET}\n", "secret_env: FERRY_TEST_SURELY_UNSET is not set"},
+		"route bad timeout":     {"outbox:\n  routes:\n    - {topic: a, name: r, url: 'http://x/', timeout: soon}\n", `timeout: "soon"`},
+		"route duplicate name":  {"outbox:\n  routes:\n    - {topic: a, name: r, url: 'http://x/'}\n    - {topic: b, name: r, url: 'http://y/'}\n", `outbox.routes[1] (name "r"): name: already used`},
+		"route unknown key":     {"outbox:\n  routes:\n    - {topic: a, name: r, url: 'http://x/', secret: s3cret}\n", "unknown key secret"},
+		"max attempts":          {"outbox:\n  max_attempts: -1\n", "outbox: max_attempts: -1"},
 		"telegram section":      {"telegram:\n  bots: []\n", "telegram: this build of ferry has no Telegram support yet"},
 		"not yaml":              {"schedules: [", "did not find expected"},
 		"wrong type":            {"schedules: {id: x}\n", "cannot unmarshal"},
@@ -114,11 +123,11 @@ func TestLoad(t *testing.T) {
 	require.NoError(t, os.WriteFile(path, []byte(good), 0o600))
 	got, err := Load(path, registry(t))
 	require.NoError(t, err)
-	require.Len(t, got, 2)
+	require.Len(t, got.Schedules, 2)
 
 	none, err := Load("", registry(t))
 	require.NoError(t, err)
-	require.Nil(t, none)
+	require.Empty(t, none.Schedules)
 
 	_, err = Load(filepath.Join(dir, "missing.yaml"), registry(t))
 	require.ErrorContains(t, err, "missing.yaml: no such file or directory")
@@ -129,9 +138,34 @@ func TestLoad(t *testing.T) {
 }
 
 func TestDemoConfig(t *testing.T) {
-	t.Parallel()
 	// The file `go tool task up` runs with must stay valid.
+	t.Setenv("DEMO_HOOK_SECRET", "demo")
 	got, err := Load(filepath.Join("..", "..", "examples", "demo.yaml"), registry(t))
 	require.NoError(t, err)
-	require.NotEmpty(t, got)
+	require.NotEmpty(t, got.Schedules)
+}
+
+func TestParse_Routes(t *testing.T) {
+	t.Setenv("BILLING_HOOK_SECRET", "s3cret")
+	doc := `
+outbox:
+  max_attempts: 5
+  routes:
+    - topic: order.placed
+      name: billing
+      url: http://billing:8080/hooks/order
+      secret_env: BILLING_HOOK_SECRET
+      timeout: 3s
+      headers: {X-Team: billing}
+`
+	loaded, err := Parse([]byte(doc), registry(t))
+	require.NoError(t, err)
+	require.Equal(t, 5, loaded.OutboxMaxAttempts)
+	require.Len(t, loaded.Routes, 1)
+	r := loaded.Routes[0]
+	require.Equal(t, "order.placed", r.Topic)
+	require.Equal(t, "billing", r.Name)
+	require.Equal(t, []byte("s3cret"), r.Secret)
+	require.Equal(t, 3*time.Second, r.Timeout)
+	require.Equal(t, map[string]string{"X-Team": "billing"}, r.Headers)
 }

@@ -1,0 +1,677 @@
+package outbox
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/ferryq/ferry/jobs"
+)
+
+// DeliverArgs are the args of outbox.deliver: one message to one route. The
+// relay inserts one such job per (message, route), in the transaction that
+// also records the delivery in ferry_outbox_delivery.
+type DeliverArgs struct {
+	MessageID int64  `json:"message_id"`
+	Route     string `json:"route"`
+}
+
+// Kind implements river.JobArgs.
+func (DeliverArgs) Kind() string { return "outbox.deliver" }
+
+// Request headers of a webhook delivery.
+const (
+	// EventIDHeader carries the message id, in decimal: what receivers
+	// dedup on.
+	EventIDHeader = "Ferry-Event-Id"
+	// TopicHeader carries the message's topic.
+	TopicHeader = "Ferry-Topic"
+	// RouteHeader carries the route's name.
+	RouteHeader = "Ferry-Route"
+	// SignatureHeader carries the signature, "t=<unix seconds>,v1=<hex
+	// HMAC-SHA256>" (see Sign). It is absent when the route has no secret.
+	SignatureHeader = "Ferry-Signature"
+)
+
+// ErrRouteNotConfigured is the last error of a delivery whose route this
+// worker does not know (the configuration changed since the relay routed
+// the message).
+const ErrRouteNotConfigured = "route not configured on this worker"
+
+// retryBackoff is the delay after the failed attempt n (1-based) at index
+// n-1; later attempts wait as long as the last entry.
+var retryBackoff = []time.Duration{
+	5 * time.Second,
+	15 * time.Second,
+	time.Minute,
+	5 * time.Minute,
+	15 * time.Minute,
+	time.Hour,
+}
+
+const (
+	// jobTimeoutMargin is how much longer than the route's own timeout River
+	// gives a job, so the route's timeout (a retried attempt) wins the race.
+	jobTimeoutMargin = 5 * time.Second
+	// unknownRouteJobTimeout is the job timeout of a route this worker does
+	// not know; such a job ends at once anyway.
+	unknownRouteJobTimeout = 15 * time.Second
+	// recordTimeout bounds the writes that record an attempt, which run
+	// even when the job's context has ended.
+	recordTimeout = 10 * time.Second
+	// maxLastError bounds last_error (a handler's error can be anything).
+	maxLastError = 2048
+	// scrubWindow is how much more of a response body than SnippetBytes is
+	// read, so a secret that straddles the snippet's end is still scrubbed
+	// whole before the cut.
+	scrubWindow = 4 << 10
+)
+
+// DeliverConfig configures a DeliverWorker.
+type DeliverConfig struct {
+	// Pool is the database of ferry_outbox. Required.
+	Pool *pgxpool.Pool
+	// Routes is this process's routing table; nil is no route (every
+	// delivery is then stuck with ErrRouteNotConfigured).
+	Routes *Routes
+	// MaxAttempts after which a failing delivery is stuck; default
+	// DefaultMaxAttempts (FERRY_OUTBOX_MAX_ATTEMPTS). A job inserted with a
+	// lower River MaxAttempts stops at that.
+	MaxAttempts int
+	// Client sends webhooks; default a client of this worker's own. It is
+	// used without following redirects whatever its CheckRedirect says.
+	Client *http.Client
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Now is the clock of signature timestamps and next attempt times;
+	// default time.Now.
+	Now func() time.Time
+}
+
+// DeliverWorker works outbox.deliver: it posts a message to a webhook or
+// runs a Go handler, and records each attempt in ferry_outbox_delivery
+// (and, once every route of the message is done or one is stuck, in
+// ferry_outbox).
+//
+// Outcomes: delivered (2xx, or the handler's transaction committed); failed
+// and retried on the backoff table 5, 15, 60, 300, 900, 3600 s with ±10%
+// jitter (408, 429, 5xx, transport errors, timeouts, a handler's error or
+// panic); stuck at once (any other status, a handler returning
+// river.JobCancel, a route this worker does not know) or after MaxAttempts.
+// A stuck delivery ends its job and marks the message stuck; Reset puts it
+// back.
+//
+// A Go handler route completes its job with river.JobCompleteTx, so it
+// needs River's work context: Work called outside a River client fails
+// every attempt of such a route.
+type DeliverWorker struct {
+	river.WorkerDefaults[DeliverArgs]
+
+	pool        *pgxpool.Pool
+	routes      *Routes
+	maxAttempts int
+	client      *http.Client
+	log         *slog.Logger
+	now         func() time.Time
+
+	// retryAt holds, from Work to NextRetry, the next attempt time Work
+	// recorded in next_attempt_at, so River schedules the retry at exactly
+	// that time (the jitter is random). Keyed by retryKey; NextRetry
+	// removes the entry.
+	retryAt sync.Map
+}
+
+type retryKey struct {
+	jobID   int64
+	attempt int
+}
+
+var _ river.Worker[DeliverArgs] = (*DeliverWorker)(nil)
+
+// NewDeliverWorker returns a worker; a nil Pool panics (a wiring mistake,
+// not an input). It warns once per webhook route that has no secret: its
+// requests go unsigned.
+func NewDeliverWorker(cfg DeliverConfig) *DeliverWorker {
+	if cfg.Pool == nil {
+		panic("outbox: NewDeliverWorker: DeliverConfig.Pool is nil")
+	}
+	w := &DeliverWorker{
+		pool:        cfg.Pool,
+		routes:      cfg.Routes,
+		maxAttempts: cmp.Or(max(cfg.MaxAttempts, 0), DefaultMaxAttempts),
+		client:      noRedirects(cfg.Client),
+		log:         cfg.Logger,
+		now:         cfg.Now,
+	}
+	if w.routes == nil {
+		w.routes = &Routes{}
+	}
+	if w.log == nil {
+		w.log = slog.Default()
+	}
+	if w.now == nil {
+		w.now = time.Now
+	}
+	for _, r := range w.routes.All() {
+		if r.URL != "" && len(r.Secret) == 0 {
+			w.log.Warn("outbox: route has no secret; its requests are not signed", "route", r.Name, "topic", r.Topic)
+		}
+	}
+	return w
+}
+
+// noRedirects returns a copy of c (or of a new dedicated client) that never
+// follows redirects. A webhook URL is configuration: a redirect means the
+// configuration is out of date, and following it would send the signed
+// payload to a URL nobody configured (307/308 resend the body) or drop it
+// (301/302/303 turn the POST into a GET). The 3xx answer is returned as is
+// and the delivery is stuck until the route's URL is fixed.
+func noRedirects(c *http.Client) *http.Client {
+	var cp http.Client
+	if c != nil {
+		cp = *c
+	} else {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConnsPerHost = 16
+		cp.Transport = tr
+	}
+	cp.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return &cp
+}
+
+// Kind describes outbox.deliver for the job registry.
+func (w *DeliverWorker) Kind() jobs.Kind {
+	return jobs.Define[DeliverArgs](w, Queue, "delivers one outbox message to one route")
+}
+
+// Timeout gives River's job context a little more than the route's own
+// timeout, so the route's timeout (a retried attempt, recorded) wins.
+func (w *DeliverWorker) Timeout(job *river.Job[DeliverArgs]) time.Duration {
+	r, ok := w.routes.Get(job.Args.Route)
+	if !ok {
+		return unknownRouteJobTimeout
+	}
+	return routeTimeout(r) + jobTimeoutMargin
+}
+
+// NextRetry returns when River retries a failed attempt: the time Work
+// recorded as next_attempt_at, or, for a failure Work did not record (the
+// database was unreachable), a fresh draw from the backoff table.
+func (w *DeliverWorker) NextRetry(job *river.Job[DeliverArgs]) time.Time {
+	if at, ok := w.retryAt.LoadAndDelete(retryKey{job.ID, job.Attempt}); ok {
+		return at.(time.Time)
+	}
+	return w.now().Add(backoff(job.Attempt))
+}
+
+// backoff is the delay after failed attempt n: the table's value ±10%.
+func backoff(attempt int) time.Duration {
+	d := retryBackoff[min(max(attempt, 1), len(retryBackoff))-1]
+	return d + time.Duration((rand.Float64()*0.2-0.1)*float64(d))
+}
+
+func routeTimeout(r Route) time.Duration { return cmp.Or(r.Timeout, DefaultRouteTimeout) }
+
+// outcome is what one attempt came to.
+type outcome int
+
+const (
+	delivered   outcome = iota
+	retry               // failed; River retries it
+	stuck               // failed for good
+	interrupted         // cut off by the job's context (shutdown); not recorded
+)
+
+// attempt is one attempt's result. err is safe to store and log: redacted
+// and bounded.
+type attempt struct {
+	outcome outcome
+	status  int // HTTP status; 0 for a Go handler or a transport error
+	err     error
+	// none: no attempt was made (a route this worker does not know), so
+	// attempts is not counted.
+	none bool
+}
+
+// Work implements river.Worker.
+func (w *DeliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
+	a := job.Args
+	msg, deliveryStatus, err := w.load(ctx, a)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		err := fmt.Errorf("outbox: deliver message %d to route %s: message not found (deleted by retention?)", a.MessageID, a.Route)
+		w.log.Warn("outbox: delivery cancelled", "message_id", a.MessageID, "route", a.Route, "error", err)
+		return river.JobCancel(err)
+	case err != nil:
+		return fmt.Errorf("outbox: deliver message %d to route %s: load message: %w", a.MessageID, a.Route, err)
+	case deliveryStatus == nil:
+		err := fmt.Errorf("outbox: deliver message %d to route %s: no delivery row in ferry_outbox_delivery (the relay records one with each job)", a.MessageID, a.Route)
+		w.log.Error("outbox: delivery stuck", "message_id", a.MessageID, "route", a.Route, "topic", msg.Topic, "error", err)
+		return river.JobCancel(err)
+	case *deliveryStatus == "delivered":
+		// A second job for a delivery already done (a reset raced a
+		// success, a job inserted by hand): nothing to do.
+		w.log.Debug("outbox: already delivered", "message_id", a.MessageID, "route", a.Route, "topic", msg.Topic, "attempt", job.Attempt)
+		return nil
+	}
+
+	route, ok := w.routes.Get(a.Route)
+	if !ok {
+		return w.finish(ctx, job, msg, attempt{outcome: stuck, err: errors.New(ErrRouteNotConfigured), none: true}, 0)
+	}
+	if route.Handler != nil {
+		return w.workHandler(ctx, job, route, msg)
+	}
+	start := time.Now()
+	res := w.post(ctx, route, msg)
+	return w.finish(ctx, job, msg, res, time.Since(start))
+}
+
+// load reads the message and the status of its delivery to the job's route
+// (nil when there is no delivery row). A missing message is pgx.ErrNoRows.
+func (w *DeliverWorker) load(ctx context.Context, a DeliverArgs) (Message, *string, error) {
+	msg := Message{ID: a.MessageID}
+	var status *string
+	var payload []byte
+	err := w.pool.QueryRow(ctx, sqlLoad, a.MessageID, a.Route).
+		Scan(&msg.Topic, &payload, &msg.DedupKey, &msg.CreatedAt, &status)
+	msg.Payload = payload
+	return msg, status, err
+}
+
+// post sends msg to the webhook route once.
+func (w *DeliverWorker) post(ctx context.Context, route Route, msg Message) attempt {
+	timeout := routeTimeout(route)
+	target := "POST " + jobs.RedactURL(route.URL)
+	timedOut := fmt.Errorf("%s: timed out after %s", target, timeout)
+	rctx, cancel := context.WithTimeoutCause(ctx, timeout, timedOut)
+	defer cancel()
+
+	req, err := http.NewRequestWithContext(rctx, http.MethodPost, route.URL, bytes.NewReader(msg.Payload))
+	if err != nil {
+		// Not err itself: url.Parse errors quote the whole URL.
+		return attempt{outcome: stuck, err: fmt.Errorf("%s: cannot build the request (invalid url?)", target)}
+	}
+	for k, v := range route.Headers {
+		req.Header.Set(k, v)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "ferry-outbox")
+	req.Header.Set(EventIDHeader, msg.EventID())
+	req.Header.Set(TopicHeader, msg.Topic)
+	req.Header.Set(RouteHeader, route.Name)
+	var sig string
+	if len(route.Secret) > 0 {
+		sig = Sign(route.Secret, w.now(), msg.EventID(), msg.Payload)
+		req.Header.Set(SignatureHeader, sig)
+	}
+
+	resp, err := w.client.Do(req)
+	if err != nil {
+		switch {
+		case ctx.Err() != nil:
+			// The job's context, not the route's timeout: River is
+			// stopping (it puts the job back without counting the
+			// attempt when the error is context.Canceled).
+			return attempt{outcome: interrupted, err: fmt.Errorf("%s: interrupted: %w", target, ctx.Err())}
+		case context.Cause(rctx) == timedOut:
+			return attempt{outcome: retry, err: timedOut}
+		default:
+			return attempt{outcome: retry, err: fmt.Errorf("%s: %w", target, unwrapURLError(err))}
+		}
+	}
+	defer resp.Body.Close()
+	snippet := readSnippet(resp.Body, scrubber(route, sig))
+	// Drain a bounded amount more so the connection can be reused.
+	_, _ = io.CopyN(io.Discard, resp.Body, 64<<10)
+
+	code := resp.StatusCode
+	var statusErr error
+	if snippet != "" {
+		statusErr = fmt.Errorf("%s: status %d: %s", target, code, snippet)
+	} else {
+		statusErr = fmt.Errorf("%s: status %d", target, code)
+	}
+	switch {
+	case code >= 200 && code < 300:
+		return attempt{outcome: delivered, status: code}
+	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500:
+		return attempt{outcome: retry, status: code, err: statusErr}
+	case code >= 300 && code < 400:
+		loc := ""
+		if l := resp.Header.Get("Location"); l != "" {
+			loc = " to " + jobs.RedactURL(l)
+		}
+		return attempt{outcome: stuck, status: code, err: fmt.Errorf("%s: status %d: redirect%s not followed; fix the route's url", target, code, loc)}
+	default:
+		return attempt{outcome: stuck, status: code, err: statusErr}
+	}
+}
+
+// workHandler runs a Go handler route: in one transaction, Receive, the
+// handler (when Receive says first), the delivery recorded delivered and
+// the River job completed. A failure rolls all of it back, then the failed
+// attempt is recorded on its own.
+func (w *DeliverWorker) workHandler(ctx context.Context, job *river.Job[DeliverArgs], route Route, msg Message) error {
+	timeout := routeTimeout(route)
+	timedOut := fmt.Errorf("handler timed out after %s", timeout)
+	hctx, cancel := context.WithTimeoutCause(ctx, timeout, timedOut)
+	defer cancel()
+
+	start := time.Now()
+	var handlerErr error
+	err := pgx.BeginFunc(hctx, w.pool, func(tx pgx.Tx) error {
+		first, err := Receive(hctx, tx, route.Name, msg.EventID())
+		if err != nil {
+			return err
+		}
+		if first {
+			if err := callHandler(hctx, route.Handler, tx, msg); err != nil {
+				handlerErr = err
+				return err
+			}
+		}
+		if err := markDelivered(hctx, tx, msg.ID, route.Name); err != nil {
+			return err
+		}
+		if _, err := river.JobCompleteTx[*riverpgxv5.Driver](hctx, tx, job); err != nil {
+			return fmt.Errorf("complete the job: %w", err)
+		}
+		return nil
+	})
+	elapsed := time.Since(start)
+
+	var (
+		res       attempt
+		cancelErr *rivertype.JobCancelError
+	)
+	switch {
+	case err == nil:
+		res = attempt{outcome: delivered}
+	case errors.Is(err, errMessageGone):
+		res = attempt{outcome: stuck, err: err}
+	case ctx.Err() != nil:
+		res = attempt{outcome: interrupted, err: fmt.Errorf("handler: interrupted: %w", ctx.Err())}
+	case context.Cause(hctx) == timedOut:
+		res = attempt{outcome: retry, err: timedOut}
+	case handlerErr != nil && errors.As(handlerErr, &cancelErr):
+		// The handler says retrying cannot help (a payload it will never
+		// accept): stuck at once.
+		res = attempt{outcome: stuck, err: fmt.Errorf("handler: %w", cmp.Or(cancelErr.Unwrap(), error(cancelErr)))}
+	case handlerErr != nil:
+		res = attempt{outcome: retry, err: fmt.Errorf("handler: %w", handlerErr)}
+	default:
+		res = attempt{outcome: retry, err: err}
+	}
+	if res.outcome == delivered {
+		// Recorded in the transaction; only the log line is left.
+		w.logDelivered(job, msg, res, elapsed)
+		return nil
+	}
+	return w.finish(ctx, job, msg, res, elapsed)
+}
+
+// callHandler runs h, turning a panic into an error: a job never panics the
+// process.
+func callHandler(ctx context.Context, h Handler, tx pgx.Tx, msg Message) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("panicked: %v", p)
+		}
+	}()
+	return h(ctx, tx, msg)
+}
+
+// finish records a webhook attempt (or a handler's failed attempt), logs it
+// and returns what River should do with the job.
+func (w *DeliverWorker) finish(ctx context.Context, job *river.Job[DeliverArgs], msg Message, res attempt, elapsed time.Duration) error {
+	a := job.Args
+	attrs := []any{"message_id", a.MessageID, "route", a.Route, "topic", msg.Topic, "attempt", job.Attempt}
+	if res.status != 0 {
+		attrs = append(attrs, "status_code", res.status)
+	}
+	attrs = append(attrs, "duration", elapsed)
+	wrap := func(err error) error {
+		return fmt.Errorf("outbox: deliver message %d to route %s: %w", a.MessageID, a.Route, err)
+	}
+
+	// The job's context may be over (a timeout, a stop): the result must be
+	// recorded anyway.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	defer cancel()
+
+	switch res.outcome {
+	case delivered:
+		if err := pgx.BeginFunc(rctx, w.pool, func(tx pgx.Tx) error { return markDelivered(rctx, tx, a.MessageID, a.Route) }); err != nil {
+			if errors.Is(err, errMessageGone) {
+				return river.JobCancel(wrap(err))
+			}
+			// Retried: the receiver gets it again and dedups on the
+			// event id.
+			err = wrap(fmt.Errorf("delivered, but recording it failed: %w", err))
+			w.log.Warn("outbox: delivery failed", append(attrs, "error", err)...)
+			return err
+		}
+		w.logDelivered(job, msg, res, elapsed)
+		return nil
+
+	case interrupted:
+		w.log.Warn("outbox: delivery interrupted", append(attrs, "error", res.err)...)
+		return wrap(res.err)
+
+	case retry:
+		lastErr := truncate(res.err.Error(), maxLastError)
+		riverLimit := job.MaxAttempts > 0 && job.Attempt >= job.MaxAttempts
+		if !riverLimit && job.Attempt < w.maxAttempts {
+			next := w.now().Add(backoff(job.Attempt))
+			w.retryAt.Store(retryKey{job.ID, job.Attempt}, next)
+			err := wrap(res.err)
+			if rerr := recordFailed(rctx, w.pool, a.MessageID, a.Route, lastErr, next); rerr != nil {
+				err = errors.Join(err, wrap(rerr))
+			}
+			w.log.Warn("outbox: delivery failed", append(attrs, "error", lastErr, "next_attempt_at", next)...)
+			return err
+		}
+		lastErr = truncate(fmt.Sprintf("%s (attempt %d, the last)", res.err, job.Attempt), maxLastError)
+		err := wrap(fmt.Errorf("%w (attempt %d, the last)", res.err, job.Attempt))
+		if rerr := recordStuck(rctx, w.pool, a.MessageID, a.Route, lastErr, true); rerr != nil {
+			err = errors.Join(err, wrap(rerr))
+		}
+		w.log.Error("outbox: delivery stuck", append(attrs, "error", lastErr)...)
+		if riverLimit {
+			return err // River discards the job: it was its last attempt.
+		}
+		// MaxAttempts of this worker is below the job's own: River would
+		// retry a plain error, so cancel.
+		return river.JobCancel(err)
+
+	default: // stuck
+		lastErr := truncate(res.err.Error(), maxLastError)
+		err := wrap(res.err)
+		if rerr := recordStuck(rctx, w.pool, a.MessageID, a.Route, lastErr, !res.none); rerr != nil && !errors.Is(rerr, errMessageGone) {
+			err = errors.Join(err, wrap(rerr))
+		}
+		w.log.Error("outbox: delivery stuck", append(attrs, "error", lastErr)...)
+		return river.JobCancel(err)
+	}
+}
+
+func (w *DeliverWorker) logDelivered(job *river.Job[DeliverArgs], msg Message, res attempt, elapsed time.Duration) {
+	attrs := []any{"message_id", job.Args.MessageID, "route", job.Args.Route, "topic", msg.Topic, "attempt", job.Attempt}
+	if res.status != 0 {
+		attrs = append(attrs, "status_code", res.status)
+	}
+	w.log.Debug("outbox: delivered", append(attrs, "duration", elapsed)...)
+}
+
+// SQL of the worker.
+const (
+	sqlLoad = `SELECT o.topic, o.payload, o.dedup_key, o.created_at, d.status
+		FROM ferry_outbox o LEFT JOIN ferry_outbox_delivery d ON d.message_id = o.id AND d.route = $2
+		WHERE o.id = $1`
+
+	// sqlLockMessage serialises the recordings of one message's
+	// deliveries, so that the last route to finish sees every other one
+	// done (under READ COMMITTED, two concurrent transactions would each
+	// see the other's delivery still pending, and the message would never
+	// become delivered).
+	sqlLockMessage = `SELECT 1 FROM ferry_outbox WHERE id = $1 FOR NO KEY UPDATE`
+
+	// Delivered is final: no statement moves a delivered row.
+	sqlDelivered = `UPDATE ferry_outbox_delivery SET status = 'delivered', attempts = attempts + 1,
+		delivered_at = now(), last_error = NULL, next_attempt_at = NULL, updated_at = now()
+		WHERE message_id = $1 AND route = $2 AND status <> 'delivered'`
+
+	sqlMessageDelivered = `UPDATE ferry_outbox SET status = 'delivered', delivered_at = now(), last_error = NULL
+		WHERE id = $1 AND status <> 'delivered'
+		AND NOT EXISTS (SELECT 1 FROM ferry_outbox_delivery WHERE message_id = $1 AND status <> 'delivered')`
+
+	sqlFailed = `UPDATE ferry_outbox_delivery SET status = 'pending', attempts = attempts + 1,
+		last_error = $3, next_attempt_at = $4, updated_at = now()
+		WHERE message_id = $1 AND route = $2 AND status <> 'delivered'`
+
+	sqlStuck = `UPDATE ferry_outbox_delivery SET status = 'stuck', attempts = attempts + $4,
+		last_error = $3, next_attempt_at = NULL, updated_at = now()
+		WHERE message_id = $1 AND route = $2 AND status <> 'delivered'`
+
+	sqlMessageStuck = `UPDATE ferry_outbox SET status = 'stuck', last_error = $2 WHERE id = $1 AND status <> 'delivered'`
+)
+
+// errMessageGone: the message was deleted (retention) while it was being
+// delivered.
+var errMessageGone = errors.New("message not found (deleted by retention?)")
+
+func lockMessage(ctx context.Context, tx pgx.Tx, id int64) error {
+	var one int
+	err := tx.QueryRow(ctx, sqlLockMessage, id).Scan(&one)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return errMessageGone
+	}
+	if err != nil {
+		return fmt.Errorf("lock message: %w", err)
+	}
+	return nil
+}
+
+// markDelivered records the delivery delivered, and the message delivered
+// when no delivery of it is left undone, in tx.
+func markDelivered(ctx context.Context, tx pgx.Tx, id int64, route string) error {
+	if err := lockMessage(ctx, tx, id); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, sqlDelivered, id, route); err != nil {
+		return fmt.Errorf("record delivered: %w", err)
+	}
+	if _, err := tx.Exec(ctx, sqlMessageDelivered, id); err != nil {
+		return fmt.Errorf("record message delivered: %w", err)
+	}
+	return nil
+}
+
+// recordFailed records a failed attempt that River retries at next.
+func recordFailed(ctx context.Context, pool *pgxpool.Pool, id int64, route, lastErr string, next time.Time) error {
+	if _, err := pool.Exec(ctx, sqlFailed, id, route, lastErr, next); err != nil {
+		return fmt.Errorf("record failed attempt: %w", err)
+	}
+	return nil
+}
+
+// recordStuck records the delivery stuck and the message with it (its
+// last_error names the route). attempted says whether an attempt was made.
+func recordStuck(ctx context.Context, pool *pgxpool.Pool, id int64, route, lastErr string, attempted bool) error {
+	n := 0
+	if attempted {
+		n = 1
+	}
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if err := lockMessage(ctx, tx, id); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, sqlStuck, id, route, lastErr, n)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return nil // delivered meanwhile by another job, or no row
+		}
+		_, err = tx.Exec(ctx, sqlMessageStuck, id, "route "+route+": "+lastErr)
+		return err
+	})
+	if err != nil && !errors.Is(err, errMessageGone) {
+		return fmt.Errorf("record stuck: %w", err)
+	}
+	return err
+}
+
+// scrubber returns what must never reach last_error or a log from a
+// receiver's answer (a debug page may echo the request): the route's
+// secret, the signature sent, the URL's query string and userinfo.
+func scrubber(route Route, sig string) *strings.Replacer {
+	var pairs []string
+	if len(route.Secret) > 0 {
+		pairs = append(pairs, string(route.Secret), "[redacted]")
+	}
+	if sig != "" {
+		pairs = append(pairs, sig, "[redacted]")
+		if _, v1, ok := strings.Cut(sig, "v1="); ok {
+			pairs = append(pairs, v1, "[redacted]")
+		}
+	}
+	if u, err := url.Parse(route.URL); err == nil {
+		if u.RawQuery != "" {
+			pairs = append(pairs, u.RawQuery, "…")
+		}
+		if u.User != nil {
+			pairs = append(pairs, u.User.String(), "…")
+		}
+	}
+	return strings.NewReplacer(pairs...)
+}
+
+// readSnippet reads at most jobs.SnippetBytes of r (after scrubbing a
+// larger window), trimmed and valid UTF-8, with "…" when cut.
+func readSnippet(r io.Reader, scrub *strings.Replacer) string {
+	b, _ := io.ReadAll(io.LimitReader(r, jobs.SnippetBytes+scrubWindow))
+	s := strings.TrimSpace(scrub.Replace(strings.ToValidUTF8(string(b), "?")))
+	return truncate(s, jobs.SnippetBytes)
+}
+
+// truncate cuts s to at most n bytes on a rune boundary, marking the cut
+// with "…".
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	i := n
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + "…"
+}
+
+// unwrapURLError strips *url.Error, whose message repeats the full URL with
+// its query string.
+func unwrapURLError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}

@@ -1,0 +1,144 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+)
+
+// Querier is what the read-side functions run on (a pool, a conn, a tx).
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// Stat is a count of messages (Route "") or deliveries by topic, route and
+// status.
+type Stat struct {
+	Topic  string `json:"topic"`
+	Route  string `json:"route"`
+	Status string `json:"status"`
+	Count  int64  `json:"count"`
+}
+
+// Stats counts messages by topic and status, and deliveries by topic, route
+// and status.
+func Stats(ctx context.Context, q Querier) ([]Stat, error) {
+	rows, err := q.Query(ctx, `
+		SELECT topic, '' AS route, status, count(*) FROM ferry_outbox GROUP BY topic, status
+		UNION ALL
+		SELECT o.topic, d.route, d.status, count(*) FROM ferry_outbox_delivery d JOIN ferry_outbox o ON o.id = d.message_id
+		GROUP BY o.topic, d.route, d.status
+		ORDER BY 1, 2, 3`)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: stats: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Stat])
+	if err != nil {
+		return nil, fmt.Errorf("outbox: stats: %w", err)
+	}
+	return out, nil
+}
+
+// Delivery is one (message, route) delivery with its message.
+type Delivery struct {
+	MessageID     int64      `json:"message_id"`
+	Topic         string     `json:"topic"`
+	MessageStatus string     `json:"message_status"`
+	Route         *string    `json:"route"`
+	Status        *string    `json:"status"`
+	Attempts      *int       `json:"attempts"`
+	LastError     *string    `json:"last_error"`
+	NextAttemptAt *time.Time `json:"next_attempt_at"`
+	JobID         *int64     `json:"job_id"`
+	DeliveredAt   *time.Time `json:"delivered_at"`
+	CreatedAt     time.Time  `json:"created_at"`
+}
+
+// ListFilter narrows List.
+type ListFilter struct {
+	Status string // a message or delivery status; "" for any
+	Topic  string // "" for any
+	Limit  int    // default 100
+}
+
+// List returns messages with their deliveries, newest first. A message
+// with no delivery (pending, or stuck for want of a route) appears once
+// with a nil route.
+func List(ctx context.Context, q Querier, f ListFilter) ([]Delivery, error) {
+	if f.Limit <= 0 {
+		f.Limit = 100
+	}
+	rows, err := q.Query(ctx, `
+		SELECT o.id, o.topic, o.status, d.route, d.status, d.attempts, coalesce(d.last_error, o.last_error),
+		       d.next_attempt_at, d.job_id, coalesce(d.delivered_at, o.delivered_at), o.created_at
+		FROM ferry_outbox o LEFT JOIN ferry_outbox_delivery d ON d.message_id = o.id
+		WHERE ($1 = '' OR coalesce(d.status, o.status) = $1) AND ($2 = '' OR o.topic = $2)
+		ORDER BY o.id DESC, d.route LIMIT $3`, f.Status, f.Topic, f.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: list: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Delivery])
+	if err != nil {
+		return nil, fmt.Errorf("outbox: list: %w", err)
+	}
+	return out, nil
+}
+
+// Reset puts stuck messages back: their stuck deliveries become pending
+// with a new delivery job each (attempts kept, as history), and a message
+// stuck for want of a route goes back to pending for the relay to route
+// again. It returns how many deliveries and messages it reset.
+func Reset(ctx context.Context, tx pgx.Tx, inserter Inserter, ids []int64, maxAttempts int) (deliveries, messages int, err error) {
+	if maxAttempts <= 0 {
+		maxAttempts = DefaultMaxAttempts
+	}
+	rows, err := tx.Query(ctx, `UPDATE ferry_outbox_delivery SET status = 'pending', next_attempt_at = NULL, updated_at = now()
+		WHERE message_id = ANY($1) AND status = 'stuck' RETURNING message_id, route`, ids)
+	if err != nil {
+		return 0, 0, fmt.Errorf("outbox: reset deliveries: %w", err)
+	}
+	var (
+		msgID  int64
+		route  string
+		msgIDs []int64
+		routes []string
+		params []river.InsertManyParams
+	)
+	_, err = pgx.ForEachRow(rows, []any{&msgID, &route}, func() error {
+		msgIDs, routes = append(msgIDs, msgID), append(routes, route)
+		params = append(params, river.InsertManyParams{
+			Args:       DeliverArgs{MessageID: msgID, Route: route},
+			InsertOpts: &river.InsertOpts{Queue: Queue, MaxAttempts: maxAttempts},
+		})
+		return nil
+	})
+	if err != nil {
+		return 0, 0, fmt.Errorf("outbox: reset deliveries: %w", err)
+	}
+	if len(params) > 0 {
+		res, err := inserter.InsertManyTx(ctx, tx, params)
+		if err != nil {
+			return 0, 0, fmt.Errorf("outbox: reset: insert delivery jobs: %w", err)
+		}
+		jobIDs := make([]int64, len(res))
+		for i, r := range res {
+			jobIDs[i] = r.Job.ID
+		}
+		if _, err := tx.Exec(ctx, `UPDATE ferry_outbox_delivery d SET job_id = u.job_id
+			FROM unnest($1::bigint[], $2::text[], $3::bigint[]) AS u(message_id, route, job_id)
+			WHERE d.message_id = u.message_id AND d.route = u.route`, msgIDs, routes, jobIDs); err != nil {
+			return 0, 0, fmt.Errorf("outbox: reset: record jobs: %w", err)
+		}
+	}
+	tag, err := tx.Exec(ctx, `UPDATE ferry_outbox o SET
+			status = CASE WHEN EXISTS (SELECT 1 FROM ferry_outbox_delivery d WHERE d.message_id = o.id) THEN 'relayed' ELSE 'pending' END,
+			last_error = NULL
+		WHERE id = ANY($1) AND status = 'stuck'`, ids)
+	if err != nil {
+		return 0, 0, fmt.Errorf("outbox: reset messages: %w", err)
+	}
+	return len(params), int(tag.RowsAffected()), nil
+}

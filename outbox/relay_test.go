@@ -1,0 +1,253 @@
+package outbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ferryq/ferry/internal/pgtest"
+)
+
+type relayBundle struct {
+	pool   *pgxpool.Pool
+	client *river.Client[pgx.Tx]
+}
+
+func relaySetup(t *testing.T) *relayBundle {
+	t.Helper()
+	pool := pgtest.PoolFor(t, pgtest.NewDatabase(t, true))
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
+	require.NoError(t, err)
+	return &relayBundle{pool: pool, client: client}
+}
+
+func (b *relayBundle) relay(t *testing.T, routes ...Route) *Relay {
+	t.Helper()
+	rs, err := NewRoutes(routes...)
+	require.NoError(t, err)
+	return NewRelay(RelayConfig{Pool: b.pool, Inserter: b.client, Routes: rs, Logger: slog.New(slog.DiscardHandler)})
+}
+
+func webhook(topic, name string) Route {
+	return Route{Topic: topic, Name: name, URL: "http://127.0.0.1:1/hook"}
+}
+
+func (b *relayBundle) add(t *testing.T, topic string, payload any, opts ...AddOption) int64 {
+	t.Helper()
+	var id int64
+	require.NoError(t, pgx.BeginFunc(context.Background(), b.pool, func(tx pgx.Tx) (err error) {
+		id, err = Add(context.Background(), tx, topic, payload, opts...)
+		return err
+	}))
+	return id
+}
+
+func count(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	require.NoError(t, pool.QueryRow(context.Background(), sql, args...).Scan(&n))
+	return n
+}
+
+func TestAdd(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := relaySetup(t)
+
+	id := b.add(t, "order.placed", map[string]any{"order_id": 42}, WithDedupKey("order-42"))
+	require.Positive(t, id)
+	var (
+		topic, status string
+		payload       json.RawMessage
+		key           *string
+	)
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT topic, payload, dedup_key, status FROM ferry_outbox WHERE id = $1", id).Scan(&topic, &payload, &key, &status))
+	require.Equal(t, "order.placed", topic)
+	require.JSONEq(t, `{"order_id":42}`, string(payload))
+	require.Equal(t, "order-42", *key)
+	require.Equal(t, "pending", status)
+
+	// A rolled-back transaction leaves no message.
+	err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		if _, err := Add(ctx, tx, "order.placed", json.RawMessage(`{"order_id":43}`)); err != nil {
+			return err
+		}
+		return errors.New("the caller's transaction fails")
+	})
+	require.Error(t, err)
+	require.Equal(t, 1, count(t, b.pool, "SELECT count(*) FROM ferry_outbox"))
+
+	for name, tc := range map[string]struct {
+		topic   string
+		payload any
+		opts    []AddOption
+		want    error
+	}{
+		"topic with a space":  {"order placed", `{}`, nil, ErrInvalidTopic},
+		"topic too long":      {strings.Repeat("a", 129), `{}`, nil, ErrInvalidTopic},
+		"empty topic":         {"", `{}`, nil, ErrInvalidTopic},
+		"invalid json":        {"t", json.RawMessage(`{"a":`), nil, ErrInvalidPayload},
+		"payload over 256KiB": {"t", map[string]string{"x": strings.Repeat("a", MaxPayloadBytes)}, nil, ErrPayloadTooLarge},
+		"unencodable payload": {"t", make(chan int), nil, ErrInvalidPayload},
+		"empty dedup key":     {"t", `{}`, []AddOption{WithDedupKey("")}, ErrInvalidDedupKey},
+		"dedup key too long":  {"t", `{}`, []AddOption{WithDedupKey(strings.Repeat("k", 257))}, ErrInvalidDedupKey},
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+				_, err := Add(ctx, tx, tc.topic, tc.payload, tc.opts...)
+				return err
+			})
+			require.ErrorIs(t, err, tc.want)
+		})
+	}
+
+	// A duplicate dedup key is refused and leaves the caller's tx usable.
+	err = pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		_, err := Add(ctx, tx, "order.placed", `{}`, WithDedupKey("order-42"))
+		require.ErrorIs(t, err, ErrDuplicate)
+		_, err = Add(ctx, tx, "order.placed", `{}`, WithDedupKey("order-44"))
+		return err
+	})
+	require.NoError(t, err)
+	// The same key in another topic is another message.
+	b.add(t, "order.cancelled", `{}`, WithDedupKey("order-42"))
+	require.Equal(t, 3, count(t, b.pool, "SELECT count(*) FROM ferry_outbox"))
+}
+
+func TestPlainSQLWriter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := relaySetup(t)
+	insert := func(sql string, args ...any) error {
+		_, err := b.pool.Exec(ctx, sql, args...)
+		return err
+	}
+	require.NoError(t, insert(`INSERT INTO ferry_outbox (topic, payload, dedup_key) VALUES ('order.placed', '{"order_id": 1}', 'k1')`))
+
+	for name, tc := range map[string]struct {
+		sql        string
+		args       []any
+		constraint string
+		code       string
+	}{
+		"bad topic":        {`INSERT INTO ferry_outbox (topic, payload) VALUES ('order placed', '{}')`, nil, "ferry_outbox_topic_format", "23514"},
+		"long topic":       {`INSERT INTO ferry_outbox (topic, payload) VALUES (repeat('a', 129), '{}')`, nil, "ferry_outbox_topic_format", "23514"},
+		"big payload":      {`INSERT INTO ferry_outbox (topic, payload) VALUES ('t', jsonb_build_object('x', repeat('a', 262144)))`, nil, "ferry_outbox_payload_size", "23514"},
+		"empty dedup key":  {`INSERT INTO ferry_outbox (topic, payload, dedup_key) VALUES ('t', '{}', '')`, nil, "ferry_outbox_dedup_key_length", "23514"},
+		"duplicate key":    {`INSERT INTO ferry_outbox (topic, payload, dedup_key) VALUES ('order.placed', '{}', 'k1')`, nil, "ferry_outbox_topic_dedup_key", "23505"},
+		"bad status":       {`INSERT INTO ferry_outbox (topic, payload, status) VALUES ('t', '{}', 'sent')`, nil, "ferry_outbox_status", "23514"},
+		"null payload":     {`INSERT INTO ferry_outbox (topic, payload) VALUES ('t', NULL)`, nil, "", "23502"},
+		"payload not json": {`INSERT INTO ferry_outbox (topic, payload) VALUES ('t', 'not json')`, nil, "", "22P02"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := insert(tc.sql, tc.args...)
+			var pgErr *pgconn.PgError
+			require.ErrorAs(t, err, &pgErr)
+			require.Equal(t, tc.code, pgErr.Code)
+			require.Equal(t, tc.constraint, pgErr.ConstraintName)
+		})
+	}
+	require.Equal(t, 1, count(t, b.pool, "SELECT count(*) FROM ferry_outbox"), "no bad row was written")
+
+	// The valid row is relayed like any other.
+	r := b.relay(t, webhook("order.placed", "billing"))
+	n, err := r.RelayOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Equal(t, 1, count(t, b.pool, "SELECT count(*) FROM ferry_outbox_delivery WHERE route = 'billing' AND job_id IS NOT NULL"))
+}
+
+func TestRelay_RelayOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := relaySetup(t)
+	r := b.relay(t, webhook("order.placed", "billing"), webhook("order.placed", "crm"))
+	placed := b.add(t, "order.placed", `{"order_id":1}`)
+	orphan := b.add(t, "nobody.listens", `{}`)
+
+	n, err := r.RelayOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+
+	var status string
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT status FROM ferry_outbox WHERE id = $1", placed).Scan(&status))
+	require.Equal(t, "relayed", status)
+	require.Equal(t, 2, count(t, b.pool, "SELECT count(*) FROM ferry_outbox_delivery WHERE message_id = $1 AND status = 'pending'", placed))
+	require.Equal(t, 2, count(t, b.pool, `SELECT count(*) FROM river_job WHERE kind = 'outbox.deliver' AND queue = 'outbox'
+		AND (args->>'message_id')::bigint = $1 AND max_attempts = 24`, placed))
+	require.Equal(t, 0, count(t, b.pool, "SELECT count(*) FROM ferry_outbox_delivery d LEFT JOIN river_job j ON j.id = d.job_id WHERE j.id IS NULL"))
+
+	var lastErr string
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT status, last_error FROM ferry_outbox WHERE id = $1", orphan).Scan(&status, &lastErr))
+	require.Equal(t, "stuck", status, "a topic with no route is visible, not a silent wait")
+	require.Equal(t, ErrNoRoute, lastErr)
+
+	n, err = r.RelayOnce(ctx)
+	require.NoError(t, err)
+	require.Zero(t, n, "nothing is relayed twice")
+
+	// Reset routes the orphan again once a route exists.
+	r2 := b.relay(t, webhook("nobody.listens", "late"))
+	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		d, m, err := Reset(ctx, tx, b.client, []int64{orphan}, 0)
+		require.Zero(t, d)
+		require.Equal(t, 1, m)
+		return err
+	}))
+	n, err = r2.RelayOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+}
+
+func TestRelay_ParallelRelaysRelayEachMessageOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := relaySetup(t)
+	const n = 10000
+	_, err := b.pool.Exec(ctx, `INSERT INTO ferry_outbox (topic, payload) SELECT 'bulk', jsonb_build_object('i', i) FROM generate_series(1, $1) AS i`, n)
+	require.NoError(t, err)
+
+	routes := []Route{webhook("bulk", "a"), webhook("bulk", "b")}
+	r1, r2 := b.relay(t, routes...), b.relay(t, routes...)
+	var wg sync.WaitGroup
+	for _, r := range []*Relay{r1, r2} {
+		wg.Go(func() { require.NoError(t, r.Drain(ctx)) })
+	}
+	wg.Wait()
+
+	require.Equal(t, n, count(t, b.pool, "SELECT count(*) FROM ferry_outbox WHERE status = 'relayed'"), "none lost")
+	require.Equal(t, 2*n, count(t, b.pool, "SELECT count(*) FROM ferry_outbox_delivery"), "one delivery per (message, route)")
+	require.Equal(t, 2*n, count(t, b.pool, "SELECT count(*) FROM river_job WHERE kind = 'outbox.deliver'"), "one job per delivery")
+	require.Equal(t, 2*n, count(t, b.pool, "SELECT count(DISTINCT (args->>'message_id', args->>'route')) FROM river_job"))
+}
+
+func TestRelay_Run(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	b := relaySetup(t)
+	r := b.relay(t, webhook("t", "hook"))
+	r.cfg.PollInterval = time.Hour // only the notification can wake it
+	done := make(chan struct{})
+	go func() { r.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	// Whenever the write lands (before the first drain, before LISTEN, or
+	// after), the relay finds it: it drains at start and after LISTEN, and
+	// the trigger's notification wakes it.
+	id := b.add(t, "t", `{}`)
+	require.Eventually(t, func() bool {
+		return count(t, b.pool, "SELECT count(*) FROM ferry_outbox WHERE id = $1 AND status = 'relayed'", id) == 1
+	}, 5*time.Second, 10*time.Millisecond)
+}

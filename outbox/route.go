@@ -1,0 +1,130 @@
+package outbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"regexp"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ferryq/ferry/jobs"
+)
+
+// Message is one row of ferry_outbox as a receiver sees it.
+type Message struct {
+	ID        int64           `json:"id"`
+	Topic     string          `json:"topic"`
+	Payload   json.RawMessage `json:"payload"`
+	DedupKey  *string         `json:"dedup_key,omitempty"`
+	CreatedAt time.Time       `json:"created_at"`
+}
+
+// EventID is the id receivers dedup on: the message id, as sent in the
+// Ferry-Event-Id header.
+func (m Message) EventID() string { return fmt.Sprint(m.ID) }
+
+// Handler is a Go receiver. It runs inside tx, the transaction that also
+// records the message as received (Receive) and completes the delivery's
+// River job, so its database effect happens once whatever the retries. It
+// must not commit or roll back tx.
+type Handler func(ctx context.Context, tx pgx.Tx, msg Message) error
+
+// Route sends one topic's messages to one receiver: an HTTP webhook (URL) or
+// a Go handler (Handler). Each (message, route) is one delivery.
+type Route struct {
+	// Topic is the topic routed.
+	Topic string
+	// Name identifies the route in ferry_outbox_delivery and, for a Go
+	// handler, is the consumer name in ferry_outbox_received. Unique across
+	// all routes; keep it stable.
+	Name string
+
+	// URL of the webhook (http or https).
+	URL string
+	// Secret signs each request (Ferry-Signature, HMAC-SHA256); from the
+	// environment variable the config names, never from the file.
+	Secret []byte
+	// Headers are sent with every request.
+	Headers map[string]string
+	// Timeout of one request; default 10s.
+	Timeout time.Duration
+
+	// Handler is a Go receiver, instead of a URL.
+	Handler Handler
+}
+
+// DefaultRouteTimeout is a webhook's request timeout unless set.
+const DefaultRouteTimeout = 10 * time.Second
+
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,128}$`)
+
+func (r Route) validate() error {
+	if !nameRE.MatchString(r.Topic) {
+		return fmt.Errorf("topic %q: 1 to 128 letters, digits or _.:-", r.Topic)
+	}
+	if !nameRE.MatchString(r.Name) {
+		return fmt.Errorf("name %q: 1 to 128 letters, digits or _.:-", r.Name)
+	}
+	switch {
+	case r.URL != "" && r.Handler != nil:
+		return errors.New("url, handler: a route has one receiver, not both")
+	case r.URL == "" && r.Handler == nil:
+		return errors.New("url: missing (or a Go handler)")
+	case r.URL != "":
+		u, err := url.Parse(r.URL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("url %q: not an absolute http(s) URL", jobs.RedactURL(r.URL))
+		}
+		if u.User != nil {
+			return errors.New("url: credentials in the URL would be logged; use headers from the environment")
+		}
+	}
+	if r.Timeout < 0 || r.Timeout > 10*time.Minute {
+		return fmt.Errorf("timeout %s: between 0 and 10m", r.Timeout)
+	}
+	return nil
+}
+
+// Routes is the routing table of one process.
+type Routes struct {
+	routes  []Route
+	byTopic map[string][]Route
+	byName  map[string]Route
+}
+
+// NewRoutes checks routes (each valid, names unique) and indexes them.
+func NewRoutes(routes ...Route) (*Routes, error) {
+	rs := &Routes{byTopic: map[string][]Route{}, byName: map[string]Route{}}
+	for i, r := range routes {
+		if r.Timeout == 0 {
+			r.Timeout = DefaultRouteTimeout
+		}
+		if err := r.validate(); err != nil {
+			return nil, fmt.Errorf("route %d (name %q): %w", i, r.Name, err)
+		}
+		if _, dup := rs.byName[r.Name]; dup {
+			return nil, fmt.Errorf("route %d (name %q): name: already used", i, r.Name)
+		}
+		rs.routes = append(rs.routes, r)
+		rs.byName[r.Name] = r
+		rs.byTopic[r.Topic] = append(rs.byTopic[r.Topic], r)
+	}
+	return rs, nil
+}
+
+// For returns the routes of topic.
+func (rs *Routes) For(topic string) []Route { return rs.byTopic[topic] }
+
+// Get returns the route named name.
+func (rs *Routes) Get(name string) (Route, bool) {
+	r, ok := rs.byName[name]
+	return r, ok
+}
+
+// All returns every route.
+func (rs *Routes) All() []Route { return slices.Clone(rs.routes) }
