@@ -72,7 +72,7 @@ type result struct {
 
 func main() {
 	var (
-		mode     = flag.String("mode", "sweep", "sweep, latency, throughput, failover or ticks")
+		mode     = flag.String("mode", "sweep", "sweep, latency, throughput, failover, ticks or outbox")
 		url      = flag.String("database-url", os.Getenv("TEST_DATABASE_URL"), "server to create scratch databases on")
 		cooldown = flag.Duration("cooldown", 5*time.Millisecond, "worker fetch cooldown")
 		poll     = flag.Duration("poll", 100*time.Millisecond, "worker fetch poll interval")
@@ -80,7 +80,7 @@ func main() {
 		insCool  = flag.Duration("insert-cooldown", 5*time.Millisecond, "inserting client's fetch cooldown (its insert-notify limiter)")
 		rate     = flag.Int("rate", 500, "latency mode: inserts per second; ticks mode: load jobs per second")
 		dur      = flag.Duration("duration", 4*time.Second, "latency and ticks modes: how long to run")
-		backlog  = flag.Int("backlog", 50000, "throughput mode: jobs in the backlog")
+		backlog  = flag.Int("backlog", 50000, "throughput mode: jobs in the backlog; outbox mode: messages for the relay")
 		trials   = flag.Int("trials", 20, "failover mode: trials of each kind")
 		scheds   = flag.Int("schedules", 10, "ticks mode: schedules firing every second")
 		tick     = flag.Duration("tick", time.Second, "failover mode: leader tick and standby probe")
@@ -108,6 +108,15 @@ func main() {
 		results = append(results, r)
 	}
 	switch *mode {
+	case "outbox":
+		r, err := outboxBench(ctx, *url, *backlog, *rate, *dur)
+		if err != nil {
+			log.Fatalf("bench: outbox: %v", dburl.Redact(err.Error()))
+		}
+		fmt.Fprintf(os.Stderr, "outbox relay (%d messages, one route): %v msgs/s by batch size; commit to delivery start at %d msgs/s (%d messages): p50 %.1f ms p99 %.1f ms max %.1f ms\n",
+			r.RelayMessages, r.RelayMsgsPerSec, r.E2ERate, r.E2EMessages, r.E2EP50MS, r.E2EP99MS, r.E2EMaxMS)
+		_ = json.NewEncoder(os.Stdout).Encode(r)
+		return
 	case "ticks":
 		r, err := tickLag(ctx, *url, *scheds, *dur, *rate)
 		if err != nil {

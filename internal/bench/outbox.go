@@ -1,0 +1,165 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/ferryq/ferry"
+	"github.com/ferryq/ferry/outbox"
+)
+
+// outboxResult holds the outbox figures: relay throughput by batch size
+// (messages moved from pending to a delivery job per second, one route) and
+// commit-to-delivery-start latency at a steady rate (a Go handler route,
+// so the delivery's start is the handler's first line).
+type outboxResult struct {
+	RelayMessages      int                `json:"relay_messages"`
+	RelayMsgsPerSec    map[string]float64 `json:"relay_msgs_per_sec_by_batch"`
+	BestRelayPerSec    float64            `json:"outbox_relay_msgs_per_sec"`
+	E2ERate            int                `json:"e2e_rate_per_sec"`
+	E2EMessages        int                `json:"e2e_messages"`
+	E2EP50MS           float64            `json:"outbox_e2e_p50_ms"`
+	E2EP99MS           float64            `json:"outbox_e2e_p99_ms"`
+	E2EMaxMS           float64            `json:"outbox_e2e_max_ms"`
+	FetchCooldownMS    float64            `json:"fetch_cooldown_ms"`
+	FetchPollMS        float64            `json:"fetch_poll_interval_ms"`
+	RelayBatchDefault  int                `json:"relay_batch_default"`
+	RelayPollDefaultMS float64            `json:"relay_poll_default_ms"`
+}
+
+func outboxBench(ctx context.Context, serverURL string, messages, rate int, dur time.Duration) (outboxResult, error) {
+	res := outboxResult{RelayMessages: messages, RelayMsgsPerSec: map[string]float64{}, E2ERate: rate,
+		FetchCooldownMS: float64(ferry.DefaultFetchCooldown.Microseconds()) / 1000, FetchPollMS: float64(ferry.DefaultFetchPollInterval.Microseconds()) / 1000,
+		RelayBatchDefault: outbox.DefaultBatchSize, RelayPollDefaultMS: float64(outbox.DefaultPollInterval.Milliseconds())}
+	for _, batch := range []int{100, 500, 1000, 2000, 5000} {
+		perSec, err := relayThroughput(ctx, serverURL, messages, batch)
+		if err != nil {
+			return res, err
+		}
+		res.RelayMsgsPerSec[fmt.Sprint(batch)] = perSec
+		res.BestRelayPerSec = max(res.BestRelayPerSec, perSec)
+	}
+	lat, err := outboxLatency(ctx, serverURL, rate, dur)
+	if err != nil {
+		return res, err
+	}
+	res.E2EMessages = len(lat)
+	res.E2EP50MS, res.E2EP99MS, res.E2EMaxMS = pct(lat, 50), pct(lat, 99), pct(lat, 100)
+	return res, nil
+}
+
+func relayThroughput(ctx context.Context, serverURL string, n, batch int) (float64, error) {
+	pool, drop, err := scratch(ctx, serverURL)
+	if err != nil {
+		return 0, err
+	}
+	defer drop()
+	if _, err := pool.Exec(ctx, `INSERT INTO ferry_outbox (topic, payload) SELECT 'bench', jsonb_build_object('i', i) FROM generate_series(1, $1) AS i`, n); err != nil {
+		return 0, err
+	}
+	if _, err := pool.Exec(ctx, "VACUUM ANALYZE ferry_outbox"); err != nil {
+		return 0, err
+	}
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
+	if err != nil {
+		return 0, err
+	}
+	routes, err := outbox.NewRoutes(outbox.Route{Topic: "bench", Name: "hook", URL: "http://127.0.0.1:1/hook"})
+	if err != nil {
+		return 0, err
+	}
+	r := outbox.NewRelay(outbox.RelayConfig{Pool: pool, Inserter: client, Routes: routes, BatchSize: batch, Logger: slog.New(slog.DiscardHandler)})
+	start := time.Now()
+	if err := r.Drain(ctx); err != nil {
+		return 0, err
+	}
+	el := time.Since(start)
+	var left int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM ferry_outbox WHERE status = 'pending'").Scan(&left); err != nil || left != 0 {
+		return 0, fmt.Errorf("relay left %d pending (%v)", left, err)
+	}
+	return float64(n) / el.Seconds(), nil
+}
+
+func outboxLatency(ctx context.Context, serverURL string, rate int, dur time.Duration) ([]float64, error) {
+	pool, drop, err := scratch(ctx, serverURL)
+	if err != nil {
+		return nil, err
+	}
+	defer drop()
+	var (
+		mu        sync.Mutex
+		committed = map[int64]time.Time{}
+		started   = map[int64]time.Time{}
+	)
+	handler := func(_ context.Context, _ pgx.Tx, msg outbox.Message) error {
+		now := time.Now()
+		mu.Lock()
+		if _, seen := started[msg.ID]; !seen {
+			started[msg.ID] = now
+		}
+		mu.Unlock()
+		return nil
+	}
+	srv, err := ferry.New(ctx, ferry.Config{
+		DatabaseURL:  pool.Config().ConnString(),
+		AdminAddr:    "off",
+		OutboxRoutes: []outbox.Route{{Topic: "bench", Name: "handler", Handler: handler}},
+		Logger:       slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		return nil, err
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(runCtx) }()
+	defer func() { stop(); <-done }()
+	<-srv.Started()
+	time.Sleep(500 * time.Millisecond) // let producers and the relay settle
+
+	n := int(float64(rate) * dur.Seconds())
+	t := time.NewTicker(time.Second / time.Duration(rate))
+	defer t.Stop()
+	for range n {
+		<-t.C
+		var id int64
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) (err error) {
+			id, err = outbox.Add(ctx, tx, "bench", `{}`)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		at := time.Now()
+		mu.Lock()
+		committed[id] = at
+		mu.Unlock()
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		mu.Lock()
+		got := len(started)
+		mu.Unlock()
+		if got >= n {
+			break
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("only %d of %d messages delivered", got, n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	out := make([]float64, 0, n)
+	for id, c := range committed {
+		out = append(out, float64(started[id].Sub(c).Microseconds())/1000)
+	}
+	return out, nil
+}
