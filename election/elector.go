@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ferryq/ferry/internal/dburl"
+	"github.com/ferryq/ferry/internal/pglisten"
 )
 
 // Defaults.
@@ -591,43 +592,23 @@ func closeQuietly(conn *pgx.Conn) {
 }
 
 // listen keeps a LISTEN session on ResignChannel and wakes the probe loop
-// when a leader of this key resigns. It reconnects with backoff.
+// when a leader of this key resigns (and on every reconnect: a resignation
+// may have happened while the session was down).
 func (e *Elector) listen(ctx context.Context) {
-	backoff := 500 * time.Millisecond
-	for ctx.Err() == nil {
-		err := e.listenOnce(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		e.log().Debug("election: resignation listener reconnecting", "error", dburl.Redact(fmt.Sprint(err)), "backoff", backoff)
-		if !sleep(ctx, backoff) {
-			return
-		}
-		backoff = min(backoff*2, e.cfg.Probe)
-	}
-}
-
-func (e *Elector) listenOnce(ctx context.Context) error {
-	conn, err := pgx.ConnectConfig(ctx, e.listenCfg)
-	if err != nil {
-		return err
-	}
-	defer closeQuietly(conn)
-	if _, err := conn.Exec(ctx, "LISTEN "+ResignChannel); err != nil {
-		return err
-	}
-	// A resignation may have happened while this session was down.
-	e.poke()
 	want := strconv.FormatInt(e.cfg.Key, 10)
-	for {
-		n, err := conn.WaitForNotification(ctx)
-		if err != nil {
-			return err
-		}
-		if n.Payload == want && !e.leader.Load() {
-			e.poke()
-		}
-	}
+	pglisten.Run(ctx, pglisten.Config{
+		ConnConfig:  e.listenCfg,
+		Channel:     ResignChannel,
+		OnListening: e.poke,
+		OnNotify: func(n *pgconn.Notification) {
+			if n.Payload == want && !e.leader.Load() {
+				e.poke()
+			}
+		},
+		MaxBackoff: e.cfg.Probe,
+		Logger:     e.log(),
+		Name:       "election: resignation listener",
+	})
 }
 
 func (e *Elector) poke() {

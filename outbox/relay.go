@@ -9,11 +9,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/ferryq/ferry/internal/dburl"
+	"github.com/ferryq/ferry/internal/pglisten"
 )
 
 // Relay defaults.
@@ -178,48 +180,21 @@ func (r *Relay) RelayOnce(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-// listen keeps a LISTEN session on NotifyChannel and wakes the loop.
+// listen keeps a LISTEN session on NotifyChannel and wakes the loop on
+// every notification and every reconnect (messages may have arrived while
+// the session was down).
 func (r *Relay) listen(ctx context.Context) {
-	backoff := 500 * time.Millisecond
-	for ctx.Err() == nil {
-		err := r.listenOnce(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		r.cfg.Logger.Warn("outbox: relay listener reconnecting; polling meanwhile", "error", dburl.Redact(fmt.Sprint(err)), "backoff", backoff)
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		backoff = min(backoff*2, 30*time.Second)
-	}
-}
-
-func (r *Relay) listenOnce(ctx context.Context) error {
 	cc := r.cfg.Pool.Config().ConnConfig.Copy()
 	cc.RuntimeParams["application_name"] = "ferry-outbox-relay"
-	conn, err := pgx.ConnectConfig(ctx, cc)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		defer cancel()
-		_ = conn.Close(cctx)
-	}()
-	if _, err := conn.Exec(ctx, "LISTEN "+NotifyChannel); err != nil {
-		return err
-	}
-	r.poke() // messages may have arrived while the session was down
-	for {
-		if _, err := conn.WaitForNotification(ctx); err != nil {
-			return err
-		}
-		r.poke()
-	}
+	pglisten.Run(ctx, pglisten.Config{
+		ConnConfig:  cc,
+		Channel:     NotifyChannel,
+		OnListening: r.poke,
+		OnNotify:    func(*pgconn.Notification) { r.poke() },
+		MaxBackoff:  30 * time.Second,
+		Logger:      r.cfg.Logger,
+		Name:        "outbox: relay listener (polling meanwhile)",
+	})
 }
 
 func (r *Relay) poke() {
