@@ -101,6 +101,10 @@ type Config struct {
 	// OutboxMaxAttempts bounds each delivery (FERRY_OUTBOX_MAX_ATTEMPTS);
 	// 0 takes the config file's outbox.max_attempts, else 24.
 	OutboxMaxAttempts int
+	// OutboxRetention, when set, deletes delivered messages (and Go
+	// receivers' receive records) older than it, on the leader
+	// (FERRY_OUTBOX_RETENTION). Zero, the default, deletes nothing.
+	OutboxRetention time.Duration
 
 	// Kinds are the caller's own job kinds (jobs.Define), worked beside
 	// ferry's built-in ones.
@@ -199,6 +203,9 @@ func (c Config) check() error {
 	}
 	if c.OutboxMaxAttempts < 0 || c.OutboxMaxAttempts > 1000 {
 		errs = append(errs, fmt.Errorf("outbox max attempts %d is not between 1 and 1000", c.OutboxMaxAttempts))
+	}
+	if c.OutboxRetention < 0 || (c.OutboxRetention > 0 && c.OutboxRetention < time.Hour) {
+		errs = append(errs, fmt.Errorf("outbox retention %s: 0 (keep everything) or at least 1h", c.OutboxRetention))
 	}
 	if c.LeaderTick < 100*time.Millisecond {
 		errs = append(errs, fmt.Errorf("leader tick %s is under 100ms", c.LeaderTick))

@@ -157,6 +157,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err := s.metrics.Registry.Register(outbox.NewCollector(pool, cfg.Logger)); err != nil {
 		return fail(err)
 	}
+	if cfg.OutboxRetention > 0 {
+		s.elector.Register("outbox-retention", outbox.Retention{Pool: pool, Keep: cfg.OutboxRetention, Logger: cfg.Logger}.Run)
+	}
 	if s.sched.Durable() {
 		s.elector.Register("periodic", s.sched.Run)
 	}
