@@ -59,7 +59,7 @@ type Delivery struct {
 
 // ListFilter narrows List.
 type ListFilter struct {
-	Status string // a message or delivery status; "" for any
+	Status string // rows whose message or delivery has this status; "" for any
 	Topic  string // "" for any
 	Limit  int    // default 100
 }
@@ -75,7 +75,7 @@ func List(ctx context.Context, q Querier, f ListFilter) ([]Delivery, error) {
 		SELECT o.id, o.topic, o.status, d.route, d.status, d.attempts, coalesce(d.last_error, o.last_error),
 		       d.next_attempt_at, d.job_id, coalesce(d.delivered_at, o.delivered_at), o.created_at
 		FROM ferry_outbox o LEFT JOIN ferry_outbox_delivery d ON d.message_id = o.id
-		WHERE ($1 = '' OR coalesce(d.status, o.status) = $1) AND ($2 = '' OR o.topic = $2)
+		WHERE ($1 = '' OR o.status = $1 OR d.status = $1) AND ($2 = '' OR o.topic = $2)
 		ORDER BY o.id DESC, d.route LIMIT $3`, f.Status, f.Topic, f.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: list: %w", err)

@@ -251,3 +251,28 @@ func TestRelay_Run(t *testing.T) {
 		return count(t, b.pool, "SELECT count(*) FROM ferry_outbox WHERE id = $1 AND status = 'relayed'", id) == 1
 	}, 5*time.Second, 10*time.Millisecond)
 }
+
+func TestList_StatusFilter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := relaySetup(t)
+	r := b.relay(t, webhook("t", "hook"))
+	relayed := b.add(t, "t", `{}`)
+	_, err := r.RelayOnce(ctx)
+	require.NoError(t, err)
+	pending := b.add(t, "t", `{}`)
+
+	ids := func(status string) []int64 {
+		list, err := List(ctx, b.pool, ListFilter{Status: status})
+		require.NoError(t, err)
+		var out []int64
+		for _, d := range list {
+			out = append(out, d.MessageID)
+		}
+		return out
+	}
+	require.Equal(t, []int64{relayed}, ids("relayed"), "a relayed message is found by its own status")
+	require.Equal(t, []int64{pending, relayed}, ids("pending"), "pending: the unrelayed message, and the relayed one whose delivery is pending")
+	require.Empty(t, ids("stuck"))
+	require.Len(t, ids(""), 2)
+}
