@@ -1,0 +1,2 @@
+DROP TABLE ferry_telegram_malformed;
+DROP TABLE ferry_telegram_offset;
