@@ -1,5 +1,6 @@
 // Package admin serves ferry's operator HTTP surface: /healthz, /readyz,
-// /metrics, and (in later versions) River UI and ferry's own pages.
+// /metrics, JSON under /admin/api/ (Telegram bots, …), and (in later
+// versions) River UI and ferry's own pages.
 //
 // FERRY_ADMIN_TOKEN protects everything but /healthz, given as a bearer token
 // (Authorization: Bearer …) or as the password of HTTP basic auth (any user
@@ -10,6 +11,7 @@ package admin
 import (
 	"context"
 	"crypto/subtle"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -33,7 +35,9 @@ type Config struct {
 	Gatherer prometheus.Gatherer
 	// Ready reports whether this process can do its work (database reachable,
 	// schema at head); /readyz answers 503 with its error otherwise.
-	Ready  func(ctx context.Context) error
+	Ready func(ctx context.Context) error
+	// API serves each function's result as JSON at GET /admin/api/<name>.
+	API    map[string]func(ctx context.Context) (any, error)
 	Logger *slog.Logger
 }
 
@@ -96,6 +100,21 @@ func (s *Server) Handler() http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))
+	for name, fn := range s.cfg.API {
+		mux.HandleFunc("GET /admin/api/"+name, func(w http.ResponseWriter, r *http.Request) {
+			ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+			defer cancel()
+			v, err := fn(ctx)
+			w.Header().Set("Content-Type", "application/json")
+			if err != nil {
+				s.cfg.Logger.Warn("admin: api", "name", name, "error", err)
+				w.WriteHeader(http.StatusInternalServerError)
+				_ = json.NewEncoder(w).Encode(map[string]string{"error": "internal error; see the worker's log"})
+				return
+			}
+			_ = json.NewEncoder(w).Encode(v)
+		})
+	}
 	return s.auth(mux)
 }
 

@@ -28,9 +28,30 @@ import (
 type File struct {
 	Schedules []ScheduleEntry `yaml:"schedules"`
 	Outbox    OutboxSection   `yaml:"outbox"`
-	// Telegram is recognised so that a file written for a later build is
-	// refused with a clear line rather than half-applied.
-	Telegram yaml.Node `yaml:"telegram"`
+	Telegram  TelegramSection `yaml:"telegram"`
+}
+
+// TelegramSection is the `telegram:` section.
+type TelegramSection struct {
+	Bots []BotEntry `yaml:"bots"`
+}
+
+// BotEntry is one `telegram.bots` item.
+type BotEntry struct {
+	Name           string   `yaml:"name"`
+	TokenEnv       string   `yaml:"token_env"`
+	AllowedUpdates []string `yaml:"allowed_updates"`
+	Timeout        string   `yaml:"timeout"`
+}
+
+// Bot is a configured bot. Token is empty when its variable is unset: the
+// bot stays off, and the worker says so in one line.
+type Bot struct {
+	Name           string
+	TokenEnv       string
+	Token          string
+	AllowedUpdates []string
+	PollTimeout    time.Duration
 }
 
 // OutboxSection is the `outbox:` section.
@@ -54,6 +75,7 @@ type Loaded struct {
 	Schedules         []periodic.Schedule
 	Routes            []outbox.Route
 	OutboxMaxAttempts int // 0 when the file does not set it
+	Bots              []Bot
 }
 
 // ScheduleEntry is one `schedules:` item (keys as in DESIGN.md, "Config
@@ -103,8 +125,9 @@ func Parse(b []byte, kinds Kinds) (Loaded, error) {
 	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
 		return Loaded{}, yamlError(err)
 	}
-	if !f.Telegram.IsZero() {
-		return Loaded{}, errors.New("telegram: this build of ferry has no Telegram support yet; remove the section")
+	bots, err := f.Telegram.bots()
+	if err != nil {
+		return Loaded{}, err
 	}
 	schedules, err := f.schedules(kinds)
 	if err != nil {
@@ -117,7 +140,37 @@ func Parse(b []byte, kinds Kinds) (Loaded, error) {
 	if f.Outbox.MaxAttempts < 0 || f.Outbox.MaxAttempts > 1000 {
 		return Loaded{}, fmt.Errorf("outbox: max_attempts: %d is not between 1 and 1000", f.Outbox.MaxAttempts)
 	}
-	return Loaded{Schedules: schedules, Routes: routes, OutboxMaxAttempts: f.Outbox.MaxAttempts}, nil
+	return Loaded{Schedules: schedules, Routes: routes, OutboxMaxAttempts: f.Outbox.MaxAttempts, Bots: bots}, nil
+}
+
+var botNameRE = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
+
+func (t TelegramSection) bots() ([]Bot, error) {
+	out := make([]Bot, 0, len(t.Bots))
+	seen := map[string]int{}
+	for i, e := range t.Bots {
+		where := fmt.Sprintf("telegram.bots[%d] (name %q)", i, e.Name)
+		if !botNameRE.MatchString(e.Name) {
+			return nil, fmt.Errorf("%s: name: 1 to 64 lowercase letters, digits, _ or - (it makes the topic telegram.<name>)", where)
+		}
+		if j, dup := seen[e.Name]; dup {
+			return nil, fmt.Errorf("%s: name: already used by telegram.bots[%d]", where, j)
+		}
+		seen[e.Name] = i
+		if e.TokenEnv == "" {
+			return nil, fmt.Errorf("%s: token_env: missing (the name of the variable that holds the token)", where)
+		}
+		b := Bot{Name: e.Name, TokenEnv: e.TokenEnv, Token: os.Getenv(e.TokenEnv), AllowedUpdates: e.AllowedUpdates}
+		if e.Timeout != "" {
+			d, err := time.ParseDuration(e.Timeout)
+			if err != nil || d < time.Second || d > 50*time.Second {
+				return nil, fmt.Errorf("%s: timeout: %q is not a long-poll timeout between 1s and 50s", where, e.Timeout)
+			}
+			b.PollTimeout = d
+		}
+		out = append(out, b)
+	}
+	return out, nil
 }
 
 func (o OutboxSection) routes() ([]outbox.Route, error) {

@@ -102,7 +102,11 @@ func TestParse_Errors(t *testing.T) {
 		"route duplicate name":  {"outbox:\n  routes:\n    - {topic: a, name: r, url: 'http://x/'}\n    - {topic: b, name: r, url: 'http://y/'}\n", `outbox.routes[1] (name "r"): name: already used`},
 		"route unknown key":     {"outbox:\n  routes:\n    - {topic: a, name: r, url: 'http://x/', secret: s3cret}\n", "unknown key secret"},
 		"max attempts":          {"outbox:\n  max_attempts: -1\n", "outbox: max_attempts: -1"},
-		"telegram section":      {"telegram:\n  bots: []\n", "telegram: this build of ferry has no Telegram support yet"},
+		"bot bad name":          {"telegram:\n  bots:\n    - {name: Desk Bot, token_env: T}\n", `telegram.bots[0] (name "Desk Bot"): name`},
+		"bot no token_env":      {"telegram:\n  bots:\n    - {name: desk}\n", "token_env: missing"},
+		"bot token in file":     {"telegram:\n  bots:\n    - {name: desk, token: '123:abc'}\n", "unknown key token"},
+		"bot duplicate":         {"telegram:\n  bots:\n    - {name: desk, token_env: A}\n    - {name: desk, token_env: B}\n", `telegram.bots[1] (name "desk"): name: already used`},
+		"bot bad timeout":       {"telegram:\n  bots:\n    - {name: desk, token_env: A, timeout: 2m}\n", `timeout: "2m"`},
 		"not yaml":              {"schedules: [", "did not find expected"},
 		"wrong type":            {"schedules: {id: x}\n", "cannot unmarshal"},
 	} {
@@ -168,4 +172,22 @@ outbox:
 	require.Equal(t, []byte("s3cret"), r.Secret)
 	require.Equal(t, 3*time.Second, r.Timeout)
 	require.Equal(t, map[string]string{"X-Team": "billing"}, r.Headers)
+}
+
+func TestParse_Bots(t *testing.T) {
+	t.Setenv("DESK_TELEGRAM_BOT_TOKEN", "123:desk-token")
+	loaded, err := Parse([]byte(`
+telegram:
+  bots:
+    - name: desk
+      token_env: DESK_TELEGRAM_BOT_TOKEN
+      allowed_updates: [message, callback_query]
+      timeout: 20s
+    - name: accounting
+      token_env: FERRY_TEST_UNSET_TOKEN_VAR
+`), registry(t))
+	require.NoError(t, err)
+	require.Len(t, loaded.Bots, 2)
+	require.Equal(t, Bot{Name: "desk", TokenEnv: "DESK_TELEGRAM_BOT_TOKEN", Token: "123:desk-token", AllowedUpdates: []string{"message", "callback_query"}, PollTimeout: 20 * time.Second}, loaded.Bots[0])
+	require.Empty(t, loaded.Bots[1].Token, "an unset token leaves the bot off, not the worker down")
 }
