@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"github.com/ferryq/ferry/jobs"
 	"github.com/ferryq/ferry/outbox"
 	"github.com/ferryq/ferry/periodic"
+	"github.com/ferryq/ferry/telegram"
 )
 
 // Defaults. The fetch settings were chosen from measurements (see README,
@@ -105,6 +107,14 @@ type Config struct {
 	// receivers' receive records) older than it, on the leader
 	// (FERRY_OUTBOX_RETENTION). Zero, the default, deletes nothing.
 	OutboxRetention time.Duration
+
+	// TelegramAPIURL is the Bot API server (FERRY_TELEGRAM_API_URL); default
+	// the public one.
+	TelegramAPIURL string
+	// TelegramRouters are Go command routers by bot name: each becomes an
+	// outbox route (named telegram-<bot>-commands) on the bot's topic, and
+	// answers through the bot's client.
+	TelegramRouters map[string]*telegram.Router
 
 	// Kinds are the caller's own job kinds (jobs.Define), worked beside
 	// ferry's built-in ones.
@@ -206,6 +216,11 @@ func (c Config) check() error {
 	}
 	if c.OutboxRetention < 0 || (c.OutboxRetention > 0 && c.OutboxRetention < time.Hour) {
 		errs = append(errs, fmt.Errorf("outbox retention %s: 0 (keep everything) or at least 1h", c.OutboxRetention))
+	}
+	if c.TelegramAPIURL != "" {
+		if u, err := url.Parse(c.TelegramAPIURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("telegram API URL %q: not an absolute http(s) URL", jobs.RedactURL(c.TelegramAPIURL)))
+		}
 	}
 	if c.LeaderTick < 100*time.Millisecond {
 		errs = append(errs, fmt.Errorf("leader tick %s is under 100ms", c.LeaderTick))

@@ -30,6 +30,7 @@ import (
 	"github.com/ferryq/ferry/migrations"
 	"github.com/ferryq/ferry/outbox"
 	"github.com/ferryq/ferry/periodic"
+	"github.com/ferryq/ferry/telegram"
 )
 
 // hardStopBudget is how long a stopping Server waits, after the grace period
@@ -40,17 +41,18 @@ const hardStopBudget = 15 * time.Second
 // Server is one ferry process: a River client working every registered kind,
 // and the admin HTTP server.
 type Server struct {
-	cfg      Config
-	pool     *pgxpool.Pool
-	river    *river.Client[pgx.Tx]
-	registry *jobs.Registry
-	migrator *migrations.Migrator
-	metrics  *metrics.Metrics
-	admin    *admin.Server
-	elector  *election.Elector
-	sched    *periodic.Scheduler
-	relay    *outbox.Relay
-	started  chan struct{}
+	cfg       Config
+	pool      *pgxpool.Pool
+	river     *river.Client[pgx.Tx]
+	registry  *jobs.Registry
+	migrator  *migrations.Migrator
+	metrics   *metrics.Metrics
+	admin     *admin.Server
+	elector   *election.Elector
+	sched     *periodic.Scheduler
+	relay     *outbox.Relay
+	botStatus []func() telegram.BotStatus
+	started   chan struct{}
 }
 
 // New validates cfg, connects to Postgres, checks (or with cfg.Migrate,
@@ -75,7 +77,28 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, &configError{err: err}
 	}
-	routes, err := outbox.NewRoutes(append(slices.Clone(cfg.OutboxRoutes), file.Routes...)...)
+	// Telegram: a client per bot whose token is set; a bot whose token
+	// variable is unset stays off and says so, and nothing else changes.
+	clients := map[string]*telegram.Client{}
+	for _, b := range file.Bots {
+		if b.Token == "" {
+			cfg.Logger.Warn("telegram: bot off: its token variable is unset", "bot", b.Name, "token_env", b.TokenEnv)
+			continue
+		}
+		clients[b.Name] = telegram.NewClient(cfg.TelegramAPIURL, b.Token, nil)
+	}
+	routeList := append(slices.Clone(cfg.OutboxRoutes), file.Routes...)
+	for _, bot := range slices.Sorted(maps.Keys(cfg.TelegramRouters)) {
+		client, ok := clients[bot]
+		if !ok {
+			if slices.ContainsFunc(file.Bots, func(b config.Bot) bool { return b.Name == bot }) {
+				continue // configured but off
+			}
+			return nil, &configError{err: fmt.Errorf("telegram: a command router is registered for bot %q, which the config file does not name", bot)}
+		}
+		routeList = append(routeList, cfg.TelegramRouters[bot].Route(bot, "telegram-"+bot+"-commands", client))
+	}
+	routes, err := outbox.NewRoutes(routeList...)
 	if err != nil {
 		return nil, &configError{err: err}
 	}
@@ -157,6 +180,26 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err := s.metrics.Registry.Register(outbox.NewCollector(pool, cfg.Logger)); err != nil {
 		return fail(err)
 	}
+	for _, b := range file.Bots {
+		client, ok := clients[b.Name]
+		if !ok {
+			if err := s.metrics.Registry.Register(telegram.OffCollector(b.Name)); err != nil {
+				return fail(err)
+			}
+			s.botStatus = append(s.botStatus, func() telegram.BotStatus { return telegram.OffStatus(b.Name) })
+			continue
+		}
+		p, err := telegram.NewPoller(telegram.PollerConfig{
+			Bot: b.Name, Client: client, Pool: pool, Leader: s.elector,
+			PollTimeout: b.PollTimeout, AllowedUpdates: b.AllowedUpdates,
+			Logger: cfg.Logger, Registerer: s.metrics.Registry,
+		})
+		if err != nil {
+			return fail(&configError{err: err})
+		}
+		s.botStatus = append(s.botStatus, p.Status)
+		s.elector.Register("telegram."+b.Name, p.Run)
+	}
 	if cfg.OutboxRetention > 0 {
 		s.elector.Register("outbox-retention", outbox.Retention{Pool: pool, Keep: cfg.OutboxRetention, Logger: cfg.Logger}.Run)
 	}
@@ -173,7 +216,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			Token:    cfg.AdminToken,
 			Gatherer: s.metrics.Registry,
 			Ready:    s.ready,
-			Logger:   cfg.Logger,
+			API: map[string]func(context.Context) (any, error){
+				"telegram": func(context.Context) (any, error) { return s.TelegramStatus(), nil },
+			},
+			Logger: cfg.Logger,
 		})
 		if err != nil {
 			return fail(err)
@@ -215,6 +261,16 @@ func (s *Server) Pool() *pgxpool.Pool { return s.pool }
 
 // River is the server's River client (insert jobs with InsertTx).
 func (s *Server) River() *river.Client[pgx.Tx] { return s.river }
+
+// TelegramStatus returns a snapshot of every configured bot (polling,
+// standby, backing off, or off), for the admin surface.
+func (s *Server) TelegramStatus() []telegram.BotStatus {
+	out := make([]telegram.BotStatus, 0, len(s.botStatus))
+	for _, st := range s.botStatus {
+		out = append(out, st())
+	}
+	return out
+}
 
 // Scheduler is the server's scheduler (NextRun).
 func (s *Server) Scheduler() *periodic.Scheduler { return s.sched }

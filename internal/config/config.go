@@ -22,6 +22,7 @@ import (
 	"github.com/ferryq/ferry/jobs"
 	"github.com/ferryq/ferry/outbox"
 	"github.com/ferryq/ferry/periodic"
+	"github.com/ferryq/ferry/telegram"
 )
 
 // File is the YAML document.
@@ -143,15 +144,13 @@ func Parse(b []byte, kinds Kinds) (Loaded, error) {
 	return Loaded{Schedules: schedules, Routes: routes, OutboxMaxAttempts: f.Outbox.MaxAttempts, Bots: bots}, nil
 }
 
-var botNameRE = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
-
 func (t TelegramSection) bots() ([]Bot, error) {
 	out := make([]Bot, 0, len(t.Bots))
 	seen := map[string]int{}
 	for i, e := range t.Bots {
 		where := fmt.Sprintf("telegram.bots[%d] (name %q)", i, e.Name)
-		if !botNameRE.MatchString(e.Name) {
-			return nil, fmt.Errorf("%s: name: 1 to 64 lowercase letters, digits, _ or - (it makes the topic telegram.<name>)", where)
+		if err := telegram.ValidateBotName(e.Name); err != nil {
+			return nil, fmt.Errorf("%s: name: %w", where, err)
 		}
 		if j, dup := seen[e.Name]; dup {
 			return nil, fmt.Errorf("%s: name: already used by telegram.bots[%d]", where, j)
