@@ -40,7 +40,7 @@ The worker refuses to start on a schema behind its build unless --migrate is
 given.`,
 		Flags: append([]cli.Flag{
 			databaseURLFlag(),
-			&cli.StringFlag{Name: "config", Usage: "YAML file of schedules (see README, Config file)", EnvVars: []string{"FERRY_CONFIG"}},
+			&cli.StringFlag{Name: "config", Usage: "YAML file of schedules, outbox routes and Telegram bots (see README)", EnvVars: []string{"FERRY_CONFIG"}},
 			&cli.StringFlag{Name: "queues", Value: ferry.DefaultQueues, Usage: "queues to work and their worker counts, name=workers,…", EnvVars: []string{"FERRY_QUEUES"}},
 			&cli.DurationFlag{Name: "fetch-cooldown", Value: ferry.DefaultFetchCooldown, Usage: "least time between two fetches of one queue", EnvVars: []string{"FERRY_FETCH_COOLDOWN"}},
 			&cli.DurationFlag{Name: "fetch-poll-interval", Value: ferry.DefaultFetchPollInterval, Usage: "fallback poll of each queue when no insert notification arrives", EnvVars: []string{"FERRY_FETCH_POLL_INTERVAL"}},

@@ -1,5 +1,5 @@
-// Package config reads the worker's YAML file (FERRY_CONFIG): schedules now;
-// outbox routes and Telegram bots as those capabilities arrive. Unknown keys,
+// Package config reads the worker's YAML file (FERRY_CONFIG): schedules,
+// outbox routes and Telegram bots. Unknown keys,
 // unknown job kinds, bad expressions or zones and duplicate ids are refused
 // with one line naming the entry and the field. Secrets are never written in
 // the file, only the names of the environment variables that hold them.
