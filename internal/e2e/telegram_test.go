@@ -1,0 +1,783 @@
+package e2e_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ferryq/ferry/internal/pgtest"
+	"github.com/ferryq/ferry/internal/proctest"
+	"github.com/ferryq/ferry/telegram"
+)
+
+// The Telegram capability with real worker processes and a fake Bot API in
+// the test process: one getUpdates consumer per token however many replicas
+// run, every update stored once across a crash of the leader, the token never
+// printed anywhere, a bot without a token off and harmless, and a Go command
+// router answering through sendMessage.
+
+const (
+	// botWorkerPkg is a service that embeds ferry with a Telegram command
+	// router for the bot "desk" (see its doc).
+	botWorkerPkg = "./internal/e2e/testdata/botworker"
+	// deskToken is the bot's token (DESK_TOKEN); tokenFragment is a part of
+	// it that no scrubbed form keeps, so that finding it anywhere is a leak
+	// (the bare token, bot<token>, or an escaped form).
+	deskToken     = "987654:TOKEN-must-not-leak-XyZ"
+	tokenFragment = "must-not-leak"
+	// deskConfig is the config file of every test: one bot, a 2 s long poll.
+	deskConfig = "telegram:\n  bots:\n    - {name: desk, token_env: DESK_TOKEN, timeout: 2s}\n"
+	// tgWait bounds a wait for the poller to catch up with the fake.
+	tgWait = 15 * time.Second
+)
+
+// tgReply scripts one answer of the fake to getUpdates.
+type tgReply struct {
+	status int
+	body   string
+	hangup bool // close the connection without an answer: a transport error
+}
+
+// tgSent is one sendMessage the fake received.
+type tgSent struct {
+	ChatID int64  `json:"chat_id"`
+	Text   string `json:"text"`
+}
+
+type tgEntry struct {
+	effID int64 // update_id, or the previous entry's for an update without one
+	raw   string
+}
+
+// fakeBotAPI is a Bot API server for one token on 127.0.0.1. getUpdates
+// honours offset (updates with update_id >= offset, in order, at most
+// limit, default and cap 100) and the long-poll timeout (the request is held
+// until such an update exists, the timeout passes, or the client goes away);
+// scripted answers (answer) take precedence, one per call. sendMessage
+// records chat_id and text. Updates are never forgotten: only a greater
+// offset hides them, as Telegram's acknowledgement does.
+//
+// It counts the getUpdates calls of the token in flight. A call is in flight
+// from the moment its handler starts until the handler returns: when it
+// answers (the answer is flushed after the handler returns, so the count
+// drops before the client can read it and send its next call), or when
+// r.Context() is done, which net/http does when the client closes the
+// connection (it reads the connection in the background once the body is
+// read to its end). So a killed process's held call ends when the kernel
+// closes its socket, and a demoted one's when its client cancels it. A
+// second call while one is in flight is recorded as an overlap.
+type fakeBotAPI struct {
+	token string
+	srv   *httptest.Server
+	quit  chan struct{}
+
+	mu          sync.Mutex
+	entries     []tgEntry
+	changed     chan struct{}
+	script      []tgReply
+	sendScript  []tgReply
+	requests    int // every request, any path
+	polls       int // getUpdates calls of the token
+	inflight    map[*http.Request]string
+	maxInflight int
+	overlaps    []string
+	sent        []tgSent
+	sentC       chan tgSent
+}
+
+func newFakeBotAPI(t *testing.T, token string) *fakeBotAPI {
+	t.Helper()
+	f := &fakeBotAPI{
+		token:    token,
+		quit:     make(chan struct{}),
+		changed:  make(chan struct{}),
+		inflight: map[*http.Request]string{},
+		sentC:    make(chan tgSent, 16),
+	}
+	f.srv = httptest.NewServer(http.HandlerFunc(f.serve)) // 127.0.0.1:0
+	// Registered before any worker starts, so it runs after their cleanups
+	// have killed them; quit ends the calls still held.
+	t.Cleanup(func() {
+		close(f.quit)
+		f.srv.Close()
+	})
+	return f
+}
+
+func (f *fakeBotAPI) URL() string { return f.srv.URL }
+
+func (f *fakeBotAPI) serve(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	f.requests++
+	f.mu.Unlock()
+	method, ok := strings.CutPrefix(r.URL.Path, "/bot"+f.token+"/")
+	switch {
+	case ok && r.Method == http.MethodPost && method == "getUpdates":
+		f.getUpdates(w, r)
+	case ok && r.Method == http.MethodPost && method == "sendMessage":
+		f.sendMessage(w, r)
+	default:
+		writeReply(w, tgReply{status: http.StatusNotFound, body: `{"ok":false,"error_code":404,"description":"Not Found"}`})
+	}
+}
+
+// push appends updates (raw JSON each) and wakes the held calls.
+func (f *fakeBotAPI) push(raws ...string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, raw := range raws {
+		var u struct {
+			UpdateID *int64 `json:"update_id"`
+		}
+		eff := int64(0)
+		if n := len(f.entries); n > 0 {
+			eff = f.entries[n-1].effID
+		}
+		if json.Unmarshal([]byte(raw), &u) == nil && u.UpdateID != nil {
+			eff = *u.UpdateID
+		}
+		f.entries = append(f.entries, tgEntry{effID: eff, raw: raw})
+	}
+	f.wakeLocked()
+}
+
+// answerSend scripts the next sendMessage answers, in order (a scripted
+// answer is not recorded as sent).
+func (f *fakeBotAPI) answerSend(replies ...tgReply) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.sendScript = append(f.sendScript, replies...)
+}
+
+// answer scripts the next getUpdates answers, in order.
+func (f *fakeBotAPI) answer(replies ...tgReply) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.script = append(f.script, replies...)
+	f.wakeLocked()
+}
+
+func (f *fakeBotAPI) wakeLocked() {
+	close(f.changed)
+	f.changed = make(chan struct{})
+}
+
+func (f *fakeBotAPI) getUpdates(w http.ResponseWriter, r *http.Request) {
+	// Read to the end: only then does net/http watch the connection and
+	// cancel r.Context() when the client closes it.
+	body, err := io.ReadAll(r.Body)
+	var req struct {
+		Offset  int64 `json:"offset"`
+		Limit   int   `json:"limit"`
+		Timeout int64 `json:"timeout"`
+	}
+	if err != nil || json.Unmarshal(body, &req) != nil {
+		writeReply(w, tgReply{status: http.StatusBadRequest, body: `{"ok":false,"error_code":400,"description":"Bad Request: can't parse JSON"}`})
+		return
+	}
+	limit := req.Limit
+	if limit <= 0 || limit > 100 {
+		limit = 100
+	}
+
+	f.mu.Lock()
+	f.polls++
+	if len(f.inflight) > 0 {
+		var others []string
+		for _, o := range f.inflight {
+			others = append(others, o)
+		}
+		f.overlaps = append(f.overlaps, fmt.Sprintf("%s getUpdates(offset %d) from %s while in flight: %s",
+			time.Now().Format("15:04:05.000"), req.Offset, r.RemoteAddr, strings.Join(others, "; ")))
+	}
+	f.inflight[r] = fmt.Sprintf("getUpdates(offset %d) from %s since %s", req.Offset, r.RemoteAddr, time.Now().Format("15:04:05.000"))
+	f.maxInflight = max(f.maxInflight, len(f.inflight))
+	f.mu.Unlock()
+	var once sync.Once
+	ended := func() {
+		once.Do(func() {
+			f.mu.Lock()
+			delete(f.inflight, r)
+			f.mu.Unlock()
+		})
+	}
+	defer ended()
+
+	deadline := time.NewTimer(time.Duration(req.Timeout) * time.Second)
+	defer deadline.Stop()
+	for {
+		f.mu.Lock()
+		if len(f.script) > 0 {
+			reply := f.script[0]
+			f.script = f.script[1:]
+			f.mu.Unlock()
+			if reply.hangup {
+				// The client sees the connection close at once: end the
+				// call first, or its retry could look like an overlap.
+				ended()
+				conn, _, err := w.(http.Hijacker).Hijack()
+				if err == nil {
+					_ = conn.Close()
+				}
+				return
+			}
+			writeReply(w, reply)
+			return
+		}
+		var out []string
+		for _, e := range f.entries {
+			if e.effID >= req.Offset && len(out) < limit {
+				out = append(out, e.raw)
+			}
+		}
+		changed := f.changed
+		f.mu.Unlock()
+		if len(out) > 0 || req.Timeout == 0 {
+			writeReply(w, tgReply{status: http.StatusOK, body: `{"ok":true,"result":[` + strings.Join(out, ",") + `]}`})
+			return
+		}
+		select {
+		case <-changed:
+		case <-r.Context().Done():
+			return
+		case <-f.quit:
+			return
+		case <-deadline.C:
+			writeReply(w, tgReply{status: http.StatusOK, body: `{"ok":true,"result":[]}`})
+			return
+		}
+	}
+}
+
+func (f *fakeBotAPI) sendMessage(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	var m tgSent
+	if err != nil || json.Unmarshal(body, &m) != nil {
+		writeReply(w, tgReply{status: http.StatusBadRequest, body: `{"ok":false,"error_code":400,"description":"Bad Request: can't parse JSON"}`})
+		return
+	}
+	f.mu.Lock()
+	if len(f.sendScript) > 0 {
+		reply := f.sendScript[0]
+		f.sendScript = f.sendScript[1:]
+		f.mu.Unlock()
+		writeReply(w, reply)
+		return
+	}
+	f.sent = append(f.sent, m)
+	f.mu.Unlock()
+	select {
+	case f.sentC <- m:
+	default:
+	}
+	text, _ := json.Marshal(m.Text)
+	writeReply(w, tgReply{status: http.StatusOK, body: fmt.Sprintf(`{"ok":true,"result":{"message_id":1,"date":1,"chat":{"id":%d,"type":"private"},"text":%s}}`, m.ChatID, text)})
+}
+
+func writeReply(w http.ResponseWriter, reply tgReply) {
+	if strings.HasPrefix(reply.body, "{") {
+		w.Header().Set("Content-Type", "application/json")
+	} else {
+		w.Header().Set("Content-Type", "text/html")
+	}
+	w.WriteHeader(reply.status)
+	_, _ = w.Write([]byte(reply.body))
+}
+
+// stats returns the counts: every request, getUpdates calls, the most
+// getUpdates in flight at once, and the overlaps seen.
+func (f *fakeBotAPI) stats() (requests, polls, maxInflight int, overlaps []string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.requests, f.polls, f.maxInflight, slices.Clone(f.overlaps)
+}
+
+func (f *fakeBotAPI) sentMessages() []tgSent {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.sent)
+}
+
+// nextSent waits for the next sendMessage.
+func (f *fakeBotAPI) nextSent(t *testing.T, timeout time.Duration) tgSent {
+	t.Helper()
+	select {
+	case m := <-f.sentC:
+		return m
+	case <-time.After(timeout):
+		t.Fatalf("no sendMessage in %s", timeout)
+		return tgSent{}
+	}
+}
+
+// requireOneConsumer fails the test if two getUpdates of the token were ever
+// in flight at once.
+func (f *fakeBotAPI) requireOneConsumer(t *testing.T) {
+	t.Helper()
+	_, polls, most, overlaps := f.stats()
+	require.Empty(t, overlaps, "concurrent getUpdates calls")
+	require.Positive(t, polls)
+	require.Equal(t, 1, most, "getUpdates calls in flight at once, at most")
+}
+
+// tgUpdate is a text message update with id (also its message_id).
+func tgUpdate(id int) string {
+	return fmt.Sprintf(`{"update_id":%d,"message":{"message_id":%d,"chat":{"id":42,"type":"private"},"from":{"id":7,"is_bot":false,"first_name":"A"},"text":"update %d","date":1}}`, id, id, id)
+}
+
+// deskEnv is the environment of a worker running the bot desk on api; the
+// token is set unless withToken is false.
+func deskEnv(t *testing.T, api *fakeBotAPI, withToken bool, extra ...string) []string {
+	t.Helper()
+	e := []string{"FERRY_CONFIG=" + writeConfig(t, deskConfig), "FERRY_TELEGRAM_API_URL=" + api.URL()}
+	if withToken {
+		e = append(e, "DESK_TOKEN="+deskToken)
+	}
+	return append(e, extra...)
+}
+
+// startDeskWorker starts `worker run` with the bot desk on api and 1 s
+// election ticks, and waits for it to start polling.
+func startDeskWorker(t *testing.T, url string, api *fakeBotAPI) *proctest.Proc {
+	t.Helper()
+	w := startWorker(t, url, deskEnv(t, api, true), electionArgs(time.Second)...)
+	_, err := w.WaitForLineFunc(10*time.Second, logged("telegram: polling", "bot", "desk"))
+	require.NoError(t, err)
+	return w
+}
+
+// adminAddr reads the admin server's bound address from its log line.
+func adminAddr(t *testing.T, p *proctest.Proc) string {
+	t.Helper()
+	line, err := p.WaitForLineFunc(5*time.Second, logged("admin: listening"))
+	require.NoError(t, err)
+	var rec struct {
+		Addr string `json:"addr"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(line), &rec), line)
+	require.True(t, strings.HasPrefix(rec.Addr, "127.0.0.1:"), rec.Addr)
+	return rec.Addr
+}
+
+// adminGet GETs path on the admin server at addr, requires 200, and returns
+// the body.
+func adminGet(t *testing.T, addr, path string) string {
+	t.Helper()
+	// No keep-alive: no idle connection left for goleak to find.
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := client.Get("http://" + addr + path)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "GET %s: %s", path, body)
+	return string(body)
+}
+
+// adminTelegram GETs /admin/api/telegram and returns the body and what it
+// says.
+func adminTelegram(t *testing.T, addr string) (string, []telegram.BotStatus) {
+	t.Helper()
+	body := adminGet(t, addr, "/admin/api/telegram")
+	var bots []telegram.BotStatus
+	require.NoError(t, json.Unmarshal([]byte(body), &bots), body)
+	return body, bots
+}
+
+// waitAdminTelegram polls /admin/api/telegram until the one bot's status
+// satisfies ok, and returns the body.
+func waitAdminTelegram(t *testing.T, addr, what string, ok func(telegram.BotStatus) bool) string {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		body, bots := adminTelegram(t, addr)
+		require.Len(t, bots, 1, body)
+		if ok(bots[0]) {
+			return body
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/admin/api/telegram: not %s after 5s: %s", what, body)
+		}
+		time.Sleep(pollEvery)
+	}
+}
+
+// storedUpdateIDs returns the update ids of the bot desk's outbox messages,
+// in the order of the messages' ids.
+func storedUpdateIDs(t *testing.T, pool *pgxpool.Pool) []int {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `SELECT dedup_key::bigint FROM ferry_outbox WHERE topic = 'telegram.desk' ORDER BY id`)
+	require.NoError(t, err)
+	defer rows.Close()
+	var ids []int
+	for rows.Next() {
+		var id int
+		require.NoError(t, rows.Scan(&id))
+		ids = append(ids, id)
+	}
+	require.NoError(t, rows.Err())
+	return ids
+}
+
+// deskOffset is the bot desk's row of ferry_telegram_offset (zeros when
+// there is none).
+func deskOffset(t *testing.T, pool *pgxpool.Pool) (next, stored int64) {
+	t.Helper()
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT coalesce(max(next_offset), 0), coalesce(max(updates_stored), 0)
+		FROM ferry_telegram_offset WHERE bot = 'desk'`).Scan(&next, &stored))
+	return next, stored
+}
+
+// waitDeskOffset polls until the bot desk's stored next_offset is want (no
+// log line at the default level says a batch was stored), and returns the
+// stored update ids.
+func waitDeskOffset(t *testing.T, pool *pgxpool.Pool, want int64, timeout time.Duration) []int {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		next, _ := deskOffset(t, pool)
+		if next == want {
+			return storedUpdateIDs(t, pool)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("next_offset is %d, not %d, after %s; stored update ids: %v", next, want, timeout, storedUpdateIDs(t, pool))
+		}
+		time.Sleep(pollEvery)
+	}
+}
+
+func oneTo(n int) []int {
+	s := make([]int, n)
+	for i := range s {
+		s[i] = i + 1
+	}
+	return s
+}
+
+// requireNoToken fails if any of outs contains the token, in any form.
+func requireNoToken(t *testing.T, outs map[string]string) {
+	t.Helper()
+	for what, s := range outs {
+		require.NotContains(t, s, tokenFragment, "the token in %s", what)
+	}
+}
+
+// TestTelegram_OneConsumer: two replicas, one bot: only the leader polls,
+// never two getUpdates at once (also across a SIGTERM handover), and every
+// update is stored once with the offset after the last.
+func TestTelegram_OneConsumer(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t, true)
+	pool := pgtest.PoolFor(t, url)
+	api := newFakeBotAPI(t, deskToken)
+
+	leader := startDeskWorker(t, url, api)
+	standby := startWorker(t, url, deskEnv(t, api, true), electionArgs(time.Second)...)
+	_, err := standby.WaitForLineFunc(10*time.Second, logged("election: standby"))
+	require.NoError(t, err)
+	require.Equal(t, leader.Pid(), leaderPID(t, url))
+
+	const n = 20
+	for i := 1; i <= n; i++ {
+		api.push(tgUpdate(i))
+		// The pace is the point: updates arrive while calls are held, and
+		// between them.
+		time.Sleep(150 * time.Millisecond)
+	}
+	ids := waitDeskOffset(t, pool, n+1, tgWait)
+	require.Equal(t, oneTo(n), ids, "every update once, in order")
+	next, stored := deskOffset(t, pool)
+	require.EqualValues(t, n+1, next)
+	require.EqualValues(t, n, stored, "updates_stored")
+	_, err = standby.WaitForLineFunc(0, logged("telegram: polling"))
+	require.Error(t, err, "the standby never polled")
+
+	// SIGTERM hands over at once: the leader's held call is cancelled with
+	// its runnable before it resigns, so the new consumer's first call
+	// overlaps nothing.
+	require.NoError(t, leader.Signal(syscall.SIGTERM))
+	_, err = standby.WaitForLineFunc(10*time.Second, logged("telegram: polling", "bot", "desk", "offset", n+1))
+	require.NoError(t, err, "the new leader resumes from the stored offset")
+	code, err := leader.Wait(stopTimeout)
+	require.NoError(t, err)
+	require.Zero(t, code)
+	api.push(tgUpdate(n + 1))
+	ids = waitDeskOffset(t, pool, n+2, tgWait)
+	require.Equal(t, oneTo(n+1), ids)
+
+	stop(t, standby, stopTimeout)
+	api.requireOneConsumer(t)
+	requests, polls, _, _ := api.stats()
+	require.Equal(t, requests, polls, "nothing but getUpdates")
+	t.Logf("%d getUpdates calls", polls)
+}
+
+// TestTelegram_FailoverMidStream kills -9 the polling leader while updates
+// stream in: the standby takes over from the stored offset, and every update
+// is stored exactly once, in order, with no gap.
+func TestTelegram_FailoverMidStream(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t, true)
+	pool := pgtest.PoolFor(t, url)
+	api := newFakeBotAPI(t, deskToken)
+
+	first := startDeskWorker(t, url, api)
+	second := startWorker(t, url, deskEnv(t, api, true), electionArgs(time.Second)...)
+	_, err := second.WaitForLineFunc(10*time.Second, logged("election: standby"))
+	require.NoError(t, err)
+	leader, standby := first, second
+	require.Equal(t, leader.Pid(), leaderPID(t, url))
+
+	// An update every 100 ms for 8 s.
+	const n = 80
+	done := make(chan struct{})
+	quit := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for i := 1; i <= n; i++ {
+			api.push(tgUpdate(i))
+			select {
+			case <-tick.C:
+			case <-quit:
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() { close(quit); <-done })
+
+	time.Sleep(3 * time.Second) // mid-stream
+	require.NoError(t, leader.Kill())
+	killed := time.Now()
+	_, err = standby.WaitForLineFunc(10*time.Second, logged("telegram: polling", "bot", "desk"))
+	require.NoError(t, err)
+	t.Logf("the standby polls %s after the kill", time.Since(killed).Round(time.Millisecond))
+	_, err = standby.WaitForLineFunc(0, logged("election: failover acquired", "deferred", true))
+	require.NoError(t, err, "a crashed leader never resigned: the standby defers")
+	code, err := leader.Wait(stopTimeout)
+	require.NoError(t, err)
+	require.Equal(t, 137, code)
+	require.Equal(t, standby.Pid(), leaderPID(t, url))
+
+	<-done
+	ids := waitDeskOffset(t, pool, n+1, tgWait)
+	// The messages' ids follow the update ids: exactly once, in order, no
+	// gap. (The dedup key's UNIQUE would refuse a second copy anyway; what
+	// this shows is that none is missing and none came out of order.)
+	require.Equal(t, oneTo(n), ids)
+	_, stored := deskOffset(t, pool)
+	require.EqualValues(t, n, stored, "updates_stored counts no redelivered update twice")
+
+	// The killed process's held call ends when the kernel closes its socket
+	// (the fake's r.Context() is done then), which happens as it dies, over
+	// a second before the standby, which defers, sends its first call. A
+	// call that overlapped would mean two consumers.
+	api.requireOneConsumer(t)
+	stop(t, standby, stopTimeout)
+}
+
+// TestTelegram_TokenNeverLogged makes the fake fail in every way, echoing
+// the token where a real server or proxy might, and requires that the token
+// appears nowhere: not in the worker's output, `enqueue outbox list --json`,
+// or /admin/api/telegram. The worker's backoffs (5 s after an error, 60 s
+// after 401 or 409) are not settable from its flags, so the 5 s errors share
+// one subtest, and 409 and 401 each end a short subtest of their own.
+func TestTelegram_TokenNeverLogged(t *testing.T) {
+	t.Parallel()
+
+	// checkNoToken reads w's metrics, stops w, and requires that nothing it
+	// printed, nor its metrics, nor the outbox listing, nor what its admin
+	// API said (bodies), has the token.
+	checkNoToken := func(t *testing.T, url string, w *proctest.Proc, addr string, bodies []string) {
+		t.Helper()
+		metrics := adminGet(t, addr, "/metrics")
+		require.Contains(t, metrics, `ferry_telegram_errors_total{bot="desk"`)
+		stop(t, w, stopTimeout)
+		list, stderr, code := enqueue(t, url, nil, "outbox", "list", "--json")
+		require.Zero(t, code, stderr)
+		outs := map[string]string{
+			"the worker's stdout": w.Stdout(),
+			"the worker's stderr": w.Stderr(),
+			"enqueue outbox list": list + stderr,
+			"/admin/api/telegram": strings.Join(bodies, "\n"),
+			"/metrics":            metrics,
+		}
+		require.Contains(t, w.Stderr(), "[redacted]", "the fake's echoes of the token reached the log, scrubbed")
+		requireNoToken(t, outs)
+	}
+
+	t.Run("ServerErrors", func(t *testing.T) {
+		t.Parallel()
+		url := pgtest.NewDatabase(t, true)
+		pool := pgtest.PoolFor(t, url)
+		api := newFakeBotAPI(t, deskToken)
+		api.answer(
+			tgReply{status: http.StatusInternalServerError, body: `{"ok":false,"error_code":500,"description":"Internal Server Error: bot` + deskToken + ` is overloaded"}`},
+			tgReply{status: http.StatusOK, body: "<html><body>Bad gateway for /bot" + deskToken + "/getUpdates</body></html>"},
+			tgReply{hangup: true},
+		)
+		// Then, in one batch, an update without update_id and a valid one.
+		api.push(`{"message":{"message_id":9,"chat":{"id":42,"type":"private"},"text":"no id","date":1}}`, tgUpdate(1))
+
+		w := startDeskWorker(t, url, api)
+		addr := adminAddr(t, w)
+		var bodies []string
+		for _, e := range []struct{ kind, inError string }{
+			{telegram.KindServer, "telegram: getUpdates: server (500): Internal Server Error: bot[redacted] is overloaded"},
+			{telegram.KindServer, "telegram: getUpdates: server (200): answer is not Bot API JSON: <html><body>Bad gateway for /bot[redacted]/getUpdates"},
+			{telegram.KindTransport, "telegram: getUpdates: "},
+		} {
+			_, err := w.WaitForLineFunc(10*time.Second, func(line string) bool {
+				return logged("telegram: getUpdates failed", "bot", "desk", "kind", e.kind, "retry_in", int64(5*time.Second))(line) &&
+					strings.Contains(line, e.inError)
+			})
+			require.NoError(t, err, "kind %s", e.kind)
+			bodies = append(bodies, waitAdminTelegram(t, addr, "showing the "+e.kind+" error", func(s telegram.BotStatus) bool {
+				return s.LastErrorKind == e.kind && strings.Contains(s.LastError, e.inError) && s.State == telegram.StateBackingOff
+			}))
+		}
+
+		_, err := w.WaitForLineFunc(10*time.Second, logged("telegram: malformed update kept in ferry_telegram_malformed", "bot", "desk", "reason", "no update_id"))
+		require.NoError(t, err)
+		require.Equal(t, []int{1}, waitDeskOffset(t, pool, 2, tgWait), "the valid update after the malformed one is stored")
+		require.Equal(t, 1, count(t, pool, `SELECT count(*) FROM ferry_telegram_malformed WHERE bot = 'desk' AND update_id IS NULL AND error = 'no update_id' AND raw LIKE '%"no id"%'`))
+		bodies = append(bodies, waitAdminTelegram(t, addr, "polling after the malformed update", func(s telegram.BotStatus) bool {
+			return s.State == telegram.StatePolling && s.LastErrorKind == telegram.KindMalformed && s.LastUpdateID == 1 && s.NextOffset == 2
+		}))
+
+		checkNoToken(t, url, w, addr, bodies)
+		api.requireOneConsumer(t)
+	})
+
+	for _, tc := range []struct {
+		name, kind, msg string
+		reply           tgReply
+	}{
+		{
+			name: "Conflict409", kind: telegram.KindConflict,
+			msg: "telegram: conflict (409): another getUpdates consumer or a webhook is set for this bot",
+			reply: tgReply{status: http.StatusConflict, body: `{"ok":false,"error_code":409,"description":"Conflict: terminated by other getUpdates request; make sure that only one bot instance is running (token ` +
+				deskToken + `)"}`},
+		},
+		{
+			name: "BadToken401", kind: telegram.KindUnauthorized,
+			msg: "telegram: bad token (401); polling paused",
+			// The query-escaped form of the token (":" as %3A).
+			reply: tgReply{status: http.StatusUnauthorized, body: `{"ok":false,"error_code":401,"description":"Unauthorized: /bot` +
+				strings.Replace(deskToken, ":", "%3A", 1) + `/getUpdates"}`},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			url := pgtest.NewDatabase(t, true)
+			api := newFakeBotAPI(t, deskToken)
+			api.answer(tc.reply)
+			w := startDeskWorker(t, url, api)
+			addr := adminAddr(t, w)
+			line, err := w.WaitForLineFunc(10*time.Second, logged(tc.msg, "level", "ERROR", "bot", "desk", "kind", tc.kind, "retry_in", int64(time.Minute)))
+			require.NoError(t, err)
+			require.Contains(t, line, "[redacted]", "the echoed token is scrubbed")
+			body := waitAdminTelegram(t, addr, "backing off after "+tc.kind, func(s telegram.BotStatus) bool {
+				return s.State == telegram.StateBackingOff && s.LastErrorKind == tc.kind && strings.Contains(s.LastError, "[redacted]")
+			})
+			// SIGTERM ends the 60 s backoff at once.
+			checkNoToken(t, url, w, addr, []string{body})
+			_, polls, _, _ := api.stats()
+			require.Equal(t, 1, polls, "no call during the backoff")
+		})
+	}
+}
+
+// TestTelegram_BotOffWhenTokenUnset: a bot whose token variable is unset is
+// off: one line says so, the Bot API is never called, the admin API shows it
+// off, and jobs are worked as usual.
+func TestTelegram_BotOffWhenTokenUnset(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t, true)
+	api := newFakeBotAPI(t, deskToken)
+	w := startWorker(t, url, deskEnv(t, api, false, "FERRY_LOG_LEVEL=debug"), electionArgs(time.Second)...)
+	addr := adminAddr(t, w)
+	_, err := w.WaitForLineFunc(10*time.Second, logged("election: runnables started"))
+	require.NoError(t, err, "it leads: a poller, if there were one, would run here")
+
+	id := enqueueID(t, url, "ferry.noop")
+	_, err = w.WaitForLineFunc(10*time.Second, logged("job: completed", "job_id", id))
+	require.NoError(t, err)
+
+	body, bots := adminTelegram(t, addr)
+	require.Equal(t, []telegram.BotStatus{{Bot: "desk", State: telegram.StateOff}}, bots, body)
+	stop(t, w, stopTimeout)
+
+	var off []string
+	for line := range strings.Lines(w.Stdout() + w.Stderr()) {
+		if logged("telegram: bot off: its token variable is unset")(line) {
+			off = append(off, line)
+		}
+	}
+	require.Len(t, off, 1, "one line says the bot is off")
+	require.True(t, logged("telegram: bot off: its token variable is unset", "bot", "desk", "token_env", "DESK_TOKEN")(off[0]), off[0])
+	_, err = w.WaitForLineFunc(0, logged("telegram: polling"))
+	require.Error(t, err)
+	requests, _, _, _ := api.stats()
+	require.Zero(t, requests, "the Bot API was never called")
+}
+
+// TestTelegram_CommandAnswered: a service embedding ferry with a command
+// router answers "/echo hello world" through sendMessage, and the delivery
+// to the router's route is delivered.
+func TestTelegram_CommandAnswered(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t, true)
+	pool := pgtest.PoolFor(t, url)
+	api := newFakeBotAPI(t, deskToken)
+	bin := proctest.Build(t, botWorkerPkg)[botWorkerPkg]
+	w := proctest.Start(t, bin, append([]string{"DATABASE_URL=" + url}, deskEnv(t, api, true)...))
+	_, err := w.WaitForLineFunc(startTimeout, logged("ferry: started"))
+	require.NoError(t, err)
+	_, err = w.WaitForLineFunc(10*time.Second, logged("telegram: polling", "bot", "desk"))
+	require.NoError(t, err)
+
+	api.push(`{"update_id":1,"message":{"message_id":1,"chat":{"id":42,"type":"private"},"from":{"id":7,"is_bot":false,"first_name":"A"},"text":"/echo hello world","date":1}}`)
+	require.Equal(t, tgSent{ChatID: 42, Text: "hello world"}, api.nextSent(t, deliverTimeout))
+
+	var msgID int64
+	require.NoError(t, pool.QueryRow(context.Background(),
+		`SELECT id FROM ferry_outbox WHERE topic = 'telegram.desk' AND dedup_key = '1'`).Scan(&msgID))
+	d := waitDelivery(t, pool, msgID, "telegram-desk-commands", deliverTimeout, "delivered", isDelivered)
+	require.Equal(t, 1, d.Attempts)
+	require.Nil(t, d.LastError)
+	require.Equal(t, 1, count(t, pool, `SELECT count(*) FROM ferry_outbox_received WHERE consumer = 'telegram-desk-commands' AND event_id = $1`, fmt.Sprint(msgID)))
+
+	// A reply Telegram refuses for good (400, its description echoing the
+	// token) makes the delivery stuck at once, its last error scrubbed.
+	api.answerSend(tgReply{status: http.StatusBadRequest, body: `{"ok":false,"error_code":400,"description":"Bad Request: chat not found (bot` + deskToken + `)"}`})
+	api.push(`{"update_id":2,"message":{"message_id":2,"chat":{"id":43,"type":"private"},"from":{"id":7,"is_bot":false,"first_name":"A"},"text":"/echo nobody there","date":1}}`)
+	ids := waitDeskOffset(t, pool, 3, tgWait)
+	require.Equal(t, []int{1, 2}, ids)
+	require.NoError(t, pool.QueryRow(context.Background(),
+		`SELECT id FROM ferry_outbox WHERE topic = 'telegram.desk' AND dedup_key = '2'`).Scan(&msgID))
+	d = waitDelivery(t, pool, msgID, "telegram-desk-commands", deliverTimeout, "stuck", func(d delivery) bool { return d.Status == "stuck" })
+	require.Equal(t, 1, d.Attempts, "stuck at once, not retried")
+	require.NotNil(t, d.LastError)
+	require.Contains(t, *d.LastError, "bad_request (400): Bad Request: chat not found (bot[redacted])")
+	list, stderr, code := enqueue(t, url, nil, "outbox", "list", "--json")
+	require.Zero(t, code, stderr)
+
+	stop(t, w, stopTimeout)
+	require.Len(t, api.sentMessages(), 1, "one reply")
+	requireNoToken(t, map[string]string{"the service's stdout": w.Stdout(), "the service's stderr": w.Stderr(), "enqueue outbox list": list})
+	api.requireOneConsumer(t)
+}
