@@ -52,6 +52,8 @@ type Server struct {
 	sched     *periodic.Scheduler
 	relay     *outbox.Relay
 	botStatus []func() telegram.BotStatus
+	// outboxMaxAttempts is what relayed and reset deliveries get.
+	outboxMaxAttempts int
 	started   chan struct{}
 }
 
@@ -108,7 +110,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, pool: pool, registry: registry, started: make(chan struct{})}
+	s := &Server{cfg: cfg, pool: pool, registry: registry, outboxMaxAttempts: maxAttempts, started: make(chan struct{})}
 	fail := func(err error) (*Server, error) { pool.Close(); return nil, err }
 
 	deliver := outbox.NewDeliverWorker(outbox.DeliverConfig{Pool: pool, Routes: routes, MaxAttempts: maxAttempts, Logger: cfg.Logger})

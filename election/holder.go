@@ -74,3 +74,35 @@ func CurrentHolder(ctx context.Context, q Querier, key int64) (*Holder, error) {
 	}
 	return h, nil
 }
+
+// Term is one row of ferry_leader_term.
+type Term struct {
+	Term        int64      `json:"term"`
+	Holder      string     `json:"holder"`
+	Hostname    string     `json:"hostname"`
+	PID         int        `json:"pid"`
+	BackendPID  int        `json:"backend_pid"`
+	AcquiredAt  time.Time  `json:"acquired_at"`
+	StartedAt   *time.Time `json:"started_at"`
+	ResignedAt  *time.Time `json:"resigned_at"`
+	EndedReason *string    `json:"ended_reason"`
+}
+
+// Rows is what Terms runs on (a pool, a connection, a tx).
+type Rows interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// Terms returns the newest limit terms of key, newest first.
+func Terms(ctx context.Context, q Rows, key int64, limit int) ([]Term, error) {
+	rows, err := q.Query(ctx, `SELECT term, holder, hostname, pid, backend_pid, acquired_at, started_at, resigned_at, ended_reason
+		FROM ferry_leader_term WHERE key = $1 ORDER BY term DESC LIMIT $2`, key, limit)
+	if err != nil {
+		return nil, fmt.Errorf("election: read terms of key %d: %w", key, err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Term])
+	if err != nil {
+		return nil, fmt.Errorf("election: read terms of key %d: %w", key, err)
+	}
+	return out, nil
+}
