@@ -54,7 +54,7 @@ type Server struct {
 	botStatus []func() telegram.BotStatus
 	// outboxMaxAttempts is what relayed and reset deliveries get.
 	outboxMaxAttempts int
-	started   chan struct{}
+	started           chan struct{}
 }
 
 // New validates cfg, connects to Postgres, checks (or with cfg.Migrate,
