@@ -1,4 +1,7 @@
-// Command bench measures River worker settings on this machine: pickup
+// Command bench is ferry's bench harness. -mode all (go tool task bench) and
+// -mode quick measure every figure side by side in one run and write
+// bench/results.json; the other modes measure one thing. It began as the
+// measurement of River worker settings on this machine: pickup
 // latency (insert to start) for jobs inserted at a steady rate by a separate
 // client, and throughput from a backlog. It was used to choose ferry's fetch
 // defaults (README, "Tuning"); the full bench harness builds on it.
@@ -72,7 +75,8 @@ type result struct {
 
 func main() {
 	var (
-		mode     = flag.String("mode", "sweep", "sweep, latency, throughput, failover, ticks or outbox")
+		mode     = flag.String("mode", "sweep", "all, quick, sweep, latency, throughput, failover, ticks or outbox")
+		out      = flag.String("out", "bench/results.json", "all and quick modes: where to write the results")
 		url      = flag.String("database-url", os.Getenv("TEST_DATABASE_URL"), "server to create scratch databases on")
 		cooldown = flag.Duration("cooldown", 5*time.Millisecond, "worker fetch cooldown")
 		poll     = flag.Duration("poll", 100*time.Millisecond, "worker fetch poll interval")
@@ -108,6 +112,11 @@ func main() {
 		results = append(results, r)
 	}
 	switch *mode {
+	case "all", "quick":
+		if err := runAll(ctx, *url, *out, *mode == "quick"); err != nil {
+			log.Fatalf("bench: %v", dburl.Redact(err.Error()))
+		}
+		return
 	case "outbox":
 		r, err := outboxBench(ctx, *url, *backlog, *rate, *dur)
 		if err != nil {

@@ -1,0 +1,481 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/ferryq/ferry"
+	"github.com/ferryq/ferry/jobs"
+)
+
+// sizes of one bench run: full (go tool task bench) or quick (bench:quick).
+type sizes struct {
+	backlog    int           // no-op jobs for the throughput comparison
+	latencyDur time.Duration // at 500 jobs/s
+	relay      int           // outbox messages for the relay
+	outboxDur  time.Duration // at 500 messages/s
+	tickDur    time.Duration // 10 schedules every second
+	trials     int           // failover trials of each kind
+	bulk       int           // lines for enqueue bulk
+}
+
+var (
+	fullSizes  = sizes{backlog: 200_000, latencyDur: 10 * time.Second, relay: 100_000, outboxDur: 10 * time.Second, tickDur: 15 * time.Second, trials: 10, bulk: 1_000_000}
+	quickSizes = sizes{backlog: 20_000, latencyDur: 3 * time.Second, relay: 20_000, outboxDur: 3 * time.Second, tickDur: 11 * time.Second, trials: 3, bulk: 100_000}
+)
+
+// results is bench/results.json: the keys are read by tools; keep them.
+type results struct {
+	Rev                       string            `json:"rev"`
+	CPUs                      int               `json:"cpus"`
+	Date                      string            `json:"date"`
+	Quick                     bool              `json:"quick"`
+	WorkerRiverJobsPerSec     *float64          `json:"worker_river_jobs_per_sec"`
+	WorkerFerryJobsPerSec     *float64          `json:"worker_ferry_jobs_per_sec"`
+	WorkerRatio               *float64          `json:"worker_ratio"`
+	LatencyInsertToStartP50MS *float64          `json:"latency_insert_to_start_p50_ms"`
+	LatencyInsertToStartP99MS *float64          `json:"latency_insert_to_start_p99_ms"`
+	OutboxRelayMsgsPerSec     *float64          `json:"outbox_relay_msgs_per_sec"`
+	OutboxE2EP50MS            *float64          `json:"outbox_e2e_p50_ms"`
+	OutboxE2EP99MS            *float64          `json:"outbox_e2e_p99_ms"`
+	TickLagInsertP99MS        *float64          `json:"tick_lag_insert_p99_ms"`
+	TickLagStartP99MS         *float64          `json:"tick_lag_start_p99_ms"`
+	FailoverGracefulMSMedian  *float64          `json:"failover_graceful_ms_median"`
+	FailoverGracefulMSMax     *float64          `json:"failover_graceful_ms_max"`
+	FailoverCrashMSMedian     *float64          `json:"failover_crash_ms_median"`
+	FailoverCrashMSMax        *float64          `json:"failover_crash_ms_max"`
+	BulkJobsPerSec            *float64          `json:"bulk_jobs_per_sec"`
+	WorkerPeakRSSMB           *float64          `json:"worker_peak_rss_mb"`
+	Notes                     map[string]string `json:"notes"`
+}
+
+func ptr(f float64) *float64 { return &f }
+
+// runAll measures everything, side by side in one run, writes path and
+// prints a table.
+func runAll(ctx context.Context, serverURL, path string, quick bool) error {
+	sz := fullSizes
+	if quick {
+		sz = quickSizes
+	}
+	res := results{CPUs: runtime.NumCPU(), Date: time.Now().UTC().Format(time.RFC3339), Quick: quick, Notes: map[string]string{}}
+	if out, err := exec.Command("git", "rev-parse", "--short=12", "HEAD").Output(); err == nil {
+		res.Rev = strings.TrimSpace(string(out))
+	} else {
+		res.Rev = "unknown"
+	}
+	note := func(key string, err error) {
+		res.Notes[key] = err.Error()
+		fmt.Fprintf(os.Stderr, "bench: %s: %v\n", key, err)
+	}
+	step := func(name string) { fmt.Fprintf(os.Stderr, "bench: %s …\n", name) }
+
+	step("worker throughput, bare River then ferry")
+	if river, ferryRate, err := workerThroughput(ctx, serverURL, sz.backlog); err != nil {
+		note("worker", err)
+	} else {
+		res.WorkerRiverJobsPerSec, res.WorkerFerryJobsPerSec, res.WorkerRatio = ptr(river), ptr(ferryRate), ptr(ferryRate/river)
+	}
+	step("insert-to-start latency at 500 jobs/s")
+	if p50, p99, err := ferryLatency(ctx, serverURL, 500, sz.latencyDur); err != nil {
+		note("latency", err)
+	} else {
+		res.LatencyInsertToStartP50MS, res.LatencyInsertToStartP99MS = ptr(p50), ptr(p99)
+	}
+	step("outbox")
+	if r, err := outboxBench(ctx, serverURL, sz.relay, 500, sz.outboxDur); err != nil {
+		note("outbox", err)
+	} else {
+		res.OutboxRelayMsgsPerSec, res.OutboxE2EP50MS, res.OutboxE2EP99MS = ptr(r.BestRelayPerSec), ptr(r.E2EP50MS), ptr(r.E2EP99MS)
+	}
+	step("scheduler tick lag")
+	if r, err := tickLag(ctx, serverURL, 10, sz.tickDur, 500); err != nil {
+		note("ticks", err)
+	} else {
+		res.TickLagInsertP99MS, res.TickLagStartP99MS = ptr(r.InsertP99MS), ptr(r.StartP99MS)
+	}
+	step("failover")
+	if r, err := failover(ctx, serverURL, sz.trials, time.Second); err != nil {
+		note("failover", err)
+	} else {
+		res.FailoverGracefulMSMedian, res.FailoverGracefulMSMax = ptr(r.GracefulMedianMS), ptr(r.GracefulMaxMS)
+		res.FailoverCrashMSMedian, res.FailoverCrashMSMax = ptr(r.CrashMedianMS), ptr(r.CrashMaxMS)
+		if r.Overlaps > 0 {
+			note("failover_overlaps", fmt.Errorf("%d overlaps observed", r.Overlaps))
+		}
+	}
+	step("bulk enqueue")
+	if rate, err := bulkEnqueue(ctx, serverURL, sz.bulk); err != nil {
+		note("bulk", err)
+	} else {
+		res.BulkJobsPerSec = ptr(rate)
+	}
+	step("worker peak RSS")
+	if mb, err := workerPeakRSS(ctx, serverURL, sz.backlog/2); err != nil {
+		note("rss", err)
+	} else {
+		res.WorkerPeakRSSMB = ptr(mb)
+	}
+
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	b, _ := json.MarshalIndent(res, "", "  ")
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	printTable(res)
+	fmt.Fprintf(os.Stderr, "bench: wrote %s\n", path)
+	return nil
+}
+
+func printTable(r results) {
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	f := func(v *float64, unit string) string {
+		if v == nil {
+			return "null"
+		}
+		return strconv.FormatFloat(*v, 'f', 1, 64) + " " + unit
+	}
+	fmt.Fprintf(tw, "figure\tvalue\ttarget\n")
+	rows := [][3]string{
+		{"worker jobs/s, bare River", f(r.WorkerRiverJobsPerSec, "/s"), ""},
+		{"worker jobs/s, ferry", f(r.WorkerFerryJobsPerSec, "/s"), ""},
+		{"worker ratio ferry / River", f(r.WorkerRatio, ""), "≥ 0.9"},
+		{"insert to start p50", f(r.LatencyInsertToStartP50MS, "ms"), "≤ 5 ms"},
+		{"insert to start p99", f(r.LatencyInsertToStartP99MS, "ms"), "≤ 10 ms"},
+		{"outbox relay", f(r.OutboxRelayMsgsPerSec, "msgs/s"), "≥ 10,000/s"},
+		{"outbox commit to delivery p50", f(r.OutboxE2EP50MS, "ms"), "≤ 10 ms"},
+		{"outbox commit to delivery p99", f(r.OutboxE2EP99MS, "ms"), "≤ 50 ms"},
+		{"tick lag to insert p99", f(r.TickLagInsertP99MS, "ms"), "≤ 50 ms"},
+		{"tick lag to start p99", f(r.TickLagStartP99MS, "ms"), "≤ 100 ms"},
+		{"graceful failover median", f(r.FailoverGracefulMSMedian, "ms"), "≤ 1 s"},
+		{"graceful failover max", f(r.FailoverGracefulMSMax, "ms"), "≤ 1 s"},
+		{"crash failover median", f(r.FailoverCrashMSMedian, "ms"), "≤ 3 s"},
+		{"crash failover max", f(r.FailoverCrashMSMax, "ms"), "≤ 3 s"},
+		{"bulk enqueue", f(r.BulkJobsPerSec, "jobs/s"), "≥ 100,000/s"},
+		{"worker peak RSS", f(r.WorkerPeakRSSMB, "MB"), ""},
+	}
+	for _, row := range rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", row[0], row[1], row[2])
+	}
+	_ = tw.Flush()
+	for _, k := range slices.Sorted(mapsKeys(r.Notes)) {
+		fmt.Printf("note %s: %s\n", k, r.Notes[k])
+	}
+}
+
+func mapsKeys(m map[string]string) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// workerThroughput works the same backlog of no-op jobs with a bare River
+// client and with ferry's whole worker stack (middleware, metrics, logging,
+// election, relay, scheduler), with the same fetch settings and workers.
+func workerThroughput(ctx context.Context, serverURL string, n int) (riverRate, ferryRate float64, err error) {
+	backlog := func(pool *pgxpool.Pool) error {
+		ic, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
+		if err != nil {
+			return err
+		}
+		params := make([]river.InsertManyParams, 0, 10000)
+		for i := 0; i < n; i += 10000 {
+			params = params[:0]
+			for range min(10000, n-i) {
+				params = append(params, river.InsertManyParams{Args: jobs.NoopArgs{}})
+			}
+			if _, err := ic.InsertManyFast(ctx, params); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	waitDone := func(pool *pgxpool.Pool, start time.Time) (float64, error) {
+		deadline := time.Now().Add(10 * time.Minute)
+		for time.Now().Before(deadline) {
+			var left int
+			if err := pool.QueryRow(ctx, "SELECT count(*) FROM river_job WHERE state <> 'completed'").Scan(&left); err != nil {
+				return 0, err
+			}
+			if left == 0 {
+				return float64(n) / time.Since(start).Seconds(), nil
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		return 0, fmt.Errorf("backlog not worked in 10 minutes")
+	}
+	queues := map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 100}}
+
+	// Bare River.
+	pool, drop, err := scratch(ctx, serverURL)
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := backlog(pool); err != nil {
+		drop()
+		return 0, 0, err
+	}
+	workers := river.NewWorkers()
+	river.AddWorker(workers, &jobs.NoopWorker{})
+	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		FetchCooldown: ferry.DefaultFetchCooldown, FetchPollInterval: ferry.DefaultFetchPollInterval,
+		Queues: queues, Workers: workers, Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		drop()
+		return 0, 0, err
+	}
+	start := time.Now()
+	if err := rc.Start(ctx); err != nil {
+		drop()
+		return 0, 0, err
+	}
+	riverRate, err = waitDone(pool, start)
+	_ = rc.Stop(ctx)
+	drop()
+	if err != nil {
+		return 0, 0, err
+	}
+
+	// ferry's stack.
+	pool, drop, err = scratch(ctx, serverURL)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer drop()
+	if err := backlog(pool); err != nil {
+		return 0, 0, err
+	}
+	srv, err := ferry.New(ctx, ferry.Config{
+		DatabaseURL: pool.Config().ConnString(), AdminAddr: "off",
+		Queues: map[string]int{river.QueueDefault: 100, "outbox": 20},
+		Logger: slog.New(slog.NewJSONHandler(discard{}, &slog.HandlerOptions{Level: slog.LevelInfo})),
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	start = time.Now()
+	go func() { done <- srv.Run(runCtx) }()
+	ferryRate, err = waitDone(pool, start)
+	stop()
+	<-done
+	return riverRate, ferryRate, err
+}
+
+// discard is an io.Writer that drops what it is given, so the JSON handler
+// still formats every record, as a real worker's would.
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// stampKind records when each job starts, for the latency figure.
+type stampKind struct {
+	river.WorkerDefaults[stampArgs]
+	mu   sync.Mutex
+	lats []float64
+}
+
+func (w *stampKind) Work(_ context.Context, job *river.Job[stampArgs]) error {
+	lat := float64(time.Since(time.Unix(0, job.Args.At)).Microseconds()) / 1000
+	w.mu.Lock()
+	w.lats = append(w.lats, lat)
+	w.mu.Unlock()
+	return nil
+}
+
+// ferryLatency inserts jobs at rate through jobs.Inserter (a separate
+// client, as a Go service would) into a ferry worker with its defaults.
+func ferryLatency(ctx context.Context, serverURL string, rate int, dur time.Duration) (p50, p99 float64, err error) {
+	pool, drop, err := scratch(ctx, serverURL)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer drop()
+	w := &stampKind{}
+	srv, err := ferry.New(ctx, ferry.Config{
+		DatabaseURL: pool.Config().ConnString(), AdminAddr: "off",
+		Kinds:  []jobs.Kind{jobs.Define[stampArgs](w, river.QueueDefault, "bench stamp")},
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(runCtx) }()
+	defer func() { stop(); <-done }()
+	<-srv.Started()
+	time.Sleep(500 * time.Millisecond)
+	ins, err := jobs.NewInserter(pool)
+	if err != nil {
+		return 0, 0, err
+	}
+	n := int(float64(rate) * dur.Seconds())
+	t := time.NewTicker(time.Second / time.Duration(rate))
+	defer t.Stop()
+	for range n {
+		<-t.C
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			_, err := ins.InsertTx(ctx, tx, stampArgs{At: time.Now().UnixNano()}, nil)
+			return err
+		})
+		if err != nil {
+			return 0, 0, err
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		w.mu.Lock()
+		got := len(w.lats)
+		w.mu.Unlock()
+		if got >= n {
+			break
+		}
+		if time.Now().After(deadline) {
+			return 0, 0, fmt.Errorf("only %d of %d jobs started", got, n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return pct(w.lats, 50), pct(w.lats, 99), nil
+}
+
+// bulkEnqueue times `enqueue bulk` on n ferry.noop lines.
+func bulkEnqueue(ctx context.Context, serverURL string, n int) (float64, error) {
+	dir, err := os.MkdirTemp("", "ferry-bench-bulk-")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(dir)
+	bin := filepath.Join(dir, "enqueue")
+	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/enqueue").CombinedOutput(); err != nil {
+		return 0, fmt.Errorf("build enqueue: %v: %s", err, out)
+	}
+	file := filepath.Join(dir, "jobs.jsonl")
+	f, err := os.Create(file)
+	if err != nil {
+		return 0, err
+	}
+	line := []byte(`{"kind":"ferry.noop","args":{}}` + "\n")
+	for range n {
+		if _, err := f.Write(line); err != nil {
+			f.Close()
+			return 0, err
+		}
+	}
+	if err := f.Close(); err != nil {
+		return 0, err
+	}
+	pool, drop, err := scratch(ctx, serverURL)
+	if err != nil {
+		return 0, err
+	}
+	defer drop()
+	cmd := exec.CommandContext(ctx, bin, "bulk", "--file", file)
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+pool.Config().ConnString())
+	start := time.Now()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return 0, fmt.Errorf("enqueue bulk: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	el := time.Since(start)
+	var got int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM river_job").Scan(&got); err != nil || got != n {
+		return 0, fmt.Errorf("enqueue bulk inserted %d of %d (%v)", got, n, err)
+	}
+	return float64(n) / el.Seconds(), nil
+}
+
+// workerPeakRSS runs a real worker process over a backlog and reads its
+// peak resident set (VmHWM) once the backlog is worked.
+func workerPeakRSS(ctx context.Context, serverURL string, n int) (float64, error) {
+	dir, err := os.MkdirTemp("", "ferry-bench-rss-")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(dir)
+	bin := filepath.Join(dir, "worker")
+	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/worker").CombinedOutput(); err != nil {
+		return 0, fmt.Errorf("build worker: %v: %s", err, out)
+	}
+	pool, drop, err := scratch(ctx, serverURL)
+	if err != nil {
+		return 0, err
+	}
+	defer drop()
+	ic, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
+	if err != nil {
+		return 0, err
+	}
+	params := make([]river.InsertManyParams, 0, 10000)
+	for i := 0; i < n; i += 10000 {
+		params = params[:0]
+		for range min(10000, n-i) {
+			params = append(params, river.InsertManyParams{Args: jobs.NoopArgs{}})
+		}
+		if _, err := ic.InsertManyFast(ctx, params); err != nil {
+			return 0, err
+		}
+	}
+	cmd := exec.Command(bin, "run", "--admin-addr", "off")
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+pool.Config().ConnString(), "FERRY_LOG_FORMAT=json")
+	if err := cmd.Start(); err != nil {
+		return 0, err
+	}
+	defer func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() }()
+	deadline := time.Now().Add(10 * time.Minute)
+	for time.Now().Before(deadline) {
+		var left int
+		if err := pool.QueryRow(ctx, "SELECT count(*) FROM river_job WHERE state <> 'completed'").Scan(&left); err != nil {
+			return 0, err
+		}
+		if left == 0 {
+			return vmHWM(cmd.Process.Pid)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return 0, fmt.Errorf("backlog not worked in 10 minutes")
+}
+
+func vmHWM(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			kb, err := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")))
+			if err != nil {
+				return 0, err
+			}
+			return float64(kb) / 1024, nil
+		}
+	}
+	return 0, fmt.Errorf("no VmHWM in /proc/%d/status", pid)
+}
