@@ -81,8 +81,9 @@ type Config struct {
 	// lost lock.
 	LeaderRunnables []LeaderRunnable
 
-	// AdminAddr is where /healthz, /readyz and /metrics listen; "off"
-	// disables the admin server. AdminToken protects all but /healthz.
+	// AdminAddr is where the admin console (/admin/, /riverui/), /healthz,
+	// /readyz and /metrics listen; "off" disables the admin server.
+	// AdminToken protects all but /healthz.
 	AdminAddr  string
 	AdminToken string
 

@@ -19,6 +19,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
+	"riverqueue.com/riverui"
 
 	"github.com/ferryq/ferry/election"
 	"github.com/ferryq/ferry/internal/admin"
@@ -48,6 +49,7 @@ type Server struct {
 	migrator  *migrations.Migrator
 	metrics   *metrics.Metrics
 	admin     *admin.Server
+	riverUI   *riverui.Handler
 	elector   *election.Elector
 	sched     *periodic.Scheduler
 	relay     *outbox.Relay
@@ -213,15 +215,22 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 
 	if cfg.AdminAddr != "off" {
+		s.riverUI, err = riverui.NewHandler(&riverui.HandlerOpts{
+			Endpoints: riverui.NewEndpoints(s.river, nil),
+			Logger:    cfg.Logger,
+			Prefix:    "/riverui",
+		})
+		if err != nil {
+			return fail(fmt.Errorf("ferry: new river ui handler: %w", err))
+		}
 		s.admin, err = admin.New(admin.Config{
 			Addr:     cfg.AdminAddr,
 			Token:    cfg.AdminToken,
 			Gatherer: s.metrics.Registry,
 			Ready:    s.ready,
-			API: map[string]func(context.Context) (any, error){
-				"telegram": func(context.Context) (any, error) { return s.TelegramStatus(), nil },
-			},
-			Logger: cfg.Logger,
+			Console:  console{s},
+			RiverUI:  s.riverUI,
+			Logger:   cfg.Logger,
 		})
 		if err != nil {
 			return fail(err)
@@ -319,6 +328,12 @@ func (s *Server) Run(ctx context.Context) (err error) {
 		}
 	}
 	if s.admin != nil {
+		// River UI's background services stop with uiCtx.
+		uiCtx, stopUI := context.WithCancel(ctx)
+		defer stopUI()
+		if err := s.riverUI.Start(uiCtx); err != nil {
+			return fmt.Errorf("ferry: start river ui: %w", err)
+		}
 		if err := s.admin.Start(ctx); err != nil {
 			return err
 		}

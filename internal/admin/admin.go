@@ -1,22 +1,19 @@
-// Package admin serves ferry's operator HTTP surface: /healthz, /readyz,
-// /metrics, JSON under /admin/api/ (Telegram bots, …), and (in later
-// versions) River UI and ferry's own pages.
-//
-// FERRY_ADMIN_TOKEN protects everything but /healthz, given as a bearer token
-// (Authorization: Bearer …) or as the password of HTTP basic auth (any user
-// name), so a browser can log in. Without a token the server refuses to
-// listen anywhere but a loopback address.
 package admin
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/json"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"html/template"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -36,18 +33,28 @@ type Config struct {
 	// Ready reports whether this process can do its work (database reachable,
 	// schema at head); /readyz answers 503 with its error otherwise.
 	Ready func(ctx context.Context) error
-	// API serves each function's result as JSON at GET /admin/api/<name>.
-	API    map[string]func(ctx context.Context) (any, error)
-	Logger *slog.Logger
+	// Console feeds ferry's pages under /admin/ and their JSON under
+	// /admin/api/; without it they are not served.
+	Console Console
+	// RiverUI, when set, is served under /riverui/. It must be built with
+	// the prefix "/riverui" (riverui.HandlerOpts.Prefix).
+	RiverUI http.Handler
+	Logger  *slog.Logger
 }
 
 // Server is the admin HTTP server.
 type Server struct {
-	cfg  Config
-	srv  *http.Server
-	ln   net.Listener
-	done chan struct{}
-	once sync.Once
+	cfg Config
+	// csrf is the token ferry's forms carry: HMAC-SHA256(key, "csrf") with a
+	// random key made in New, so it changes with every start and owes
+	// nothing to the admin token.
+	csrf  string
+	pages map[string]*template.Template
+	now   func() time.Time
+	srv   *http.Server
+	ln    net.Listener
+	done  chan struct{}
+	once  sync.Once
 }
 
 // ErrExposedWithoutToken is returned by New for a non-loopback address with
@@ -65,7 +72,20 @@ func New(cfg Config) (*Server, error) {
 	if err := ValidateAddr(cfg.Addr, cfg.Token); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, done: make(chan struct{})}
+	s := &Server{cfg: cfg, now: time.Now, done: make(chan struct{})}
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return nil, fmt.Errorf("admin: make the CSRF key: %w", err)
+	}
+	mac := hmac.New(sha256.New, key)
+	mac.Write([]byte("csrf"))
+	s.csrf = hex.EncodeToString(mac.Sum(nil))
+	if cfg.Console != nil {
+		var err error
+		if s.pages, err = parsePages(); err != nil {
+			return nil, err
+		}
+	}
 	s.srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	return s, nil
 }
@@ -91,7 +111,8 @@ func isLoopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// Handler returns the routes, with authentication applied.
+// Handler returns the routes, with authentication and the cross-site
+// checks applied.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -100,22 +121,27 @@ func (s *Server) Handler() http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))
-	for name, fn := range s.cfg.API {
-		mux.HandleFunc("GET /admin/api/"+name, func(w http.ResponseWriter, r *http.Request) {
-			ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
-			defer cancel()
-			v, err := fn(ctx)
-			w.Header().Set("Content-Type", "application/json")
-			if err != nil {
-				s.cfg.Logger.Warn("admin: api", "name", name, "error", err)
-				w.WriteHeader(http.StatusInternalServerError)
-				_ = json.NewEncoder(w).Encode(map[string]string{"error": "internal error; see the worker's log"})
-				return
-			}
-			_ = json.NewEncoder(w).Encode(v)
-		})
+	if s.cfg.RiverUI != nil {
+		mux.Handle("/riverui/", s.cfg.RiverUI)
+		mux.Handle("/riverui", s.cfg.RiverUI) // River UI redirects to /riverui/
 	}
-	return s.auth(mux)
+	if s.cfg.Console != nil {
+		s.routePages(mux)
+	}
+	return secure(s.auth(s.sameOrigin(mux)))
+}
+
+// secure sets the headers every answer carries: no framing (River UI's
+// buttons included), no Referer to other sites, no content sniffing. The
+// pages add their Content-Security-Policy.
+func secure(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("Referrer-Policy", "same-origin")
+		h.Set("X-Content-Type-Options", "nosniff")
+		next.ServeHTTP(w, r)
+	})
 }
 
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
@@ -132,9 +158,19 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write([]byte("ready\n"))
 }
 
+// auth requires the token on every path but /healthz. Without a token it
+// requires a loopback Host instead: the server listens on loopback only
+// then, and a name that resolves there (DNS rebinding) must not let a web
+// page read or drive it.
 func (s *Server) auth(next http.Handler) http.Handler {
 	if s.cfg.Token == "" {
-		return next
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/healthz" && !isLoopback(hostOf(r.Host)) {
+				http.Error(w, "forbidden: without FERRY_ADMIN_TOKEN only loopback host names are served", http.StatusForbidden)
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
 	}
 	want := []byte(s.cfg.Token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -155,6 +191,54 @@ func (s *Server) auth(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// sameOrigin refuses (403) a request that may change state (any method but
+// GET, HEAD and OPTIONS) when the browser says it comes from another site:
+// Sec-Fetch-Site: cross-site, or an Origin (or, without one, a Referer)
+// whose host is not the request's Host. A request with neither header (curl,
+// a script) passes: it carries the token, which a cross-site page cannot
+// attach. ferry's forms check their CSRF token on top of this.
+func (s *Server) sameOrigin(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.Method {
+		case http.MethodGet, http.MethodHead, http.MethodOptions:
+		default:
+			if reason := crossSite(r); reason != "" {
+				s.cfg.Logger.Warn("admin: cross-site request refused", "method", r.Method, "path", r.URL.Path, "reason", reason)
+				http.Error(w, "forbidden: cross-site request", http.StatusForbidden)
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// crossSite says why r looks cross-site, or "" when it does not.
+func crossSite(r *http.Request) string {
+	if r.Header.Get("Sec-Fetch-Site") == "cross-site" {
+		return "Sec-Fetch-Site: cross-site"
+	}
+	from, header := r.Header.Get("Origin"), "Origin"
+	if from == "" {
+		from, header = r.Header.Get("Referer"), "Referer"
+	}
+	if from == "" {
+		return ""
+	}
+	u, err := url.Parse(from)
+	if err != nil || u.Host == "" || !strings.EqualFold(u.Host, r.Host) {
+		return header + " is another host"
+	}
+	return ""
+}
+
+// hostOf is the host of a Host header, without its port.
+func hostOf(hostport string) string {
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		return h
+	}
+	return strings.TrimSuffix(strings.TrimPrefix(hostport, "["), "]")
 }
 
 // Start listens and serves in the background; it returns once the socket is

@@ -1,0 +1,367 @@
+package admin
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"embed"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ferryq/ferry/periodic"
+	"github.com/ferryq/ferry/telegram"
+)
+
+//go:embed templates
+var templateFS embed.FS
+
+// styleCSS is the one inline style block; the Content-Security-Policy
+// allows it by its hash, and nothing else inline.
+var (
+	styleCSS = mustRead("templates/style.css")
+	pageCSP  = "default-src 'self'; style-src 'sha256-" + cspHash(styleCSS) + "'; " +
+		"form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+
+const (
+	// consoleTimeout bounds each Console call of a request.
+	consoleTimeout = 10 * time.Second
+	// maxFormBytes bounds a POST body.
+	maxFormBytes = 64 << 10
+	// maxResetIDs bounds the message ids of one reset.
+	maxResetIDs = 1000
+)
+
+func mustRead(name string) string {
+	b, err := templateFS.ReadFile(name)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
+
+func cspHash(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return base64.StdEncoding.EncodeToString(sum[:])
+}
+
+// pageNames are ferry's pages: /admin/ is "index", the others /admin/NAME.
+var pageNames = []string{"index", "leader", "schedules", "outbox", "telegram"}
+
+// parsePages parses each page with the layout.
+func parsePages() (map[string]*template.Template, error) {
+	pages := map[string]*template.Template{}
+	for _, name := range pageNames {
+		t, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html")
+		if err != nil {
+			return nil, fmt.Errorf("admin: parse page %s: %w", name, err)
+		}
+		pages[name] = t
+	}
+	return pages, nil
+}
+
+// routePages mounts ferry's pages, their JSON and the reset action.
+func (s *Server) routePages(mux *http.ServeMux) {
+	mux.Handle("GET /{$}", http.RedirectHandler("/admin/", http.StatusSeeOther))
+	mux.Handle("GET /admin", http.RedirectHandler("/admin/", http.StatusMovedPermanently))
+	mux.HandleFunc("GET /admin/{$}", func(w http.ResponseWriter, r *http.Request) {
+		s.render(w, r, "index", "", nil)
+	})
+	mux.HandleFunc("GET /admin/leader", func(w http.ResponseWriter, r *http.Request) {
+		v, err := call(r.Context(), s.cfg.Console.Leader)
+		s.page(w, r, "leader", v, err)
+	})
+	mux.HandleFunc("GET /admin/schedules", func(w http.ResponseWriter, r *http.Request) {
+		v, err := call(r.Context(), s.schedules)
+		s.page(w, r, "schedules", v, err)
+	})
+	mux.HandleFunc("GET /admin/outbox", func(w http.ResponseWriter, r *http.Request) {
+		v, err := call(r.Context(), s.cfg.Console.Outbox)
+		s.page(w, r, "outbox", v, err)
+	})
+	mux.HandleFunc("GET /admin/telegram", func(w http.ResponseWriter, r *http.Request) {
+		v, err := call(r.Context(), s.telegram)
+		s.page(w, r, "telegram", v, err)
+	})
+	mux.HandleFunc("POST /admin/outbox/reset", s.resetOutbox)
+
+	api := map[string]func(ctx context.Context) (any, error){
+		"leader":    func(ctx context.Context) (any, error) { return s.cfg.Console.Leader(ctx) },
+		"schedules": func(ctx context.Context) (any, error) { return s.schedules(ctx) },
+		"outbox":    func(ctx context.Context) (any, error) { return s.cfg.Console.Outbox(ctx) },
+		"telegram":  func(ctx context.Context) (any, error) { return s.telegram(ctx) },
+	}
+	for name, fn := range api {
+		mux.HandleFunc("GET /admin/api/"+name, func(w http.ResponseWriter, r *http.Request) {
+			v, err := call(r.Context(), fn)
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Cache-Control", "no-store")
+			if err != nil {
+				s.cfg.Logger.Warn("admin: api", "name", name, "error", err)
+				w.WriteHeader(http.StatusInternalServerError)
+				_ = json.NewEncoder(w).Encode(map[string]string{"error": "internal error; see the worker's log"})
+				return
+			}
+			_ = json.NewEncoder(w).Encode(v)
+		})
+	}
+}
+
+// call runs fn under consoleTimeout.
+func call[T any](ctx context.Context, fn func(context.Context) (T, error)) (T, error) {
+	ctx, cancel := context.WithTimeout(ctx, consoleTimeout)
+	defer cancel()
+	return fn(ctx)
+}
+
+// schedules and telegram answer [] rather than null when there is none.
+func (s *Server) schedules(ctx context.Context) ([]periodic.Row, error) {
+	rows, err := s.cfg.Console.Schedules(ctx)
+	if rows == nil && err == nil {
+		rows = []periodic.Row{}
+	}
+	return rows, err
+}
+
+func (s *Server) telegram(ctx context.Context) ([]telegram.BotStatus, error) {
+	bots, err := s.cfg.Console.Telegram(ctx)
+	if bots == nil && err == nil {
+		bots = []telegram.BotStatus{}
+	}
+	return bots, err
+}
+
+// pageData is what the layout and every page get.
+type pageData struct {
+	Page    string
+	CSS     template.CSS
+	CSRF    string
+	Now     time.Time
+	RiverUI bool
+	// Flash is a one-line notice (after a reset), FlashError says it
+	// reports a failure.
+	Flash      string
+	FlashError bool
+	// Error replaces the page's content when its data could not be read.
+	Error string
+	Data  any
+}
+
+// page renders a page whose data came from the Console: on err it logs the
+// error and renders a generic message instead, with status 500.
+func (s *Server) page(w http.ResponseWriter, r *http.Request, name string, data any, err error) {
+	if err != nil {
+		s.cfg.Logger.Warn("admin: page", "page", name, "error", err)
+		s.render(w, r, name, "Could not read the "+name+" data. The error is in the worker's log.", nil)
+		return
+	}
+	s.render(w, r, name, "", data)
+}
+
+func (s *Server) render(w http.ResponseWriter, r *http.Request, name, errMsg string, data any) {
+	d := pageData{
+		Page:    name,
+		CSS:     template.CSS(styleCSS), //nolint:gosec // a constant from the binary
+		CSRF:    s.csrf,
+		Now:     s.now().UTC(),
+		RiverUI: s.cfg.RiverUI != nil,
+		Error:   errMsg,
+		Data:    data,
+	}
+	if name == "outbox" {
+		d.Flash, d.FlashError = resetFlash(r.URL.Query())
+	}
+	var buf bytes.Buffer
+	if err := s.pages[name].Execute(&buf, d); err != nil {
+		s.cfg.Logger.Error("admin: render page", "page", name, "error", err)
+		http.Error(w, "internal error; see the worker's log", http.StatusInternalServerError)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("Content-Security-Policy", pageCSP)
+	h.Set("Cache-Control", "no-store")
+	if errMsg != "" {
+		w.WriteHeader(http.StatusInternalServerError)
+	}
+	_, _ = w.Write(buf.Bytes())
+}
+
+// resetOutbox is POST /admin/outbox/reset: message_id (one or more) and the
+// CSRF token. It redirects (303) to /admin/outbox with the outcome in the
+// query string, as counts only: the page words the notice, so a crafted link
+// cannot make it say anything else.
+func (s *Server) resetOutbox(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+	if err := r.ParseForm(); err != nil {
+		http.Error(w, "bad request: unreadable form", http.StatusBadRequest)
+		return
+	}
+	if subtle.ConstantTimeCompare([]byte(r.PostForm.Get("csrf")), []byte(s.csrf)) != 1 {
+		s.cfg.Logger.Warn("admin: request without a valid CSRF token refused", "path", r.URL.Path)
+		http.Error(w, "forbidden: missing or stale CSRF token; reload the page and try again", http.StatusForbidden)
+		return
+	}
+	ids, err := messageIDs(r.PostForm["message_id"])
+	if err != nil {
+		http.Error(w, "bad request: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), consoleTimeout)
+	defer cancel()
+	q := url.Values{}
+	deliveries, messages, err := s.cfg.Console.ResetOutbox(ctx, ids)
+	if err != nil {
+		s.cfg.Logger.Error("admin: outbox reset", "message_ids", ids, "error", err)
+		q.Set("reset_error", "1")
+	} else {
+		s.cfg.Logger.Info("admin: outbox reset", "message_ids", ids, "deliveries", deliveries, "messages", messages)
+		q.Set("reset_deliveries", strconv.Itoa(deliveries))
+		q.Set("reset_messages", strconv.Itoa(messages))
+	}
+	http.Redirect(w, r, "/admin/outbox?"+q.Encode(), http.StatusSeeOther)
+}
+
+// messageIDs parses the message_id values: positive integers, at least
+// one, at most maxResetIDs, duplicates dropped.
+func messageIDs(vals []string) ([]int64, error) {
+	if len(vals) == 0 {
+		return nil, errors.New("no message_id")
+	}
+	if len(vals) > maxResetIDs {
+		return nil, fmt.Errorf("more than %d message_id values", maxResetIDs)
+	}
+	ids := make([]int64, 0, len(vals))
+	for _, v := range vals {
+		id, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		if err != nil || id <= 0 {
+			return nil, errors.New("message_id must be a positive integer")
+		}
+		if !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	return ids, nil
+}
+
+// resetFlash words the outcome of a reset from the redirect's query.
+func resetFlash(q url.Values) (msg string, isErr bool) {
+	if q.Has("reset_error") {
+		return "The reset failed and changed nothing. The error is in the worker's log.", true
+	}
+	if !q.Has("reset_deliveries") {
+		return "", false
+	}
+	d, err1 := strconv.Atoi(q.Get("reset_deliveries"))
+	m, err2 := strconv.Atoi(q.Get("reset_messages"))
+	if err1 != nil || err2 != nil || d < 0 || m < 0 {
+		return "", false
+	}
+	if d == 0 {
+		return "Nothing to reset: those deliveries are no longer stuck.", false
+	}
+	return fmt.Sprintf("Reset %s of %s: queued for delivery again.", plural(d, "delivery", "deliveries"), plural(m, "message", "messages")), false
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return strconv.Itoa(n) + " " + many
+}
+
+// funcs are the templates' helpers.
+var funcs = template.FuncMap{
+	// at pairs the page's now with a time for the "when" template.
+	"at": func(now time.Time, t any) map[string]any { return map[string]any{"Now": now, "T": t} },
+	"has": func(v any) bool {
+		_, ok := timeOf(v)
+		return ok
+	},
+	"utc": func(v any) string {
+		t, ok := timeOf(v)
+		if !ok {
+			return "—"
+		}
+		return t.UTC().Format("2006-01-02 15:04:05 UTC")
+	},
+	"rel": func(now time.Time, v any) string {
+		t, ok := timeOf(v)
+		if !ok {
+			return ""
+		}
+		return relative(t.Sub(now))
+	},
+	"str": func(v any) string {
+		switch p := v.(type) {
+		case *string:
+			if p != nil {
+				return *p
+			}
+		case *int64:
+			if p != nil {
+				return strconv.FormatInt(*p, 10)
+			}
+		case *int:
+			if p != nil {
+				return strconv.Itoa(*p)
+			}
+		case string:
+			return p
+		case int64:
+			return strconv.FormatInt(p, 10)
+		case int:
+			return strconv.Itoa(p)
+		}
+		return ""
+	},
+}
+
+func timeOf(v any) (time.Time, bool) {
+	switch t := v.(type) {
+	case time.Time:
+		return t, !t.IsZero()
+	case *time.Time:
+		if t != nil && !t.IsZero() {
+			return *t, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// relative words d (a time minus now) as "in 4m 10s" or "2h 5m ago".
+func relative(d time.Duration) string {
+	future := d > 0
+	if !future {
+		d = -d
+	}
+	d = d.Round(time.Second)
+	var s string
+	switch {
+	case d < time.Second:
+		return "now"
+	case d < time.Minute:
+		s = fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		s = fmt.Sprintf("%dm %ds", int(d.Minutes()), int(d.Seconds())%60)
+	case d < 48*time.Hour:
+		s = fmt.Sprintf("%dh %dm", int(d.Hours()), int(d.Minutes())%60)
+	default:
+		s = fmt.Sprintf("%dd %dh", int(d.Hours())/24, int(d.Hours())%24)
+	}
+	if future {
+		return "in " + s
+	}
+	return s + " ago"
+}

@@ -1,0 +1,454 @@
+package browsertest_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/fetch"
+	"github.com/chromedp/chromedp"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ferryq/ferry/internal/pgtest"
+	"github.com/ferryq/ferry/internal/proctest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+const (
+	// startTimeout bounds the worker's start.
+	startTimeout = 20 * time.Second
+	// stepTimeout bounds one browser step, and each wait for the worker.
+	stepTimeout = 15 * time.Second
+	// pollEvery paces the database polls.
+	pollEvery = 50 * time.Millisecond
+	// scheduleID is the schedule whose next run the test reads; tickerID
+	// fires every second, so it has a last job to link to River UI.
+	scheduleID = "nightly-report"
+	tickerID   = "heartbeat"
+)
+
+// chromium returns the path of Debian's chromium, failing the test (never
+// skipping it) when it is not installed.
+func chromium(t *testing.T) string {
+	t.Helper()
+	if p, err := exec.LookPath("chromium"); err == nil {
+		return p
+	}
+	if _, err := os.Stat("/usr/bin/chromium"); err == nil {
+		return "/usr/bin/chromium"
+	}
+	t.Fatal("browsertest: chromium is not installed; run `go tool task browser` (it installs Debian's chromium package), then test again")
+	return ""
+}
+
+// secret returns a random string that names what it is, so a leak is
+// easy to place.
+func secret(t *testing.T, what string) string {
+	t.Helper()
+	b := make([]byte, 12)
+	_, err := rand.Read(b)
+	require.NoError(t, err)
+	return what + "-" + hex.EncodeToString(b)
+}
+
+// logged matches a JSON log line whose msg is msg (as internal/e2e does).
+func logged(msg string) func(line string) bool {
+	return func(line string) bool {
+		var rec map[string]any
+		return json.Unmarshal([]byte(line), &rec) == nil && rec["msg"] == msg
+	}
+}
+
+// TestAdminConsole_Browser signs in to a real worker's admin console with
+// headless Chromium, reads a schedule's next run, resets a stuck outbox
+// delivery by clicking its button, waits until the page shows it delivered,
+// and keeps a screenshot. Then it reads every page and JSON answer for the
+// secrets the worker was given.
+func TestAdminConsole_Browser(t *testing.T) {
+	t.Parallel()
+	chrome := chromium(t)
+	worker := proctest.Build(t, "./cmd/worker")["./cmd/worker"]
+	url := pgtest.NewDatabase(t, true)
+	pool := pgtest.PoolFor(t, url)
+
+	var (
+		adminToken = secret(t, "admin-token")
+		hookSecret = secret(t, "hook-secret")
+		routeKey   = secret(t, "route-key")
+		botToken   = "123456:" + secret(t, "bot-token")
+		secrets    = []string{adminToken, hookSecret, routeKey, botToken}
+	)
+
+	// The webhook receiver answers 503 until open is set.
+	var open atomic.Bool
+	var delivered atomic.Int32
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !open.Load() {
+			http.Error(w, "receiver closed for the test", http.StatusServiceUnavailable)
+			return
+		}
+		delivered.Add(1)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(receiver.Close)
+	// A Bot API that refuses the token: the bot's page shows the error
+	// kind, and the token must appear nowhere.
+	botAPI := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusUnauthorized)
+		_, _ = io.WriteString(w, `{"ok":false,"error_code":401,"description":"Unauthorized"}`)
+	}))
+	t.Cleanup(botAPI.Close)
+
+	cfgPath := filepath.Join(t.TempDir(), "ferry.yaml")
+	require.NoError(t, os.WriteFile(cfgPath, fmt.Appendf(nil, `
+schedules:
+  - id: %s
+    name: Nightly report
+    every: 1h
+    kind: ferry.noop
+  - id: %s
+    name: Heartbeat
+    every: 1s
+    kind: ferry.noop
+outbox:
+  routes:
+    - topic: order.placed
+      name: billing
+      url: %s/hook?key=%s
+      secret_env: HOOK_SECRET
+telegram:
+  bots:
+    - name: desk
+      token_env: DESK_BOT_TOKEN
+`, scheduleID, tickerID, receiver.URL, routeKey), 0o600))
+
+	p := proctest.Start(t, worker, []string{
+		"DATABASE_URL=" + url,
+		"FERRY_LOG_FORMAT=json",
+		"FERRY_CONFIG=" + cfgPath,
+		"FERRY_ADMIN_TOKEN=" + adminToken,
+		"FERRY_OUTBOX_MAX_ATTEMPTS=1",
+		"FERRY_TELEGRAM_API_URL=" + botAPI.URL,
+		"HOOK_SECRET=" + hookSecret,
+		"DESK_BOT_TOKEN=" + botToken,
+	}, "run", "--admin-addr", "127.0.0.1:0", "--leader-tick", "1s", "--standby-probe", "1s")
+	line, err := p.WaitForLineFunc(startTimeout, logged("admin: listening"))
+	require.NoError(t, err)
+	var listening struct{ Addr string }
+	require.NoError(t, json.Unmarshal([]byte(line), &listening))
+	base := "http://" + listening.Addr
+	_, err = p.WaitForLineFunc(startTimeout, logged("ferry: started"))
+	require.NoError(t, err)
+
+	// One message, written with plain SQL, is stuck after its one attempt.
+	var msgID int64
+	require.NoError(t, pool.QueryRow(context.Background(),
+		`INSERT INTO ferry_outbox (topic, payload) VALUES ('order.placed', '{"order": 1}') RETURNING id`).Scan(&msgID))
+	waitFor(t, "the delivery to be stuck", func() bool { return deliveryStatus(t, pool, msgID) == "stuck" })
+	// The leader lists the schedules, and the ticker has fired.
+	waitFor(t, "the leader to list the schedules", func() bool {
+		var n int
+		err := pool.QueryRow(context.Background(), `SELECT count(*) FROM ferry_schedule
+			WHERE (id = $1 AND next_run_at IS NOT NULL) OR (id = $2 AND last_job_id IS NOT NULL)`, scheduleID, tickerID).Scan(&n)
+		return err == nil && n == 2
+	})
+
+	artifacts := os.Getenv("FERRY_TEST_ARTIFACTS")
+	if artifacts == "" {
+		artifacts = t.TempDir()
+	}
+	require.NoError(t, os.MkdirAll(artifacts, 0o755))
+
+	b := newBrowser(t, chrome, adminToken)
+	var pagesSeen []string
+	keep := func() {
+		html, err := chromedp.Run(b.step(), chromedp.OuterHTML(chromedp.CSS("html")))
+		require.NoError(t, err)
+		pagesSeen = append(pagesSeen, html)
+	}
+
+	// Sign in: the first page answers 401 with a basic-auth challenge, the
+	// browser prompts, and the prompt gets a wrong password, then the
+	// token.
+	b.do("open the console", chromedp.Navigate(base+"/admin/"))
+	title, err := chromedp.Run(b.step(), chromedp.Title())
+	require.NoError(t, err)
+	require.Equal(t, "ferry admin — index", title)
+	require.GreaterOrEqual(t, b.challenges.Load(), int32(2), "a challenge refused the wrong password, the next took the token")
+	keep()
+
+	// A schedule and its next run.
+	b.do("open the schedules", chromedp.Click(chromedp.CSS(`nav a[href="/admin/schedules"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`tr[data-schedule="`+scheduleID+`"]`)))
+	name := b.text(`tr[data-schedule="` + scheduleID + `"] td.name`)
+	require.Equal(t, "Nightly report", name)
+	next := b.text(`tr[data-schedule="` + scheduleID + `"] td.next-run`)
+	m := regexp.MustCompile(`^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) UTC (in \d.*|now)$`).FindStringSubmatch(next)
+	require.NotNil(t, m, "next run %q: a UTC time and how far off it is", next)
+	nextAt, err := time.Parse(time.DateTime, m[1])
+	require.NoError(t, err)
+	require.WithinRange(t, nextAt, time.Now().Add(-5*time.Second), time.Now().Add(time.Hour), "next run within the hour")
+	require.Zero(t, nextAt.Minute()+nextAt.Second(), "every 1h fires on the hour (UTC)")
+	jobLink, err := chromedp.Run(b.step(), chromedp.AttributeValue(chromedp.CSS(`tr[data-schedule="`+tickerID+`"] a`), "href"))
+	require.NoError(t, err)
+	require.Regexp(t, `^/riverui/jobs/\d+$`, jobLink.Value, "the ticker's last job links to River UI")
+	keep()
+	b.screenshot(filepath.Join(artifacts, "admin-schedules.png"))
+
+	// The leader and the bot.
+	b.do("open the leader page", chromedp.Navigate(base+"/admin/leader"), chromedp.WaitVisible(chromedp.CSS("#holder")))
+	require.Contains(t, b.text("#holder"), "ferry-leader:")
+	keep()
+	b.screenshot(filepath.Join(artifacts, "admin-leader.png"))
+	b.do("open the telegram page", chromedp.Navigate(base+"/admin/telegram"), chromedp.WaitVisible(chromedp.CSS(`tr[data-bot="desk"]`)))
+	require.Contains(t, b.text(`tr[data-bot="desk"]`), "unauthorized", "the bot's last error kind")
+	keep()
+	b.screenshot(filepath.Join(artifacts, "admin-telegram.png"))
+
+	// The stuck delivery: flip the receiver, click Reset, see it delivered.
+	b.do("open the outbox", chromedp.Navigate(base+"/admin/outbox"),
+		chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf("#reset-%d", msgID))))
+	require.Contains(t, b.text(fmt.Sprintf(`tr[data-message="%d"] td.err`, msgID)), "503")
+	keep()
+	b.screenshot(filepath.Join(artifacts, "admin-outbox-stuck.png"))
+	open.Store(true)
+	b.do("click Reset", chromedp.Click(chromedp.CSS(fmt.Sprintf("#reset-%d", msgID))),
+		chromedp.WaitVisible(chromedp.CSS("p.flash")))
+	require.Equal(t, "Reset 1 delivery of 1 message: queued for delivery again.", b.text("p.flash"))
+	deadline := time.Now().Add(stepTimeout)
+	for {
+		shown, err := chromedp.Run(b.step(), chromedp.Evaluate[bool](
+			`!!document.querySelector('tr[data-route="billing"][data-status="delivered"]') && !!document.getElementById('no-stuck')`))
+		require.NoError(t, err)
+		if shown {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the outbox page does not show the message delivered after %s (delivery is %s)", stepTimeout, deliveryStatus(t, pool, msgID))
+		}
+		time.Sleep(200 * time.Millisecond)
+		b.do("reload the outbox", chromedp.Reload())
+	}
+	require.Equal(t, "delivered", deliveryStatus(t, pool, msgID))
+	require.EqualValues(t, 1, delivered.Load())
+	keep()
+	shot := filepath.Join(artifacts, "admin-outbox.png")
+	b.screenshot(shot)
+	t.Logf("screenshot of the outbox after the reset: %s", shot)
+
+	// River UI, from the schedule's job link.
+	b.do("open the job in River UI", chromedp.Navigate(base+jobLink.Value))
+	_, err = chromedp.Run(b.step(), chromedp.Poll[bool](`document.body && document.body.innerText.includes("ferry.noop")`,
+		chromedp.WithPollingTimeout(stepTimeout)))
+	require.NoError(t, err, "River UI shows the schedule's job")
+	b.screenshot(filepath.Join(artifacts, "riverui-job.png"))
+
+	// No secret in anything the browser was shown.
+	for i, html := range pagesSeen {
+		for _, s := range secrets {
+			require.NotContains(t, html, s, "page %d the browser showed", i)
+		}
+	}
+	// Nor in any page or JSON answer, nor in a refusal.
+	checkNoSecrets(t, base, adminToken, secrets)
+	b.close()
+
+	require.NoError(t, p.Signal(syscall.SIGTERM))
+	code, err := p.Wait(stepTimeout)
+	require.NoError(t, err)
+	require.Zero(t, code, "worker exit code after SIGTERM")
+	for _, s := range secrets {
+		require.NotContains(t, p.Stdout()+p.Stderr(), s, "the worker's log")
+	}
+}
+
+// checkNoSecrets reads every admin page and JSON answer, with the token and
+// without, and requires that no secret appears in a body or a header.
+func checkNoSecrets(t *testing.T, base, token string, secrets []string) {
+	t.Helper()
+	client := &http.Client{Timeout: stepTimeout, Transport: &http.Transport{DisableKeepAlives: true}}
+	paths := []string{
+		"/admin/", "/admin/leader", "/admin/schedules", "/admin/outbox", "/admin/telegram",
+		"/admin/api/leader", "/admin/api/schedules", "/admin/api/outbox", "/admin/api/telegram",
+		"/readyz", "/metrics", "/riverui/", "/riverui/api/jobs?state=completed", "/riverui/api/jobs?state=available",
+	}
+	for _, auth := range []string{"", "Bearer wrong", "Bearer " + token} {
+		for _, path := range paths {
+			req, err := http.NewRequest(http.MethodGet, base+path, nil)
+			require.NoError(t, err)
+			req.Header.Set("Accept", "text/html,application/json")
+			if auth != "" {
+				req.Header.Set("Authorization", auth)
+			}
+			resp, err := client.Do(req)
+			require.NoError(t, err)
+			body, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			require.NoError(t, err)
+			if auth == "Bearer "+token {
+				require.Equal(t, http.StatusOK, resp.StatusCode, "GET %s: %s", path, body)
+			} else {
+				require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "GET %s without the token", path)
+				require.Contains(t, resp.Header.Get("WWW-Authenticate"), "Basic")
+			}
+			headers := fmt.Sprint(resp.Header)
+			for _, s := range secrets {
+				require.NotContains(t, string(body), s, "GET %s (%q)", path, auth)
+				require.NotContains(t, headers, s, "GET %s (%q)", path, auth)
+			}
+		}
+	}
+}
+
+func deliveryStatus(t *testing.T, pool *pgxpool.Pool, msgID int64) string {
+	t.Helper()
+	var status string
+	err := pool.QueryRow(context.Background(),
+		`SELECT status FROM ferry_outbox_delivery WHERE message_id = $1 AND route = 'billing'`, msgID).Scan(&status)
+	if err != nil {
+		return "absent"
+	}
+	return status
+}
+
+// waitFor polls ok every pollEvery until it holds, for at most stepTimeout.
+func waitFor(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(stepTimeout)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %s for %s", stepTimeout, what)
+		}
+		time.Sleep(pollEvery)
+	}
+}
+
+// browser is one headless Chromium with one tab, signed in by answering
+// its basic-auth prompts.
+type browser struct {
+	t          *testing.T
+	ctx        context.Context
+	cancel     func()
+	wg         sync.WaitGroup
+	closeOnce  sync.Once
+	challenges atomic.Int32
+}
+
+// newBrowser starts Chromium with a fresh profile. Every request of the tab
+// passes through the Fetch domain, so that the test answers the basic-auth
+// prompts as a person would: the first with a wrong password, the others
+// with the token.
+func newBrowser(t *testing.T, chrome, token string) *browser {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chrome),
+		chromedp.Headless,
+		chromedp.NoSandbox, // CI runs as root, where Chromium's sandbox cannot start
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(filepath.Join(t.TempDir(), "chromium-profile")),
+		chromedp.WindowSize(1280, 900),
+	)
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelTab := chromedp.NewContext(allocCtx)
+	b := &browser{t: t, ctx: ctx}
+	b.cancel = func() { cancelTab(); cancelAlloc(); b.wg.Wait() }
+	t.Cleanup(b.close)
+
+	if err := chromedp.Do(ctx); err != nil { // starts the browser, bound to ctx
+		t.Fatalf("browsertest: start chromium %s: %v", chrome, err)
+	}
+	paused := chromedp.Events(ctx, fetch.RequestPaused)
+	auth := chromedp.Events(ctx, fetch.AuthRequired)
+	b.wg.Go(func() {
+		for ev, err := range paused {
+			if err != nil {
+				return
+			}
+			_, _ = chromedp.Call(ctx, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: ev.RequestID})
+		}
+	})
+	b.wg.Go(func() {
+		for ev, err := range auth {
+			if err != nil {
+				return
+			}
+			password := token
+			if b.challenges.Add(1) == 1 {
+				password = "wrong-" + token[:4]
+			}
+			_, _ = chromedp.Call(ctx, fetch.ContinueWithAuth, fetch.ContinueWithAuthParams{
+				RequestID: ev.RequestID,
+				AuthChallengeResponse: &fetch.AuthChallengeResponse{
+					Response: fetch.AuthChallengeResponseResponseProvideCredentials,
+					Username: "admin",
+					Password: password,
+				},
+			})
+		}
+	})
+	if _, err := chromedp.Call(ctx, fetch.Enable, fetch.EnableParams{HandleAuthRequests: new(true)}); err != nil {
+		t.Fatalf("browsertest: enable the Fetch domain: %v", err)
+	}
+	return b
+}
+
+// step is a context for one browser step.
+func (b *browser) step() context.Context {
+	ctx, cancel := context.WithTimeout(b.ctx, stepTimeout)
+	b.t.Cleanup(cancel)
+	return ctx
+}
+
+func (b *browser) do(what string, actions ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	if err := chromedp.Do(b.step(), actions...); err != nil {
+		b.t.Fatalf("browser: %s: %v", what, err)
+	}
+}
+
+func (b *browser) text(css string) string {
+	b.t.Helper()
+	s, err := chromedp.Run(b.step(), chromedp.Text(chromedp.CSS(css)))
+	if err != nil {
+		b.t.Fatalf("browser: read %s: %v", css, err)
+	}
+	return strings.TrimSpace(s)
+}
+
+// screenshot saves a full-page PNG.
+func (b *browser) screenshot(path string) {
+	b.t.Helper()
+	png, err := chromedp.Run(b.step(), chromedp.FullScreenshot(100))
+	if err != nil {
+		b.t.Fatalf("browser: screenshot: %v", err)
+	}
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		b.t.Fatalf("browser: save screenshot: %v", err)
+	}
+}
+
+// close stops Chromium and the prompt answerers; it is safe to call twice.
+func (b *browser) close() { b.closeOnce.Do(b.cancel) }

@@ -1,0 +1,18 @@
+// Package browsertest drives the admin console with a real browser: a
+// `worker` built from this module runs against a database of its own with
+// FERRY_ADMIN_TOKEN set, and headless Chromium (Debian's chromium package,
+// driven through the DevTools protocol by github.com/chromedp/chromedp)
+// signs in by answering the basic-auth prompt, reads a schedule and its next
+// run, resets a stuck outbox delivery by clicking its button, and waits
+// until the page shows it delivered. A full-page screenshot is kept: in the
+// directory named by FERRY_TEST_ARTIFACTS when it is set (CI sets it), else
+// in the test's temporary directory; the test logs its path.
+//
+// The test also reads every page and JSON answer and checks that no secret
+// given to the worker (the admin token, a route's secret and URL
+// credential, a bot token) appears in any of them.
+//
+// Chromium must be installed: `go tool task browser` installs it, and `go
+// tool task test` runs that first. Without it the test fails, naming that
+// command; it never skips. The package has no code besides its test.
+package browsertest
