@@ -17,6 +17,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/urfave/cli/v2"
+	"golang.org/x/term"
 
 	"github.com/ferryq/ferry/election"
 	"github.com/ferryq/ferry/internal/dburl"
@@ -167,4 +168,11 @@ func signalContext(c *cli.Context) context.Context {
 		return c.Context
 	}
 	return context.Background()
+}
+
+// isTerminal reports whether v (a reader or writer of the app) is a
+// terminal: progress bars and confirmation prompts are for people.
+func isTerminal(v any) bool {
+	f, ok := v.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
 }

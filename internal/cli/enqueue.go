@@ -30,8 +30,15 @@ Examples:
    enqueue job ferry.noop
    enqueue job http.request --args '{"method":"POST","url":"http://app:8000/warm"}' --in 10m
    enqueue job http.request --args @request.json --unique-key warm-2026-11-30 --json
-   echo '{"sleep":"2s"}' | enqueue job ferry.noop --args - --queue default --priority 2`
-	app.Commands = []*cli.Command{enqueueJob(), enqueueOutbox(), enqueueSchedule(), enqueueLeader(), versionCommand()}
+   echo '{"sleep":"2s"}' | enqueue job ferry.noop --args - --queue default --priority 2
+   enqueue bulk --file jobs.jsonl
+   enqueue jobs list --state retryable --since 2h
+   enqueue jobs get 1042
+   enqueue dead list --kind http.request
+   enqueue dead retry --kind http.request --yes
+
+Each command has its own manual: enqueue COMMAND --help (enqueue jobs list --help).`
+	app.Commands = []*cli.Command{enqueueJob(), enqueueBulk(), enqueueJobs(), enqueueDead(), enqueueOutbox(), enqueueSchedule(), enqueueLeader(), versionCommand()}
 	return app
 }
 
