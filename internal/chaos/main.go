@@ -1,0 +1,56 @@
+// Command chaos is ferry's fault-injection suite: three worker processes on
+// one Postgres under steady load (jobs with once-only effects inserted in
+// producer transactions, outbox messages written with plain SQL to a real
+// HTTP receiver, a schedule ticking every second), and five faults in
+// sequence with recovery between them:
+//
+//  1. kill -9 of the leader;
+//  2. pg_terminate_backend of the leader's lock connection;
+//  3. a rolling SIGTERM restart of all three workers;
+//  4. pg_terminate_backend of every ferry backend at once;
+//  5. a Postgres restart (of a cluster of its own, started for the run;
+//     skipped with the reason where that cannot be done).
+//
+// At the end an oracle checks, and prints as a table, that there were never
+// two leaders (holder count sampled every 100 ms; leader runs never overlap
+// in time), that every job's effect and every outbox message's effect
+// happened exactly once with none lost, that every tick of the window is
+// recorded exactly once, and the failover gap of each fault. It exits 1 on
+// any violation. Loopback only; it stops by itself.
+//
+//	go run ./internal/chaos            # the full run, a few minutes
+//	go run ./internal/chaos -short     # what CI runs
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"time"
+)
+
+func main() {
+	short := flag.Bool("short", false, "shorter steady phases between faults (CI)")
+	serverURL := flag.String("database-url", os.Getenv("TEST_DATABASE_URL"), "server to use when a cluster of the suite's own cannot be started")
+	flag.Parse()
+	if *serverURL == "" {
+		*serverURL = "postgres://ferry:ferry@127.0.0.1:5432/ferry?sslmode=disable"
+	}
+	steady := 15 * time.Second
+	if *short {
+		steady = 6 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 9*time.Minute)
+	defer cancel()
+	ok, err := run(ctx, *serverURL, steady)
+	if err != nil {
+		log.Fatalf("chaos: %v", err)
+	}
+	if !ok {
+		fmt.Println("chaos: FAILED: see the violations above")
+		os.Exit(1)
+	}
+	fmt.Println("chaos: all guarantees held")
+}

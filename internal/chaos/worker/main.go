@@ -1,0 +1,100 @@
+// Command worker is the chaos suite's worker: ferry's own worker stack, plus
+// what the suite's oracle needs to see from inside.
+//
+//   - kind chaos.effect: inserts its key into chaos_effect in the same
+//     transaction that completes the job (river.JobCompleteTx), so an effect
+//     exists exactly when its job completed;
+//   - a leader runnable that records when this process starts and stops
+//     acting as leader (chaos_leader_run), so the oracle can check that no
+//     two processes' runnables overlap in time.
+//
+// Everything else (schedules, outbox routes) comes from FERRY_CONFIG.
+package main
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/ferryq/ferry"
+	"github.com/ferryq/ferry/jobs"
+)
+
+// EffectArgs are the args of chaos.effect.
+type EffectArgs struct {
+	Key string `json:"key"`
+}
+
+// Kind implements river.JobArgs.
+func (EffectArgs) Kind() string { return "chaos.effect" }
+
+type effectWorker struct {
+	river.WorkerDefaults[EffectArgs]
+	pool func() *pgxpool.Pool
+}
+
+func (w *effectWorker) Work(ctx context.Context, job *river.Job[EffectArgs]) error {
+	return pgx.BeginFunc(ctx, w.pool(), func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "INSERT INTO chaos_effect (key, job_id) VALUES ($1, $2)", job.Args.Key, job.ID); err != nil {
+			return err
+		}
+		_, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
+		return err
+	})
+}
+
+func main() {
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var srv *ferry.Server
+	w := &effectWorker{pool: func() *pgxpool.Pool { return srv.Pool() }}
+	var err error
+	srv, err = ferry.New(ctx, ferry.Config{
+		DatabaseURL:  os.Getenv("DATABASE_URL"),
+		ConfigFile:   os.Getenv("FERRY_CONFIG"),
+		AdminAddr:    "off",
+		LeaderTick:   time.Second,
+		StandbyProbe: time.Second,
+		Kinds:        []jobs.Kind{jobs.Define[EffectArgs](w, river.QueueDefault, "chaos: a job with a once-only effect")},
+		LeaderRunnables: []ferry.LeaderRunnable{{Name: "chaos-marker", Run: func(ctx context.Context) error {
+			return leaderMarker(ctx, srv)
+		}}},
+		Logger: log,
+	})
+	if err != nil {
+		log.Error("chaos worker: start", "error", err)
+		os.Exit(1)
+	}
+	if err := srv.Run(ctx); err != nil {
+		log.Error("chaos worker: run", "error", err)
+		os.Exit(1)
+	}
+}
+
+// leaderMarker records this process's leadership in chaos_leader_run: a row
+// when it starts, stopped_at when its context ends (a demotion, a
+// resignation). A process killed with SIGKILL leaves stopped_at empty; the
+// suite knows when it killed it.
+func leaderMarker(ctx context.Context, srv *ferry.Server) error {
+	pool := srv.Pool()
+	var id int64
+	err := pool.QueryRow(ctx, "INSERT INTO chaos_leader_run (pid, term, started_at) VALUES ($1, $2, clock_timestamp()) RETURNING id",
+		os.Getpid(), srv.Elector().Term()).Scan(&id)
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	_, _ = pool.Exec(sctx, "UPDATE chaos_leader_run SET stopped_at = clock_timestamp() WHERE id = $1", id)
+	return nil
+}
