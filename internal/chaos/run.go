@@ -570,6 +570,13 @@ func (s *suite) oracle(ctx context.Context, jobKeys, messages int64, from, to ti
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", c.name, c.result, v)
 	}
 	_ = tw.Flush()
+	failed := 0
+	for _, c := range checks {
+		if !c.ok {
+			failed++
+		}
+	}
+	fmt.Printf("chaos: %d passed, %d failed\n", len(checks)-failed, failed)
 	return ok
 }
 
