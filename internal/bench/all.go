@@ -197,23 +197,7 @@ func mapsKeys(m map[string]string) func(func(string) bool) {
 // client and with ferry's whole worker stack (middleware, metrics, logging,
 // election, relay, scheduler), with the same fetch settings and workers.
 func workerThroughput(ctx context.Context, serverURL string, n int) (riverRate, ferryRate float64, err error) {
-	backlog := func(pool *pgxpool.Pool) error {
-		ic, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
-		if err != nil {
-			return err
-		}
-		params := make([]river.InsertManyParams, 0, 10000)
-		for i := 0; i < n; i += 10000 {
-			params = params[:0]
-			for range min(10000, n-i) {
-				params = append(params, river.InsertManyParams{Args: jobs.NoopArgs{}})
-			}
-			if _, err := ic.InsertManyFast(ctx, params); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
+	backlog := func(pool *pgxpool.Pool) error { return noopBacklog(ctx, pool, n) }
 	waitDone := func(pool *pgxpool.Pool, start time.Time) (float64, error) {
 		deadline := time.Now().Add(10 * time.Minute)
 		for time.Now().Before(deadline) {
@@ -429,19 +413,8 @@ func workerPeakRSS(ctx context.Context, serverURL string, n int) (float64, error
 		return 0, err
 	}
 	defer drop()
-	ic, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
-	if err != nil {
+	if err := noopBacklog(ctx, pool, n); err != nil {
 		return 0, err
-	}
-	params := make([]river.InsertManyParams, 0, 10000)
-	for i := 0; i < n; i += 10000 {
-		params = params[:0]
-		for range min(10000, n-i) {
-			params = append(params, river.InsertManyParams{Args: jobs.NoopArgs{}})
-		}
-		if _, err := ic.InsertManyFast(ctx, params); err != nil {
-			return 0, err
-		}
 	}
 	cmd := exec.Command(bin, "run", "--admin-addr", "off")
 	cmd.Env = append(os.Environ(), "DATABASE_URL="+pool.Config().ConnString(), "FERRY_LOG_FORMAT=json")
@@ -478,4 +451,23 @@ func vmHWM(pid int) (float64, error) {
 		}
 	}
 	return 0, fmt.Errorf("no VmHWM in /proc/%d/status", pid)
+}
+
+// noopBacklog inserts n ferry.noop jobs with River's COPY insert.
+func noopBacklog(ctx context.Context, pool *pgxpool.Pool, n int) error {
+	ic, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
+	if err != nil {
+		return err
+	}
+	params := make([]river.InsertManyParams, 0, 10000)
+	for i := 0; i < n; i += 10000 {
+		params = params[:0]
+		for range min(10000, n-i) {
+			params = append(params, river.InsertManyParams{Args: jobs.NoopArgs{}})
+		}
+		if _, err := ic.InsertManyFast(ctx, params); err != nil {
+			return err
+		}
+	}
+	return nil
 }
