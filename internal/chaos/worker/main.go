@@ -93,8 +93,19 @@ func leaderMarker(ctx context.Context, srv *ferry.Server) error {
 		return err
 	}
 	<-ctx.Done()
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-	defer cancel()
-	_, _ = pool.Exec(sctx, "UPDATE chaos_leader_run SET stopped_at = clock_timestamp() WHERE id = $1", id)
+	// The moment this process stopped acting, recorded even if the database
+	// is away right now (a Postgres restart demotes the leader): retried for
+	// a while, with the time taken when the context ended.
+	stopped := time.Now()
+	deadline := stopped.Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		_, err := pool.Exec(sctx, "UPDATE chaos_leader_run SET stopped_at = $2 WHERE id = $1", id, stopped)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 	return nil
 }
