@@ -184,7 +184,7 @@ func (w *HTTPRequestWorker) Work(ctx context.Context, job *river.Job[HTTPRequest
 			// transport's wrapping. Returned as an error, so it is retried.
 			return fmt.Errorf("http.request: %s %s: timed out after %s", a.method(), RedactURL(a.URL), a.timeout())
 		}
-		return fmt.Errorf("http.request: %s %s: %w", a.method(), RedactURL(a.URL), unwrapURLError(err))
+		return fmt.Errorf("http.request: %s %s: %w", a.method(), RedactURL(a.URL), UnwrapURLError(err))
 	}
 	defer resp.Body.Close()
 	snippet := readSnippet(resp.Body)
@@ -262,9 +262,9 @@ func RedactURL(raw string) string {
 	return u.String()
 }
 
-// unwrapURLError strips *url.Error, whose message repeats the full URL with
-// its query string.
-func unwrapURLError(err error) error {
+// UnwrapURLError strips *url.Error, whose message repeats the full URL with
+// its query string (credentials live there).
+func UnwrapURLError(err error) error {
 	var ue *url.Error
 	if errors.As(err, &ue) {
 		return ue.Err

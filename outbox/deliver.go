@@ -334,7 +334,7 @@ func (w *DeliverWorker) post(ctx context.Context, route Route, msg Message) atte
 		case context.Cause(rctx) == timedOut:
 			return attempt{outcome: retry, err: timedOut}
 		default:
-			return attempt{outcome: retry, err: fmt.Errorf("%s: %w", target, unwrapURLError(err))}
+			return attempt{outcome: retry, err: fmt.Errorf("%s: %w", target, jobs.UnwrapURLError(err))}
 		}
 	}
 	defer resp.Body.Close()
@@ -664,14 +664,4 @@ func truncate(s string, n int) string {
 		i--
 	}
 	return s[:i] + "…"
-}
-
-// unwrapURLError strips *url.Error, whose message repeats the full URL with
-// its query string.
-func unwrapURLError(err error) error {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return ue.Err
-	}
-	return err
 }
