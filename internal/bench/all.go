@@ -353,15 +353,11 @@ func ferryLatency(ctx context.Context, serverURL string, rate int, dur time.Dura
 
 // bulkEnqueue times `enqueue bulk` on n ferry.noop lines.
 func bulkEnqueue(ctx context.Context, serverURL string, n int) (float64, error) {
-	dir, err := os.MkdirTemp("", "ferry-bench-bulk-")
+	dir, bin, err := buildIntoTemp("./cmd/enqueue")
 	if err != nil {
 		return 0, err
 	}
 	defer os.RemoveAll(dir)
-	bin := filepath.Join(dir, "enqueue")
-	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/enqueue").CombinedOutput(); err != nil {
-		return 0, fmt.Errorf("build enqueue: %v: %s", err, out)
-	}
 	file := filepath.Join(dir, "jobs.jsonl")
 	f, err := os.Create(file)
 	if err != nil {
@@ -399,15 +395,11 @@ func bulkEnqueue(ctx context.Context, serverURL string, n int) (float64, error) 
 // workerPeakRSS runs a real worker process over a backlog and reads its
 // peak resident set (VmHWM) once the backlog is worked.
 func workerPeakRSS(ctx context.Context, serverURL string, n int) (float64, error) {
-	dir, err := os.MkdirTemp("", "ferry-bench-rss-")
+	dir, bin, err := buildIntoTemp("./cmd/worker")
 	if err != nil {
 		return 0, err
 	}
 	defer os.RemoveAll(dir)
-	bin := filepath.Join(dir, "worker")
-	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/worker").CombinedOutput(); err != nil {
-		return 0, fmt.Errorf("build worker: %v: %s", err, out)
-	}
 	pool, drop, err := scratch(ctx, serverURL)
 	if err != nil {
 		return 0, err

@@ -135,15 +135,11 @@ func (f *fleet) await(msg string, proc *workerProc, timeout time.Duration) (logE
 
 func failover(ctx context.Context, serverURL string, trials int, tick time.Duration) (failoverResult, error) {
 	res := failoverResult{Trials: trials, TickMS: tick.Milliseconds(), ProbeMS: tick.Milliseconds()}
-	dir, err := os.MkdirTemp("", "ferry-bench-")
+	dir, bin, err := buildIntoTemp("./cmd/worker")
 	if err != nil {
 		return res, err
 	}
 	defer os.RemoveAll(dir)
-	bin := filepath.Join(dir, "worker")
-	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/worker").CombinedOutput(); err != nil {
-		return res, fmt.Errorf("build worker: %v: %s", err, out)
-	}
 	pool, drop, err := scratch(ctx, serverURL)
 	if err != nil {
 		return res, err
@@ -298,4 +294,19 @@ func medianMax(xs []float64) (float64, float64) {
 	s := slices.Clone(xs)
 	slices.Sort(s)
 	return s[len(s)/2], s[len(s)-1]
+}
+
+// buildIntoTemp builds the main package pkg into a new temporary directory
+// and returns the directory (the caller removes it) and the binary's path.
+func buildIntoTemp(pkg string) (dir, bin string, err error) {
+	dir, err = os.MkdirTemp("", "ferry-bench-")
+	if err != nil {
+		return "", "", err
+	}
+	bin = filepath.Join(dir, filepath.Base(pkg))
+	if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
+		os.RemoveAll(dir)
+		return "", "", fmt.Errorf("build %s: %v: %s", pkg, err, out)
+	}
+	return dir, bin, nil
 }
