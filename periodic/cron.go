@@ -414,7 +414,7 @@ func (c *Cron) computeInterval() time.Duration {
 		}
 		gap = b - a
 	}
-	return time.Duration(gap) * time.Second
+	return mulDuration(time.Second, gap)
 }
 
 // next is Next in Unix seconds: the first fire time after the second after.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -254,9 +255,11 @@ func (s *Scheduler) catchUp(ctx context.Context, sc Schedule, now time.Time) (ti
 	if last == nil {
 		return now, nil
 	}
-	// Enumerate from no earlier than maxMissedRecorded intervals back.
+	// Enumerate from no earlier than maxMissedRecorded intervals back. For
+	// an interval over about 106 days that span exceeds a Duration; it
+	// saturates (some 292 years back) rather than wrapping into the future.
 	from := *last
-	if horizon := now.Add(-time.Duration(maxMissedRecorded) * sc.Trigger.Interval()); from.Before(horizon) {
+	if horizon := now.Add(-mulDuration(sc.Trigger.Interval(), maxMissedRecorded)); from.Before(horizon) {
 		from = horizon
 	}
 	missed := dueTicks(sc.Trigger, from, now, maxMissedRecorded)
@@ -526,6 +529,15 @@ func runLocalSafely(ctx context.Context, fn func(context.Context) error) (err er
 		}
 	}()
 	return fn(ctx)
+}
+
+// mulDuration returns d*n for d, n >= 0, saturated at the largest Duration
+// when the product does not fit.
+func mulDuration(d time.Duration, n int64) time.Duration {
+	if n > 0 && d > math.MaxInt64/time.Duration(n) {
+		return math.MaxInt64
+	}
+	return d * time.Duration(n)
 }
 
 func nullable(id int64) *int64 {

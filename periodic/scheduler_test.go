@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -285,6 +286,98 @@ func TestScheduler_CatchUp(t *testing.T) {
 	})
 }
 
+// parkedClock stands still: SleepUntil reports each wake time on wakes and
+// returns only when ctx ends, so a test sees Run's catch-up and nothing
+// after it.
+type parkedClock struct {
+	now   time.Time
+	wakes chan time.Time
+}
+
+func (c *parkedClock) Now() time.Time { return c.now }
+
+func (c *parkedClock) SleepUntil(ctx context.Context, t time.Time) error {
+	c.wakes <- t
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// TestScheduler_CatchUpLongInterval covers triggers whose Interval times
+// maxMissedRecorded does not fit in a time.Duration (over about 106 days):
+// the catch-up horizon must not overflow into the future and lose the
+// missed tick.
+func TestScheduler_CatchUpLongInterval(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	base := time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)
+
+	for _, tc := range []struct {
+		name    string
+		expr    string
+		now     time.Time   // when the new leader starts
+		skipped []time.Time // missed ticks recorded as skipped
+		latest  time.Time   // the latest missed tick, enqueued
+		wake    time.Time   // the tick Run waits for next
+	}{
+		{
+			name:   "yearly",
+			expr:   "@yearly",
+			now:    time.Date(2028, 1, 1, 6, 0, 0, 0, time.UTC),
+			latest: time.Date(2028, 1, 1, 0, 0, 0, 0, time.UTC),
+			wake:   time.Date(2029, 1, 1, 0, 0, 0, 0, time.UTC),
+		},
+		{
+			name:    "every four months",
+			expr:    "0 0 1 */4 *",
+			now:     time.Date(2027, 9, 1, 6, 0, 0, 0, time.UTC),
+			skipped: []time.Time{time.Date(2027, 5, 1, 0, 0, 0, 0, time.UTC)},
+			latest:  time.Date(2027, 9, 1, 0, 0, 0, 0, time.UTC),
+			wake:    time.Date(2028, 1, 1, 0, 0, 0, 0, time.UTC),
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			trigger, err := ParseCron(tc.expr, "")
+			require.NoError(t, err)
+			require.Greater(t, trigger.Interval(), time.Duration(math.MaxInt64/maxMissedRecorded),
+				"the case must be one whose horizon product overflows")
+			sc := Schedule{ID: "long", Trigger: trigger, Args: jobs.NoopArgs{}, Overlap: OverlapAllow}
+
+			// The previous leader's last tick.
+			s := b.scheduler(t, nil, sc)
+			require.NoError(t, s.sync(ctx, base))
+			require.NoError(t, s.claim(ctx, s.durable[0], base, ""))
+
+			// A new leader starts after the outage, twice (a restart after
+			// its catch-up): the missed ticks are recorded once.
+			for range 2 {
+				clock := &parkedClock{now: tc.now, wakes: make(chan time.Time, 1)}
+				s := b.scheduler(t, clock, sc)
+				runCtx, cancel := context.WithCancel(ctx)
+				done := make(chan error, 1)
+				go func() { done <- s.Run(runCtx) }()
+				require.Equal(t, tc.wake, (<-clock.wakes).UTC(), "catch-up done, waiting for the next tick")
+				cancel()
+				require.NoError(t, <-done)
+			}
+
+			got := ticks(t, b.pool, "long")
+			require.Len(t, got, 2+len(tc.skipped), "the old tick, the skipped ones, the latest")
+			for i, at := range tc.skipped {
+				require.Equal(t, at, got[1+i].At.UTC())
+				require.Equal(t, "skipped", got[1+i].Status)
+				require.Equal(t, "missed: no leader was running", *got[1+i].Reason)
+			}
+			last := got[len(got)-1]
+			require.Equal(t, tc.latest, last.At.UTC())
+			require.Equal(t, "enqueued", last.Status)
+			require.NotNil(t, last.JobID)
+			require.Equal(t, 2, countJobs(t, b.pool), "the old tick's job and the latest missed tick's")
+		})
+	}
+}
+
 func TestScheduler_StaleLeaderWritesNothing(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -384,4 +477,13 @@ func TestValidateSchedules(t *testing.T) {
 	require.Equal(t, CatchUpLast, out[0].CatchUp)
 	require.Equal(t, OverlapSkip, out[0].Overlap)
 	require.Equal(t, time.Minute, out[0].Misfire, "misfire defaults to one interval")
+}
+
+func TestMulDuration(t *testing.T) {
+	t.Parallel()
+	year := 365 * 24 * time.Hour
+	require.Equal(t, 1000*time.Minute, mulDuration(time.Minute, 1000))
+	require.Equal(t, time.Duration(0), mulDuration(year, 0))
+	require.Equal(t, time.Duration(math.MaxInt64), mulDuration(year, maxMissedRecorded), "saturates rather than wraps")
+	require.Equal(t, time.Duration(math.MaxInt64), mulDuration(math.MaxInt64, 2))
 }
