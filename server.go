@@ -144,12 +144,15 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	for name, n := range cfg.Queues {
 		queues[name] = river.QueueConfig{MaxWorkers: n}
 	}
+	// The unique-key middleware makes jobs.WithUniqueKey hold on every
+	// insert through this client (the scheduler's, the relay's, Telegram's,
+	// an embedder's), as it does through a jobs.Inserter.
 	s.river, err = river.NewClient(riverpgxv5.New(pool), &river.Config{
 		FetchCooldown:     cfg.FetchCooldown,
 		FetchPollInterval: cfg.FetchPollInterval,
 		JobTimeout:        cfg.JobTimeout,
 		Logger:            logging.AtLeast(cfg.Logger, slog.LevelInfo),
-		Middleware:        []rivertype.Middleware{s.metrics.Middleware()},
+		Middleware:        []rivertype.Middleware{jobs.UniqueKeyMiddleware(), s.metrics.Middleware()},
 		Queues:            queues,
 		SoftStopTimeout:   cfg.ShutdownGrace,
 		Workers:           workers,
@@ -270,7 +273,8 @@ func openPool(ctx context.Context, url, role string) (*pgxpool.Pool, error) {
 // Pool is the server's connection pool, for the caller's own queries.
 func (s *Server) Pool() *pgxpool.Pool { return s.pool }
 
-// River is the server's River client (insert jobs with InsertTx).
+// River is the server's River client (insert jobs with InsertTx). It
+// enforces jobs.WithUniqueKey, like a jobs.Inserter.
 func (s *Server) River() *river.Client[pgx.Tx] { return s.river }
 
 // TelegramStatus returns a snapshot of every configured bot (polling,

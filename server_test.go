@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
@@ -230,4 +231,82 @@ func httpGet(t *testing.T, url string) string {
 	b, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
 	return string(b)
+}
+
+func TestServer_RiverUniqueKey(t *testing.T) {
+	t.Parallel()
+
+	type testBundle struct {
+		srv  *ferry.Server
+		pool *pgxpool.Pool
+	}
+
+	// One server for the subtests: it is built, not run, so its client
+	// inserts but works nothing; each subtest inserts into a queue of its
+	// own.
+	ctx := context.Background()
+	cfg := quietConfig(pgtest.URL(t))
+	cfg.AdminAddr = "off"
+	srv, err := ferry.New(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(srv.Pool().Close)
+	b := &testBundle{srv: srv, pool: srv.Pool()}
+
+	// The key is the queue's name: a key holds per kind, across queues.
+	opts := func(queue string) *river.InsertOpts {
+		return jobs.WithUniqueKey(&river.InsertOpts{Queue: queue}, queue)
+	}
+	count := func(t *testing.T, queue string) int {
+		t.Helper()
+		var n int
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM river_job WHERE queue = $1", queue).Scan(&n))
+		return n
+	}
+
+	t.Run("Insert", func(t *testing.T) {
+		t.Parallel()
+		const queue = "unique_insert"
+		first, err := b.srv.River().Insert(ctx, jobs.NoopArgs{}, opts(queue))
+		require.NoError(t, err)
+		require.False(t, first.UniqueSkippedAsDuplicate)
+		second, err := b.srv.River().Insert(ctx, jobs.NoopArgs{Sleep: jobs.Duration(time.Second)}, opts(queue))
+		require.NoError(t, err)
+		require.True(t, second.UniqueSkippedAsDuplicate, "the key holds whatever the args")
+		require.Equal(t, first.Job.ID, second.Job.ID)
+		require.Equal(t, 1, count(t, queue))
+	})
+
+	// In a transaction, one at a time and batched (the relay's and the
+	// scheduler's path).
+	inTx := map[string]func(tx pgx.Tx, queue string) error{
+		"InsertTx": func(tx pgx.Tx, queue string) error {
+			_, err := b.srv.River().InsertTx(ctx, tx, jobs.NoopArgs{}, opts(queue))
+			return err
+		},
+		"InsertManyTx": func(tx pgx.Tx, queue string) error {
+			_, err := b.srv.River().InsertManyTx(ctx, tx, []river.InsertManyParams{{Args: jobs.NoopArgs{}, InsertOpts: opts(queue)}})
+			return err
+		},
+	}
+	for name, insert := range inTx {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			queue := "unique_" + strings.ToLower(name)
+			for range 2 {
+				require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error { return insert(tx, queue) }))
+			}
+			require.Equal(t, 1, count(t, queue))
+		})
+	}
+
+	t.Run("InsertManyFastRefusesDuplicate", func(t *testing.T) {
+		t.Parallel()
+		const queue = "unique_insert_many_fast"
+		params := []river.InsertManyParams{{Args: jobs.NoopArgs{}, InsertOpts: opts(queue)}}
+		_, err := b.srv.River().InsertManyFast(ctx, params)
+		require.NoError(t, err)
+		_, err = b.srv.River().InsertManyFast(ctx, params)
+		require.Error(t, err, "the COPY path cannot skip a duplicate: it refuses it")
+		require.Equal(t, 1, count(t, queue))
+	})
 }

@@ -27,5 +27,7 @@
 //
 // Inserter wraps an insert-only River client. InsertTx inserts in the
 // caller's pgx.Tx, so the job exists if and only if the caller's transaction
-// commits. WithUniqueKey gives an insert a caller-chosen idempotency key.
+// commits. WithUniqueKey gives an insert a caller-chosen idempotency key;
+// UniqueKeyMiddleware, installed on every River client ferry builds (an
+// Inserter's and the server's), is what enforces it.
 package jobs

@@ -62,7 +62,7 @@ func NewInserter(pool *pgxpool.Pool) (*Inserter, error) {
 		// waiting for the workers' poll: pickup p99 ~94 ms measured, against
 		// ~7 ms with 5 ms (README, "Tuning").
 		FetchCooldown: InsertNotifyCooldown,
-		Middleware:    []rivertype.Middleware{&uniqueKeyMiddleware{}},
+		Middleware:    []rivertype.Middleware{UniqueKeyMiddleware()},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("jobs: new inserter: %w", err)
@@ -177,8 +177,13 @@ const uniqueKeyMeta = "ferry_unique_key"
 // key: while a job of the same kind with the same key is pending, scheduled,
 // available, running, retryable or completed (River's default unique states;
 // completed jobs are cleaned after 24h), inserting another returns the
-// existing job instead (JobInsertResult.UniqueSkippedAsDuplicate). It works
-// through an Inserter, whose client turns the key into River's unique_key.
+// existing job instead (JobInsertResult.UniqueSkippedAsDuplicate).
+//
+// The key is turned into River's unique_key by UniqueKeyMiddleware, which
+// every River client ferry builds installs: an Inserter's, and the server's
+// (ferry.Server.River, which the scheduler, the outbox relay and Telegram
+// insert with). A River client of your own must install it too; one without
+// it inserts the job with no uniqueness at all.
 func WithUniqueKey(opts *river.InsertOpts, key string) *river.InsertOpts {
 	var o river.InsertOpts
 	if opts != nil {
@@ -193,11 +198,20 @@ func WithUniqueKey(opts *river.InsertOpts, key string) *river.InsertOpts {
 	return &o
 }
 
-// uniqueKeyMiddleware turns the ferry_unique_key metadata into River's
-// unique_key and unique_states, so River's own unique index enforces it.
+// UniqueKeyMiddleware returns the River insert middleware that makes
+// WithUniqueKey work: it turns the key an insert carries into River's
+// unique_key and unique_states, so River's own unique index enforces it on
+// every insert path of the client (Insert, InsertTx, InsertMany,
+// InsertManyTx; the InsertManyFast paths refuse a duplicate with an error, as
+// River documents). Install it in river.Config.Middleware of every client
+// that may insert a job with a key.
+func UniqueKeyMiddleware() rivertype.Middleware { return &uniqueKeyMiddleware{} }
+
 type uniqueKeyMiddleware struct {
 	river.MiddlewareDefaults
 }
+
+var _ rivertype.JobInsertMiddleware = (*uniqueKeyMiddleware)(nil)
 
 func (*uniqueKeyMiddleware) InsertMany(ctx context.Context, params []*rivertype.JobInsertParams, doInner func(context.Context) ([]*rivertype.JobInsertResult, error)) ([]*rivertype.JobInsertResult, error) {
 	for _, p := range params {
