@@ -194,43 +194,50 @@ func (s *Server) auth(next http.Handler) http.Handler {
 }
 
 // sameOrigin refuses (403) a request that may change state (any method but
-// GET, HEAD and OPTIONS) when the browser says it comes from another site:
-// Sec-Fetch-Site: cross-site, or an Origin (or, without one, a Referer)
-// whose host is not the request's Host. A request with neither header (curl,
-// a script) passes: it carries the token, which a cross-site page cannot
-// attach. ferry's forms check their CSRF token on top of this.
+// GET, HEAD and OPTIONS) when the browser says it comes from another origin:
+// net/http's CrossOriginProtection (Sec-Fetch-Site, or without it an Origin
+// whose host is not the request's Host), and, from a browser that sends
+// neither header, a Referer whose host is not the request's Host. A request
+// with none of them (curl, a script) passes: it carries the token, which a
+// cross-site page cannot attach. ferry's forms check their CSRF token on
+// top of this.
 func (s *Server) sameOrigin(next http.Handler) http.Handler {
+	cop := http.NewCrossOriginProtection()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch r.Method {
-		case http.MethodGet, http.MethodHead, http.MethodOptions:
-		default:
-			if reason := crossSite(r); reason != "" {
-				s.cfg.Logger.Warn("admin: cross-site request refused", "method", r.Method, "path", r.URL.Path, "reason", reason)
-				http.Error(w, "forbidden: cross-site request", http.StatusForbidden)
-				return
-			}
+		err := cop.Check(r)
+		if err == nil {
+			err = checkReferer(r)
+		}
+		if err != nil {
+			s.cfg.Logger.Warn("admin: cross-site request refused", "method", r.Method, "path", r.URL.Path, "reason", err)
+			http.Error(w, "forbidden: cross-site request", http.StatusForbidden)
+			return
 		}
 		next.ServeHTTP(w, r)
 	})
 }
 
-// crossSite says why r looks cross-site, or "" when it does not.
-func crossSite(r *http.Request) string {
-	if r.Header.Get("Sec-Fetch-Site") == "cross-site" {
-		return "Sec-Fetch-Site: cross-site"
+// errCrossSiteReferer refuses a request that changes state from a browser
+// that sends neither Sec-Fetch-Site nor Origin, whose Referer names another
+// host.
+var errCrossSiteReferer = errors.New("cross-origin request detected: Sec-Fetch-Site and Origin are missing, and Referer does not match Host")
+
+// checkReferer is the Referer fallback of sameOrigin, for what
+// CrossOriginProtection lets through: a request that may change state with
+// neither Sec-Fetch-Site nor Origin.
+func checkReferer(r *http.Request) error {
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+		return nil
 	}
-	from, header := r.Header.Get("Origin"), "Origin"
-	if from == "" {
-		from, header = r.Header.Get("Referer"), "Referer"
+	ref := r.Header.Get("Referer")
+	if ref == "" || r.Header.Get("Sec-Fetch-Site") != "" || r.Header.Get("Origin") != "" {
+		return nil
 	}
-	if from == "" {
-		return ""
+	if u, err := url.Parse(ref); err == nil && u.Host == r.Host {
+		return nil
 	}
-	u, err := url.Parse(from)
-	if err != nil || u.Host == "" || !strings.EqualFold(u.Host, r.Host) {
-		return header + " is another host"
-	}
-	return ""
+	return errCrossSiteReferer
 }
 
 // hostOf is the host of a Host header, without its port.

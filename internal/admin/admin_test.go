@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -133,4 +135,39 @@ func TestServer_StopTwice(t *testing.T) {
 	require.NoError(t, srv.Start(context.Background()))
 	srv.Stop()
 	srv.Stop()
+}
+
+func TestServer_SameOrigin(t *testing.T) {
+	t.Parallel()
+	s := &Server{cfg: Config{Logger: slog.New(slog.DiscardHandler)}}
+	h := s.sameOrigin(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	for _, tc := range []struct {
+		name   string
+		method string
+		hdr    map[string]string
+		want   int
+	}{
+		{"get from another site", http.MethodGet, map[string]string{"Sec-Fetch-Site": "cross-site", "Origin": "http://evil.example"}, http.StatusNoContent},
+		{"no browser headers", http.MethodPost, nil, http.StatusNoContent},
+		{"same origin", http.MethodPost, map[string]string{"Sec-Fetch-Site": "same-origin", "Origin": "http://admin.test"}, http.StatusNoContent},
+		{"typed by the user", http.MethodPost, map[string]string{"Sec-Fetch-Site": "none"}, http.StatusNoContent},
+		{"origin of the host", http.MethodPost, map[string]string{"Origin": "http://admin.test"}, http.StatusNoContent},
+		{"referer of the host", http.MethodPost, map[string]string{"Referer": "http://admin.test/admin/outbox"}, http.StatusNoContent},
+		{"same site is not same origin", http.MethodPost, map[string]string{"Sec-Fetch-Site": "same-site"}, http.StatusForbidden},
+		{"cross site", http.MethodDelete, map[string]string{"Sec-Fetch-Site": "cross-site"}, http.StatusForbidden},
+		{"origin of another host", http.MethodPost, map[string]string{"Origin": "http://evil.example"}, http.StatusForbidden},
+		{"referer of another host", http.MethodPost, map[string]string{"Referer": "http://evil.example/page"}, http.StatusForbidden},
+		{"unparsable referer", http.MethodPost, map[string]string{"Referer": "http://[::1"}, http.StatusForbidden},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := httptest.NewRequest(tc.method, "http://admin.test/admin/outbox/reset", nil)
+			for k, v := range tc.hdr {
+				r.Header.Set(k, v)
+			}
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			require.Equal(t, tc.want, w.Code, w.Body.String())
+		})
+	}
 }

@@ -29,9 +29,11 @@
 // # State-changing requests
 //
 // GET never changes anything. Every other method is refused (403) when the
-// browser says it comes from another site: Sec-Fetch-Site: cross-site, or an
-// Origin (or, without Origin, a Referer) whose host is not the request's
-// Host. This covers River UI's own API too. ferry's forms (POST
+// browser says it comes from another origin, as net/http's
+// CrossOriginProtection judges it: a Sec-Fetch-Site other than same-origin
+// or none, or without that header an Origin whose host is not the request's
+// Host. A browser that sends neither header is judged by its Referer the
+// same way. This covers River UI's own API too. ferry's forms (POST
 // /admin/outbox/reset) also carry a CSRF token, HMAC-SHA256(key, "csrf") with
 // a random key made when the server starts, compared in constant time: a
 // request without it is refused even when its headers look same-origin. A
