@@ -50,10 +50,11 @@ const (
 	SignatureHeader = "Ferry-Signature"
 )
 
-// ErrRouteNotConfigured is the last error of a delivery whose route this
-// worker does not know (the configuration changed since the relay routed
-// the message).
-const ErrRouteNotConfigured = "route not configured on this worker"
+// ErrRouteNotConfigured is why a delivery whose route this worker does not
+// know (the configuration changed since the relay routed the message) is
+// stuck: its text is the delivery's last_error, and the job's error wraps
+// it.
+var ErrRouteNotConfigured = errors.New("route not configured on this worker")
 
 // retryBackoff is the delay after the failed attempt n (1-based) at index
 // n-1; later attempts wait as long as the last entry.
@@ -274,7 +275,7 @@ func (w *DeliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) e
 
 	route, ok := w.routes.Get(a.Route)
 	if !ok {
-		return w.finish(ctx, job, msg, attempt{outcome: stuck, err: errors.New(ErrRouteNotConfigured), none: true}, 0)
+		return w.finish(ctx, job, msg, attempt{outcome: stuck, err: ErrRouteNotConfigured, none: true}, 0)
 	}
 	if route.Handler != nil {
 		return w.workHandler(ctx, job, route, msg)

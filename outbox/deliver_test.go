@@ -555,11 +555,13 @@ func TestDeliverWorker_Webhook(t *testing.T) {
 		w := b.worker(t, DeliverConfig{Client: srv.Client()}, hookRoute(srv, "billing"))
 		id := b.seed(t, testTopic, `{}`, "retired")
 
-		requireJobCancel(t, w.Work(ctx, deliverJob(id, "retired", 1, 24)))
+		err := w.Work(ctx, deliverJob(id, "retired", 1, 24))
+		requireJobCancel(t, err)
+		require.ErrorIs(t, err, ErrRouteNotConfigured)
 		d := b.delivery(t, id, "retired")
 		require.Equal(t, "stuck", d.Status)
 		require.Equal(t, 0, d.Attempts, "nothing was attempted")
-		require.Equal(t, "route not configured on this worker", *d.LastError)
+		require.Equal(t, ErrRouteNotConfigured.Error(), *d.LastError)
 		require.Equal(t, "stuck", b.message(t, id).Status)
 	})
 

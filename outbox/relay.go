@@ -3,6 +3,7 @@ package outbox
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -27,9 +28,11 @@ const (
 	Queue = "outbox"
 	// NotifyChannel is what the insert trigger of ferry_outbox notifies.
 	NotifyChannel = "ferry_outbox"
-	// ErrNoRoute is the last error of a message whose topic has no route.
-	ErrNoRoute = "no route for topic"
 )
+
+// ErrNoRoute is why a message whose topic has no route is stuck: its text
+// is the message's last_error.
+var ErrNoRoute = errors.New("no route for topic")
 
 // Inserter inserts River jobs in a transaction; *river.Client[pgx.Tx]
 // implements it.
@@ -167,7 +170,7 @@ func (r *Relay) RelayOnce(ctx context.Context) (int, error) {
 			}
 		}
 		if len(unrouted) > 0 {
-			if _, err := tx.Exec(ctx, `UPDATE ferry_outbox SET status = 'stuck', last_error = $2 WHERE id = ANY($1)`, unrouted, ErrNoRoute); err != nil {
+			if _, err := tx.Exec(ctx, `UPDATE ferry_outbox SET status = 'stuck', last_error = $2 WHERE id = ANY($1)`, unrouted, ErrNoRoute.Error()); err != nil {
 				return fmt.Errorf("mark unrouted: %w", err)
 			}
 			r.cfg.Logger.Warn("outbox: messages with no route for their topic are stuck", "count", len(unrouted), "first_id", unrouted[0])

@@ -192,7 +192,7 @@ func TestRelay_RelayOnce(t *testing.T) {
 	var lastErr string
 	require.NoError(t, b.pool.QueryRow(ctx, "SELECT status, last_error FROM ferry_outbox WHERE id = $1", orphan).Scan(&status, &lastErr))
 	require.Equal(t, "stuck", status, "a topic with no route is visible, not a silent wait")
-	require.Equal(t, ErrNoRoute, lastErr)
+	require.Equal(t, ErrNoRoute.Error(), lastErr)
 
 	n, err = r.RelayOnce(ctx)
 	require.NoError(t, err)

@@ -97,7 +97,22 @@ type Routes struct {
 	byName  map[string]Route
 }
 
-// NewRoutes checks routes (each valid, names unique) and indexes them.
+// RouteError is an invalid route given to NewRoutes: "route 2 (name
+// "billing"): url: missing (or a Go handler)".
+type RouteError struct {
+	Index int    // the route's position among NewRoutes' arguments
+	Name  string // its name, as given
+	Err   error  // what is wrong, naming the field: "url: missing (or a Go handler)"
+}
+
+func (e *RouteError) Error() string {
+	return fmt.Sprintf("route %d (name %q): %v", e.Index, e.Name, e.Err)
+}
+
+func (e *RouteError) Unwrap() error { return e.Err }
+
+// NewRoutes checks routes (each valid, names unique) and indexes them. An
+// invalid route is a *RouteError.
 func NewRoutes(routes ...Route) (*Routes, error) {
 	rs := &Routes{byTopic: map[string][]Route{}, byName: map[string]Route{}}
 	for i, r := range routes {
@@ -105,10 +120,10 @@ func NewRoutes(routes ...Route) (*Routes, error) {
 			r.Timeout = DefaultRouteTimeout
 		}
 		if err := r.validate(); err != nil {
-			return nil, fmt.Errorf("route %d (name %q): %w", i, r.Name, err)
+			return nil, &RouteError{Index: i, Name: r.Name, Err: err}
 		}
 		if _, dup := rs.byName[r.Name]; dup {
-			return nil, fmt.Errorf("route %d (name %q): name: already used", i, r.Name)
+			return nil, &RouteError{Index: i, Name: r.Name, Err: errors.New("name: already used")}
 		}
 		rs.routes = append(rs.routes, r)
 		rs.byName[r.Name] = r
