@@ -139,18 +139,33 @@ func (s Schedule) queue() string {
 	return river.QueueDefault
 }
 
+// ScheduleError is an invalid schedule given to ValidateSchedules:
+// `schedule 2 (id "nightly"): catch_up "all": want last or none`.
+type ScheduleError struct {
+	Index int    // the schedule's position in the slice
+	ID    string // its ID, as given
+	Err   error  // what is wrong, naming the field: `catch_up "all": want last or none`
+}
+
+func (e *ScheduleError) Error() string {
+	return fmt.Sprintf("schedule %d (id %q): %v", e.Index, e.ID, e.Err)
+}
+
+func (e *ScheduleError) Unwrap() error { return e.Err }
+
 // ValidateSchedules fills defaults and checks a set of schedules: each one,
-// and that no two share an ID. It returns the schedules with defaults.
+// and that no two share an ID. It returns the schedules with defaults. An
+// invalid schedule is a *ScheduleError.
 func ValidateSchedules(in []Schedule) ([]Schedule, error) {
 	out := make([]Schedule, 0, len(in))
 	seen := map[string]int{}
 	for i, s := range in {
 		s = s.withDefaults()
 		if err := s.validate(); err != nil {
-			return nil, fmt.Errorf("schedule %d (id %q): %w", i, s.ID, err)
+			return nil, &ScheduleError{Index: i, ID: s.ID, Err: err}
 		}
 		if j, dup := seen[s.ID]; dup {
-			return nil, fmt.Errorf("schedule %d (id %q): id: already used by schedule %d", i, s.ID, j)
+			return nil, &ScheduleError{Index: i, ID: s.ID, Err: fmt.Errorf("id: already used by schedule %d", j)}
 		}
 		seen[s.ID] = i
 		out = append(out, s)

@@ -453,22 +453,28 @@ func TestValidateSchedules(t *testing.T) {
 	t.Parallel()
 	ok := noopSchedule("a", time.Minute)
 	for name, tc := range map[string]struct {
-		in   []Schedule
-		want string
+		in    []Schedule
+		index int
+		id    string
+		want  string
 	}{
-		"bad id":          {[]Schedule{{ID: "has space", Trigger: Every(time.Minute), Args: jobs.NoopArgs{}}}, `id "has space"`},
-		"no trigger":      {[]Schedule{{ID: "x", Args: jobs.NoopArgs{}}}, "trigger: none given"},
-		"no args":         {[]Schedule{{ID: "x", Trigger: Every(time.Minute)}}, "args: a durable schedule needs"},
-		"local with args": {[]Schedule{{ID: "x", Local: true, Trigger: Every(time.Minute), Args: jobs.NoopArgs{}, Run: func(context.Context) error { return nil }}}, "args: a local schedule"},
-		"local no run":    {[]Schedule{{ID: "x", Local: true, Trigger: Every(time.Minute)}}, "run: a local schedule needs"},
-		"bad catch_up":    {[]Schedule{{ID: "x", Trigger: Every(time.Minute), Args: jobs.NoopArgs{}, CatchUp: "all"}}, `catch_up "all"`},
-		"bad overlap":     {[]Schedule{{ID: "x", Trigger: Every(time.Minute), Args: jobs.NoopArgs{}, Overlap: "queue"}}, `overlap "queue"`},
-		"duplicate id":    {[]Schedule{ok, ok}, `schedule 1 (id "a"): id: already used by schedule 0`},
+		"bad id":          {[]Schedule{{ID: "has space", Trigger: Every(time.Minute), Args: jobs.NoopArgs{}}}, 0, "has space", `id "has space"`},
+		"no trigger":      {[]Schedule{{ID: "x", Args: jobs.NoopArgs{}}}, 0, "x", "trigger: none given"},
+		"no args":         {[]Schedule{ok, {ID: "x", Trigger: Every(time.Minute)}}, 1, "x", "args: a durable schedule needs"},
+		"local with args": {[]Schedule{{ID: "x", Local: true, Trigger: Every(time.Minute), Args: jobs.NoopArgs{}, Run: func(context.Context) error { return nil }}}, 0, "x", "args: a local schedule"},
+		"local no run":    {[]Schedule{{ID: "x", Local: true, Trigger: Every(time.Minute)}}, 0, "x", "run: a local schedule needs"},
+		"bad catch_up":    {[]Schedule{{ID: "x", Trigger: Every(time.Minute), Args: jobs.NoopArgs{}, CatchUp: "all"}}, 0, "x", `catch_up "all"`},
+		"bad overlap":     {[]Schedule{{ID: "x", Trigger: Every(time.Minute), Args: jobs.NoopArgs{}, Overlap: "queue"}}, 0, "x", `overlap "queue"`},
+		"duplicate id":    {[]Schedule{ok, ok}, 1, "a", `schedule 1 (id "a"): id: already used by schedule 0`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			_, err := ValidateSchedules(tc.in)
 			require.ErrorContains(t, err, tc.want)
+			var se *ScheduleError
+			require.ErrorAs(t, err, &se)
+			require.Equal(t, tc.index, se.Index)
+			require.Equal(t, tc.id, se.ID)
 		})
 	}
 	out, err := ValidateSchedules([]Schedule{ok})
