@@ -1,0 +1,9 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/ferryq/ferry/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
