@@ -4,9 +4,9 @@
 // replica, retried with backoff, rescued when a worker dies, inserted in the
 // caller's transaction. ferry composes River with what production apps keep
 // getting wrong: a leader layer that owns the singletons, a scheduler whose
-// every tick becomes a job exactly once, an outbox, and the ops surfaces
-// (the enqueue CLI, the admin server, Prometheus metrics). Those arrive
-// capability by capability; see the README for what this build has.
+// every tick becomes a job exactly once, an outbox, Telegram bots, and
+// the ops surfaces (the enqueue CLI, the admin console, Prometheus metrics).
+// The README describes each, with its configuration.
 //
 // # Embedding
 //

@@ -1,10 +1,10 @@
 // Command bench is ferry's bench harness. -mode all (go tool task bench) and
 // -mode quick measure every figure side by side in one run and write
-// bench/results.json; the other modes measure one thing. It began as the
-// measurement of River worker settings on this machine: pickup
-// latency (insert to start) for jobs inserted at a steady rate by a separate
-// client, and throughput from a backlog. It was used to choose ferry's fetch
-// defaults (README, "Tuning"); the full bench harness builds on it.
+// bench/results.json; the other modes measure one thing. -mode sweep
+// measures River worker settings on this machine: pickup latency (insert to
+// start) for jobs inserted at a steady rate by a separate client, and
+// throughput from a backlog. ferry's fetch defaults (README, "Tuning") rest
+// on its figures.
 //
 //	go run ./internal/bench -mode sweep
 //	go run ./internal/bench -mode latency -cooldown 5ms -poll 100ms -rate 500
