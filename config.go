@@ -73,10 +73,14 @@ type Config struct {
 	// election.KeyElection.
 	ElectionKey int64
 	// LeaderTick is the leader's ownership check interval (FERRY_LEADER_TICK,
-	// default 15s); StandbyProbe the standby's retry interval
-	// (FERRY_STANDBY_PROBE, default 60s).
-	LeaderTick   time.Duration
-	StandbyProbe time.Duration
+	// default 15s); LeaderTickTimeout bounds each check
+	// (FERRY_LEADER_TICK_TIMEOUT, default a third of the tick, at most 5s);
+	// StandbyProbe caps a standby's backoff after a failed wait on the lock
+	// (FERRY_STANDBY_PROBE, default 60s). Standbys wait on the lock itself, so
+	// a freed lock is taken at once whatever the probe.
+	LeaderTick        time.Duration
+	LeaderTickTimeout time.Duration
+	StandbyProbe      time.Duration
 	// LeaderRunnables run on the leader only, cancelled within one tick of a
 	// lost lock.
 	LeaderRunnables []LeaderRunnable
@@ -223,11 +227,14 @@ func (c Config) check() error {
 			errs = append(errs, fmt.Errorf("telegram API URL %q: not an absolute http(s) URL", jobs.RedactURL(c.TelegramAPIURL)))
 		}
 	}
-	if c.LeaderTick < 100*time.Millisecond {
-		errs = append(errs, fmt.Errorf("leader tick %s is under 100ms", c.LeaderTick))
+	if c.LeaderTick < election.MinTick {
+		errs = append(errs, fmt.Errorf("leader tick %s is under %s", c.LeaderTick, election.MinTick))
 	}
-	if c.StandbyProbe < 100*time.Millisecond {
-		errs = append(errs, fmt.Errorf("standby probe %s is under 100ms", c.StandbyProbe))
+	if c.LeaderTickTimeout < 0 || (c.LeaderTickTimeout > 0 && c.LeaderTickTimeout >= c.LeaderTick) {
+		errs = append(errs, fmt.Errorf("leader tick timeout %s must be above zero and under the leader tick %s", c.LeaderTickTimeout, c.LeaderTick))
+	}
+	if c.StandbyProbe < election.MinTick {
+		errs = append(errs, fmt.Errorf("standby probe %s is under %s", c.StandbyProbe, election.MinTick))
 	}
 	return errors.Join(errs...)
 }

@@ -165,6 +165,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		DatabaseURL: cfg.ElectionDatabaseURL,
 		Key:         cfg.ElectionKey,
 		Tick:        cfg.LeaderTick,
+		TickTimeout: cfg.LeaderTickTimeout,
 		Probe:       cfg.StandbyProbe,
 		Logger:      cfg.Logger,
 		Registerer:  s.metrics.Registry,

@@ -8,13 +8,16 @@
 //	             Start
 //	               │
 //	               ▼
-//	  ┌────────► probe ──── lock taken by another, or error ───► standby ──┐
-//	  │            │                                               ▲  │    │
-//	  │            │ pg_try_advisory_lock on a fresh connection     │  │ every Probe, or at once
-//	  │            ▼                                               │  │ on a resignation NOTIFY
-//	  │     record term (ferry_leader_term) ─── error: unlock ─────┘  └────┘
-//	  │            │
-//	  │            ├── predecessor resigned ──────────────┐
+//	  ┌──────► pg_try_advisory_lock on a fresh connection ── error ──► retry after a backoff (up to Probe)
+//	  │            │                     │
+//	  │            │ granted             │ held by another session
+//	  │            │                     ▼
+//	  │            │              standby: wait in pg_advisory_lock; the server grants
+//	  │            │              the lock the moment the holder unlocks or its session ends
+//	  │            ▼                     │
+//	  │     record term (ferry_leader_term) ◄──┘
+//	  │            │ error: unlock, back off, retry
+//	  │            ├── no predecessor, or it resigned ────┐
 //	  │            ▼                                      ▼
 //	  │         deferred ── Tick + TickTimeout ──► check ─► leader (runnables run)
 //	  │            │                                │       │
@@ -22,7 +25,9 @@
 //	  │            ▼                                ▼       ▼
 //	  └──────── demoted: runnables cancelled, connection closed
 //
-//	Stop (any state): runnables cancelled, resigned_at stamped, unlock, NOTIFY, close.
+//	Stop (any state): runnables cancelled; if they returned within a tick,
+//	resigned_at stamped, unlock, NOTIFY, close; otherwise the term is left
+//	unresigned ("abandoned") and the connection closed.
 //
 // # Why a session lock on a dedicated connection
 //
@@ -51,17 +56,50 @@
 // query on pg_locks carries database = (SELECT oid FROM pg_database WHERE
 // datname = current_database()).
 //
+// # Why standbys wait on the lock
+//
+// A standby does not poll. After a failed try it waits in pg_advisory_lock
+// on its own lock connection, and the server grants it the lock the moment
+// the holder unlocks or its session ends: a graceful resignation or a
+// kill -9 (the kernel closes the socket, the server ends the session) hands
+// the lock over within milliseconds, at any Probe setting. Waiters are
+// queued by the server, so one waiter gets the lock and the others keep
+// waiting. Probe only caps the backoff after a failed wait (the database
+// unreachable, a term that could not be recorded). The wait runs without a
+// statement or lock timeout; Stop cancels it with a cancel request, so the
+// standby leaves the queue at once, and client_connection_check_interval
+// lets the server drop a waiter whose process died.
+//
 // # Why the deferral
 //
 // A new holder does not know whether its predecessor has stopped. If the
 // predecessor resigned (its term has resigned_at stamped), it has: its
-// runnables stopped before it unlocked, and the new leader starts at once.
-// Otherwise (crash, killed connection, first term ever) the predecessor may
-// still be running its runnables until its next tick finds the lock gone. The
-// new holder waits one Tick plus TickTimeout, checking the lock meanwhile,
-// before it starts anything. Combined with the tick this keeps the number of
-// processes running runnables at one or zero, never two. Leader-only writes
-// record Term() and may call Fence inside their transaction.
+// runnables returned before it unlocked, and the new leader starts at once.
+// The first term of a key has no predecessor and starts at once too.
+// Otherwise (crash, killed connection, lost lock, runnables that would not
+// stop) the predecessor may still be running its runnables until its next
+// tick finds the lock gone. The new holder waits one Tick plus TickTimeout,
+// checking the lock meanwhile, before it starts anything. Combined with the
+// tick this keeps the number of processes running runnables at one or zero,
+// never two. A crash therefore costs the deferral, Tick + TickTimeout (20 s
+// at the defaults), and nothing more.
+//
+// A stop is a resignation only when it is clean. Every query on the lock
+// connection runs on a context that the stop does not cancel, bounded by
+// TickTimeout (pgx closes a connection whose query is cancelled, and the
+// resignation needs it); if the connection is gone anyway, the stamp goes
+// through a fresh session. And a leader whose runnables are still running a
+// tick after their cancellation leaves its term unresigned, so its successor
+// defers as after a crash.
+//
+// # Fencing
+//
+// Leader-only writes record Term() and call Fence inside their transaction.
+// Fence locks its own term row FOR SHARE and then checks, in a second
+// statement, that no newer term exists. A new holder locks and updates its
+// predecessor's row before it records its own term, so it waits for every
+// fenced transaction of the old term to end: a stale leader's write commits
+// before the new term begins, or fails.
 //
 // # A server-side lease
 //

@@ -16,20 +16,29 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ferryq/ferry/internal/dburl"
-	"github.com/ferryq/ferry/internal/pglisten"
 )
 
-// Defaults.
+// Defaults and limits.
 const (
 	DefaultTick  = 15 * time.Second
 	DefaultProbe = 60 * time.Second
+	// MinTick is the shortest leader tick (and standby probe) New accepts.
+	MinTick = 10 * time.Millisecond
 	// ResignChannel is the NOTIFY channel a resigning leader signals on; the
-	// payload is the key.
+	// payload is the key. Standbys of this version wait on the lock itself
+	// and need no notice; the notice is kept for tools and for standbys of
+	// earlier versions during a rolling deploy.
 	ResignChannel = "ferry_leader_resigned"
+	// releaseTimeout bounds a resignation (stamp, unlock, notify).
+	releaseTimeout = 5 * time.Second
+	// firstRetry is the first delay after a failed lock wait or a lost
+	// term; it doubles up to Probe.
+	firstRetry = 250 * time.Millisecond
 )
 
 // Errors.
@@ -40,6 +49,10 @@ var (
 	// ErrPooler is the reason an elector refuses to lead through a
 	// transaction-mode pooler.
 	ErrPooler = errors.New("election: the lock connection changes backend between statements (a transaction-mode pooler such as PgBouncer?); session advisory locks need a direct or session-mode connection: point FERRY_ELECTION_DATABASE_URL at Postgres itself")
+	// ErrRunnablesStillRunning is the reason a stopping leader ends its term
+	// unresigned: its runnables did not return within a tick of their
+	// cancellation, so its successor must defer as after a crash.
+	ErrRunnablesStillRunning = errors.New("election: runnables still running after their context was cancelled")
 
 	errResigning = errors.New("election: resigning")
 	errDemoted   = errors.New("election: demoted")
@@ -60,10 +73,13 @@ type Config struct {
 	Key int64
 	// Tick is the leader's ownership check interval (FERRY_LEADER_TICK).
 	Tick time.Duration
-	// TickTimeout bounds each check; default a third of Tick, at most 5s.
+	// TickTimeout bounds each check (FERRY_LEADER_TICK_TIMEOUT); default a
+	// third of Tick, at most 5s.
 	TickTimeout time.Duration
-	// Probe is the standby's retry interval (FERRY_STANDBY_PROBE). A
-	// resignation notice makes standbys probe at once.
+	// Probe caps the delay before a standby waits on the lock again after
+	// its wait failed (FERRY_STANDBY_PROBE): the database was unreachable,
+	// or a term could not be recorded. A standby whose wait works learns of
+	// a free lock the moment it is freed, whatever Probe says.
 	Probe time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
@@ -89,14 +105,14 @@ func (c Config) validate() error {
 	if c.DatabaseURL == "" {
 		errs = append(errs, errors.New("election: database URL is empty"))
 	}
-	if c.Tick < 100*time.Millisecond {
-		errs = append(errs, fmt.Errorf("election: leader tick %s is under 100ms", c.Tick))
+	if c.Tick < MinTick {
+		errs = append(errs, fmt.Errorf("election: leader tick %s is under %s", c.Tick, MinTick))
 	}
 	if c.TickTimeout <= 0 || c.TickTimeout >= c.Tick {
 		errs = append(errs, fmt.Errorf("election: tick timeout %s must be above zero and under the tick %s", c.TickTimeout, c.Tick))
 	}
-	if c.Probe < 100*time.Millisecond {
-		errs = append(errs, fmt.Errorf("election: standby probe %s is under 100ms", c.Probe))
+	if c.Probe < MinTick {
+		errs = append(errs, fmt.Errorf("election: standby probe %s is under %s", c.Probe, MinTick))
 	}
 	return errors.Join(errs...)
 }
@@ -106,8 +122,8 @@ type State string
 
 // States.
 const (
-	StateStarting State = "starting" // Start called, first probe not done
-	StateStandby  State = "standby"  // someone else (or no one reachable) holds the lock
+	StateStarting State = "starting" // Start called, first attempt not done
+	StateStandby  State = "standby"  // waiting on the lock another session holds, or retrying after an error
 	StateDeferred State = "deferred" // holds the lock, waiting out a zombie predecessor
 	StateLeader   State = "leader"   // holds the lock and runs the runnables
 	StateStopped  State = "stopped"
@@ -127,26 +143,27 @@ type Status struct {
 // Elector campaigns for one advisory key and runs its runnables while it
 // leads. See the package documentation for the state machine.
 type Elector struct {
-	cfg       Config
-	lockCfg   *pgx.ConnConfig
-	listenCfg *pgx.ConnConfig
-	holder    string
-	hostname  string
-	pid       int
-
-	runnables []namedRunnable
+	cfg      Config
+	lockCfg  *pgx.ConnConfig
+	auxCfg   *pgx.ConnConfig
+	holder   string
+	hostname string
+	pid      int
 
 	leader atomic.Bool
 	term   atomic.Int64
 
-	mu     sync.Mutex
-	status Status
+	mu        sync.Mutex
+	status    Status
+	runnables []namedRunnable
+	started   bool
 
-	wake    chan struct{}
-	started bool
-	cancel  context.CancelCauseFunc
-	done    chan struct{}
-	stop    sync.Once
+	ownershipSQL string
+	cancel       context.CancelCauseFunc
+
+	startedC chan struct{}
+	done     chan struct{}
+	stop     sync.Once
 
 	mIsLeader    prometheus.Gauge
 	mTerm        prometheus.Gauge
@@ -171,8 +188,10 @@ func New(cfg Config) (*Elector, error) {
 		holder:   fmt.Sprintf("ferry-leader:%s:%d", hostname, pid),
 		hostname: hostname,
 		pid:      pid,
-		wake:     make(chan struct{}, 1),
+		startedC: make(chan struct{}),
 		done:     make(chan struct{}),
+
+		ownershipSQL: ownershipSQL,
 		mIsLeader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "ferry_election_is_leader", Help: "1 while this process leads (runnables started), else 0.",
 		}),
@@ -188,7 +207,7 @@ func New(cfg Config) (*Elector, error) {
 	if e.lockCfg, err = e.connConfig(e.holder, true); err != nil {
 		return nil, err
 	}
-	if e.listenCfg, err = e.connConfig(fmt.Sprintf("ferry-standby:%s:%d", hostname, pid), false); err != nil {
+	if e.auxCfg, err = e.connConfig(fmt.Sprintf("ferry-election:%s:%d", hostname, pid), false); err != nil {
 		return nil, err
 	}
 	if cfg.Registerer != nil {
@@ -219,8 +238,11 @@ func (e *Elector) connConfig(appName string, lock bool) (*pgx.ConnConfig, error)
 	cc.RuntimeParams["tcp_keepalives_idle"] = strconv.Itoa(keepIdle)
 	cc.RuntimeParams["tcp_keepalives_interval"] = strconv.Itoa(max(1, keepIdle/3))
 	cc.RuntimeParams["tcp_keepalives_count"] = "3"
+	cc.RuntimeParams["statement_timeout"] = strconv.FormatInt(e.cfg.TickTimeout.Milliseconds(), 10)
 	if lock {
-		cc.RuntimeParams["statement_timeout"] = strconv.FormatInt(e.cfg.TickTimeout.Milliseconds(), 10)
+		// The standby's wait on the lock must not be cut short by a
+		// lock_timeout that the URL or the role may set.
+		cc.RuntimeParams["lock_timeout"] = "0"
 	}
 	dialer := &net.Dialer{
 		Timeout: 10 * time.Second,
@@ -231,11 +253,21 @@ func (e *Elector) connConfig(appName string, lock bool) (*pgx.ConnConfig, error)
 	}
 	cc.DialFunc = dialer.DialContext
 	cc.ConnectTimeout = 10 * time.Second
+	if lock {
+		// A cancelled context (Stop while a standby waits on the lock) asks
+		// the server to cancel the statement, so the wait leaves the lock's
+		// queue at once, before the connection is closed.
+		cc.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
+			return &pgconn.CancelRequestContextWatcherHandler{Conn: pc, DeadlineDelay: time.Second}
+		}
+	}
 	return cc, nil
 }
 
 // Register adds a runnable. It must be called before Start.
 func (e *Elector) Register(name string, fn Runnable) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	if e.started {
 		panic("election: Register called after Start")
 	}
@@ -243,7 +275,9 @@ func (e *Elector) Register(name string, fn Runnable) {
 }
 
 // IsLeader reports whether this process leads now: it holds the lock, its
-// latest tick confirmed it, and its runnables run.
+// latest tick confirmed it, and its runnables run (or are being started:
+// the flag is set before the first runnable runs, so a runnable's first
+// Fence succeeds).
 func (e *Elector) IsLeader() bool { return e.leader.Load() }
 
 // Term is the term this process holds (also while deferred), or 0.
@@ -277,29 +311,47 @@ func (e *Elector) setError(err error) {
 
 // Start begins campaigning in the background and returns at once: an
 // unreachable database delays leadership, never the caller. Cancelling ctx
-// resigns like Stop, but only Stop waits for the resignation to finish.
+// resigns like Stop, but only Stop waits for the resignation to finish. A
+// second Start returns an error.
 func (e *Elector) Start(ctx context.Context) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	if e.started {
 		return errors.New("election: Start called twice")
 	}
 	e.started = true
 	ctx, e.cancel = context.WithCancelCause(ctx)
-	var wg sync.WaitGroup
-	wg.Go(func() { e.listen(ctx) })
-	wg.Go(func() { e.run(ctx) })
-	go func() { wg.Wait(); close(e.done) }()
+	go func() {
+		defer close(e.done)
+		e.run(ctx)
+	}()
+	close(e.startedC)
 	return nil
 }
+
+// Started is closed once Start has launched the elector.
+func (e *Elector) Started() <-chan struct{} { return e.startedC }
+
+// Stopped is closed once the elector has finished: resigned if it led, its
+// lock connection closed. It never closes for an elector never started.
+func (e *Elector) Stopped() <-chan struct{} { return e.done }
 
 // Stop resigns gracefully if leading (runnables stopped, term stamped
 // resigned, lock released, standbys notified) and waits for the elector to
 // finish. Safe to call twice, and without Start.
 func (e *Elector) Stop() {
 	e.stop.Do(func() {
-		if !e.started {
+		e.mu.Lock()
+		started, cancel := e.started, e.cancel
+		if !started {
+			// A later Start must not run an elector nobody will stop.
+			e.started = true
+		}
+		e.mu.Unlock()
+		if !started {
 			return
 		}
-		e.cancel(errResigning)
+		cancel(errResigning)
 		<-e.done
 	})
 }
@@ -308,57 +360,63 @@ func (e *Elector) log() *slog.Logger {
 	return e.cfg.Logger.With("key", e.cfg.Key, "pid", e.pid)
 }
 
-// run is the state machine's loop: probe, lead until loss or stop, repeat.
+// run is the state machine's loop: take the lock (at once, or by waiting
+// for it), lead until loss or stop, repeat.
 func (e *Elector) run(ctx context.Context) {
 	defer e.setState(StateStopped, 0, 0)
-	boot := true
+	retry := firstRetry
 	for {
-		conn, backendPID, err := e.tryAcquire(ctx)
+		conn, backendPID, err := e.acquire(ctx)
 		if ctx.Err() != nil {
 			if conn != nil {
-				e.release(conn, 0)
+				e.release(conn, 0, nil)
 			}
 			return
 		}
 		e.setError(err)
-		if err != nil {
-			e.log().Warn("election: probe failed; staying standby", "error", dburl.Redact(err.Error()))
-		}
+		led := false
 		if conn != nil {
-			e.lead(ctx, conn, backendPID, boot)
+			led = e.lead(ctx, conn, backendPID)
 			if ctx.Err() != nil {
 				return
 			}
-			// A notice that arrived while leading is stale.
-			select {
-			case <-e.wake:
-			default:
-			}
-			// Demoted, or the term could not be recorded: wait a probe
-			// interval like any standby, so a persistent failure cannot spin.
+		} else {
+			e.log().Warn("election: waiting on the lock failed; staying standby", "error", dburl.Redact(err.Error()), "retry_in", retry.String())
 		}
-		if st := e.Status().State; st != StateStandby {
-			e.setState(StateStandby, 0, 0)
-			e.mTransitions.WithLabelValues("standby").Inc()
-			e.log().Info("election: standby", "probe", e.cfg.Probe)
+		if led {
+			// A term that ran ends in demotion (the lock was lost): wait on
+			// the lock again at once.
+			retry = firstRetry
+			continue
 		}
-		boot = false
-		t := time.NewTimer(e.cfg.Probe)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		// The wait failed or the term could not be recorded: back off, so a
+		// persistent failure cannot spin.
+		e.standby()
+		if !sleep(ctx, retry) {
 			return
-		case <-t.C:
-		case <-e.wake:
-			t.Stop()
 		}
+		retry = min(retry*2, e.cfg.Probe)
 	}
 }
 
-// tryAcquire opens a fresh lock connection and tries the lock on it (a
-// session that already holds the lock would re-enter it, so probes never
-// reuse one). It returns the connection when the lock is held.
-func (e *Elector) tryAcquire(ctx context.Context) (*pgx.Conn, int, error) {
+// standby records the standby state, logging the transition once.
+func (e *Elector) standby() {
+	if e.Status().State == StateStandby {
+		return
+	}
+	e.setState(StateStandby, 0, 0)
+	e.mTransitions.WithLabelValues("standby").Inc()
+	e.log().Info("election: standby")
+}
+
+// acquire opens a fresh lock connection (a session that already holds the
+// lock would re-enter it, so attempts never reuse one) and takes the lock on
+// it: at once if it is free, otherwise by waiting in pg_advisory_lock until
+// the holder's session releases it or ends. The server grants it to the
+// first waiter the moment the holder's session is gone, so a crashed leader
+// is replaced without any polling. It returns the connection holding the
+// lock, or an error.
+func (e *Elector) acquire(ctx context.Context) (*pgx.Conn, int, error) {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	conn, err := pgx.ConnectConfig(cctx, e.lockCfg)
@@ -372,14 +430,20 @@ func (e *Elector) tryAcquire(ctx context.Context) (*pgx.Conn, int, error) {
 	// A server-side lease: a holder that goes silent (partitioned, frozen)
 	// has its session, and so the lock, reaped after about three ticks. The
 	// leader runs a query every tick, so a live holder is never idle that
-	// long. idle_session_timeout exists from Postgres 14 on.
+	// long; a waiting standby is active, not idle. idle_session_timeout
+	// exists from Postgres 14 on.
+	//
+	// client_connection_check_interval (also Postgres 14) lets the server
+	// notice, while a standby waits on the lock, that the standby is gone,
+	// so a dead waiter never holds up the queue.
 	lease := 3*e.cfg.Tick + e.cfg.TickTimeout
-	if _, err := conn.Exec(cctx, "SET idle_session_timeout = "+strconv.FormatInt(lease.Milliseconds(), 10)); err != nil {
-		var pgErr *pgconn.PgError
-		if !errors.As(err, &pgErr) || pgErr.Code != "42704" {
-			return fail(fmt.Errorf("set idle_session_timeout: %w", err))
-		}
+	if ok, err := setIfKnown(cctx, conn, "idle_session_timeout", lease.Milliseconds()); err != nil {
+		return fail(err)
+	} else if !ok {
 		e.log().Warn("election: server has no idle_session_timeout (Postgres < 14); a partitioned holder keeps the lock until TCP keepalives reap it")
+	}
+	if _, err := setIfKnown(cctx, conn, "client_connection_check_interval", max(1000, e.cfg.TickTimeout.Milliseconds())); err != nil {
+		return fail(err)
 	}
 	var pidBefore, pidAfter int
 	var got bool
@@ -393,17 +457,54 @@ func (e *Elector) tryAcquire(ctx context.Context) (*pgx.Conn, int, error) {
 		return fail(ErrPooler)
 	}
 	if !got {
-		return fail(nil)
+		e.standby()
+		if err := e.wait(ctx, conn, &pidAfter); err != nil {
+			return fail(err)
+		}
+		if pidBefore != pidAfter {
+			return fail(ErrPooler)
+		}
 	}
 	// Confirm through pg_locks, as every tick will: fails closed if the lock
 	// is not where we think it is.
-	if err := e.check(ctx, conn); err != nil {
-		e.release(conn, 0)
+	if err := e.check(context.WithoutCancel(ctx), conn); err != nil {
+		e.release(conn, 0, nil)
 		return nil, 0, fmt.Errorf("confirm lock: %w", err)
 	}
 	return conn, pidAfter, nil
 }
 
+// setIfKnown sets a session parameter in milliseconds; it reports false
+// when the server does not know the parameter (an older Postgres).
+func setIfKnown(ctx context.Context, conn *pgx.Conn, name string, ms int64) (bool, error) {
+	if _, err := conn.Exec(ctx, "SET "+name+" = "+strconv.FormatInt(ms, 10)); err != nil {
+		if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == "42704" {
+			return false, nil
+		}
+		return false, fmt.Errorf("set %s: %w", name, err)
+	}
+	return true, nil
+}
+
+// wait blocks in pg_advisory_lock until the lock is granted or ctx ends.
+// The statement timeout is lifted for the wait and restored after it.
+func (e *Elector) wait(ctx context.Context, conn *pgx.Conn, backendPID *int) error {
+	if _, err := conn.Exec(ctx, "SET statement_timeout = 0"); err != nil {
+		return fmt.Errorf("lift statement timeout: %w", err)
+	}
+	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid() FROM pg_advisory_lock($1)", e.cfg.Key).Scan(backendPID); err != nil {
+		return fmt.Errorf("wait on lock: %w", err)
+	}
+	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.TickTimeout)
+	defer cancel()
+	if _, err := conn.Exec(qctx, "SET statement_timeout = "+strconv.FormatInt(e.cfg.TickTimeout.Milliseconds(), 10)); err != nil {
+		return fmt.Errorf("restore statement timeout: %w", err)
+	}
+	return nil
+}
+
+// ownershipSQL is the tick's query (Elector.ownershipSQL, so that a test can
+// make one elector's slow and stop it while the query is in flight).
 const ownershipSQL = `SELECT 1 FROM pg_locks
 WHERE locktype = 'advisory' AND classid = $1::bigint::oid AND objid = $2::bigint::oid AND objsubid = 1
   AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
@@ -411,12 +512,14 @@ WHERE locktype = 'advisory' AND classid = $1::bigint::oid AND objid = $2::bigint
 
 // check is the leader tick: one query on the lock connection, bounded by
 // TickTimeout. No row, an error or a timeout all mean the lock is lost.
+// Callers pass a context that Stop does not cancel: a cancelled query makes
+// pgx close the connection, and the resignation needs it.
 func (e *Elector) check(ctx context.Context, conn *pgx.Conn) error {
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.TickTimeout)
 	defer cancel()
 	hi, lo := lockParts(e.cfg.Key)
 	var one int
-	err := conn.QueryRow(ctx, ownershipSQL, hi, lo).Scan(&one)
+	err := conn.QueryRow(ctx, e.ownershipSQL, hi, lo).Scan(&one)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return errors.New("lock not held by this session")
@@ -428,36 +531,68 @@ func (e *Elector) check(ctx context.Context, conn *pgx.Conn) error {
 	return nil
 }
 
-const beginTermSQL = `WITH prev AS (
-    SELECT term, resigned_at IS NOT NULL AS resigned FROM ferry_leader_term
-    WHERE key = $1 ORDER BY term DESC LIMIT 1
-), ins AS (
-    INSERT INTO ferry_leader_term (key, holder, hostname, pid, backend_pid)
-    VALUES ($1, $2, $3, $4, pg_backend_pid())
-    RETURNING term
+// The term's SQL. The predecessor's row is locked FOR UPDATE and updated
+// before the new term is recorded: a stale leader's Fence holds that row
+// FOR SHARE until its transaction ends, so a new term cannot begin while a
+// fenced write of the old one is still uncommitted (see Fence).
+const (
+	prevTermSQL = `SELECT term, resigned_at IS NOT NULL FROM ferry_leader_term
+WHERE key = $1 ORDER BY term DESC LIMIT 1 FOR UPDATE`
+	supersedeSQL  = `UPDATE ferry_leader_term SET ended_reason = coalesce(ended_reason, 'superseded') WHERE term = $1`
+	insertTermSQL = `INSERT INTO ferry_leader_term (key, holder, hostname, pid, backend_pid)
+VALUES ($1, $2, $3, $4, pg_backend_pid()) RETURNING term`
 )
-SELECT ins.term, prev.term, coalesce(prev.resigned, false) FROM ins LEFT JOIN prev ON true`
 
-// lead holds leadership on conn until the lock is lost or ctx ends.
-func (e *Elector) lead(ctx context.Context, conn *pgx.Conn, backendPID int, boot bool) {
-	var (
-		term     int64
-		prevTerm *int64
-		resigned bool
-	)
-	tctx, cancel := context.WithTimeout(ctx, e.cfg.TickTimeout)
-	err := conn.QueryRow(tctx, beginTermSQL, e.cfg.Key, e.holder, e.hostname, e.pid).Scan(&term, &prevTerm, &resigned)
-	cancel()
+// beginTerm records a new term on the lock connection, in one short
+// transaction, and returns it with its predecessor (nil for the first term
+// of the key) and whether that predecessor resigned.
+func (e *Elector) beginTerm(ctx context.Context, conn *pgx.Conn) (term int64, prev *int64, resigned bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.TickTimeout)
+	defer cancel()
+	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		var p int64
+		switch err := tx.QueryRow(ctx, prevTermSQL, e.cfg.Key).Scan(&p, &resigned); {
+		case errors.Is(err, pgx.ErrNoRows):
+		case err != nil:
+			return fmt.Errorf("lock the previous term: %w", err)
+		default:
+			prev = &p
+			if _, err := tx.Exec(ctx, supersedeSQL, p); err != nil {
+				return fmt.Errorf("supersede the previous term: %w", err)
+			}
+		}
+		if err := tx.QueryRow(ctx, insertTermSQL, e.cfg.Key, e.holder, e.hostname, e.pid).Scan(&term); err != nil {
+			return fmt.Errorf("insert the term: %w", err)
+		}
+		return nil
+	})
+	return term, prev, resigned, err
+}
+
+// lead holds leadership on conn until the lock is lost or ctx ends. It
+// reports whether the runnables ran.
+//
+// Every query on the lock connection runs on a context that ctx's
+// cancellation does not reach, bounded by TickTimeout: a stop that lands
+// mid-query lets the query finish, and the resignation then runs on a live
+// connection.
+func (e *Elector) lead(ctx context.Context, conn *pgx.Conn, backendPID int) bool {
+	// A process that took the lock without ever standing by leads from
+	// boot; one that waited, or led before, takes over.
+	boot := e.Status().State == StateStarting
+	qctx := context.WithoutCancel(ctx)
+	term, prevTerm, resigned, err := e.beginTerm(qctx, conn)
 	if err != nil {
 		// Fail closed: no term, no runnables. Let another process try.
 		e.setError(err)
 		e.log().Error("election: could not record the term; releasing the lock", "error", dburl.Redact(err.Error()))
-		e.release(conn, 0)
-		return
+		e.release(conn, 0, nil)
+		return false
 	}
 	e.term.Store(term)
 	e.mTerm.Set(float64(term))
-	deferStart := !resigned
+	// The first term of a key has no predecessor that could still run.
+	deferStart := prevTerm != nil && !resigned
 	msg := "election: leader acquired"
 	if !boot {
 		msg = "election: failover acquired"
@@ -471,9 +606,10 @@ func (e *Elector) lead(ctx context.Context, conn *pgx.Conn, backendPID int, boot
 
 	var deferC <-chan time.Time
 	if deferStart {
-		// The predecessor did not resign (crash, killed connection, no
-		// record): it may still be running its runnables until its next
-		// tick. Wait that tick and its timeout out before starting anything.
+		// The predecessor did not resign (crash, killed connection, lost
+		// lock, runnables that would not stop): it may still be running its
+		// runnables until its next tick. Wait that tick and its timeout out
+		// before starting anything.
 		t := time.NewTimer(e.cfg.Tick + e.cfg.TickTimeout)
 		defer t.Stop()
 		deferC = t.C
@@ -486,44 +622,61 @@ func (e *Elector) lead(ctx context.Context, conn *pgx.Conn, backendPID int, boot
 	ticker := time.NewTicker(e.cfg.Tick)
 	defer ticker.Stop()
 	var sup *supervisor
-	stopRunnables := func(cause error) {
-		if sup != nil {
-			e.leader.Store(false)
-			e.mIsLeader.Set(0)
-			sup.stop(cause, e.cfg.Tick)
-			sup = nil
+	// stopRunnables cancels the runnables and reports an error if any of
+	// them is still running a tick later.
+	stopRunnables := func(cause error) error {
+		if sup == nil {
+			return nil
 		}
+		e.leader.Store(false)
+		e.mIsLeader.Set(0)
+		err := sup.stop(cause, e.cfg.Tick)
+		sup = nil
+		return err
+	}
+	resign := func() {
+		e.release(conn, term, stopRunnables(errResigning))
 	}
 	for {
 		select {
 		case <-ctx.Done():
-			stopRunnables(errResigning)
-			e.release(conn, term)
-			return
+			// Run returns on a cancelled ctx: what lead reports is unused.
+			resign()
+			return false
 		case <-deferC:
 			deferC = nil
-			if err := e.check(ctx, conn); err != nil {
-				e.demote(conn, term, err)
-				return
+			if ctx.Err() != nil {
+				resign()
+				return false
 			}
-			if err := e.markStarted(ctx, conn, term); err != nil {
+			if err := e.check(qctx, conn); err != nil {
 				e.demote(conn, term, err)
-				return
+				return false
 			}
-			sup = e.startRunnables()
+			if err := e.markStarted(qctx, conn, term); err != nil {
+				e.demote(conn, term, err)
+				return false
+			}
+			// Leader before the first runnable runs: its first Fence must
+			// see this process as the leader.
 			e.leader.Store(true)
 			e.mIsLeader.Set(1)
+			sup = e.startRunnables()
 			e.mTransitions.WithLabelValues("leader").Inc()
 			e.setState(StateLeader, term, backendPID)
 			e.log().Info("election: runnables started", "term", term, "runnables", len(e.runnables))
 		case <-ticker.C:
-			if err := e.check(ctx, conn); err != nil {
-				if ctx.Err() != nil {
-					continue // stopping; the ctx case resigns
+			if ctx.Err() != nil {
+				resign()
+				return false
+			}
+			if err := e.check(qctx, conn); err != nil {
+				led := sup != nil
+				if serr := stopRunnables(errDemoted); serr != nil {
+					err = errors.Join(err, serr)
 				}
-				stopRunnables(errDemoted)
 				e.demote(conn, term, err)
-				return
+				return led
 			}
 		}
 	}
@@ -539,7 +692,8 @@ func (e *Elector) markStarted(ctx context.Context, conn *pgx.Conn, term int64) e
 	return nil
 }
 
-// demote ends a term that was lost: the runnables are already stopped.
+// demote ends a term that was lost: the runnables are already stopped (or
+// given up on). The term stays unresigned, so the successor defers.
 func (e *Elector) demote(conn *pgx.Conn, term int64, reason error) {
 	closeQuietly(conn)
 	e.term.Store(0)
@@ -550,23 +704,37 @@ func (e *Elector) demote(conn *pgx.Conn, term int64, reason error) {
 	e.log().Warn("election: demoted", "term", term, "reason", dburl.Redact(reason.Error()))
 }
 
-// release resigns a term (when term > 0): stamp resigned_at, unlock, notify
-// standbys, close. It runs under its own timeout, whatever ctx did.
-func (e *Elector) release(conn *pgx.Conn, term int64) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+// release ends a term (when term > 0) and closes the lock connection. When
+// the runnables stopped (stopErr nil) it resigns: stamp resigned_at, unlock,
+// notify, so the successor starts at once. When they did not, it records
+// why but leaves resigned_at empty, so the successor defers as after a
+// crash. It runs under its own timeout, whatever the elector's context did;
+// if the lock connection is gone (the lock with it), the stamp goes through
+// a fresh connection, since the runnables are known to have stopped.
+func (e *Elector) release(conn *pgx.Conn, term int64, stopErr error) {
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
 	var errs []error
 	if term > 0 {
-		if _, err := conn.Exec(ctx, "UPDATE ferry_leader_term SET resigned_at = now(), ended_reason = 'resigned' WHERE term = $1", term); err != nil {
-			errs = append(errs, fmt.Errorf("stamp resignation: %w", err))
+		sql, args := "UPDATE ferry_leader_term SET resigned_at = now(), ended_reason = 'resigned' WHERE term = $1", []any{term}
+		if stopErr != nil {
+			sql, args = "UPDATE ferry_leader_term SET ended_reason = $2 WHERE term = $1", []any{term, "abandoned: " + stopErr.Error()}
+			errs = append(errs, stopErr)
+		}
+		if _, err := conn.Exec(ctx, sql, args...); err != nil {
+			if err := e.execFresh(ctx, sql, args...); err != nil {
+				errs = append(errs, fmt.Errorf("stamp the term's end: %w", err))
+			}
 		}
 	}
-	if _, err := conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", e.cfg.Key); err != nil {
-		errs = append(errs, fmt.Errorf("unlock: %w", err))
-	}
-	if term > 0 {
-		if _, err := conn.Exec(ctx, "SELECT pg_notify($1, $2)", ResignChannel, strconv.FormatInt(e.cfg.Key, 10)); err != nil {
-			errs = append(errs, fmt.Errorf("notify standbys: %w", err))
+	if !conn.IsClosed() {
+		if _, err := conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", e.cfg.Key); err != nil {
+			errs = append(errs, fmt.Errorf("unlock: %w", err))
+		}
+		if term > 0 && stopErr == nil {
+			if _, err := conn.Exec(ctx, "SELECT pg_notify($1, $2)", ResignChannel, strconv.FormatInt(e.cfg.Key, 10)); err != nil {
+				errs = append(errs, fmt.Errorf("notify standbys: %w", err))
+			}
 		}
 	}
 	closeQuietly(conn)
@@ -577,45 +745,29 @@ func (e *Elector) release(conn *pgx.Conn, term int64) {
 	e.mTerm.Set(0)
 	e.mTransitions.WithLabelValues("resigned").Inc()
 	if err := errors.Join(errs...); err != nil {
-		// Closing the connection released the lock anyway; standbys find it
-		// at their next probe and, the term unstamped, defer their start.
+		// Closing the connection released the lock anyway; a successor that
+		// finds the term unstamped defers its start.
 		e.log().Warn("election: resigned uncleanly", "term", term, "error", dburl.Redact(err.Error()))
 		return
 	}
 	e.log().Info("election: resigned", "term", term)
 }
 
+// execFresh runs one statement on a new session of its own.
+func (e *Elector) execFresh(ctx context.Context, sql string, args ...any) error {
+	conn, err := pgx.ConnectConfig(ctx, e.auxCfg)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer closeQuietly(conn)
+	_, err = conn.Exec(ctx, sql, args...)
+	return err
+}
+
 func closeQuietly(conn *pgx.Conn) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	_ = conn.Close(ctx)
-}
-
-// listen keeps a LISTEN session on ResignChannel and wakes the probe loop
-// when a leader of this key resigns (and on every reconnect: a resignation
-// may have happened while the session was down).
-func (e *Elector) listen(ctx context.Context) {
-	want := strconv.FormatInt(e.cfg.Key, 10)
-	pglisten.Run(ctx, pglisten.Config{
-		ConnConfig:  e.listenCfg,
-		Channel:     ResignChannel,
-		OnListening: e.poke,
-		OnNotify: func(n *pgconn.Notification) {
-			if n.Payload == want && !e.leader.Load() {
-				e.poke()
-			}
-		},
-		MaxBackoff: e.cfg.Probe,
-		Logger:     e.log(),
-		Name:       "election: resignation listener",
-	})
-}
-
-func (e *Elector) poke() {
-	select {
-	case e.wake <- struct{}{}:
-	default:
-	}
 }
 
 // supervisor runs the runnables of one term.
@@ -653,8 +805,9 @@ func (e *Elector) startRunnables() *supervisor {
 	return s
 }
 
-// stop cancels the runnables and waits up to wait for them to return.
-func (s *supervisor) stop(cause error, wait time.Duration) {
+// stop cancels the runnables and waits up to wait for them to return. It
+// returns ErrRunnablesStillRunning if some are still running then.
+func (s *supervisor) stop(cause error, wait time.Duration) error {
 	s.cancel(cause)
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
@@ -662,8 +815,10 @@ func (s *supervisor) stop(cause error, wait time.Duration) {
 	defer t.Stop()
 	select {
 	case <-done:
+		return nil
 	case <-t.C:
 		s.log.Error("election: runnables still running after their context was cancelled", "waited", wait)
+		return ErrRunnablesStillRunning
 	}
 }
 
@@ -688,17 +843,40 @@ func runSafely(ctx context.Context, fn Runnable) (err error) {
 	return fn(ctx)
 }
 
+const (
+	fenceLockSQL   = `SELECT 1 FROM ferry_leader_term WHERE term = $1 FOR SHARE`
+	fenceNewestSQL = `SELECT max(term) FROM ferry_leader_term WHERE key = $1`
+)
+
 // Fence checks, inside tx, that this process holds the newest term of its
-// key. Leader-only writes call it (and record Term()) so that a stale leader
-// cannot write after a newer term began.
+// key, and keeps it so until tx ends. Leader-only writes call it (and record
+// Term()) so that a stale leader's write never commits after a newer term
+// began.
+//
+// A check alone would not do: under READ COMMITTED a newer term could begin
+// between the check and the caller's commit. So Fence first locks its own
+// term's row FOR SHARE, then reads the newest term in a second statement
+// (a fresh snapshot). A successor records its term only after locking and
+// updating its predecessor's row (see beginTerm), so either the successor
+// waits for tx to end, and tx's writes commit before the new term begins,
+// or the successor committed first and the second statement sees it. Under
+// REPEATABLE READ or SERIALIZABLE the successor's update of the row makes
+// the lock fail with a serialization error instead.
 func (e *Elector) Fence(ctx context.Context, tx pgx.Tx) error {
 	term := e.Term()
 	if !e.IsLeader() || term == 0 {
 		return ErrNotLeader
 	}
+	var one int
+	switch err := tx.QueryRow(ctx, fenceLockSQL, term).Scan(&one); {
+	case errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("%w: term %d has no record", ErrNotLeader, term)
+	case err != nil:
+		return fmt.Errorf("election: fence: lock term %d: %w", term, err)
+	}
 	var newest int64
-	if err := tx.QueryRow(ctx, "SELECT coalesce(max(term), 0) FROM ferry_leader_term WHERE key = $1", e.cfg.Key).Scan(&newest); err != nil {
-		return fmt.Errorf("election: fence: %w", err)
+	if err := tx.QueryRow(ctx, fenceNewestSQL, e.cfg.Key).Scan(&newest); err != nil {
+		return fmt.Errorf("election: fence: read the newest term: %w", err)
 	}
 	if newest != term {
 		return fmt.Errorf("%w: term %d superseded by %d", ErrNotLeader, term, newest)

@@ -1,12 +1,15 @@
 package election
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -172,6 +175,12 @@ func TestNew_Validate(t *testing.T) {
 	require.ErrorContains(t, err, "under the tick")
 	_, err = New(Config{DatabaseURL: "postgres://x@127.0.0.1/x", Probe: time.Millisecond})
 	require.ErrorContains(t, err, "probe")
+	_, err = New(Config{DatabaseURL: "postgres://x@127.0.0.1/x", Tick: time.Millisecond})
+	require.ErrorContains(t, err, "leader tick")
+	_, err = New(Config{DatabaseURL: "postgres://x@127.0.0.1/x", Tick: 50 * time.Millisecond, Probe: time.Second})
+	require.NoError(t, err, "a 50 ms tick is allowed")
+	_, err = New(Config{DatabaseURL: "postgres://x@127.0.0.1/x", Probe: time.Millisecond})
+	require.ErrorContains(t, err, "probe")
 	_, err = New(Config{DatabaseURL: "postgres://u:s3cret@127.0.0.1/x?pool_max_conns=x", Tick: time.Second})
 	if err != nil {
 		require.NotContains(t, err.Error(), "s3cret")
@@ -183,13 +192,14 @@ func TestElector_Uncontended(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	reg := prometheus.NewRegistry()
-	e := b.elector(t, func(c *Config) { c.Registerer = reg })
+	logs := &logRecorder{}
+	e := b.elector(t, func(c *Config) { c.Registerer = reg; c.Logger = logs.logger() })
 
-	// First term ever: no predecessor record, so the start is deferred one
-	// tick plus its timeout.
-	start := time.Now()
+	// First term ever: no predecessor could still run, so no deferral.
 	waitLeader(t, 5*time.Second, e)
-	require.GreaterOrEqual(t, time.Since(start), testTick, "a first term defers its start")
+	acquired := logs.find(t, "election: leader acquired")
+	require.Equal(t, false, acquired["deferred"], "the first term of a key starts at once")
+	require.NotContains(t, acquired, "previous_term")
 	require.Eventually(t, func() bool { return b.act.active.Load() == 1 }, time.Second, 5*time.Millisecond)
 	require.Equal(t, 1, holders(t, b.pool, KeyElection))
 
@@ -213,10 +223,210 @@ func TestElector_Uncontended(t *testing.T) {
 	require.Equal(t, 0, holders(t, b.pool, KeyElection))
 	var resigned bool
 	var startedAt *time.Time
-	require.NoError(t, b.pool.QueryRow(ctx, "SELECT resigned_at IS NOT NULL, started_at FROM ferry_leader_term WHERE term = $1", st.Term).Scan(&resigned, &startedAt))
+	var reason string
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT resigned_at IS NOT NULL, started_at, ended_reason FROM ferry_leader_term WHERE term = $1", st.Term).Scan(&resigned, &startedAt, &reason))
 	require.True(t, resigned)
+	require.Equal(t, "resigned", reason)
 	require.NotNil(t, startedAt)
 	require.Equal(t, StateStopped, e.Status().State)
+	logs.find(t, "election: resigned")
+}
+
+// A stop that lands while the tick's query is in flight must not cancel
+// it: the resignation needs the connection.
+func TestElector_StopDuringTickResignsCleanly(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	logs := &logRecorder{}
+	e, err := New(Config{DatabaseURL: b.url, Tick: 300 * time.Millisecond, TickTimeout: 250 * time.Millisecond, Probe: testProbe, Logger: logs.logger()})
+	require.NoError(t, err)
+	// Every tick takes 150 ms on the server, within its timeout.
+	e.ownershipSQL = "SELECT 1 FROM pg_sleep(0.15), (" + ownershipSQL + ") held"
+	e.Register("activity", b.act.runnable)
+	require.NoError(t, e.Start(ctx))
+	t.Cleanup(e.Stop)
+	waitLeader(t, 5*time.Second, e)
+	term := e.Term()
+
+	// Wait until the lock session runs the tick, then stop.
+	require.Eventually(t, func() bool {
+		var n int
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE application_name = $1 AND state = 'active' AND query LIKE '%pg_sleep%'`, e.holder).Scan(&n))
+		return n == 1
+	}, 5*time.Second, 2*time.Millisecond)
+	e.Stop()
+
+	logs.find(t, "election: resigned")
+	require.Empty(t, logs.all("election: resigned uncleanly"))
+	var resigned bool
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT resigned_at IS NOT NULL FROM ferry_leader_term WHERE term = $1", term).Scan(&resigned))
+	require.True(t, resigned, "the term is stamped resigned")
+}
+
+// Many stops at random moments of a 50 ms tick: every successor sees its
+// predecessor resigned.
+func TestElector_HandoverUnderFastTicks(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	s := b.sample(t, KeyElection)
+	logs := &logRecorder{}
+	fast := func(c *Config) {
+		c.Tick, c.TickTimeout, c.Probe = 50*time.Millisecond, 40*time.Millisecond, time.Minute
+		c.Logger = logs.logger()
+	}
+	cur := b.elector(t, fast)
+	waitLeader(t, 5*time.Second, cur)
+	const rounds = 30
+	for i := range rounds {
+		next := b.elector(t, fast)
+		require.Eventually(t, func() bool { return next.Status().State == StateStandby }, 5*time.Second, time.Millisecond)
+		// Land the stop anywhere in the tick.
+		time.Sleep(time.Duration(i%10) * 5 * time.Millisecond)
+		cur.Stop()
+		waitLeader(t, 5*time.Second, next)
+		cur = next
+	}
+	failovers := logs.all("election: failover acquired")
+	require.Len(t, failovers, rounds, "each standby took over by waiting on the lock")
+	for _, rec := range failovers {
+		require.Equal(t, true, rec["previous_resigned"], "a successor saw its predecessor unresigned: %v", rec)
+		require.Equal(t, false, rec["deferred"])
+	}
+	require.Empty(t, logs.all("election: resigned uncleanly"))
+	require.Empty(t, logs.all("election: demoted"))
+	s.finish()
+	require.LessOrEqual(t, s.maxActive.Load(), int32(1))
+	require.LessOrEqual(t, s.maxHolders.Load(), int32(1))
+}
+
+// A leader whose runnables do not stop within a tick of their cancellation
+// ends its term unresigned: its successor defers as after a crash.
+func TestElector_StuckRunnableLeavesTermUnresigned(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	release := make(chan struct{})
+	returned := make(chan struct{})
+	stuck, err := New(Config{DatabaseURL: b.url, Tick: 200 * time.Millisecond, Probe: testProbe, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	stuck.Register("stuck", func(ctx context.Context) error {
+		defer close(returned)
+		<-release // ignores ctx
+		return nil
+	})
+	require.NoError(t, stuck.Start(ctx))
+	t.Cleanup(func() {
+		close(release)
+		<-returned
+		stuck.Stop()
+	})
+	waitLeader(t, 5*time.Second, stuck)
+	term := stuck.Term()
+
+	logs := &logRecorder{}
+	next := b.elector(t, func(c *Config) { c.Logger = logs.logger() })
+	require.Eventually(t, func() bool { return next.Status().State == StateStandby }, 5*time.Second, 5*time.Millisecond)
+	stuck.Stop()
+
+	var resigned bool
+	var reason string
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT resigned_at IS NOT NULL, ended_reason FROM ferry_leader_term WHERE term = $1", term).Scan(&resigned, &reason))
+	require.False(t, resigned, "never stamped resigned while a runnable may run")
+	require.Contains(t, reason, "abandoned")
+	waitLeader(t, 5*time.Second, next)
+	rec := logs.find(t, "election: failover acquired")
+	require.Equal(t, false, rec["previous_resigned"])
+	require.Equal(t, true, rec["deferred"], "the successor waits out the stuck predecessor")
+}
+
+// The leader flag is up before any runnable runs: a runnable's first Fence
+// succeeds.
+func TestElector_LeaderBeforeRunnables(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	e, err := New(Config{DatabaseURL: b.url, Tick: testTick, Probe: testProbe, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	const n = 64
+	results := make(chan error, n)
+	for range n {
+		e.Register("first-fence", func(ctx context.Context) error {
+			if !e.IsLeader() {
+				results <- errors.New("IsLeader false in a runnable")
+			} else {
+				results <- pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error { return e.Fence(ctx, tx) })
+			}
+			<-ctx.Done()
+			return nil
+		})
+	}
+	require.NoError(t, e.Start(ctx))
+	t.Cleanup(e.Stop)
+	for range n {
+		select {
+		case err := <-results:
+			require.NoError(t, err)
+		case <-time.After(10 * time.Second):
+			t.Fatal("runnables did not start")
+		}
+	}
+}
+
+// A standby learns that the holder's session ended from the server, not by
+// probing: with a one-hour probe it takes over a crashed holder.
+func TestElector_StandbyWaitsOnTheLock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	// A crashed leader: a session holding the key, with an unresigned term.
+	crashed, err := pgx.Connect(ctx, b.url)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = crashed.Close(ctx) })
+	_, err = crashed.Exec(ctx, "SELECT pg_advisory_lock($1)", KeyElection)
+	require.NoError(t, err)
+	_, err = crashed.Exec(ctx, "INSERT INTO ferry_leader_term (key, holder, hostname, pid, backend_pid) VALUES ($1, 'ferry-leader:gone:1', 'gone', 1, pg_backend_pid())", KeyElection)
+	require.NoError(t, err)
+
+	logs := &logRecorder{}
+	e := b.elector(t, func(c *Config) { c.Probe = time.Hour; c.Logger = logs.logger() })
+	require.Eventually(t, func() bool { return e.Status().State == StateStandby }, 5*time.Second, 5*time.Millisecond)
+	var waiting int
+	require.Eventually(t, func() bool {
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE application_name = $1 AND wait_event_type = 'Lock' AND wait_event = 'advisory'`, e.holder).Scan(&waiting))
+		return waiting == 1
+	}, 5*time.Second, 5*time.Millisecond, "the standby waits in pg_advisory_lock")
+
+	require.NoError(t, crashed.Close(ctx))
+	waitLeader(t, 10*time.Second, e) // far under the hour-long probe
+	rec := logs.find(t, "election: failover acquired")
+	require.Equal(t, false, rec["previous_resigned"])
+	require.Equal(t, true, rec["deferred"], "the crashed predecessor never resigned")
+	var reason string
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT ended_reason FROM ferry_leader_term WHERE holder = 'ferry-leader:gone:1'").Scan(&reason))
+	require.Equal(t, "superseded", reason)
+}
+
+// Stopping a standby that waits on the lock takes it out of the lock's
+// queue at once.
+func TestElector_StopWhileWaiting(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	holder, err := pgx.Connect(ctx, b.url)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = holder.Close(ctx) })
+	_, err = holder.Exec(ctx, "SELECT pg_advisory_lock($1)", KeyElection)
+	require.NoError(t, err)
+	e := b.elector(t, nil)
+	require.Eventually(t, func() bool { return e.Status().State == StateStandby }, 5*time.Second, 5*time.Millisecond)
+	e.Stop()
+	var waiting int
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&waiting))
+	require.Zero(t, waiting, "no waiter left behind")
 }
 
 func TestElector_TwoElectorsOneLeader(t *testing.T) {
@@ -399,6 +609,62 @@ func TestElector_Fence(t *testing.T) {
 	require.ErrorIs(t, fence(), ErrNotLeader)
 }
 
+// A stale leader's fenced write racing a new term never commits after the
+// new term began: the new term waits for the fenced transaction.
+func TestElector_FenceHoldsOffANewTerm(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	// A slow tick: the old leader still believes it leads after losing the
+	// lock, as a zombie would.
+	slow := func(c *Config) { c.Tick, c.TickTimeout = 10*time.Second, 5*time.Second }
+	old := b.elector(t, slow)
+	waitLeader(t, 5*time.Second, old)
+	oldTerm := old.Term()
+	_, err := b.pool.Exec(ctx, "CREATE TABLE fenced_write (term bigint NOT NULL)")
+	require.NoError(t, err)
+
+	tx, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	require.NoError(t, old.Fence(ctx, tx))
+
+	// The lock moves: the old session is terminated, a new elector takes it.
+	_, err = b.pool.Exec(ctx, "SELECT pg_terminate_backend($1)", old.Status().BackendPID)
+	require.NoError(t, err)
+	next := b.elector(t, slow)
+	// The new holder is blocked recording its term, not done with it.
+	require.Eventually(t, func() bool {
+		var newer, blocked int
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM ferry_leader_term WHERE term > $1", oldTerm).Scan(&newer))
+		require.Zero(t, newer, "a new term began while a fenced write of the old one was uncommitted")
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE application_name = $1 AND wait_event_type = 'Lock'`, next.holder).Scan(&blocked))
+		return blocked == 1
+	}, 5*time.Second, 2*time.Millisecond)
+
+	_, err = tx.Exec(ctx, "INSERT INTO fenced_write VALUES ($1)", oldTerm)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+	require.Eventually(t, func() bool { return next.Term() > oldTerm }, 5*time.Second, 5*time.Millisecond)
+
+	// Once the new term exists, the stale leader's fence fails.
+	require.True(t, old.IsLeader(), "the zombie has not ticked yet")
+	err = pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error { return old.Fence(ctx, tx) })
+	require.ErrorIs(t, err, ErrNotLeader)
+
+	// Under REPEATABLE READ, a snapshot taken before the new term fails to
+	// lock the superseded row instead of missing the new term.
+	rr, err := b.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rr.Rollback(ctx) })
+	_, err = rr.Exec(ctx, "SELECT 1") // the snapshot
+	require.NoError(t, err)
+	_, err = b.pool.Exec(ctx, "UPDATE ferry_leader_term SET ended_reason = 'touched' WHERE term = $1", oldTerm)
+	require.NoError(t, err)
+	require.Error(t, old.Fence(ctx, rr))
+}
+
 func TestElector_StopWithoutStart(t *testing.T) {
 	t.Parallel()
 	e, err := New(Config{DatabaseURL: "postgres://x@127.0.0.1/x"})
@@ -446,4 +712,43 @@ func TestCurrentHolder(t *testing.T) {
 	require.Equal(t, "some-host", h.Hostname)
 	require.Nil(t, h.Term)
 	require.Equal(t, "idle", h.SessionState)
+}
+
+// logRecorder keeps an elector's JSON log records for the test to read.
+type logRecorder struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logRecorder) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *logRecorder) logger() *slog.Logger {
+	return slog.New(slog.NewJSONHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// all returns every record whose message is msg.
+func (l *logRecorder) all(msg string) []map[string]any {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []map[string]any
+	for line := range strings.Lines(l.buf.String()) {
+		var rec map[string]any
+		if json.Unmarshal([]byte(line), &rec) == nil && rec["msg"] == msg {
+			out = append(out, rec)
+		}
+	}
+	return out
+}
+
+// find returns the one record whose message is msg, failing if there is
+// not exactly one.
+func (l *logRecorder) find(t *testing.T, msg string) map[string]any {
+	t.Helper()
+	recs := l.all(msg)
+	require.Len(t, recs, 1, "records %q", msg)
+	return recs[0]
 }

@@ -55,7 +55,8 @@ given.`,
 			&cli.StringFlag{Name: "election-database-url", Usage: "Postgres for the leader lock, direct or session-mode (default: --database-url)", EnvVars: []string{"FERRY_ELECTION_DATABASE_URL"}},
 			electionKeyFlag(),
 			&cli.DurationFlag{Name: "leader-tick", Value: election.DefaultTick, Usage: "how often the leader proves it still holds the lock", EnvVars: []string{"FERRY_LEADER_TICK"}},
-			&cli.DurationFlag{Name: "standby-probe", Value: election.DefaultProbe, Usage: "how often a standby tries the lock (a resigning leader wakes standbys at once)", EnvVars: []string{"FERRY_STANDBY_PROBE"}},
+			&cli.DurationFlag{Name: "leader-tick-timeout", Usage: "bound of each ownership check (default a third of the tick, at most 5s)", EnvVars: []string{"FERRY_LEADER_TICK_TIMEOUT"}},
+			&cli.DurationFlag{Name: "standby-probe", Value: election.DefaultProbe, Usage: "most a standby backs off after a failed wait on the lock (a freed lock is taken at once)", EnvVars: []string{"FERRY_STANDBY_PROBE"}},
 		}, logFlags()...),
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
@@ -91,6 +92,7 @@ given.`,
 				ElectionDatabaseURL: c.String("election-database-url"),
 				ElectionKey:         c.Int64("election-key"),
 				LeaderTick:          c.Duration("leader-tick"),
+				LeaderTickTimeout:   c.Duration("leader-tick-timeout"),
 				StandbyProbe:        c.Duration("standby-probe"),
 				Logger:              logger,
 			})

@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"context"
 	"encoding/json"
+	"math/rand/v2"
 	"strconv"
 	"sync/atomic"
 	"syscall"
@@ -88,20 +89,21 @@ func TestElection_KillLeader(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewDatabase(t, true)
 	most := holderSampler(t, pgtest.PoolFor(t, url))
-	leader, standby := leaderAndStandby(t, url, time.Second)
+	// An hour-long probe: only the standby's wait on the lock can notice
+	// the crash.
+	leader, standby := leaderAndStandby(t, url, time.Hour)
 	require.Equal(t, leader.Pid(), leaderPID(t, url))
 
 	killed := time.Now()
 	require.NoError(t, leader.Kill())
-	// Probe (1 s) to find the lock free, then the deferral (one tick plus
-	// its timeout) because the dead leader never resigned.
-	_, err := standby.WaitForLineFunc(5*time.Second, logged("election: runnables started"))
+	// The server ends the dead session and grants the lock to the waiting
+	// standby, which defers one tick plus its timeout because the dead
+	// leader never resigned.
+	_, err := standby.WaitForLineFunc(15*time.Second, logged("election: runnables started"))
 	require.NoError(t, err)
-	took := time.Since(killed)
-	t.Logf("crash failover: %s", took)
-	require.Less(t, took, 3500*time.Millisecond, "within probe + tick + tick timeout, and some slack for a loaded machine")
+	t.Logf("crash failover: %s", time.Since(killed))
 
-	_, err = standby.WaitForLineFunc(0, logged("election: failover acquired", "deferred", true))
+	_, err = standby.WaitForLineFunc(0, logged("election: failover acquired", "deferred", true, "previous_resigned", false))
 	require.NoError(t, err, "a standby that takes over a crashed leader says so and defers")
 	require.Equal(t, standby.Pid(), leaderPID(t, url))
 	require.EqualValues(t, 1, most.Load(), "never two holders of the lock")
@@ -113,25 +115,74 @@ func TestElection_SIGTERMHandsOverAtOnce(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewDatabase(t, true)
 	most := holderSampler(t, pgtest.PoolFor(t, url))
-	// A 60 s probe: only the resignation notice can make this fast.
-	leader, standby := leaderAndStandby(t, url, time.Minute)
+	// An hour-long probe: only the standby's wait on the lock can make the
+	// handover prompt.
+	leader, standby := leaderAndStandby(t, url, time.Hour)
 
 	sent := time.Now()
 	require.NoError(t, leader.Signal(syscall.SIGTERM))
 	_, err := standby.WaitForLineFunc(5*time.Second, logged("election: runnables started"))
 	require.NoError(t, err)
-	took := time.Since(sent)
-	t.Logf("graceful handover: %s", took)
-	require.Less(t, took, time.Second)
+	t.Logf("graceful handover: %s", time.Since(sent))
 
 	code, err := leader.Wait(stopTimeout)
 	require.NoError(t, err)
 	require.Zero(t, code)
 	_, err = leader.WaitForLineFunc(0, logged("election: resigned"))
 	require.NoError(t, err)
-	_, err = standby.WaitForLineFunc(0, logged("election: failover acquired", "deferred", false))
+	_, err = standby.WaitForLineFunc(0, logged("election: failover acquired", "deferred", false, "previous_resigned", true))
 	require.NoError(t, err, "the predecessor resigned, so no deferral")
 	require.EqualValues(t, 1, most.Load())
+}
+
+// TestElection_SIGTERMDuringTicks stops the leader a hundred times with a
+// 50 ms tick, so that signals land while ticks are in flight: every
+// successor must find its predecessor resigned.
+func TestElection_SIGTERMDuringTicks(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.NewDatabase(t, true)
+	pool := pgtest.PoolFor(t, url)
+	most := holderSampler(t, pool)
+	args := []string{"--leader-tick", "50ms", "--leader-tick-timeout", "40ms", "--standby-probe", "1h", "--admin-addr", "off"}
+	start := func() *proctest.Proc {
+		p := proctest.Start(t, bins(t).worker, env(url), append([]string{"run"}, args...)...)
+		_, err := p.WaitForLineFunc(startTimeout, logged("ferry: started"))
+		require.NoError(t, err)
+		return p
+	}
+	leader := start()
+	_, err := leader.WaitForLineFunc(10*time.Second, logged("election: runnables started"))
+	require.NoError(t, err)
+	standby := start()
+	_, err = standby.WaitForLineFunc(10*time.Second, logged("election: standby"))
+	require.NoError(t, err)
+
+	const rounds = 100
+	for i := range rounds {
+		// Land the signal anywhere in a tick.
+		time.Sleep(time.Duration(rand.IntN(50)) * time.Millisecond)
+		require.NoError(t, leader.Signal(syscall.SIGTERM))
+		_, err := standby.WaitForLineFunc(10*time.Second, logged("election: runnables started"))
+		require.NoError(t, err, "round %d: the standby did not take over", i)
+		code, err := leader.Wait(stopTimeout)
+		require.NoError(t, err)
+		require.Zero(t, code, "round %d: %s", i, leader.Stderr())
+		_, err = leader.WaitForLineFunc(0, logged("election: resigned"))
+		require.NoError(t, err, "round %d: the leader did not resign cleanly:\n%s", i, leader.Stdout())
+		_, err = standby.WaitForLineFunc(0, logged("election: failover acquired", "previous_resigned", true, "deferred", false))
+		require.NoError(t, err, "round %d: the successor did not see its predecessor resigned:\n%s", i, standby.Stdout())
+		leader, standby = standby, start()
+		_, err = standby.WaitForLineFunc(10*time.Second, logged("election: standby"))
+		require.NoError(t, err)
+	}
+
+	// The table agrees: every term but the last (still leading) resigned.
+	var terms, resigned int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*), count(resigned_at) FROM ferry_leader_term`).Scan(&terms, &resigned))
+	require.Equal(t, rounds+1, terms)
+	require.Equal(t, rounds, resigned)
+	require.EqualValues(t, 1, most.Load(), "never two holders of the lock")
 }
 
 func TestElection_TerminatedLockSessionDemotes(t *testing.T) {
@@ -148,11 +199,9 @@ func TestElection_TerminatedLockSessionDemotes(t *testing.T) {
 	_, err := pool.Exec(ctx, "SELECT pg_terminate_backend($1)", backend)
 	require.NoError(t, err)
 
-	_, err = leader.WaitForLineFunc(3*time.Second, logged("election: demoted"))
+	_, err = leader.WaitForLineFunc(5*time.Second, logged("election: demoted"))
 	require.NoError(t, err)
-	took := time.Since(cut)
-	t.Logf("demotion: %s", took)
-	require.Less(t, took, 1500*time.Millisecond, "within one tick (plus the check's own time)")
+	t.Logf("demotion: %s", time.Since(cut))
 
 	// Someone leads again: the standby or the demoted process, after the
 	// deferral, since the lost term was never resigned.
@@ -168,7 +217,7 @@ func TestElection_FailureNeverBlocksJobs(t *testing.T) {
 	// why, and works jobs all the same.
 	electionURL := "postgres://ferry:ferry@127.0.0.1:" + strconv.Itoa(freePort(t)) + "/ferry?sslmode=disable"
 	w := startWorker(t, url, []string{"FERRY_LOG_LEVEL=debug", "FERRY_ELECTION_DATABASE_URL=" + electionURL}, electionArgs(time.Second)...)
-	_, err := w.WaitForLineFunc(10*time.Second, logged("election: probe failed; staying standby"))
+	_, err := w.WaitForLineFunc(10*time.Second, logged("election: waiting on the lock failed; staying standby"))
 	require.NoError(t, err)
 	id := enqueueID(t, url, "ferry.noop")
 	_, err = w.WaitForLineFunc(10*time.Second, logged("job: completed", "job_id", id))
