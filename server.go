@@ -91,6 +91,11 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		clients[b.Name] = telegram.NewClient(cfg.TelegramAPIURL, b.Token, nil)
 	}
+	// Command routers' replies are telegram.send jobs, which the bots'
+	// clients send outside any transaction.
+	if err := registry.Add(telegram.NewSendWorker(clients, cfg.Logger).Kind()); err != nil {
+		return nil, err
+	}
 	routeList := append(slices.Clone(cfg.OutboxRoutes), file.Routes...)
 	for _, bot := range slices.Sorted(maps.Keys(cfg.TelegramRouters)) {
 		client, ok := clients[bot]

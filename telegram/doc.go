@@ -60,10 +60,23 @@
 //
 // Updates reach receivers through outbox routes on topic telegram.<bot>:
 // webhooks from the config file, or Go handlers. Router is a small command
-// router for Go handlers ("/start", "/help a b", "/cmd@BotName"); its Route
-// answers through the same Client's sendMessage. A reply is sent at least
-// once: the handler runs in the delivery's transaction, and a transaction
-// that fails after the send is retried.
+// router for Go handlers ("/start", "/help a b", "/cmd@BotName").
+//
+// # Replies: no network call in a transaction
+//
+// A Go handler runs in the delivery's transaction, which holds a pooled
+// connection until it ends. A Router therefore does not call sendMessage
+// there: it inserts a telegram.send job (SendArgs: the bot's name, the
+// chat, the text, the update answered) in that transaction, so the reply
+// exists if and only if the handler's effect commits, and SendWorker sends
+// it afterwards with no transaction open. The job is unique by bot and
+// update_id, and the handler runs once per update (outbox.Receive), so a
+// reply is queued once; it is sent at least once (a worker that dies
+// between Telegram's answer and River's record sends it again). 429 waits
+// Telegram's retry_after, 5xx and transport errors are retried on River's
+// backoff, any other 4xx cancels the job. The args name the bot, never the
+// token; the worker finds the Client by name, so telegram.send runs only
+// where the bot is on (it is cancelled elsewhere, saying so).
 //
 // # Secrets
 //

@@ -74,7 +74,7 @@ func lenient[T any](raw json.RawMessage, v *T) {
 // CommandFunc handles one command. It runs inside tx, the delivery's
 // transaction (see outbox.Handler): its database effect happens once. args
 // are the words after the command. A non-empty reply is sent to the chat
-// with sendMessage.
+// by a telegram.send job, queued in tx (see Router.Route).
 type CommandFunc func(ctx context.Context, tx pgx.Tx, u Update, args []string) (reply string, err error)
 
 var commandRE = regexp.MustCompile(`^[a-z0-9_]{1,32}$`)
@@ -188,7 +188,7 @@ func (r *Router) defaultHelp(context.Context, pgx.Tx, Update, []string) (string,
 }
 
 // Dispatch runs the handler of u, if any, in tx and returns its reply; it
-// sends nothing. Route's handler calls it.
+// sends and queues nothing. Route's handler calls it.
 func (r *Router) Dispatch(ctx context.Context, tx pgx.Tx, u Update) (string, error) {
 	fn, args := r.dispatch(u)
 	if fn == nil {
@@ -200,18 +200,21 @@ func (r *Router) Dispatch(ctx context.Context, tx pgx.Tx, u Update) (string, err
 // Route returns the outbox route that delivers bot's updates (topic
 // telegram.<bot>) to this router under routeName (the consumer name in
 // ferry_outbox_received; keep it stable). Its handler decodes the update,
-// dispatches it, and sends a non-empty reply to the update's chat through
-// client (required).
+// dispatches it, and queues a non-empty reply to the update's chat as a
+// telegram.send job (SendArgs), inserted in the delivery's transaction:
+// the reply exists if and only if the handler's effect commits, and no
+// network call is made while the transaction holds its connection. A
+// SendWorker sends it afterwards. client (required) is the bot's, whose
+// token is scrubbed from the handler's errors.
 //
-// The reply is sent at least once: the handler runs inside the delivery's
-// transaction, and if that transaction fails after sendMessage succeeded
-// (the database, a timeout), the delivery is retried and the reply may be
-// sent again. The handler's database effect, though, happens once.
+// The handler inserts with the River client of its work context (the
+// outbox.deliver job's), so the route works only inside a River worker,
+// which is where the outbox delivers. The reply is queued once: the
+// handler runs once per update (outbox.Receive), and a reply job is unique
+// by bot and update_id besides. Sending is then at least once (see
+// SendWorker).
 //
-// A sendMessage refused for good (bad_request: a text over 4096
-// characters, a chat that blocked the bot) makes the delivery stuck at once
-// rather than retried 24 times; other failures are retried. Errors never
-// carry the token: the client's are scrubbed, and so are the handler's.
+// Errors never carry the token: the handler's are scrubbed.
 func (r *Router) Route(bot, routeName string, client *Client) outbox.Route {
 	if client == nil {
 		panic("telegram: Router.Route: client is nil")
@@ -232,15 +235,26 @@ func (r *Router) Route(bot, routeName string, client *Client) outbox.Route {
 			if reply == "" || u.ChatID == 0 {
 				return nil
 			}
-			if err := client.SendMessage(ctx, u.ChatID, reply); err != nil {
-				if ErrorKind(err) == KindBadRequest {
-					return river.JobCancel(err)
-				}
-				return err
-			}
-			return nil
+			return queueReply(ctx, tx, SendArgs{Bot: bot, ChatID: u.ChatID, Text: reply, UpdateID: u.UpdateID})
 		},
 	}
+}
+
+// queueReply inserts a telegram.send job in tx, with the River client of
+// ctx (a worker's), unique by bot and update when the update has an id.
+func queueReply(ctx context.Context, tx pgx.Tx, args SendArgs) error {
+	client, err := river.ClientFromContextSafely[pgx.Tx](ctx)
+	if err != nil {
+		return fmt.Errorf("telegram: queue the reply to update %d: %w (a Router's route runs in an outbox.deliver job)", args.UpdateID, err)
+	}
+	var opts *river.InsertOpts
+	if args.UpdateID != 0 {
+		opts = &river.InsertOpts{UniqueOpts: river.UniqueOpts{ByArgs: true}}
+	}
+	if _, err := client.InsertTx(ctx, tx, args, opts); err != nil {
+		return fmt.Errorf("telegram: queue the reply to update %d: %w", args.UpdateID, err)
+	}
+	return nil
 }
 
 // redactHandlerErr scrubs the token from a handler's error, keeping a

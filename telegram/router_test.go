@@ -5,11 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertest"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
@@ -77,6 +81,10 @@ type routerBundle struct {
 	api    *fakeAPI
 	route  outbox.Route
 	router *Router
+	// river is the client of the delivery's work context: the route's
+	// handler queues replies with it.
+	river  *river.Client[pgx.Tx]
+	sender *SendWorker
 }
 
 func routerSetup(t *testing.T) *routerBundle {
@@ -108,18 +116,67 @@ func routerSetup(t *testing.T) *routerBundle {
 		cmd, _, _, _ := ParseCommand(u.Text)
 		return "Unknown command /" + cmd, nil
 	})
-	return &routerBundle{api: api, router: r, route: r.Route("support", "support-bot", api.client())}
+	client, err := river.NewClient(riverpgxv5.New(pgtest.Pool(t)), &river.Config{})
+	require.NoError(t, err)
+	return &routerBundle{
+		api: api, router: r, route: r.Route("support", "support-bot", api.client()),
+		river:  client,
+		sender: NewSendWorker(map[string]*Client{"support": api.client()}, slog.New(slog.DiscardHandler)),
+	}
 }
 
-// deliver runs the route's handler on an update as the delivery worker
-// would: inside a transaction (rolled back here).
-func (b *routerBundle) deliver(t *testing.T, raw string) error {
+// inTx runs fn in a transaction that is rolled back, with a River work
+// context, as the delivery worker runs a route's handler.
+func (b *routerBundle) inTx(t *testing.T, fn func(ctx context.Context, tx pgx.Tx)) {
 	t.Helper()
-	ctx := context.Background()
+	ctx := rivertest.WorkContext(t.Context(), b.river)
 	tx, err := pgtest.Pool(t).Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }()
+	fn(ctx, tx)
+}
+
+func (b *routerBundle) handle(ctx context.Context, tx pgx.Tx, raw string) error {
 	return b.route.Handler(ctx, tx, outbox.Message{ID: 1, Topic: b.route.Topic, Payload: json.RawMessage(raw)})
+}
+
+// deliver runs the route's handler on an update and returns its error and
+// the replies it queued in the delivery's transaction. It checks that
+// nothing reached the Bot API while the transaction was open.
+func (b *routerBundle) deliver(t *testing.T, raw string) (queued []SendArgs, err error) {
+	t.Helper()
+	b.inTx(t, func(ctx context.Context, tx pgx.Tx) {
+		err = b.handle(ctx, tx, raw)
+		queued = queuedReplies(t, tx)
+		require.Empty(t, b.api.getSent(), "nothing is sent inside the delivery's transaction")
+	})
+	return queued, err
+}
+
+// reply delivers an update, then works the replies it queued as
+// SendWorker would after the commit, and returns what the Bot API got.
+func (b *routerBundle) reply(t *testing.T, raw string) []sentMessage {
+	t.Helper()
+	queued, err := b.deliver(t, raw)
+	require.NoError(t, err)
+	for _, args := range queued {
+		require.NoError(t, b.sender.Work(t.Context(), &river.Job[SendArgs]{JobRow: &rivertype.JobRow{}, Args: args}))
+	}
+	return b.api.getSent()
+}
+
+// queuedReplies returns the telegram.send jobs tx sees, oldest first.
+func queuedReplies(t *testing.T, tx pgx.Tx) []SendArgs {
+	t.Helper()
+	rows, err := tx.Query(t.Context(), "SELECT args FROM river_job WHERE kind = $1 ORDER BY id", SendArgs{}.Kind())
+	require.NoError(t, err)
+	queued, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (SendArgs, error) {
+		var a SendArgs
+		err := row.Scan(&a)
+		return a, err
+	})
+	require.NoError(t, err)
+	return queued
 }
 
 func message(text string) string {
@@ -152,10 +209,39 @@ func TestRouter_Route(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			b := routerSetup(t)
-			require.NoError(t, b.deliver(t, message(tc.text)))
-			require.Equal(t, []sentMessage{{ChatID: -100123, Text: tc.reply}}, b.api.getSent())
+			require.Equal(t, []sentMessage{{ChatID: -100123, Text: tc.reply}}, b.reply(t, message(tc.text)))
 		})
 	}
+
+	t.Run("ReplyQueuedInTransaction", func(t *testing.T) {
+		t.Parallel()
+		b := routerSetup(t)
+		queued, err := b.deliver(t, message("/start"))
+		require.NoError(t, err)
+		require.Equal(t, []SendArgs{{Bot: "support", ChatID: -100123, Text: "Welcome, ann", UpdateID: 1}}, queued)
+		// deliver rolled its transaction back: the reply went with it.
+		b.inTx(t, func(_ context.Context, tx pgx.Tx) { require.Empty(t, queuedReplies(t, tx)) })
+	})
+
+	t.Run("ReplyQueuedOncePerUpdate", func(t *testing.T) {
+		t.Parallel()
+		b := routerSetup(t)
+		b.inTx(t, func(ctx context.Context, tx pgx.Tx) {
+			require.NoError(t, b.handle(ctx, tx, message("/echo first")))
+			require.NoError(t, b.handle(ctx, tx, message("/echo again")))
+			require.Equal(t, []SendArgs{{Bot: "support", ChatID: -100123, Text: "first", UpdateID: 1}}, queuedReplies(t, tx))
+		})
+	})
+
+	t.Run("OutsideAWorker", func(t *testing.T) {
+		t.Parallel()
+		b := routerSetup(t)
+		tx, err := pgtest.Pool(t).Begin(t.Context())
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(t.Context()) }()
+		err = b.handle(t.Context(), tx, message("/start"))
+		require.ErrorContains(t, err, "a Router's route runs in an outbox.deliver job")
+	})
 
 	for name, raw := range map[string]string{
 		"PlainTextIgnored":       message("hello there"),
@@ -169,16 +255,16 @@ func TestRouter_Route(t *testing.T) {
 			if name == "UnknownWithoutFallback" {
 				b.router.fallback = nil
 			}
-			require.NoError(t, b.deliver(t, raw))
-			require.Empty(t, b.api.getSent())
+			queued, err := b.deliver(t, raw)
+			require.NoError(t, err)
+			require.Empty(t, queued)
 		})
 	}
 
 	t.Run("EditedMessage", func(t *testing.T) {
 		t.Parallel()
 		b := routerSetup(t)
-		require.NoError(t, b.deliver(t, `{"update_id":2,"edited_message":{"chat":{"id":5},"text":"/echo edited"}}`))
-		require.Equal(t, []sentMessage{{ChatID: 5, Text: "edited"}}, b.api.getSent())
+		require.Equal(t, []sentMessage{{ChatID: 5, Text: "edited"}}, b.reply(t, `{"update_id":2,"edited_message":{"chat":{"id":5},"text":"/echo edited"}}`))
 	})
 
 	t.Run("TextHandler", func(t *testing.T) {
@@ -187,57 +273,38 @@ func TestRouter_Route(t *testing.T) {
 		b.router.HandleText(func(_ context.Context, _ pgx.Tx, _ Update, args []string) (string, error) {
 			return fmt.Sprintf("%d words", len(args)), nil
 		})
-		require.NoError(t, b.deliver(t, message("hello there")))
-		require.Equal(t, []sentMessage{{ChatID: -100123, Text: "2 words"}}, b.api.getSent())
+		require.Equal(t, []sentMessage{{ChatID: -100123, Text: "2 words"}}, b.reply(t, message("hello there")))
 	})
 
 	t.Run("OwnHelp", func(t *testing.T) {
 		t.Parallel()
 		b := routerSetup(t)
 		b.router.Handle("help", func(context.Context, pgx.Tx, Update, []string) (string, error) { return "mine", nil })
-		require.NoError(t, b.deliver(t, message("/help")))
-		require.Equal(t, "mine", b.api.getSent()[0].Text)
+		require.Equal(t, "mine", b.reply(t, message("/help"))[0].Text)
 	})
 
 	t.Run("HandlerErrorScrubbed", func(t *testing.T) {
 		t.Parallel()
 		b := routerSetup(t)
-		err := b.deliver(t, message("/fail"))
+		queued, err := b.deliver(t, message("/fail"))
 		require.Error(t, err)
 		require.NotContains(t, err.Error(), testToken)
 		require.Contains(t, err.Error(), "bot"+redacted)
+		require.Empty(t, queued)
 
-		err = b.deliver(t, message("/give_up"))
+		queued, err = b.deliver(t, message("/give_up"))
 		var cancelErr *rivertype.JobCancelError
 		require.ErrorAs(t, err, &cancelErr)
 		require.NotContains(t, cancelErr.Unwrap().Error(), testToken)
-		require.Empty(t, b.api.getSent())
-	})
-
-	t.Run("SendFailures", func(t *testing.T) {
-		t.Parallel()
-		b := routerSetup(t)
-		echo := "chat not found for bot" + testToken
-		b.api.answerSend(apiError(500, echo, 0), apiError(403, "Forbidden: bot was blocked by the user "+testToken, 0))
-
-		err := b.deliver(t, message("/start"))
-		require.Error(t, err, "a server error is retried")
-		require.Equal(t, KindServer, ErrorKind(err))
-		var cancelErr *rivertype.JobCancelError
-		require.False(t, errors.As(err, &cancelErr))
-		require.NotContains(t, err.Error(), testToken)
-
-		err = b.deliver(t, message("/start"))
-		require.ErrorAs(t, err, &cancelErr, "a refusal is stuck at once")
-		require.NotContains(t, cancelErr.Unwrap().Error(), testToken)
-		require.NotContains(t, err.Error(), testToken)
+		require.Empty(t, queued)
 	})
 
 	t.Run("NotAnObjectCancelled", func(t *testing.T) {
 		t.Parallel()
 		b := routerSetup(t)
+		_, err := b.deliver(t, `"just a string"`)
 		var cancelErr *rivertype.JobCancelError
-		require.ErrorAs(t, b.deliver(t, `"just a string"`), &cancelErr)
+		require.ErrorAs(t, err, &cancelErr)
 	})
 }
 
@@ -256,4 +323,61 @@ func TestRouter_Handle(t *testing.T) {
 	var zero Router // the zero value works too
 	zero.Handle("start", fn)
 	require.Equal(t, []string{"/start"}, zero.Commands())
+}
+
+// TestRouter_RouteThroughRiver: an update delivered by a River worker to a
+// Router's route is answered by a telegram.send job, worked once its
+// transaction has committed.
+func TestRouter_RouteThroughRiver(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.PoolFor(t, pgtest.NewDatabase(t, true))
+	api := newFakeAPI(t)
+	quiet := slog.New(slog.DiscardHandler)
+
+	r := NewRouter()
+	r.Handle("echo", func(_ context.Context, _ pgx.Tx, _ Update, args []string) (string, error) {
+		return strings.Join(args, " "), nil
+	})
+	routes, err := outbox.NewRoutes(r.Route("support", "support-bot", api.client()))
+	require.NoError(t, err)
+	workers := river.NewWorkers()
+	river.AddWorker(workers, outbox.NewDeliverWorker(outbox.DeliverConfig{Pool: pool, Routes: routes, Logger: quiet}))
+	river.AddWorker(workers, NewSendWorker(map[string]*Client{"support": api.client()}, quiet))
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		FetchCooldown:     5 * time.Millisecond,
+		FetchPollInterval: 50 * time.Millisecond,
+		Logger:            quiet,
+		Queues:            map[string]river.QueueConfig{outbox.Queue: {MaxWorkers: 2}, river.QueueDefault: {MaxWorkers: 2}},
+		TestOnly:          true,
+		Workers:           workers,
+	})
+	require.NoError(t, err)
+	events, cancel := client.Subscribe(river.EventKindJobCompleted)
+	t.Cleanup(cancel)
+	require.NoError(t, client.Start(ctx))
+	t.Cleanup(func() {
+		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		require.NoError(t, client.Stop(stopCtx))
+	})
+
+	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := outbox.Add(ctx, tx, Topic("support"), json.RawMessage(message("/echo hello there")), outbox.WithDedupKey("1"))
+		return err
+	}))
+	_, err = outbox.NewRelay(outbox.RelayConfig{Pool: pool, Inserter: client, Routes: routes, Logger: quiet}).RelayOnce(ctx)
+	require.NoError(t, err)
+
+	var kinds []string
+	for len(kinds) < 2 {
+		select {
+		case ev := <-events:
+			kinds = append(kinds, ev.Job.Kind)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("jobs completed so far: %v; want outbox.deliver and telegram.send", kinds)
+		}
+	}
+	require.ElementsMatch(t, []string{"outbox.deliver", "telegram.send"}, kinds)
+	require.Equal(t, []sentMessage{{ChatID: -100123, Text: "hello there"}}, api.getSent())
 }
