@@ -1,7 +1,8 @@
 // Package config reads the worker's YAML file (FERRY_CONFIG): schedules,
 // outbox routes and Telegram bots. Unknown keys,
 // unknown job kinds, bad expressions or zones and duplicate ids are refused
-// with one line naming the entry and the field. Secrets are never written in
+// with one line naming the entry and the field: a *FieldError, or an
+// *UnknownKeyError for a key no setting has. Secrets are never written in
 // the file, only the names of the environment variables that hold them.
 package config
 
@@ -12,7 +13,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"regexp"
+	"reflect"
 	"strings"
 	"time"
 
@@ -95,6 +96,51 @@ type ScheduleEntry struct {
 	Overlap string         `yaml:"overlap"`
 }
 
+// FieldError is a problem with one field of one entry of the file:
+// `schedules[2] (id "nightly"): cron: ...`. Every check of an entry
+// returns one; errors.As finds it through Load's "config PATH: " prefix.
+type FieldError struct {
+	// Entry is the entry, as the file counts them: `schedules[2] (id
+	// "nightly")`, `outbox.routes[0] (name "billing")`, `telegram.bots[1]
+	// (name "desk")`, or the section `outbox`.
+	Entry string
+	// Field is the key at fault ("cron", "kind", "every, cron" when the two
+	// conflict), or "" when Err names it: the scheduler's and the outbox's
+	// own checks (`catch_up "all": want last or none`).
+	Field string
+	Err   error
+}
+
+func (e *FieldError) Error() string {
+	if e.Field == "" {
+		return e.Entry + ": " + e.Err.Error()
+	}
+	return e.Entry + ": " + e.Field + ": " + e.Err.Error()
+}
+
+func (e *FieldError) Unwrap() error { return e.Err }
+
+func fieldErrorf(entry, field, format string, args ...any) *FieldError {
+	return &FieldError{Entry: entry, Field: field, Err: fmt.Errorf(format, args...)}
+}
+
+func scheduleEntry(i int, id string) string { return fmt.Sprintf("schedules[%d] (id %q)", i, id) }
+
+func routeEntry(i int, name string) string {
+	return fmt.Sprintf("outbox.routes[%d] (name %q)", i, name)
+}
+
+// UnknownKeyError is a key in the file that no setting has: a typo, or a
+// secret written in the file (token:) rather than named (token_env:).
+type UnknownKeyError struct {
+	Line int    // 1-based line of the key
+	Key  string // the key as written
+}
+
+func (e *UnknownKeyError) Error() string {
+	return fmt.Sprintf("line %d: unknown key %s", e.Line, e.Key)
+}
+
 // Kinds tells the loader which job kinds this process works, and their
 // queues.
 type Kinds interface {
@@ -120,11 +166,9 @@ func Load(path string, kinds Kinds) (Loaded, error) {
 
 // Parse reads a YAML document (see Load).
 func Parse(b []byte, kinds Kinds) (Loaded, error) {
-	var f File
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
-		return Loaded{}, yamlError(err)
+	f, err := decode(b)
+	if err != nil {
+		return Loaded{}, err
 	}
 	bots, err := f.Telegram.bots()
 	if err != nil {
@@ -139,7 +183,7 @@ func Parse(b []byte, kinds Kinds) (Loaded, error) {
 		return Loaded{}, err
 	}
 	if f.Outbox.MaxAttempts < 0 || f.Outbox.MaxAttempts > 1000 {
-		return Loaded{}, fmt.Errorf("outbox: max_attempts: %d is not between 1 and 1000", f.Outbox.MaxAttempts)
+		return Loaded{}, fieldErrorf("outbox", "max_attempts", "%d is not between 1 and 1000", f.Outbox.MaxAttempts)
 	}
 	return Loaded{Schedules: schedules, Routes: routes, OutboxMaxAttempts: f.Outbox.MaxAttempts, Bots: bots}, nil
 }
@@ -150,20 +194,20 @@ func (t TelegramSection) bots() ([]Bot, error) {
 	for i, e := range t.Bots {
 		where := fmt.Sprintf("telegram.bots[%d] (name %q)", i, e.Name)
 		if err := telegram.ValidateBotName(e.Name); err != nil {
-			return nil, fmt.Errorf("%s: name: %w", where, err)
+			return nil, &FieldError{Entry: where, Field: "name", Err: err}
 		}
 		if j, dup := seen[e.Name]; dup {
-			return nil, fmt.Errorf("%s: name: already used by telegram.bots[%d]", where, j)
+			return nil, fieldErrorf(where, "name", "already used by telegram.bots[%d]", j)
 		}
 		seen[e.Name] = i
 		if e.TokenEnv == "" {
-			return nil, fmt.Errorf("%s: token_env: missing (the name of the variable that holds the token)", where)
+			return nil, fieldErrorf(where, "token_env", "missing (the name of the variable that holds the token)")
 		}
 		b := Bot{Name: e.Name, TokenEnv: e.TokenEnv, Token: os.Getenv(e.TokenEnv), AllowedUpdates: e.AllowedUpdates}
 		if e.Timeout != "" {
 			d, err := time.ParseDuration(e.Timeout)
 			if err != nil || d < time.Second || d > 50*time.Second {
-				return nil, fmt.Errorf("%s: timeout: %q is not a long-poll timeout between 1s and 50s", where, e.Timeout)
+				return nil, fieldErrorf(where, "timeout", "%q is not a long-poll timeout between 1s and 50s", e.Timeout)
 			}
 			b.PollTimeout = d
 		}
@@ -176,34 +220,34 @@ func (o OutboxSection) routes() ([]outbox.Route, error) {
 	out := make([]outbox.Route, 0, len(o.Routes))
 	for i, e := range o.Routes {
 		r := outbox.Route{Topic: e.Topic, Name: e.Name, URL: e.URL, Headers: e.Headers}
-		where := fmt.Sprintf("outbox.routes[%d] (name %q)", i, e.Name)
+		where := routeEntry(i, e.Name)
 		if e.URL == "" {
-			return nil, fmt.Errorf("%s: url: missing", where)
+			return nil, fieldErrorf(where, "url", "missing")
 		}
 		if e.SecretEnv != "" {
 			secret, ok := os.LookupEnv(e.SecretEnv)
 			if !ok || secret == "" {
-				return nil, fmt.Errorf("%s: secret_env: %s is not set in the environment", where, e.SecretEnv)
+				return nil, fieldErrorf(where, "secret_env", "%s is not set in the environment", e.SecretEnv)
 			}
 			r.Secret = []byte(secret)
 		}
 		if e.Timeout != "" {
 			d, err := time.ParseDuration(e.Timeout)
 			if err != nil || d <= 0 {
-				return nil, fmt.Errorf("%s: timeout: %q is not a positive duration like 10s", where, e.Timeout)
+				return nil, fieldErrorf(where, "timeout", "%q is not a positive duration like 10s", e.Timeout)
 			}
 			r.Timeout = d
 		}
 		out = append(out, r)
 	}
-	// The outbox's own checks (topic, name, url, unique names), with the
-	// file's indexes in the message.
+	// The outbox's own checks (topic, name, url, unique names), named as
+	// the file's entries.
 	if _, err := outbox.NewRoutes(out...); err != nil {
-		msg := err.Error()
-		if rest, ok := strings.CutPrefix(msg, "route "); ok {
-			msg = "outbox.routes[" + strings.Replace(rest, " ", "] ", 1)
+		var re *outbox.RouteError
+		if !errors.As(err, &re) {
+			return nil, err
 		}
-		return nil, errors.New(msg)
+		return nil, &FieldError{Entry: routeEntry(re.Index, re.Name), Err: re.Err}
 	}
 	return out, nil
 }
@@ -212,96 +256,254 @@ func (f File) schedules(kinds Kinds) ([]periodic.Schedule, error) {
 	out := make([]periodic.Schedule, 0, len(f.Schedules))
 	seen := map[string]int{}
 	for i, e := range f.Schedules {
-		s, err := e.schedule(kinds)
+		where := scheduleEntry(i, e.ID)
+		s, err := e.schedule(where, kinds)
 		if err != nil {
-			return nil, fmt.Errorf("schedules[%d] (id %q): %w", i, e.ID, err)
+			return nil, err
 		}
 		if j, dup := seen[e.ID]; dup {
-			return nil, fmt.Errorf("schedules[%d] (id %q): id: already used by schedules[%d]", i, e.ID, j)
+			return nil, fieldErrorf(where, "id", "already used by schedules[%d]", j)
 		}
 		seen[e.ID] = i
 		out = append(out, s)
 	}
-	// The scheduler's own checks (id pattern, catch_up, overlap …), with
-	// the file's indexes in the message.
-	for i, s := range out {
-		if _, err := periodic.ValidateSchedules([]periodic.Schedule{s}); err != nil {
-			return nil, fmt.Errorf("schedules[%d] (id %q): %s", i, s.ID, strings.TrimPrefix(err.Error(), fmt.Sprintf("schedule 0 (id %q): ", s.ID)))
+	// The scheduler's own checks (id pattern, catch_up, overlap …), named
+	// as the file's entries.
+	if _, err := periodic.ValidateSchedules(out); err != nil {
+		var se *periodic.ScheduleError
+		if !errors.As(err, &se) {
+			return nil, err
 		}
+		return nil, &FieldError{Entry: scheduleEntry(se.Index, se.ID), Err: se.Err}
 	}
 	return out, nil
 }
 
-func (e ScheduleEntry) schedule(kinds Kinds) (periodic.Schedule, error) {
+// schedule turns the entry into a schedule; where names the entry in its
+// errors.
+func (e ScheduleEntry) schedule(where string, kinds Kinds) (periodic.Schedule, error) {
 	s := periodic.Schedule{ID: e.ID, Name: e.Name, CatchUp: periodic.CatchUp(e.CatchUp), Overlap: periodic.Overlap(e.Overlap)}
 	if e.ID == "" {
-		return s, errors.New("id: missing")
+		return s, fieldErrorf(where, "id", "missing")
 	}
 	var err error
 	switch {
 	case e.Every != "" && e.Cron != "":
-		return s, errors.New("every, cron: give one, not both")
+		return s, fieldErrorf(where, "every, cron", "give one, not both")
 	case e.Every != "":
 		if e.Zone != "" {
-			return s, errors.New("zone: only for cron (every is aligned to UTC)")
+			return s, fieldErrorf(where, "zone", "only for cron (every is aligned to UTC)")
 		}
 		if s.Trigger, err = periodic.ParseEvery(e.Every); err != nil {
-			return s, fmt.Errorf("every: %w", err)
+			return s, &FieldError{Entry: where, Field: "every", Err: err}
 		}
 	case e.Cron != "":
 		if s.Trigger, err = periodic.ParseCron(e.Cron, e.Zone); err != nil {
-			return s, fmt.Errorf("cron: %w", err)
+			return s, &FieldError{Entry: where, Field: "cron", Err: err}
 		}
 	default:
-		return s, errors.New("every, cron: give one")
+		return s, fieldErrorf(where, "every, cron", "give one")
 	}
 	if e.Kind == "" {
-		return s, errors.New("kind: missing")
+		return s, fieldErrorf(where, "kind", "missing")
 	}
 	kind, ok := kinds.Get(e.Kind)
 	if !ok {
-		return s, fmt.Errorf("kind: %q is not a job kind this worker runs", e.Kind)
+		return s, fieldErrorf(where, "kind", "%q is not a job kind this worker runs", e.Kind)
 	}
 	raw := []byte("{}")
 	if e.Args != nil {
 		if raw, err = json.Marshal(e.Args); err != nil {
-			return s, fmt.Errorf("args: %w", err)
+			return s, &FieldError{Entry: where, Field: "args", Err: err}
 		}
 	}
 	if s.Args, err = jobs.ParseRaw(e.Kind, raw); err != nil {
-		return s, fmt.Errorf("args: %w", err)
+		return s, &FieldError{Entry: where, Field: "args", Err: err}
 	}
 	queue := kind.Queue
 	if e.Queue != "" {
 		if err := jobs.ValidateQueueName(e.Queue); err != nil {
-			return s, fmt.Errorf("queue: %w", err)
+			return s, &FieldError{Entry: where, Field: "queue", Err: err}
 		}
 		queue = e.Queue
 	}
 	s.InsertOpts = &river.InsertOpts{Queue: queue}
 	if e.Misfire != "" {
 		if s.Misfire, err = time.ParseDuration(e.Misfire); err != nil || s.Misfire <= 0 {
-			return s, fmt.Errorf("misfire: %q is not a positive duration like 15m", e.Misfire)
+			return s, fieldErrorf(where, "misfire", "%q is not a positive duration like 15m", e.Misfire)
 		}
 	}
 	return s, nil
 }
 
-var fieldNotFoundRE = regexp.MustCompile(`field (\S+) not found in type \S+`)
-
-// yamlError turns the YAML decoder's (possibly multi-line) error into one
-// line naming the first problem.
-func yamlError(err error) error {
-	var te *yaml.TypeError
-	if errors.As(err, &te) && len(te.Errors) > 0 {
-		msg := strings.TrimSpace(te.Errors[0])
-		msg = fieldNotFoundRE.ReplaceAllString(msg, "unknown key $1")
-		if len(te.Errors) > 1 {
-			msg += fmt.Sprintf(" (and %d more)", len(te.Errors)-1)
+// decode reads the YAML document into a File. A document that is not YAML
+// is one line saying where; otherwise every problem is found, as the
+// decoder's strict mode finds them, and the first is returned with how many
+// more there are.
+func decode(b []byte) (File, error) {
+	var (
+		f        File
+		doc      yaml.Node
+		problems []error
+	)
+	if err := yaml.NewDecoder(bytes.NewReader(b)).Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return f, nil // an empty file
 		}
-		return errors.New(msg)
+		return f, yamlError(err)
 	}
+	check(&doc, reflect.TypeFor[File](), &problems)
+	if err := doc.Decode(&f); err != nil {
+		var te *yaml.TypeError
+		if !errors.As(err, &te) {
+			return f, yamlError(err) // the decoder gave up: that is the problem
+		}
+		if len(problems) == 0 { // any the walk does not see
+			problems = typeErrors(te)
+		}
+	}
+	switch len(problems) {
+	case 0:
+		return f, nil
+	case 1:
+		return f, problems[0]
+	}
+	return f, fmt.Errorf("%w (and %d more)", problems[0], len(problems)-1)
+}
+
+// yamlError is an error of the YAML parser on one line, without the
+// decoder's "yaml: " prefix: the parser's errors have no type to read the
+// position from.
+func yamlError(err error) error {
 	return errors.New(strings.Join(strings.Fields(strings.TrimPrefix(err.Error(), "yaml: ")), " "))
+}
+
+// check appends to problems what the YAML decoder refuses in strict mode
+// when it decodes n into a value of type t, in the order it meets them: a
+// key that names no field, as an *UnknownKeyError, and a value of the
+// wrong type, in the decoder's words. It walks the mappings decoded into
+// structs and the sequences decoded into slices, and has the decoder try
+// everything else.
+func check(n *yaml.Node, t reflect.Type, problems *[]error) {
+	if n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	switch {
+	case n.Kind == yaml.DocumentNode:
+		for _, c := range n.Content {
+			check(c, t, problems)
+		}
+	case n.Kind == yaml.SequenceNode && t.Kind() == reflect.Slice:
+		for _, c := range n.Content {
+			check(c, t.Elem(), problems)
+		}
+	case n.Kind == yaml.MappingNode && t.Kind() == reflect.Struct && !repeatsKey(n):
+		checkStruct(n, t, nil, problems)
+	default:
+		var te *yaml.TypeError
+		if err := n.Decode(reflect.New(t).Interface()); errors.As(err, &te) {
+			*problems = append(*problems, typeErrors(te)...)
+		}
+	}
+}
+
+// checkStruct is check of mapping n decoded into struct type t. As the
+// decoder does, it takes the keys merged in with << after the mapping's
+// own; along a chain of merges, merged is the set of keys met so far, which
+// a merged mapping does not set again (nil outside a merge).
+func checkStruct(n *yaml.Node, t reflect.Type, merged map[string]bool, problems *[]error) {
+	var merge *yaml.Node
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		switch {
+		case k.Kind != yaml.ScalarNode:
+			check(k, reflect.TypeFor[string](), problems) // not a name
+			continue
+		case k.Value == "<<" && k.ShortTag() == "!!merge":
+			merge = v
+			continue
+		case merged != nil && merged[k.Value]:
+			continue
+		case merged != nil:
+			merged[k.Value] = true
+		}
+		f, ok := fieldByKey(t, k.Value)
+		if !ok {
+			*problems = append(*problems, &UnknownKeyError{Line: k.Line, Key: k.Value})
+			continue
+		}
+		check(v, f.Type, problems)
+	}
+	if merge == nil {
+		return
+	}
+	if merged == nil {
+		merged = map[string]bool{}
+		for i := 0; i < len(n.Content); i += 2 {
+			merged[n.Content[i].Value] = true
+		}
+	}
+	sources := []*yaml.Node{merge}
+	if merge.Kind == yaml.SequenceNode {
+		sources = merge.Content
+	}
+	for _, m := range sources {
+		if m.Kind == yaml.AliasNode && m.Alias != nil {
+			m = m.Alias
+		}
+		switch {
+		case m.Kind != yaml.MappingNode:
+			// The decoder refuses the merge: that error is the one
+			// reported.
+		case repeatsKey(m):
+			check(m, t, problems)
+		default:
+			checkStruct(m, t, merged, problems)
+		}
+	}
+}
+
+// typeErrors are the decoder's messages of te, one error each.
+func typeErrors(te *yaml.TypeError) []error {
+	out := make([]error, len(te.Errors))
+	for i, msg := range te.Errors {
+		out[i] = errors.New(strings.TrimSpace(msg))
+	}
+	return out
+}
+
+// repeatsKey reports whether mapping n has a key twice: the decoder's
+// error for the whole mapping.
+func repeatsKey(n *yaml.Node) bool {
+	type key struct {
+		kind  yaml.Kind
+		value string
+	}
+	seen := map[key]bool{}
+	for i := 0; i < len(n.Content); i += 2 {
+		k := key{n.Content[i].Kind, n.Content[i].Value}
+		if seen[k] {
+			return true
+		}
+		seen[k] = true
+	}
+	return false
+}
+
+// fieldByKey returns the field of struct type t that YAML key names: by its
+// yaml tag, else its name in lower case.
+func fieldByKey(t reflect.Type, key string) (reflect.StructField, bool) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if name == "" {
+			name = strings.ToLower(f.Name)
+		}
+		if f.IsExported() && name == key {
+			return f, true
+		}
+	}
+	return reflect.StructField{}, false
 }
 
 func unwrapPathError(err error) error {

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferryq/ferry/jobs"
+	"github.com/ferryq/ferry/outbox"
 	"github.com/ferryq/ferry/periodic"
 )
 
@@ -118,6 +121,98 @@ func TestParse_Errors(t *testing.T) {
 			require.NotContains(t, err.Error(), "\n", "one line")
 		})
 	}
+}
+
+// parseError parses doc, which must fail with an E, and returns that E and
+// the error.
+func parseError[E error](t *testing.T, doc string) (E, error) {
+	t.Helper()
+	_, err := Parse([]byte(doc), registry(t))
+	var e E
+	require.ErrorAs(t, err, &e)
+	return e, err
+}
+
+func TestParse_FieldError(t *testing.T) {
+	t.Parallel()
+	for name, tc := range map[string]struct {
+		doc          string
+		entry, field string
+	}{
+		"schedule field":        {"schedules:\n  - {id: a, every: 1m, kind: ferry.noop}\n  - {id: b, every: 1m, kind: email.send}\n", `schedules[1] (id "b")`, "kind"},
+		"schedule trigger":      {"schedules:\n  - {id: a, cron: '61 * * * *', kind: ferry.noop}\n", `schedules[0] (id "a")`, "cron"},
+		"scheduler's own check": {"schedules:\n  - {id: a, every: 1m, kind: ferry.noop}\n  - {id: b, every: 1m, kind: ferry.noop, catch_up: all}\n", `schedules[1] (id "b")`, ""},
+		"duplicate schedule":    {"schedules:\n  - {id: a, every: 1m, kind: ferry.noop}\n  - {id: a, every: 2m, kind: ferry.noop}\n", `schedules[1] (id "a")`, "id"},
+		"route field":           {"outbox:\n  routes:\n    - {topic: a, name: r}\n", `outbox.routes[0] (name "r")`, "url"},
+		"outbox's own check":    {"outbox:\n  routes:\n    - {topic: a, name: r, url: 'http://x/'}\n    - {topic: 'b c', name: s, url: 'http://y/'}\n", `outbox.routes[1] (name "s")`, ""},
+		"duplicate route":       {"outbox:\n  routes:\n    - {topic: a, name: r, url: 'http://x/'}\n    - {topic: b, name: r, url: 'http://y/'}\n", `outbox.routes[1] (name "r")`, ""},
+		"section":               {"outbox:\n  max_attempts: 1001\n", "outbox", "max_attempts"},
+		"bot":                   {"telegram:\n  bots:\n    - {name: desk}\n", `telegram.bots[0] (name "desk")`, "token_env"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			fe, _ := parseError[*FieldError](t, tc.doc)
+			require.Equal(t, tc.entry, fe.Entry)
+			require.Equal(t, tc.field, fe.Field)
+			require.Error(t, fe.Unwrap())
+		})
+	}
+
+	t.Run("the file names the entry, not the scheduler or the outbox", func(t *testing.T) {
+		t.Parallel()
+		_, err := Parse([]byte("schedules:\n  - {id: a, every: 1m, kind: ferry.noop, catch_up: all}\n"), registry(t))
+		var se *periodic.ScheduleError
+		require.False(t, errors.As(err, &se), "the scheduler's index is replaced by the file's entry")
+		_, err = Parse([]byte("outbox:\n  routes:\n    - {topic: 'a b', name: r, url: 'http://x/'}\n"), registry(t))
+		var re *outbox.RouteError
+		require.False(t, errors.As(err, &re), "the outbox's index is replaced by the file's entry")
+	})
+}
+
+func TestParse_UnknownKey(t *testing.T) {
+	t.Parallel()
+	for name, tc := range map[string]struct {
+		doc  string
+		line int
+		key  string
+		more int
+	}{
+		"top level":        {"schedule:\n  - id: x\n", 1, "schedule", 0},
+		"in an entry":      {"schedules:\n  - id: x\n    every: 1m\n    timezone: UTC\n    colour: red\n", 4, "timezone", 1},
+		"a secret":         {"telegram:\n  bots:\n    - name: desk\n      token: '123:abc'\n", 4, "token", 0},
+		"merged in":        {"schedules:\n  - &a {id: a, kind: ferry.noop, every: 1m, foo: 1}\n  - <<: *a\n    id: b\n", 2, "foo", 1},
+		"before bad value": {"schedules:\n  - id: x\n    foo: 1\n    misfire: [1]\n", 3, "foo", 1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			uk, err := parseError[*UnknownKeyError](t, tc.doc)
+			require.Equal(t, tc.line, uk.Line)
+			require.Equal(t, tc.key, uk.Key)
+			if tc.more > 0 {
+				require.Equal(t, fmt.Sprintf("%s (and %d more)", uk, tc.more), err.Error())
+			} else {
+				require.Equal(t, uk.Error(), err.Error())
+			}
+		})
+	}
+
+	t.Run("a value of the wrong type before it comes first", func(t *testing.T) {
+		t.Parallel()
+		_, err := Parse([]byte("schedules:\n  - id: x\n    misfire: [1]\n    foo: 1\n"), registry(t))
+		var uk *UnknownKeyError
+		require.False(t, errors.As(err, &uk))
+		require.ErrorContains(t, err, "line 3: cannot unmarshal")
+		require.ErrorContains(t, err, "(and 1 more)")
+	})
+
+	t.Run("merge keys are not unknown", func(t *testing.T) {
+		t.Parallel()
+		loaded, err := Parse([]byte("schedules:\n  - &a {id: a, kind: ferry.noop, every: 1m}\n  - <<: *a\n    id: b\n"), registry(t))
+		require.NoError(t, err)
+		require.Len(t, loaded.Schedules, 2)
+		require.Equal(t, "b", loaded.Schedules[1].ID)
+		require.Equal(t, "ferry.noop", loaded.Schedules[1].Args.Kind())
+	})
 }
 
 func TestLoad(t *testing.T) {
