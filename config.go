@@ -34,7 +34,12 @@ const (
 	DefaultFetchPollInterval = 100 * time.Millisecond
 	DefaultShutdownGrace     = 25 * time.Second
 	DefaultJobTimeout        = time.Minute
-	DefaultPoolMaxConns      = 20
+	// DefaultPoolMaxConns is the least size of the server's connection pool;
+	// PoolHeadroom is how many connections it keeps beyond those that
+	// workers may hold for as long as their jobs run. See Config.DatabaseURL
+	// for the rule.
+	DefaultPoolMaxConns = 20
+	PoolHeadroom        = 10
 	// MaxWorkersPerQueue bounds one queue's workers in one process.
 	MaxWorkersPerQueue = 10_000
 )
@@ -44,6 +49,19 @@ const (
 type Config struct {
 	// DatabaseURL is the Postgres connection string (DATABASE_URL). pgx pool
 	// settings such as pool_max_conns may be given in it.
+	//
+	// Unless it sets pool_max_conns (which then wins, whatever its value),
+	// the server's pool has max(DefaultPoolMaxConns, held + PoolHeadroom)
+	// connections. held counts the workers that may each hold a connection
+	// for as long as their job runs: the outbox queue's workers when a route
+	// is a Go handler (a handler runs inside its delivery's transaction, up
+	// to the route's timeout; a Telegram command router is one). The
+	// headroom is for everything else that needs a connection meanwhile:
+	// River's fetches, completions, notifier and maintenance, the outbox
+	// relay, the scheduler, the Telegram pollers, metrics, the admin console
+	// and the short queries of other jobs. Without it, as many slow handlers
+	// as connections would stall all of those. With the default queues and
+	// a Go handler route, that is 30 connections per process.
 	DatabaseURL string
 
 	// Queues maps each queue this process works to its worker count

@@ -113,7 +113,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	maxAttempts := cmp.Or(cfg.OutboxMaxAttempts, file.OutboxMaxAttempts, outbox.DefaultMaxAttempts)
 
-	pool, err := openPool(ctx, cfg.DatabaseURL, "ferry-worker")
+	pool, err := openPool(ctx, cfg.DatabaseURL, "ferry-worker", poolMaxConns(cfg.Queues, routes))
 	if err != nil {
 		return nil, err
 	}
@@ -248,10 +248,23 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	return s, nil
 }
 
+// poolMaxConns is the size of the server's pool unless DATABASE_URL sets
+// pool_max_conns: max(DefaultPoolMaxConns, held + PoolHeadroom), where held
+// is the number of workers that may hold a connection for as long as their
+// job runs (see Config.DatabaseURL).
+func poolMaxConns(queues map[string]int, routes *outbox.Routes) int32 {
+	held := 0
+	if slices.ContainsFunc(routes.All(), func(r outbox.Route) bool { return r.Handler != nil }) {
+		// A Go handler runs inside its delivery's transaction.
+		held += queues[outbox.Queue]
+	}
+	return int32(max(DefaultPoolMaxConns, held+PoolHeadroom))
+}
+
 // openPool opens a pgx pool with ferry's defaults: an application_name that
-// names the process, and DefaultPoolMaxConns unless the URL sets
+// names the process, and maxConns connections unless the URL sets
 // pool_max_conns.
-func openPool(ctx context.Context, url, role string) (*pgxpool.Pool, error) {
+func openPool(ctx context.Context, url, role string, maxConns int32) (*pgxpool.Pool, error) {
 	pcfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("ferry: database URL: %s", dburl.Redact(err.Error()))
@@ -261,7 +274,7 @@ func openPool(ctx context.Context, url, role string) (*pgxpool.Pool, error) {
 		pcfg.ConnConfig.RuntimeParams["application_name"] = role + ":" + host + ":" + strconv.Itoa(os.Getpid())
 	}
 	if !strings.Contains(strings.ToLower(url), "pool_max_conns") {
-		pcfg.MaxConns = DefaultPoolMaxConns
+		pcfg.MaxConns = maxConns
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
@@ -370,6 +383,7 @@ func (s *Server) Run(ctx context.Context) (err error) {
 	log.Info("ferry: started",
 		"version", s.cfg.Version,
 		"queues", queueSummary(s.cfg.Queues),
+		"pool_max_conns", s.pool.Config().MaxConns,
 		"kinds", len(s.registry.Kinds()),
 		"admin_addr", s.AdminAddr())
 

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,6 +22,7 @@ import (
 	"github.com/ferryq/ferry/internal/pgtest"
 	"github.com/ferryq/ferry/jobs"
 	"github.com/ferryq/ferry/migrations"
+	"github.com/ferryq/ferry/outbox"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -309,4 +312,140 @@ func TestServer_RiverUniqueKey(t *testing.T) {
 		require.Error(t, err, "the COPY path cannot skip a duplicate: it refuses it")
 		require.Equal(t, 1, count(t, queue))
 	})
+}
+
+func TestNew_PoolSize(t *testing.T) {
+	t.Parallel()
+
+	handler := []outbox.Route{{Topic: "t", Name: "go-handler", Handler: func(context.Context, pgx.Tx, outbox.Message) error { return nil }}}
+	webhook := []outbox.Route{{Topic: "t", Name: "webhook", URL: "http://127.0.0.1:1/hook"}}
+	cases := []struct {
+		name   string
+		url    string
+		queues map[string]int
+		routes []outbox.Route
+		want   int32
+	}{
+		{"Default", "", nil, nil, ferry.DefaultPoolMaxConns},
+		{"WebhooksHoldNothing", "", map[string]int{"default": 10, "outbox": 50}, webhook, ferry.DefaultPoolMaxConns},
+		{"GoHandlerDefaultQueues", "", nil, handler, 20 + ferry.PoolHeadroom},
+		{"GoHandlerOutboxWorkers", "", map[string]int{"default": 10, "outbox": 50}, handler, 50 + ferry.PoolHeadroom},
+		{"GoHandlerOutboxNotWorked", "", map[string]int{"default": 50}, handler, ferry.DefaultPoolMaxConns},
+		{"URLWins", "pool_max_conns=7", map[string]int{"outbox": 50}, handler, 7},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			url := pgtest.URL(t)
+			if tc.url != "" {
+				sep := "?"
+				if strings.Contains(url, "?") {
+					sep = "&"
+				}
+				url += sep + tc.url
+			}
+			cfg := quietConfig(url)
+			cfg.AdminAddr = "off"
+			cfg.Queues = tc.queues
+			cfg.OutboxRoutes = tc.routes
+			srv, err := ferry.New(context.Background(), cfg)
+			require.NoError(t, err)
+			t.Cleanup(srv.Pool().Close)
+			require.Equal(t, tc.want, srv.Pool().Config().MaxConns)
+		})
+	}
+}
+
+// TestServer_SlowHandlersDoNotStarveOtherQueues: with every outbox worker
+// in a slow Go handler, each holding its delivery's transaction, jobs of
+// another queue are still fetched and completed.
+func TestServer_SlowHandlersDoNotStarveOtherQueues(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.NewDatabase(t, true)
+	const outboxWorkers, messages, otherJobs = 20, 25, 50
+
+	var inFlight, returned atomic.Int32
+	entered := make(chan struct{}, messages)
+	release := make(chan struct{})
+	cfg := quietConfig(url)
+	cfg.AdminAddr = "off"
+	cfg.ShutdownGrace = time.Second
+	cfg.Queues = map[string]int{"default": 10, "outbox": outboxWorkers}
+	cfg.OutboxRoutes = []outbox.Route{{
+		Topic: "slow", Name: "slow-handler", Timeout: 10 * time.Minute,
+		Handler: func(ctx context.Context, tx pgx.Tx, _ outbox.Message) error {
+			defer returned.Add(1)
+			inFlight.Add(1)
+			entered <- struct{}{}
+			select {
+			case <-release:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		},
+	}}
+	srv, err := ferry.New(ctx, cfg)
+	require.NoError(t, err)
+	runServer(t, srv)
+	var once sync.Once
+	releaseAll := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(releaseAll) // before the server stops (cleanups run last first)
+
+	// The test's own pool: the server's is what is under test.
+	pool := pgtest.PoolFor(t, url)
+	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		for i := range messages {
+			if _, err := outbox.Add(ctx, tx, "slow", map[string]int{"n": i}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+
+	// Every outbox worker is in the handler, inside its transaction.
+	failAfter := time.After(time.Minute)
+	for range outboxWorkers {
+		select {
+		case <-entered:
+		case <-failAfter:
+			t.Fatalf("only %d of %d slow handlers got a connection (the server's pool has %d)", inFlight.Load(), outboxWorkers, srv.Pool().Config().MaxConns)
+		}
+	}
+	var open int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+		WHERE datname = current_database() AND state LIKE 'idle in transaction%' AND application_name LIKE 'ferry-worker:%'`).Scan(&open))
+	require.GreaterOrEqual(t, open, outboxWorkers, "each handler holds its delivery's transaction")
+
+	// Jobs of another queue are fetched and completed meanwhile.
+	ins, err := jobs.NewInserter(pool)
+	require.NoError(t, err)
+	params := make([]river.InsertManyParams, otherJobs)
+	for i := range params {
+		params[i] = river.InsertManyParams{Args: jobs.NoopArgs{}}
+	}
+	_, err = ins.Client().InsertMany(ctx, params)
+	require.NoError(t, err)
+	completed := func() int {
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM river_job WHERE kind = 'ferry.noop' AND state = 'completed'").Scan(&n))
+		return n
+	}
+	for n := completed(); n < otherJobs; n = completed() {
+		select {
+		case <-failAfter:
+			t.Fatalf("%d of %d default-queue jobs completed while %d slow handlers hold their transactions (the server's pool has %d)", n, otherJobs, inFlight.Load(), srv.Pool().Config().MaxConns)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	require.Zero(t, returned.Load(), "the slow handlers were still holding their transactions")
+
+	// Released, every delivery is delivered, the waiting ones included.
+	releaseAll()
+	require.Eventually(t, func() bool {
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM ferry_outbox_delivery WHERE route = 'slow-handler' AND status = 'delivered'").Scan(&n))
+		return n == messages
+	}, time.Minute, 20*time.Millisecond)
 }
