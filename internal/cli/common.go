@@ -31,11 +31,21 @@ const (
 	ExitUsage   = 2
 )
 
-// UsageError is bad input: a flag, an argument, a file. It exits 2.
+// UsageError is bad input: a flag, an argument, a file. It exits 2
+// (ExitUsage). Run makes every error of urfave/cli's flag parsing one,
+// through the OnUsageError hook of the app and of each command.
 type UsageError struct{ Err error }
 
 func (e *UsageError) Error() string { return e.Err.Error() }
 func (e *UsageError) Unwrap() error { return e.Err }
+
+// ExitCode is ExitUsage (cli.ExitCoder).
+func (e *UsageError) ExitCode() int { return ExitUsage }
+
+// onUsageError is the OnUsageError hook of the app and of every command:
+// urfave/cli calls it with the error of parsing the flags (of the command
+// line, and of the environment variables they read).
+func onUsageError(_ *cli.Context, err error, _ bool) error { return &UsageError{Err: err} }
 
 func usageErrorf(format string, args ...any) error {
 	return &UsageError{Err: fmt.Errorf(format, args...)}
@@ -46,7 +56,7 @@ func usageErrorf(format string, args ...any) error {
 // stderr.
 func Run(ctx context.Context, app *cli.App, args []string) int {
 	app.ExitErrHandler = func(*cli.Context, error) {} // exit codes are ours
-	app.OnUsageError = func(_ *cli.Context, err error, _ bool) error { return &UsageError{Err: err} }
+	app.OnUsageError = onUsageError
 	for _, c := range app.Commands {
 		setUsageHandler(c)
 	}
@@ -56,27 +66,20 @@ func Run(ctx context.Context, app *cli.App, args []string) int {
 	}
 	msg := dburl.Redact(strings.Join(strings.Fields(err.Error()), " "))
 	fmt.Fprintf(app.ErrWriter, "%s: %s\n", app.Name, msg)
-	var usage *UsageError
+	// A *UsageError, or urfave/cli's own (cli.Exit: "No help topic for
+	// …"): bad input either way.
 	var exitCoder cli.ExitCoder
-	if errors.As(err, &usage) || errors.As(err, &exitCoder) || isFlagError(err) {
+	if errors.As(err, &exitCoder) {
 		return ExitUsage
 	}
 	return ExitFailure
 }
 
 func setUsageHandler(c *cli.Command) {
-	c.OnUsageError = func(_ *cli.Context, err error, _ bool) error { return &UsageError{Err: err} }
+	c.OnUsageError = onUsageError
 	for _, sub := range c.Subcommands {
 		setUsageHandler(sub)
 	}
-}
-
-// isFlagError recognises urfave/cli's errors for flags set from the
-// environment, which bypass OnUsageError.
-func isFlagError(err error) bool {
-	s := err.Error()
-	return strings.Contains(s, "from env var") || strings.Contains(s, "could not parse") ||
-		strings.HasPrefix(s, "flag provided but not defined") || strings.Contains(s, "Required flag")
 }
 
 func newApp(name, usage string) *cli.App {
