@@ -21,7 +21,10 @@ import (
 	"github.com/ferryq/ferry/jobs"
 )
 
-// fakeLeader holds a fixed term; stale makes its fence fail.
+// errStale is the fence error of a stale fakeLeader.
+var errStale = errors.New("election: not the leader")
+
+// fakeLeader holds a fixed term; stale makes its fence fail with errStale.
 type fakeLeader struct {
 	term  int64
 	stale atomic.Bool
@@ -31,7 +34,7 @@ func (l *fakeLeader) Term() int64 { return l.term }
 
 func (l *fakeLeader) Fence(context.Context, pgx.Tx) error {
 	if l.stale.Load() {
-		return errors.New("election: not the leader")
+		return errStale
 	}
 	return nil
 }
@@ -386,7 +389,7 @@ func TestScheduler_StaleLeaderWritesNothing(t *testing.T) {
 	require.NoError(t, s.sync(ctx, time.Now()))
 	b.leader.stale.Store(true)
 	err := s.claim(ctx, s.durable[0], time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC), "")
-	require.ErrorContains(t, err, "not the leader")
+	require.ErrorIs(t, err, errStale)
 	require.Empty(t, ticks(t, b.pool, "fenced"))
 	require.Zero(t, countJobs(t, b.pool))
 }
