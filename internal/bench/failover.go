@@ -67,8 +67,11 @@ type fleet struct {
 
 func (f *fleet) start() (*workerProc, error) {
 	p := &workerProc{name: fmt.Sprintf("w%d", f.seq.Add(1)), done: make(chan struct{})}
-	p.cmd = exec.Command(f.bin, "run", "--admin-addr", "off", "--queues", "default=1",
-		"--leader-tick", f.tick.String(), "--standby-probe", f.tick.String())
+	args := []string{"run", "--admin-addr", "off", "--queues", "default=1"}
+	if f.tick > 0 {
+		args = append(args, "--leader-tick", f.tick.String(), "--standby-probe", f.tick.String())
+	}
+	p.cmd = exec.Command(f.bin, args...)
 	p.cmd.Env = append(os.Environ(), "DATABASE_URL="+f.url, "FERRY_LOG_FORMAT=json", "FERRY_LOG_LEVEL=info")
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	stderr, err := p.cmd.StderrPipe()
@@ -133,8 +136,19 @@ func (f *fleet) await(msg string, proc *workerProc, timeout time.Duration) (logE
 	}
 }
 
-func failover(ctx context.Context, serverURL string, trials int, tick time.Duration) (failoverResult, error) {
-	res := failoverResult{Trials: trials, TickMS: tick.Milliseconds(), ProbeMS: tick.Milliseconds()}
+// failoverPlan says how many trials of each kind to run, and the tick and
+// probe of the workers (0: the workers' defaults, 15 s and 60 s).
+type failoverPlan struct {
+	graceful, crash, demotion int
+	tick                      time.Duration
+}
+
+func failover(ctx context.Context, serverURL string, plan failoverPlan) (failoverResult, error) {
+	tick, probe := plan.tick, plan.tick
+	if tick == 0 {
+		tick, probe = election.DefaultTick, election.DefaultProbe
+	}
+	res := failoverResult{Trials: max(plan.graceful, plan.crash, plan.demotion), TickMS: tick.Milliseconds(), ProbeMS: probe.Milliseconds()}
 	dir, bin, err := buildIntoTemp("./cmd/worker")
 	if err != nil {
 		return res, err
@@ -147,7 +161,7 @@ func failover(ctx context.Context, serverURL string, trials int, tick time.Durat
 	defer drop()
 	url := pool.Config().ConnString()
 
-	f := &fleet{bin: bin, url: url, events: make(chan logEvent, 1024), tick: tick}
+	f := &fleet{bin: bin, url: url, events: make(chan logEvent, 1024), tick: plan.tick}
 	defer f.killAll()
 
 	// The 50 ms sampler: holders of the key in this database.
@@ -183,9 +197,12 @@ func failover(ctx context.Context, serverURL string, trials int, tick time.Durat
 		return err
 	}
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	// A random phase against the tick timers (at most a second: standbys
+	// wait on the lock, so the probe's phase no longer matters).
+	phase := func() { time.Sleep(rand.N(min(tick, time.Second))) }
 
-	for range trials { // graceful
-		time.Sleep(rand.N(tick)) // a random phase against the probe and tick timers
+	for range plan.graceful {
+		phase()
 		f.drain()
 		t0 := time.Now()
 		_ = leader.cmd.Process.Signal(syscall.SIGTERM)
@@ -200,8 +217,8 @@ func failover(ctx context.Context, serverURL string, trials int, tick time.Durat
 			return res, err
 		}
 	}
-	for range trials { // crash
-		time.Sleep(rand.N(tick)) // a random phase against the probe and tick timers
+	for range plan.crash {
+		phase()
 		f.drain()
 		t0 := time.Now()
 		_ = syscall.Kill(-leader.cmd.Process.Pid, syscall.SIGKILL)
@@ -219,12 +236,12 @@ func failover(ctx context.Context, serverURL string, trials int, tick time.Durat
 			return res, err
 		}
 	}
-	for range trials { // demotion after pg_terminate_backend
+	for range plan.demotion { // after pg_terminate_backend
 		h, err := election.CurrentHolder(ctx, pool, election.KeyElection)
 		if err != nil || h == nil {
 			return res, fmt.Errorf("demotion: no holder: %v", err)
 		}
-		time.Sleep(rand.N(tick)) // a random phase against the probe and tick timers
+		phase()
 		f.drain()
 		t0 := time.Now()
 		if _, err := pool.Exec(ctx, "SELECT pg_terminate_backend($1)", h.BackendPID); err != nil {
