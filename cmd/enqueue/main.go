@@ -1,5 +1,5 @@
 // Command enqueue is the operator CLI: insert and inspect jobs. The app
-// lives in internal/cli; see `enqueue --help`.
+// lives in ferrycli; see `enqueue --help`.
 package main
 
 import (
@@ -8,12 +8,12 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/ferryq/ferry/internal/cli"
+	"github.com/ferryq/ferry/ferrycli"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := cli.Run(ctx, cli.Enqueue(), os.Args)
+	code := ferrycli.Run(ctx, ferrycli.Enqueue(), os.Args)
 	stop()
 	os.Exit(code)
 }

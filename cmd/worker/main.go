@@ -1,5 +1,5 @@
 // Command worker runs ferry's job workers and migrates its schema. The app
-// lives in internal/cli; see `worker --help`.
+// lives in ferrycli; see `worker --help`.
 package main
 
 import (
@@ -8,12 +8,12 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/ferryq/ferry/internal/cli"
+	"github.com/ferryq/ferry/ferrycli"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := cli.Run(ctx, cli.Worker(), os.Args)
+	code := ferrycli.Run(ctx, ferrycli.Worker(), os.Args)
 	stop()
 	os.Exit(code)
 }

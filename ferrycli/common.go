@@ -1,9 +1,9 @@
-// Package cli holds the command-line apps of ferry's binaries, so that the
+// Package ferrycli holds the command-line apps of ferry's binaries, so that the
 // mains stay a few lines and tests can build the same apps.
 //
 // Exit codes, for every command: 0 success, 2 bad input (one line on stderr
 // saying why; nothing was written), 1 any other failure.
-package cli
+package ferrycli
 
 import (
 	"context"
