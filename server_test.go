@@ -19,7 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferryq/ferry"
-	"github.com/ferryq/ferry/internal/pgtest"
+	"github.com/ferryq/ferry/internal/testkit/pgtest"
 	"github.com/ferryq/ferry/jobs"
 	"github.com/ferryq/ferry/migrations"
 	"github.com/ferryq/ferry/outbox"

@@ -20,7 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ferryq/ferry/internal/pgtest"
+	"github.com/ferryq/ferry/internal/testkit/pgtest"
 	"github.com/ferryq/ferry/migrations"
 )
 

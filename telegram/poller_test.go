@@ -17,7 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferryq/ferry/election"
-	"github.com/ferryq/ferry/internal/pgtest"
+	"github.com/ferryq/ferry/internal/testkit/pgtest"
 )
 
 // The elector is the poller's Leader.

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferryq/ferry/election"
-	"github.com/ferryq/ferry/internal/pgtest"
+	"github.com/ferryq/ferry/internal/testkit/pgtest"
 )
 
 var (

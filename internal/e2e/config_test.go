@@ -9,8 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/ferryq/ferry/internal/pgtest"
-	"github.com/ferryq/ferry/internal/proctest"
+	"github.com/ferryq/ferry/internal/testkit/pgtest"
+	"github.com/ferryq/ferry/internal/testkit/proctest"
 )
 
 // runWorker runs the worker binary and requires it to exit within timeout:

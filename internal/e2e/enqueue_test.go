@@ -12,8 +12,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/ferryq/ferry/internal/pgtest"
-	"github.com/ferryq/ferry/internal/proctest"
+	"github.com/ferryq/ferry/internal/testkit/pgtest"
+	"github.com/ferryq/ferry/internal/testkit/proctest"
 )
 
 // writeFile writes content to a file in a test directory and returns its path.

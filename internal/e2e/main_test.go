@@ -14,8 +14,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ferryq/ferry/internal/pgtest"
-	"github.com/ferryq/ferry/internal/proctest"
+	"github.com/ferryq/ferry/internal/testkit/pgtest"
+	"github.com/ferryq/ferry/internal/testkit/proctest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

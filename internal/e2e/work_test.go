@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/ferryq/ferry/internal/pgtest"
+	"github.com/ferryq/ferry/internal/testkit/pgtest"
 )
 
 // debug makes the worker log "job: completed" lines.

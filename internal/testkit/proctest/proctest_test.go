@@ -12,13 +12,13 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/ferryq/ferry/internal/pgtest"
-	"github.com/ferryq/ferry/internal/proctest"
+	"github.com/ferryq/ferry/internal/testkit/pgtest"
+	"github.com/ferryq/ferry/internal/testkit/proctest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-const hello = "./internal/proctest/testdata/hello"
+const hello = "./internal/testkit/proctest/testdata/hello"
 
 func TestBuild(t *testing.T) {
 	t.Parallel()

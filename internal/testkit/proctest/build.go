@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/ferryq/ferry/internal/pgtest"
+	"github.com/ferryq/ferry/internal/testkit/pgtest"
 )
 
 // dirPrefix names the build directories: proctest-<pid>-<random>, so that a
