@@ -28,11 +28,25 @@
 //
 // New validates the Config, connects, and checks the schema (or migrates it
 // with Config.Migrate). Run publishes the registered kinds to ferry_job_kind,
-// starts the admin server and the River client, and works jobs until its
-// context ends. Then it stops fetching, gives running jobs
+// starts the admin server and the River client, then the elector, the local
+// schedules and the outbox relay, and works jobs until its context ends.
+// Then it resigns the leadership, stops fetching, gives running jobs
 // Config.ShutdownGrace to finish, and cancels the rest: River puts an
 // interrupted job back to available without counting the attempt. A job is
-// never lost to a deploy.
+// never lost to a deploy. A start that fails midway stops what started
+// before it, River included. Run runs once (a second call returns
+// ErrRunTwice); a Server that is built but never run is released with Close.
+//
+// Every long-running part of ferry has one lifecycle shape, River's
+// startstop.Service: Start returns once the part runs (a second Start does
+// nothing), Stop stops it and waits (safe twice, and before Start), Started
+// and Stopped signal. The elector, the local scheduler (periodic.Scheduler),
+// the outbox relay and the admin server have it. Work that runs only on the
+// leader (the durable scheduler, the Telegram pollers, the outbox retention,
+// Config.LeaderRunnables) is an election.Runnable instead: a function whose
+// context is the leader's term, started by the elector at the start of each
+// term, cancelled at its end, and restarted with backoff if it fails while
+// the term lasts.
 //
 // # Defaults
 //

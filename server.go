@@ -57,7 +57,30 @@ type Server struct {
 	// outboxMaxAttempts is what relayed and reset deliveries get.
 	outboxMaxAttempts int
 	started           chan struct{}
+
+	// services start after River, in order, and stop in reverse order.
+	services []service
+
+	// mu guards the lifecycle: Run once, Close any time.
+	mu      sync.Mutex
+	running bool // Run was called
+	closed  bool // Close was called, or Run returned
 }
+
+// service is the lifecycle shape every long-running part of ferry has
+// (startstop.Service): Start returns once running, Stop is safe twice.
+type service interface {
+	Start(ctx context.Context) error
+	Stop()
+}
+
+// Errors of the Server's lifecycle.
+var (
+	// ErrRunTwice is returned by a second Run: a Server runs once.
+	ErrRunTwice = errors.New("ferry: Run called twice; a Server runs once")
+	// ErrClosed is returned by Run on a Server that was closed.
+	ErrClosed = errors.New("ferry: Run called on a closed Server")
+)
 
 // New validates cfg, connects to Postgres, checks (or with cfg.Migrate,
 // applies) the schema, and builds the River client. Nothing runs until Run.
@@ -190,6 +213,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return fail(err)
 	}
 	s.relay = outbox.NewRelay(outbox.RelayConfig{Pool: pool, Inserter: s.river, Routes: routes, MaxAttempts: maxAttempts, Logger: cfg.Logger})
+	s.services = []service{s.elector, s.sched, s.relay}
 	if err := s.metrics.Registry.Register(outbox.NewCollector(pool, cfg.Logger)); err != nil {
 		return fail(err)
 	}
@@ -332,16 +356,31 @@ func (s *Server) ready(ctx context.Context) error {
 	return s.migrator.Check(ctx)
 }
 
-// Run publishes the registered kinds, starts the admin server and the River
-// client, and works jobs until ctx is done. Then it stops fetching, gives
-// running jobs ShutdownGrace to finish, cancels the rest, and returns. River
-// puts each interrupted job back to available without counting the attempt,
-// so it is worked again, never lost. The pool is closed when
-// Run returns.
-func (s *Server) Run(ctx context.Context) (err error) {
-	log := s.cfg.Logger
-	defer s.pool.Close()
+// Run publishes the registered kinds, starts the admin server, the River
+// client, the elector, the local schedules and the outbox relay, and works
+// jobs until ctx is done. Then it resigns, stops fetching, gives running
+// jobs ShutdownGrace to finish, cancels the rest, and returns. River puts
+// each interrupted job back to available without counting the attempt, so
+// it is worked again, never lost.
+//
+// Run runs once: a second call returns ErrRunTwice. Whatever Run started is
+// stopped before it returns, also when a later start fails, and the pool is
+// closed.
+func (s *Server) Run(ctx context.Context) error {
+	s.mu.Lock()
+	switch {
+	case s.running:
+		s.mu.Unlock()
+		return ErrRunTwice
+	case s.closed:
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	s.running = true
+	s.mu.Unlock()
+	defer s.close()
 
+	log := s.cfg.Logger
 	if err := s.registry.Publish(ctx, s.pool); err != nil {
 		return err
 	}
@@ -362,23 +401,26 @@ func (s *Server) Run(ctx context.Context) (err error) {
 		}
 		defer s.admin.Stop()
 	}
-	// River's work contexts must outlive ctx: the stop below is what ends
-	// them, after the grace period.
+	// River's work contexts must outlive ctx: stopRiver is what ends them,
+	// after the grace period. From here on every return stops River.
 	if err := s.river.Start(context.WithoutCancel(ctx)); err != nil {
 		return fmt.Errorf("ferry: start river client: %w", err)
 	}
+	riverStopped := false
+	defer func() {
+		if !riverStopped {
+			s.stopRiver()
+		}
+	}()
 	// The election runs beside the workers: whatever it does (an unreachable
-	// lock database, a lost lock), jobs keep being worked.
-	if err := s.elector.Start(ctx); err != nil {
-		return err
+	// lock database, a lost lock), jobs keep being worked. The local
+	// schedules and the outbox relay run in every process.
+	for _, svc := range s.services {
+		if err := svc.Start(ctx); err != nil {
+			return err
+		}
+		defer svc.Stop()
 	}
-	defer s.elector.Stop()
-	// Local schedules and the outbox relay run in every process.
-	var background sync.WaitGroup
-	bgCtx, stopBackground := context.WithCancel(ctx)
-	background.Go(func() { s.sched.RunLocal(bgCtx) })
-	background.Go(func() { s.relay.Run(bgCtx) })
-	defer func() { stopBackground(); background.Wait() }()
 	close(s.started)
 	log.Info("ferry: started",
 		"version", s.cfg.Version,
@@ -396,15 +438,46 @@ func (s *Server) Run(ctx context.Context) (err error) {
 	// Resign first: a standby takes over the singletons in milliseconds
 	// while this process drains its jobs.
 	s.elector.Stop()
+	riverStopped = true
+	s.stopRiver()
+	return nil
+}
+
+// stopRiver gives running jobs the grace period, then cancels them and
+// waits for them a little longer.
+func (s *Server) stopRiver() {
+	log := s.cfg.Logger
 	log.Info("ferry: stopping; running jobs have the grace period to finish", "grace", s.cfg.ShutdownGrace)
 	stopCtx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace+hardStopBudget)
 	defer cancel()
 	if err := s.river.Stop(stopCtx); err != nil {
 		log.Error("ferry: jobs still running after the grace period and their cancellation; River's rescuer will retry them", "error", err)
-		return nil
+		return
 	}
 	log.Info("ferry: stopped")
-	return nil
+}
+
+// Close releases what New opened (the pool) for a Server that will not
+// Run; a Run after Close returns ErrClosed. It does nothing to a Server
+// that Run: cancel Run's context to stop it, and Run releases everything
+// when it returns. Safe to call twice.
+func (s *Server) Close() {
+	s.mu.Lock()
+	running := s.running
+	s.mu.Unlock()
+	if !running {
+		s.close()
+	}
+}
+
+func (s *Server) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	s.closed = true
+	s.pool.Close()
 }
 
 func queueSummary(q map[string]int) string {

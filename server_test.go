@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferryq/ferry"
+	"github.com/ferryq/ferry/election"
 	"github.com/ferryq/ferry/internal/testkit/pgtest"
 	"github.com/ferryq/ferry/jobs"
 	"github.com/ferryq/ferry/migrations"
@@ -109,6 +110,63 @@ func TestNew_BadConfig(t *testing.T) {
 	cfg.AdminAddr = "0.0.0.0:0"
 	_, err = ferry.New(context.Background(), cfg)
 	require.ErrorContains(t, err, "FERRY_ADMIN_TOKEN")
+}
+
+// A Server runs once; a second Run returns an error instead of panicking.
+func TestServer_RunTwice(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t, true)
+	srv, err := ferry.New(context.Background(), quietConfig(url))
+	require.NoError(t, err)
+	stop := runServer(t, srv)
+	require.ErrorIs(t, srv.Run(context.Background()), ferry.ErrRunTwice)
+	srv.Close() // does nothing to a running server
+	require.NoError(t, srv.Pool().Ping(context.Background()), "Close left the running server's pool open")
+	require.NoError(t, stop())
+	require.ErrorIs(t, srv.Run(context.Background()), ferry.ErrRunTwice)
+}
+
+// A Server built but never run can be closed, which releases its pool.
+func TestServer_CloseWithoutRun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.NewDatabase(t, true)
+	srv, err := ferry.New(ctx, quietConfig(url))
+	require.NoError(t, err)
+	srv.Close()
+	srv.Close()
+	require.Error(t, srv.Pool().Ping(ctx), "the pool is closed")
+	require.ErrorIs(t, srv.Run(ctx), ferry.ErrClosed)
+}
+
+// A start that fails after River started stops River (and what started
+// before it) before Run returns.
+func TestServer_FailureAfterRiverStopsRiver(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.NewDatabase(t, true)
+	srv, err := ferry.New(ctx, quietConfig(url))
+	require.NoError(t, err)
+	boom := errors.New("boom")
+	riverRunning := make(chan bool, 1)
+	srv.AppendServiceForTest(func(context.Context) error {
+		select {
+		case <-srv.River().Stopped():
+			riverRunning <- false
+		default:
+			riverRunning <- true
+		}
+		return boom
+	}, func() {})
+	require.ErrorIs(t, srv.Run(ctx), boom)
+	require.True(t, <-riverRunning, "the failing service started after River")
+	select {
+	case <-srv.River().Stopped():
+	default:
+		t.Fatal("Run returned with the River client still running")
+	}
+	require.False(t, srv.Elector().IsLeader())
+	require.Equal(t, election.StateStopped, srv.Elector().Status().State, "the elector that started before was stopped")
 }
 
 func TestServer_Run(t *testing.T) {

@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/riverqueue/river/rivershared/startstop"
 
 	"github.com/ferryq/ferry/internal/dburl"
 )
@@ -54,8 +55,7 @@ var (
 	// cancellation, so its successor must defer as after a crash.
 	ErrRunnablesStillRunning = errors.New("election: runnables still running after their context was cancelled")
 
-	errResigning = errors.New("election: resigning")
-	errDemoted   = errors.New("election: demoted")
+	errDemoted = errors.New("election: demoted")
 )
 
 // Runnable is work that runs only while this process leads. Its context is
@@ -153,17 +153,16 @@ type Elector struct {
 	leader atomic.Bool
 	term   atomic.Int64
 
+	// BaseStartStop gives the elector ferry's one lifecycle shape: Start,
+	// Stop (safe twice, and without Start), Started, Stopped.
+	startstop.BaseStartStop
+
 	mu        sync.Mutex
 	status    Status
 	runnables []namedRunnable
-	started   bool
+	sealed    bool // Start was called: no more Register
 
 	ownershipSQL string
-	cancel       context.CancelCauseFunc
-
-	startedC chan struct{}
-	done     chan struct{}
-	stop     sync.Once
 
 	mIsLeader    prometheus.Gauge
 	mTerm        prometheus.Gauge
@@ -184,13 +183,10 @@ func New(cfg Config) (*Elector, error) {
 	hostname, _ := os.Hostname()
 	pid := os.Getpid()
 	e := &Elector{
-		cfg:      cfg,
-		holder:   fmt.Sprintf("ferry-leader:%s:%d", hostname, pid),
-		hostname: hostname,
-		pid:      pid,
-		startedC: make(chan struct{}),
-		done:     make(chan struct{}),
-
+		cfg:          cfg,
+		holder:       fmt.Sprintf("ferry-leader:%s:%d", hostname, pid),
+		hostname:     hostname,
+		pid:          pid,
 		ownershipSQL: ownershipSQL,
 		mIsLeader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "ferry_election_is_leader", Help: "1 while this process leads (runnables started), else 0.",
@@ -268,7 +264,7 @@ func (e *Elector) connConfig(appName string, lock bool) (*pgx.ConnConfig, error)
 func (e *Elector) Register(name string, fn Runnable) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.started {
+	if e.sealed {
 		panic("election: Register called after Start")
 	}
 	e.runnables = append(e.runnables, namedRunnable{name: name, fn: fn})
@@ -312,49 +308,29 @@ func (e *Elector) setError(err error) {
 // Start begins campaigning in the background and returns at once: an
 // unreachable database delays leadership, never the caller. Cancelling ctx
 // resigns like Stop, but only Stop waits for the resignation to finish. A
-// second Start returns an error.
+// Start while running does nothing; after Stop, Start campaigns again.
 func (e *Elector) Start(ctx context.Context) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.started {
-		return errors.New("election: Start called twice")
+	ctx, shouldStart, started, stopped := e.StartInit(ctx)
+	if !shouldStart {
+		return nil
 	}
-	e.started = true
-	ctx, e.cancel = context.WithCancelCause(ctx)
+	e.mu.Lock()
+	e.sealed = true
+	e.status.State, e.status.Since = StateStarting, time.Now()
+	e.mu.Unlock()
 	go func() {
-		defer close(e.done)
+		defer stopped()
+		started()
 		e.run(ctx)
 	}()
-	close(e.startedC)
 	return nil
 }
 
-// Started is closed once Start has launched the elector.
-func (e *Elector) Started() <-chan struct{} { return e.startedC }
-
-// Stopped is closed once the elector has finished: resigned if it led, its
-// lock connection closed. It never closes for an elector never started.
-func (e *Elector) Stopped() <-chan struct{} { return e.done }
-
 // Stop resigns gracefully if leading (runnables stopped, term stamped
 // resigned, lock released, standbys notified) and waits for the elector to
-// finish. Safe to call twice, and without Start.
-func (e *Elector) Stop() {
-	e.stop.Do(func() {
-		e.mu.Lock()
-		started, cancel := e.started, e.cancel
-		if !started {
-			// A later Start must not run an elector nobody will stop.
-			e.started = true
-		}
-		e.mu.Unlock()
-		if !started {
-			return
-		}
-		cancel(errResigning)
-		<-e.done
-	})
-}
+// finish. Safe to call twice, and without Start. (Provided by
+// startstop.BaseStartStop; documented here for the elector's meaning.)
+func (e *Elector) Stop() { e.BaseStartStop.Stop() }
 
 func (e *Elector) log() *slog.Logger {
 	return e.cfg.Logger.With("key", e.cfg.Key, "pid", e.pid)
@@ -635,7 +611,7 @@ func (e *Elector) lead(ctx context.Context, conn *pgx.Conn, backendPID int) bool
 		return err
 	}
 	resign := func() {
-		e.release(conn, term, stopRunnables(errResigning))
+		e.release(conn, term, stopRunnables(startstop.ErrStop))
 	}
 	for {
 		select {

@@ -673,6 +673,37 @@ func TestElector_StopWithoutStart(t *testing.T) {
 	e.Stop()
 }
 
+// The elector has ferry's one lifecycle shape: Start returns once running
+// (a second Start does nothing), Started and Stopped signal, Stop is safe
+// twice, and a stopped elector can campaign again.
+func TestElector_Lifecycle(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	e, err := New(Config{DatabaseURL: b.url, Tick: testTick, Probe: testProbe, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	e.Register("activity", b.act.runnable)
+	require.NoError(t, e.Start(ctx))
+	require.NoError(t, e.Start(ctx), "a second Start is a no-op")
+	<-e.Started()
+	stopped := e.Stopped()
+	waitLeader(t, 5*time.Second, e)
+	first := e.Term()
+	require.Panics(t, func() { e.Register("late", b.act.runnable) })
+
+	e.Stop()
+	e.Stop()
+	<-stopped
+	require.Equal(t, StateStopped, e.Status().State)
+	require.Zero(t, b.act.active.Load())
+
+	require.NoError(t, e.Start(ctx))
+	t.Cleanup(e.Stop)
+	waitLeader(t, 5*time.Second, e)
+	require.Greater(t, e.Term(), first, "a restarted elector campaigns for a new term")
+	require.EqualValues(t, 2, b.act.starts.Load(), "one campaign at a time: the second Start of the first run did nothing")
+}
+
 func TestElector_PoolSettingsInURL(t *testing.T) {
 	t.Parallel()
 	// DATABASE_URL may carry pgxpool settings for the job pool; the lock

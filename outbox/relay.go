@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivershared/startstop"
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/ferryq/ferry/internal/dburl"
@@ -59,11 +60,15 @@ type RelayConfig struct {
 // replica: claims use FOR UPDATE SKIP LOCKED, so relays share the work and
 // never relay a message twice.
 type Relay struct {
+	// BaseStartStop gives the relay ferry's one lifecycle shape: Start,
+	// Stop (safe twice, and without Start), Started, Stopped.
+	startstop.BaseStartStop
+
 	cfg  RelayConfig
 	wake chan struct{}
 }
 
-// NewRelay returns a relay; Run starts it.
+// NewRelay returns a relay; Start starts it.
 func NewRelay(cfg RelayConfig) *Relay {
 	cfg.BatchSize = cmp.Or(cfg.BatchSize, DefaultBatchSize)
 	cfg.PollInterval = cmp.Or(cfg.PollInterval, DefaultPollInterval)
@@ -74,10 +79,23 @@ func NewRelay(cfg RelayConfig) *Relay {
 	return &Relay{cfg: cfg, wake: make(chan struct{}, 1)}
 }
 
-// Run relays until ctx ends: at start, on every insert notification, and
-// every PollInterval. A failing batch is logged and retried on the next
-// wake; it never stops the relay.
-func (r *Relay) Run(ctx context.Context) {
+// Start relays in the background until Stop (or ctx ends): at once, on
+// every insert notification, and every PollInterval. A failing batch is
+// logged and retried on the next wake; it never stops the relay.
+func (r *Relay) Start(ctx context.Context) error {
+	ctx, shouldStart, started, stopped := r.StartInit(ctx)
+	if !shouldStart {
+		return nil
+	}
+	go func() {
+		defer stopped()
+		started()
+		r.run(ctx)
+	}()
+	return nil
+}
+
+func (r *Relay) run(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Go(func() { r.listen(ctx) })
 	defer wg.Wait()

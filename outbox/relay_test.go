@@ -233,15 +233,21 @@ func TestRelay_ParallelRelaysRelayEachMessageOnce(t *testing.T) {
 	require.Equal(t, 2*n, count(t, b.pool, "SELECT count(DISTINCT (args->>'message_id', args->>'route')) FROM river_job"))
 }
 
-func TestRelay_Run(t *testing.T) {
+func TestRelay_Start(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx := context.Background()
 	b := relaySetup(t)
 	r := b.relay(t, webhook("t", "hook"))
 	r.cfg.PollInterval = time.Hour // only the notification can wake it
-	done := make(chan struct{})
-	go func() { r.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
+	require.NoError(t, r.Start(ctx))
+	require.NoError(t, r.Start(ctx), "a second Start is a no-op")
+	<-r.Started()
+	stopped := r.Stopped()
+	t.Cleanup(func() {
+		r.Stop()
+		r.Stop()
+		<-stopped
+	})
 
 	// Whenever the write lands (before the first drain, before LISTEN, or
 	// after), the relay finds it: it drains at start and after LISTEN, and

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivershared/startstop"
 	"github.com/riverqueue/river/rivertype"
 )
 
@@ -71,8 +72,13 @@ type Config struct {
 }
 
 // Scheduler turns ticks into River jobs on the leader (Run) and runs local
-// schedules in every process (RunLocal).
+// schedules in every process (Start, Stop).
 type Scheduler struct {
+	// BaseStartStop gives the local schedules ferry's one lifecycle shape:
+	// Start, Stop (safe twice, and without Start), Started, Stopped. The
+	// durable schedules run as the leader runnable Run.
+	startstop.BaseStartStop
+
 	pool     *pgxpool.Pool
 	inserter Inserter
 	leader   Leader
@@ -498,15 +504,26 @@ func (s *Scheduler) sync(ctx context.Context, now time.Time) error {
 	return nil
 }
 
-// RunLocal runs the local schedules in this process until ctx ends: each on
-// its own timer, a run that outlasts its interval skipping the ticks it
-// covered (no burst), a failed run logged and the schedule kept.
-func (s *Scheduler) RunLocal(ctx context.Context) {
-	var wg sync.WaitGroup
-	for _, sc := range s.local {
-		wg.Go(func() { s.runLocal(ctx, sc) })
+// Start runs the local schedules in this process in the background until
+// Stop (or ctx ends): each on its own timer, a run that outlasts its
+// interval skipping the ticks it covered (no burst), a failed run logged and
+// the schedule kept. Stop cancels the runs in flight and waits for them.
+func (s *Scheduler) Start(ctx context.Context) error {
+	ctx, shouldStart, started, stopped := s.StartInit(ctx)
+	if !shouldStart {
+		return nil
 	}
-	wg.Wait()
+	go func() {
+		defer stopped()
+		started()
+		var wg sync.WaitGroup
+		for _, sc := range s.local {
+			wg.Go(func() { s.runLocal(ctx, sc) })
+		}
+		wg.Wait()
+		<-ctx.Done() // running until stopped, even with no local schedule left
+	}()
+	return nil
 }
 
 func (s *Scheduler) runLocal(ctx context.Context, sc Schedule) {

@@ -429,7 +429,7 @@ func TestScheduler_Run(t *testing.T) {
 	require.False(t, next.IsZero())
 }
 
-func TestScheduler_RunLocal(t *testing.T) {
+func TestScheduler_StartLocal(t *testing.T) {
 	t.Parallel()
 	var runs atomic.Int32
 	clock := &fakeClock{now: time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)}
@@ -444,12 +444,14 @@ func TestScheduler_RunLocal(t *testing.T) {
 	}}})
 	require.NoError(t, err)
 	require.False(t, s.Durable())
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { s.RunLocal(ctx); close(done) }()
+	require.NoError(t, s.Start(context.Background()))
+	require.NoError(t, s.Start(context.Background()), "a second Start is a no-op")
+	<-s.Started()
+	stopped := s.Stopped()
 	require.Eventually(t, func() bool { return runs.Load() >= 5 }, 5*time.Second, time.Millisecond)
-	cancel()
-	<-done
+	s.Stop()
+	s.Stop()
+	<-stopped
 }
 
 func TestValidateSchedules(t *testing.T) {

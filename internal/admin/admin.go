@@ -20,6 +20,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/riverqueue/river/rivershared/startstop"
 )
 
 // Config configures the server.
@@ -51,10 +52,15 @@ type Server struct {
 	csrf  string
 	pages map[string]*template.Template
 	now   func() time.Time
-	srv   *http.Server
-	ln    net.Listener
-	done  chan struct{}
-	once  sync.Once
+	// handler is built once in New; each Start serves it on a new listener.
+	handler http.Handler
+
+	// BaseStartStop gives the server ferry's one lifecycle shape: Start,
+	// Stop (safe twice, and without Start), Started, Stopped.
+	startstop.BaseStartStop
+
+	mu sync.Mutex
+	ln net.Listener // while started
 }
 
 // ErrExposedWithoutToken is returned by New for a non-loopback address with
@@ -72,7 +78,7 @@ func New(cfg Config) (*Server, error) {
 	if err := ValidateAddr(cfg.Addr, cfg.Token); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, now: time.Now, done: make(chan struct{})}
+	s := &Server{cfg: cfg, now: time.Now}
 	key := make([]byte, 32)
 	if _, err := rand.Read(key); err != nil {
 		return nil, fmt.Errorf("admin: make the CSRF key: %w", err)
@@ -86,7 +92,7 @@ func New(cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
-	s.srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	s.handler = s.Handler()
 	return s, nil
 }
 
@@ -249,41 +255,52 @@ func hostOf(hostport string) string {
 }
 
 // Start listens and serves in the background; it returns once the socket is
-// bound, or with the bind error.
-func (s *Server) Start(context.Context) error {
+// bound, or with the bind error. Stop (or the end of ctx) shuts the server
+// down, waiting up to 5s for requests in flight.
+func (s *Server) Start(ctx context.Context) error {
+	ctx, shouldStart, started, stopped := s.StartInit(ctx)
+	if !shouldStart {
+		return nil
+	}
 	ln, err := net.Listen("tcp", s.cfg.Addr)
 	if err != nil {
+		stopped()
 		return fmt.Errorf("admin: listen on %s: %w", s.cfg.Addr, err)
 	}
+	s.mu.Lock()
 	s.ln = ln
+	s.mu.Unlock()
+	srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan struct{})
 	go func() {
-		defer close(s.done)
-		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		defer close(served)
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.cfg.Logger.Error("admin: serve", "error", err)
 		}
 	}()
+	go func() {
+		defer stopped()
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+		<-served
+		s.mu.Lock()
+		s.ln = nil
+		s.mu.Unlock()
+	}()
+	started()
 	s.cfg.Logger.Info("admin: listening", "addr", ln.Addr().String())
 	return nil
 }
 
-// Addr is the bound address (useful with port 0).
+// Addr is the bound address while started (useful with port 0), else the
+// configured one.
 func (s *Server) Addr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.ln == nil {
 		return s.cfg.Addr
 	}
 	return s.ln.Addr().String()
-}
-
-// Stop shuts the server down, waiting up to 5s for requests in flight. It is
-// safe to call twice, and before Start.
-func (s *Server) Stop() {
-	if s.ln == nil {
-		return
-	}
-	s.once.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = s.srv.Shutdown(ctx)
-		<-s.done
-	})
 }

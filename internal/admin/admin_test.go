@@ -127,14 +127,33 @@ func TestServer_Token(t *testing.T) {
 	}
 }
 
-func TestServer_StopTwice(t *testing.T) {
+// The admin server has ferry's one lifecycle shape: Stop before Start and
+// twice is safe, a second Start does nothing, Started and Stopped signal,
+// and a stopped server serves again on Start.
+func TestServer_Lifecycle(t *testing.T) {
 	t.Parallel()
+	ctx := context.Background()
 	srv, err := New(Config{Addr: "127.0.0.1:0"})
 	require.NoError(t, err)
 	srv.Stop() // before Start
-	require.NoError(t, srv.Start(context.Background()))
+	require.NoError(t, srv.Start(ctx))
+	addr := srv.Addr()
+	require.NoError(t, srv.Start(ctx), "a second Start is a no-op")
+	require.Equal(t, addr, srv.Addr(), "still the first listener")
+	<-srv.Started()
+	stopped := srv.Stopped()
+	code, _ := get(t, "http://"+addr+"/healthz", nil)
+	require.Equal(t, http.StatusOK, code)
 	srv.Stop()
 	srv.Stop()
+	<-stopped
+	_, err = http.Get("http://" + addr + "/healthz")
+	require.Error(t, err, "nothing listens after Stop")
+
+	require.NoError(t, srv.Start(ctx))
+	t.Cleanup(srv.Stop)
+	code, _ = get(t, "http://"+srv.Addr()+"/healthz", nil)
+	require.Equal(t, http.StatusOK, code, "a stopped server serves again")
 }
 
 func TestServer_SameOrigin(t *testing.T) {

@@ -1,0 +1,17 @@
+package ferry
+
+import "context"
+
+// AppendServiceForTest adds a service that Run starts after the others, so
+// that a test can make a start fail after River started.
+func (s *Server) AppendServiceForTest(start func(context.Context) error, stop func()) {
+	s.services = append(s.services, funcService{start: start, stop: stop})
+}
+
+type funcService struct {
+	start func(context.Context) error
+	stop  func()
+}
+
+func (f funcService) Start(ctx context.Context) error { return f.start(ctx) }
+func (f funcService) Stop()                           { f.stop() }
