@@ -8,7 +8,7 @@ import (
 
 func TestInterspersed(t *testing.T) {
 	t.Parallel()
-	app := Enqueue()
+	app := EnqueueApp()
 	for name, tc := range map[string]struct{ in, want []string }{
 		"flags after kind": {
 			in:   []string{"enqueue", "job", "ferry.noop", "--args", "{}", "--json"},

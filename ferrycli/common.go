@@ -1,8 +1,3 @@
-// Package ferrycli holds the command-line apps of ferry's binaries, so that the
-// mains stay a few lines and tests can build the same apps.
-//
-// Exit codes, for every command: 0 success, 2 bad input (one line on stderr
-// saying why; nothing was written), 1 any other failure.
 package ferrycli
 
 import (
@@ -24,7 +19,7 @@ import (
 	"github.com/ferryq/ferry/internal/logging"
 )
 
-// Exit codes.
+// Exit codes of Run.
 const (
 	ExitOK      = 0
 	ExitFailure = 1
@@ -51,9 +46,13 @@ func usageErrorf(format string, args ...any) error {
 	return &UsageError{Err: fmt.Errorf(format, args...)}
 }
 
-// Run runs app with args under ctx (which main cancels on SIGINT/SIGTERM)
-// and returns the process exit code, printing a failure as one line on
-// stderr.
+// Run runs app with args (os.Args: the program name first) under ctx,
+// which main cancels on SIGINT/SIGTERM, and returns the process exit code:
+// ExitOK, ExitUsage for bad input (a *UsageError, a flag's error, any
+// cli.ExitCoder), ExitFailure for anything else. A failure is printed as
+// one line on the app's ErrWriter, after the app's name, with database
+// passwords redacted. app may be one of this package's or an app of one's
+// own; Run installs the usage-error hook on it and on all its commands.
 func Run(ctx context.Context, app *cli.App, args []string) int {
 	app.ExitErrHandler = func(*cli.Context, error) {} // exit codes are ours
 	app.OnUsageError = onUsageError
@@ -94,7 +93,7 @@ func newApp(name, usage string) *cli.App {
 			if c.NArg() == 0 {
 				return cli.ShowAppHelp(c)
 			}
-			return usageErrorf("unknown command %q; see %s --help", c.Args().First(), name)
+			return usageErrorf("unknown command %q; see %s --help", c.Args().First(), c.App.Name)
 		},
 	}
 }

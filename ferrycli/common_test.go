@@ -89,7 +89,7 @@ func TestRun_BadEnvironmentVariable(t *testing.T) {
 	require.Equal(t, 1, strings.Count(stderr, "\n"), "one line: %q", stderr)
 
 	t.Setenv("FERRY_SHUTDOWN_GRACE", "soon")
-	code, stderr = run(t, Worker(), "worker", "run")
+	code, stderr = run(t, WorkerApp(WorkerOptions{}), "worker", "run")
 	require.Equal(t, ExitUsage, code, stderr)
 	require.Contains(t, stderr, "FERRY_SHUTDOWN_GRACE")
 }
@@ -110,7 +110,7 @@ func TestApps_NoRequiredFlags(t *testing.T) {
 			walk(path+" "+c.Name, c.Flags, c.Subcommands)
 		}
 	}
-	for _, app := range []*cli.App{Worker(), Enqueue()} {
+	for _, app := range []*cli.App{WorkerApp(WorkerOptions{}), EnqueueApp()} {
 		walk(app.Name, app.Flags, app.Commands)
 	}
 }

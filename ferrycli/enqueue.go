@@ -19,8 +19,10 @@ import (
 	"github.com/ferryq/ferry/jobs"
 )
 
-// Enqueue returns the `enqueue` app, the operator's CLI.
-func Enqueue() *cli.App {
+// EnqueueApp returns the `enqueue` app, the operator's CLI. It takes no
+// options: besides ferry's built-in kinds, it accepts those that some
+// worker, yours included, has registered in ferry_job_kind.
+func EnqueueApp() *cli.App {
 	app := newApp("enqueue", "insert and inspect ferry jobs from a shell")
 	app.Description = `Every command reads DATABASE_URL (or --database-url), prints a table (or JSON
 with --json), and exits 0 on success, 2 on bad input (one line saying why;

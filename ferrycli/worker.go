@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/urfave/cli/v2"
@@ -11,11 +12,44 @@ import (
 	"github.com/ferryq/ferry"
 	"github.com/ferryq/ferry/election"
 	"github.com/ferryq/ferry/internal/dburl"
+	"github.com/ferryq/ferry/jobs"
 	"github.com/ferryq/ferry/migrations"
+	"github.com/ferryq/ferry/outbox"
+	"github.com/ferryq/ferry/periodic"
+	"github.com/ferryq/ferry/telegram"
 )
 
-// Worker returns the `worker` app: run, migrate, version.
-func Worker() *cli.App {
+// WorkerOptions are what a worker binary of one's own adds to the
+// configuration its flags and environment give: its job kinds, schedules,
+// outbox routes, Telegram command routers and leader runnables. Each goes
+// into the ferry.Config field of the same name, beside ferry's built-in
+// kinds and the config file's entries (FERRY_CONFIG).
+type WorkerOptions struct {
+	Kinds           []jobs.Kind
+	Schedules       []periodic.Schedule
+	OutboxRoutes    []outbox.Route
+	TelegramRouters map[string]*telegram.Router
+	LeaderRunnables []ferry.LeaderRunnable
+}
+
+// addTo adds o's parts to cfg.
+func (o WorkerOptions) addTo(cfg *ferry.Config) {
+	cfg.Kinds = append(cfg.Kinds, o.Kinds...)
+	cfg.Schedules = append(cfg.Schedules, o.Schedules...)
+	cfg.OutboxRoutes = append(cfg.OutboxRoutes, o.OutboxRoutes...)
+	cfg.LeaderRunnables = append(cfg.LeaderRunnables, o.LeaderRunnables...)
+	if len(o.TelegramRouters) > 0 {
+		if cfg.TelegramRouters == nil {
+			cfg.TelegramRouters = make(map[string]*telegram.Router, len(o.TelegramRouters))
+		}
+		maps.Copy(cfg.TelegramRouters, o.TelegramRouters)
+	}
+}
+
+// WorkerApp returns the `worker` app: run, migrate, version. `run` works
+// ferry's built-in kinds and those of opts (the zero WorkerOptions for
+// ferry's own binary). Set the app's Name to the binary's.
+func WorkerApp(opts WorkerOptions) *cli.App {
 	app := newApp("worker", "run ferry's job workers, and migrate its schema")
 	app.Description = `A worker works River jobs from every queue it is given, on as many replicas as
 you like: start the same command on each host, all pointing at one Postgres.
@@ -24,11 +58,79 @@ Examples:
    worker migrate up
    DATABASE_URL=postgres://ferry:ferry@127.0.0.1:5432/ferry worker run
    worker run --queues default=100,outbox=20 --shutdown-grace 60s`
-	app.Commands = []*cli.Command{workerRun(), workerMigrate(), versionCommand()}
+	app.Commands = []*cli.Command{workerRun(opts), workerMigrate(), versionCommand()}
 	return app
 }
 
-func workerRun() *cli.Command {
+// WorkerFlags returns the flags of `worker run`, each with its environment
+// variable (DATABASE_URL, FERRY_*), for a command of one's own that builds
+// its ferry.Config with WorkerConfig.
+func WorkerFlags() []cli.Flag {
+	return append([]cli.Flag{
+		databaseURLFlag(),
+		&cli.StringFlag{Name: "config", Usage: "YAML file of schedules, outbox routes and Telegram bots (see README)", EnvVars: []string{"FERRY_CONFIG"}},
+		&cli.StringFlag{Name: "queues", Value: ferry.DefaultQueues, Usage: "queues to work and their worker counts, name=workers,…", EnvVars: []string{"FERRY_QUEUES"}},
+		&cli.DurationFlag{Name: "fetch-cooldown", Value: ferry.DefaultFetchCooldown, Usage: "least time between two fetches of one queue", EnvVars: []string{"FERRY_FETCH_COOLDOWN"}},
+		&cli.DurationFlag{Name: "fetch-poll-interval", Value: ferry.DefaultFetchPollInterval, Usage: "fallback poll of each queue when no insert notification arrives", EnvVars: []string{"FERRY_FETCH_POLL_INTERVAL"}},
+		&cli.DurationFlag{Name: "job-timeout", Value: ferry.DefaultJobTimeout, Usage: "default time a job may run before its context is cancelled", EnvVars: []string{"FERRY_JOB_TIMEOUT"}},
+		&cli.DurationFlag{Name: "shutdown-grace", Value: ferry.DefaultShutdownGrace, Usage: "time running jobs get to finish on stop before they are cancelled (and retried)", EnvVars: []string{"FERRY_SHUTDOWN_GRACE"}},
+		&cli.StringFlag{Name: "admin-addr", Value: ferry.DefaultAdminAddr, Usage: "address of the admin console (/admin/, /riverui/), /healthz, /readyz and /metrics, or off", EnvVars: []string{"FERRY_ADMIN_ADDR"}},
+		&cli.StringFlag{Name: "admin-token", Usage: "token required on the admin surface (all but /healthz)", EnvVars: []string{"FERRY_ADMIN_TOKEN"}},
+		&cli.BoolFlag{Name: "migrate", Usage: "apply pending migrations before starting", EnvVars: []string{"FERRY_MIGRATE"}},
+		&cli.IntFlag{Name: "outbox-max-attempts", Usage: "attempts of each outbox delivery before it is stuck (default: the config file's, else 24)", EnvVars: []string{"FERRY_OUTBOX_MAX_ATTEMPTS"}},
+		&cli.DurationFlag{Name: "outbox-retention", Usage: "delete delivered outbox messages older than this (0 keeps everything)", EnvVars: []string{"FERRY_OUTBOX_RETENTION"}},
+		&cli.StringFlag{Name: "telegram-api-url", Usage: "Telegram Bot API server (default the public one); tests and air-gapped setups point elsewhere", EnvVars: []string{"FERRY_TELEGRAM_API_URL"}},
+		&cli.StringFlag{Name: "election-database-url", Usage: "Postgres for the leader lock, direct or session-mode (default: --database-url)", EnvVars: []string{"FERRY_ELECTION_DATABASE_URL"}},
+		electionKeyFlag(),
+		&cli.DurationFlag{Name: "leader-tick", Value: election.DefaultTick, Usage: "how often the leader proves it still holds the lock", EnvVars: []string{"FERRY_LEADER_TICK"}},
+		&cli.DurationFlag{Name: "leader-tick-timeout", Usage: "bound of each ownership check (default a third of the tick, at most 5s)", EnvVars: []string{"FERRY_LEADER_TICK_TIMEOUT"}},
+		&cli.DurationFlag{Name: "standby-probe", Value: election.DefaultProbe, Usage: "most a standby backs off after a failed wait on the lock (a freed lock is taken at once)", EnvVars: []string{"FERRY_STANDBY_PROBE"}},
+	}, logFlags()...)
+}
+
+// WorkerConfig returns the ferry.Config that the flags of WorkerFlags give,
+// as c parsed them (from the command line or the environment), with its
+// Logger built from --log-format and --log-level. Bad input (no database
+// URL, a bad queue list or log setting) is a *UsageError. The Config has
+// no kinds, schedules, routes or runnables of its own: add yours, then
+// call ferry.New.
+func WorkerConfig(c *cli.Context) (ferry.Config, error) {
+	logger, err := loggerFrom(c)
+	if err != nil {
+		return ferry.Config{}, err
+	}
+	url, err := databaseURL(c)
+	if err != nil {
+		return ferry.Config{}, err
+	}
+	queues, err := ferry.ParseQueues(c.String("queues"))
+	if err != nil {
+		return ferry.Config{}, &UsageError{Err: err}
+	}
+	return ferry.Config{
+		DatabaseURL:         url,
+		Queues:              queues,
+		FetchCooldown:       c.Duration("fetch-cooldown"),
+		FetchPollInterval:   c.Duration("fetch-poll-interval"),
+		JobTimeout:          c.Duration("job-timeout"),
+		ShutdownGrace:       c.Duration("shutdown-grace"),
+		AdminAddr:           c.String("admin-addr"),
+		AdminToken:          c.String("admin-token"),
+		Migrate:             c.Bool("migrate"),
+		ConfigFile:          c.String("config"),
+		OutboxMaxAttempts:   c.Int("outbox-max-attempts"),
+		OutboxRetention:     c.Duration("outbox-retention"),
+		TelegramAPIURL:      c.String("telegram-api-url"),
+		ElectionDatabaseURL: c.String("election-database-url"),
+		ElectionKey:         c.Int64("election-key"),
+		LeaderTick:          c.Duration("leader-tick"),
+		LeaderTickTimeout:   c.Duration("leader-tick-timeout"),
+		StandbyProbe:        c.Duration("standby-probe"),
+		Logger:              logger,
+	}, nil
+}
+
+func workerRun(opts WorkerOptions) *cli.Command {
 	return &cli.Command{
 		Name:  "run",
 		Usage: "work jobs until SIGINT or SIGTERM, then stop gracefully",
@@ -38,64 +140,18 @@ available without counting the attempt. It is never lost.
 
 The worker refuses to start on a schema behind its build unless --migrate is
 given.`,
-		Flags: append([]cli.Flag{
-			databaseURLFlag(),
-			&cli.StringFlag{Name: "config", Usage: "YAML file of schedules, outbox routes and Telegram bots (see README)", EnvVars: []string{"FERRY_CONFIG"}},
-			&cli.StringFlag{Name: "queues", Value: ferry.DefaultQueues, Usage: "queues to work and their worker counts, name=workers,…", EnvVars: []string{"FERRY_QUEUES"}},
-			&cli.DurationFlag{Name: "fetch-cooldown", Value: ferry.DefaultFetchCooldown, Usage: "least time between two fetches of one queue", EnvVars: []string{"FERRY_FETCH_COOLDOWN"}},
-			&cli.DurationFlag{Name: "fetch-poll-interval", Value: ferry.DefaultFetchPollInterval, Usage: "fallback poll of each queue when no insert notification arrives", EnvVars: []string{"FERRY_FETCH_POLL_INTERVAL"}},
-			&cli.DurationFlag{Name: "job-timeout", Value: ferry.DefaultJobTimeout, Usage: "default time a job may run before its context is cancelled", EnvVars: []string{"FERRY_JOB_TIMEOUT"}},
-			&cli.DurationFlag{Name: "shutdown-grace", Value: ferry.DefaultShutdownGrace, Usage: "time running jobs get to finish on stop before they are cancelled (and retried)", EnvVars: []string{"FERRY_SHUTDOWN_GRACE"}},
-			&cli.StringFlag{Name: "admin-addr", Value: ferry.DefaultAdminAddr, Usage: "address of the admin console (/admin/, /riverui/), /healthz, /readyz and /metrics, or off", EnvVars: []string{"FERRY_ADMIN_ADDR"}},
-			&cli.StringFlag{Name: "admin-token", Usage: "token required on the admin surface (all but /healthz)", EnvVars: []string{"FERRY_ADMIN_TOKEN"}},
-			&cli.BoolFlag{Name: "migrate", Usage: "apply pending migrations before starting", EnvVars: []string{"FERRY_MIGRATE"}},
-			&cli.IntFlag{Name: "outbox-max-attempts", Usage: "attempts of each outbox delivery before it is stuck (default: the config file's, else 24)", EnvVars: []string{"FERRY_OUTBOX_MAX_ATTEMPTS"}},
-			&cli.DurationFlag{Name: "outbox-retention", Usage: "delete delivered outbox messages older than this (0 keeps everything)", EnvVars: []string{"FERRY_OUTBOX_RETENTION"}},
-			&cli.StringFlag{Name: "telegram-api-url", Usage: "Telegram Bot API server (default the public one); tests and air-gapped setups point elsewhere", EnvVars: []string{"FERRY_TELEGRAM_API_URL"}},
-			&cli.StringFlag{Name: "election-database-url", Usage: "Postgres for the leader lock, direct or session-mode (default: --database-url)", EnvVars: []string{"FERRY_ELECTION_DATABASE_URL"}},
-			electionKeyFlag(),
-			&cli.DurationFlag{Name: "leader-tick", Value: election.DefaultTick, Usage: "how often the leader proves it still holds the lock", EnvVars: []string{"FERRY_LEADER_TICK"}},
-			&cli.DurationFlag{Name: "leader-tick-timeout", Usage: "bound of each ownership check (default a third of the tick, at most 5s)", EnvVars: []string{"FERRY_LEADER_TICK_TIMEOUT"}},
-			&cli.DurationFlag{Name: "standby-probe", Value: election.DefaultProbe, Usage: "most a standby backs off after a failed wait on the lock (a freed lock is taken at once)", EnvVars: []string{"FERRY_STANDBY_PROBE"}},
-		}, logFlags()...),
+		Flags: WorkerFlags(),
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
 				return usageErrorf("run takes no arguments, got %q", c.Args().First())
 			}
-			logger, err := loggerFrom(c)
+			cfg, err := WorkerConfig(c)
 			if err != nil {
 				return err
 			}
-			url, err := databaseURL(c)
-			if err != nil {
-				return err
-			}
-			queues, err := ferry.ParseQueues(c.String("queues"))
-			if err != nil {
-				return &UsageError{Err: err}
-			}
+			opts.addTo(&cfg)
 			ctx := signalContext(c)
-			srv, err := ferry.New(ctx, ferry.Config{
-				DatabaseURL:         url,
-				Queues:              queues,
-				FetchCooldown:       c.Duration("fetch-cooldown"),
-				FetchPollInterval:   c.Duration("fetch-poll-interval"),
-				JobTimeout:          c.Duration("job-timeout"),
-				ShutdownGrace:       c.Duration("shutdown-grace"),
-				AdminAddr:           c.String("admin-addr"),
-				AdminToken:          c.String("admin-token"),
-				Migrate:             c.Bool("migrate"),
-				ConfigFile:          c.String("config"),
-				OutboxMaxAttempts:   c.Int("outbox-max-attempts"),
-				OutboxRetention:     c.Duration("outbox-retention"),
-				TelegramAPIURL:      c.String("telegram-api-url"),
-				ElectionDatabaseURL: c.String("election-database-url"),
-				ElectionKey:         c.Int64("election-key"),
-				LeaderTick:          c.Duration("leader-tick"),
-				LeaderTickTimeout:   c.Duration("leader-tick-timeout"),
-				StandbyProbe:        c.Duration("standby-probe"),
-				Logger:              logger,
-			})
+			srv, err := ferry.New(ctx, cfg)
 			if errors.Is(err, ferry.ErrConfig) {
 				return &UsageError{Err: err}
 			}

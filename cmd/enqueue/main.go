@@ -13,7 +13,7 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := ferrycli.Run(ctx, ferrycli.Enqueue(), os.Args)
+	code := ferrycli.Run(ctx, ferrycli.EnqueueApp(), os.Args)
 	stop()
 	os.Exit(code)
 }

@@ -1,5 +1,6 @@
 // Command worker runs ferry's job workers and migrates its schema. The app
-// lives in ferrycli; see `worker --help`.
+// lives in package ferrycli, which also builds worker binaries with job
+// kinds of their own; see `worker --help`.
 package main
 
 import (
@@ -13,7 +14,7 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := ferrycli.Run(ctx, ferrycli.Worker(), os.Args)
+	code := ferrycli.Run(ctx, ferrycli.WorkerApp(ferrycli.WorkerOptions{}), os.Args)
 	stop()
 	os.Exit(code)
 }
