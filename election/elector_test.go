@@ -508,8 +508,9 @@ func TestElector_GracefulHandover(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	s := b.sample(t, KeyElection)
-	// A long probe: only the resignation notice can make the handover fast.
-	slow := func(c *Config) { c.Probe = time.Minute }
+	logs := &logRecorder{}
+	// An hour-long probe: only the standby's wait on the lock can take over.
+	slow := func(c *Config) { c.Probe = time.Hour; c.Logger = logs.logger() }
 	e1 := b.elector(t, slow)
 	waitLeader(t, 5*time.Second, e1)
 	e2 := b.elector(t, slow)
@@ -517,9 +518,11 @@ func TestElector_GracefulHandover(t *testing.T) {
 
 	start := time.Now()
 	e1.Stop()
-	waitLeader(t, time.Second, e2)
+	waitLeader(t, 10*time.Second, e2)
 	t.Logf("graceful handover took %s", time.Since(start))
-	require.Less(t, time.Since(start), time.Second)
+	rec := logs.find(t, "election: failover acquired")
+	require.Equal(t, true, rec["previous_resigned"])
+	require.Equal(t, false, rec["deferred"], "a resigned predecessor: no deferral")
 	s.finish()
 	require.LessOrEqual(t, s.maxActive.Load(), int32(1))
 	require.LessOrEqual(t, s.maxHolders.Load(), int32(1))
