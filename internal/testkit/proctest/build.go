@@ -1,20 +1,17 @@
 package proctest
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
-	"path"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 
+	"github.com/ferryq/ferry/internal/testkit/fleet"
 	"github.com/ferryq/ferry/internal/testkit/pgtest"
 )
 
@@ -22,15 +19,13 @@ import (
 // later run can tell whether the process that made one is gone.
 const dirPrefix = "proctest-"
 
-// builds caches what Build made in this test process, keyed by the package
-// as the caller spelled it. The mutex is held for the whole of a build, so
-// parallel tests that need the same binaries wait for one build.
+// builds is what Build made in this test process: a builder into a
+// temporary directory, made on first use. The mutex is held for the whole of
+// a Build, so parallel tests that need the same binaries wait for one build.
 var builds struct {
-	mu   sync.Mutex
-	dir  string
-	root string
-	bins map[string]string
-	errs map[string]error
+	mu  sync.Mutex
+	dir string
+	b   *fleet.Builder
 	// atExit is set once Cleanup is registered with pgtest.AtExit.
 	atExit bool
 }
@@ -47,46 +42,17 @@ var builds struct {
 // packages that share it cannot both be built.
 func Build(tb testing.TB, pkgs ...string) map[string]string {
 	tb.Helper()
-	builds.mu.Lock()
-	defer builds.mu.Unlock()
-	if builds.bins == nil {
-		builds.bins, builds.errs = map[string]string{}, map[string]error{}
+	bins, err := build(pkgs)
+	if err != nil {
+		tb.Fatalf("proctest: %v", err)
 	}
-	var missing []string
-	for _, pkg := range pkgs {
-		_, built := builds.bins[pkg]
-		_, failed := builds.errs[pkg]
-		if !built && !failed && !slices.Contains(missing, pkg) {
-			missing = append(missing, pkg)
-		}
-	}
-	if len(missing) > 0 {
-		if err := build(missing); err != nil {
-			for _, pkg := range missing {
-				builds.errs[pkg] = err
-			}
-		}
-	}
-	out := make(map[string]string, len(pkgs))
-	for _, pkg := range pkgs {
-		if err := builds.errs[pkg]; err != nil {
-			tb.Fatalf("proctest: build %s: %v", pkg, err)
-		}
-		out[pkg] = builds.bins[pkg]
-	}
-	return out
+	return bins
 }
 
-// build runs one `go build` for pkgs in the module root. builds.mu is held.
-func build(pkgs []string) error {
-	if builds.root == "" {
-		root, err := moduleRoot()
-		if err != nil {
-			return err
-		}
-		builds.root = root
-	}
-	if builds.dir == "" {
+func build(pkgs []string) (map[string]string, error) {
+	builds.mu.Lock()
+	defer builds.mu.Unlock()
+	if builds.b == nil {
 		sweep()
 		if !builds.atExit {
 			builds.atExit = true
@@ -94,57 +60,11 @@ func build(pkgs []string) error {
 		}
 		dir, err := os.MkdirTemp("", dirPrefix+strconv.Itoa(os.Getpid())+"-")
 		if err != nil {
-			return fmt.Errorf("make build directory: %w", err)
+			return nil, fmt.Errorf("make build directory: %w", err)
 		}
-		builds.dir = dir
+		builds.dir, builds.b = dir, &fleet.Builder{Dir: dir}
 	}
-	want := map[string]string{}
-	for _, pkg := range pkgs {
-		name := path.Base(path.Clean(filepath.ToSlash(pkg)))
-		bin := filepath.Join(builds.dir, name)
-		for other, p := range builds.bins {
-			if p == bin {
-				return fmt.Errorf("binary name %q is taken by %s", name, other)
-			}
-		}
-		for other, p := range want {
-			if p == bin {
-				return fmt.Errorf("binary name %q is shared with %s", name, other)
-			}
-		}
-		want[pkg] = bin
-	}
-	// -buildvcs=false: no VCS stamping, so the build runs no git command and
-	// works outside a checkout.
-	args := append([]string{"build", "-buildvcs=false", "-o", builds.dir + string(filepath.Separator)}, pkgs...)
-	cmd := exec.Command("go", args...)
-	cmd.Dir = builds.root
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, out.Bytes())
-	}
-	for pkg, bin := range want {
-		if _, err := os.Stat(bin); err != nil {
-			return fmt.Errorf("go build wrote no %s: is %s a main package?", filepath.Base(bin), pkg)
-		}
-		builds.bins[pkg] = bin
-	}
-	return nil
-}
-
-// moduleRoot is the directory of the go.mod that governs the test's working
-// directory (go test runs a test binary in its package's directory).
-func moduleRoot() (string, error) {
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
-	}
-	gomod := strings.TrimSpace(string(out))
-	if gomod == "" || gomod == os.DevNull {
-		return "", errors.New("the test does not run inside a Go module (go env GOMOD is empty)")
-	}
-	return filepath.Dir(gomod), nil
+	return builds.b.Build(pkgs...)
 }
 
 // Cleanup removes the binaries Build made; a later Build builds again.
@@ -155,7 +75,7 @@ func Cleanup() {
 	if builds.dir != "" {
 		_ = os.RemoveAll(builds.dir)
 	}
-	builds.dir, builds.bins, builds.errs = "", nil, nil
+	builds.dir, builds.b = "", nil
 }
 
 // sweep removes build directories left by test processes that have exited

@@ -1,5 +1,7 @@
 // Package proctest runs real binaries as subprocesses in tests: ferry's
-// end-to-end tests, and the election tests that kill leaders for real.
+// end-to-end tests, and the election tests that kill leaders for real. It is
+// internal/testkit/fleet made for tests: a failure fails the test, and the
+// test's end cleans up.
 //
 // # Building
 //
@@ -15,17 +17,15 @@
 //
 // # Processes
 //
-// Start runs a binary in a process group of its own, with an environment made
-// of PATH, HOME and TMPDIR from the test's own environment plus the variables
-// the test gives: a DATABASE_URL or FERRY_* setting in the developer's shell
-// never reaches a child. stdout and stderr are captured in memory; the Proc
-// methods read them (Stdout, Stderr) and wait on them (WaitForLine), woken by
-// each write rather than by polling. Signal, Kill (SIGKILL to the whole group,
-// like kill -9) and Wait drive the process; when the test ends, a process
-// still running is killed, and if the test failed its output is logged.
-//
-// The children are started with a parent-death signal, so a test binary
-// killed by `go test -timeout` does not leave workers running.
+// Start runs a binary as fleet.Start does: in a process group of its own,
+// with PATH, HOME and TMPDIR from the test's own environment plus the
+// variables the test gives (a DATABASE_URL or FERRY_* setting in the
+// developer's shell never reaches a child), its output kept in memory, and a
+// parent-death signal so that a test binary killed by `go test -timeout` does
+// not leave workers running. A Proc has fleet.Proc's methods: Stdout,
+// Stderr, WaitForLine, Signal, Kill (SIGKILL to the whole group, like kill
+// -9) and Wait. When the test ends, a process still running is killed, and if
+// the test failed its output is logged.
 //
 // Run is the one-shot form for CLI calls: it returns stdout, stderr and the
 // exit code.
