@@ -21,7 +21,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferryq/ferry/internal/testkit/pgtest"
-	"github.com/ferryq/ferry/migrations"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -153,7 +152,6 @@ func TestKeys_Unique(t *testing.T) {
 		}
 		seen[k.Key] = k.Owner
 	}
-	require.Equal(t, migrations.LockKey, KeyMigrations, "the migrations package takes the key the table names")
 	require.Equal(t, "election", seen[KeyElection])
 }
 

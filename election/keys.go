@@ -1,5 +1,7 @@
 package election
 
+import "github.com/ferryq/ferry/migrations"
+
 // The advisory key table: every Postgres advisory lock key ferry takes, with
 // its owner. Keys are per database. Single-key (bigint) locks show in
 // pg_locks with objsubid 1; two-int locks with objsubid 2, so the two forms
@@ -10,8 +12,9 @@ const (
 	KeyElection int64 = 911000001
 	// KeyReserved is held back for a future ferry singleton.
 	KeyReserved int64 = 911000002
-	// KeyMigrations serialises migration runs (migrations.LockKey).
-	KeyMigrations int64 = 8110731
+	// KeyMigrations serialises migration runs. Its owner defines it
+	// (migrations.LockKey); this table only names it.
+	KeyMigrations = migrations.LockKey
 )
 
 // KeyOwner is one row of the advisory key table.
