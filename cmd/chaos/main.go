@@ -26,8 +26,8 @@
 // rescuer, which waits an hour, until ferry's liveness rescue lands), and
 // retries waiting on their backoff are brought forward.
 //
-//	go run ./internal/chaos            # the full run, a few minutes
-//	go run ./internal/chaos -short     # what CI runs
+//	go run ./cmd/chaos           # the full run, a few minutes
+//	go run ./cmd/chaos -short    # what CI runs
 package main
 
 import (

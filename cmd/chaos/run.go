@@ -23,12 +23,17 @@ import (
 
 	"github.com/ferryq/ferry/election"
 	"github.com/ferryq/ferry/internal/dburl"
+	"github.com/ferryq/ferry/internal/testkit/fleet"
 	"github.com/ferryq/ferry/jobs"
 	"github.com/ferryq/ferry/migrations"
 	"github.com/ferryq/ferry/outbox"
 )
 
-const hookSecret = "chaos-hook-secret"
+const (
+	hookSecret = "chaos-hook-secret"
+	// workerPkg is the suite's worker, built for each run.
+	workerPkg = "./cmd/chaos/chaosworker"
+)
 
 // cluster is a Postgres of the suite's own, so that restarting it disturbs
 // nobody else.
@@ -104,18 +109,11 @@ func lastLine(b []byte) string {
 	return lines[len(lines)-1]
 }
 
-// proc is one chaos worker process.
-type proc struct {
-	cmd    *exec.Cmd
-	done   chan struct{}
-	killed atomic.Int64 // unix nanos of a SIGKILL, 0 if none
-}
-
 type suite struct {
 	bin, url, cfgFile string
 	pool              *pgxpool.Pool
-	mu                sync.Mutex
-	procs             []*proc
+	workers           *fleet.Fleet
+	killedAt          map[int]time.Time // by pid: when the suite sent SIGKILL
 	faults            []faultResult
 	standIns          standIns
 	notes             []string
@@ -128,47 +126,18 @@ type faultResult struct {
 	skipped string
 }
 
-func (s *suite) start() (*proc, error) {
-	p := &proc{done: make(chan struct{})}
-	p.cmd = exec.Command(s.bin)
-	p.cmd.Env = append(os.Environ(), "DATABASE_URL="+s.url, "FERRY_CONFIG="+s.cfgFile, "CHAOS_HOOK_SECRET="+hookSecret, "FERRY_LOG_FORMAT=json")
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	logf, err := os.CreateTemp("", "ferry-chaos-worker-*.log")
-	if err != nil {
-		return nil, err
-	}
-	p.cmd.Stdout, p.cmd.Stderr = logf, logf
-	if err := p.cmd.Start(); err != nil {
-		return nil, err
-	}
-	go func() { _ = p.cmd.Wait(); logf.Close(); close(p.done) }()
-	s.mu.Lock()
-	s.procs = append(s.procs, p)
-	s.mu.Unlock()
-	return p, nil
+// start starts a chaos worker.
+func (s *suite) start() (*fleet.Proc, error) {
+	return s.workers.Start(s.bin, []string{"DATABASE_URL=" + s.url, "FERRY_CONFIG=" + s.cfgFile, "CHAOS_HOOK_SECRET=" + hookSecret, "FERRY_LOG_FORMAT=json"})
 }
 
-func (s *suite) live() []*proc {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []*proc
-	for _, p := range s.procs {
-		select {
-		case <-p.done:
-		default:
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-func (s *suite) leaderProc(ctx context.Context) (*proc, *election.Holder, error) {
+func (s *suite) leaderProc(ctx context.Context) (*fleet.Proc, *election.Holder, error) {
 	h, err := election.CurrentHolder(ctx, s.pool, election.KeyElection)
 	if err != nil || h == nil || h.PID == nil {
 		return nil, h, fmt.Errorf("no leader (%v)", err)
 	}
-	for _, p := range s.live() {
-		if p.cmd.Process.Pid == *h.PID {
+	for _, p := range s.workers.Live() {
+		if p.Pid() == *h.PID {
 			return p, h, nil
 		}
 	}
@@ -190,7 +159,7 @@ func (s *suite) waitLeaderRun(ctx context.Context, t time.Time, timeout time.Dur
 }
 
 func run(ctx context.Context, serverURL string, steady time.Duration) (bool, error) {
-	s := &suite{}
+	s := &suite{workers: fleet.New(), killedAt: map[int]time.Time{}}
 	var cl *cluster
 	admin := serverURL
 	if c, err := startCluster(); err != nil {
@@ -275,21 +244,17 @@ outbox:
 	if err := os.WriteFile(s.cfgFile, []byte(cfg), 0o600); err != nil {
 		return false, err
 	}
-	s.bin = filepath.Join(dir, "worker")
-	if out, err := exec.Command("go", "build", "-o", s.bin, "./internal/chaos/worker").CombinedOutput(); err != nil {
-		return false, fmt.Errorf("build worker: %v: %s", err, out)
+	bins, err := (&fleet.Builder{Dir: dir}).Build(workerPkg)
+	if err != nil {
+		return false, err
 	}
+	s.bin = bins[workerPkg]
 	for range 3 {
 		if _, err := s.start(); err != nil {
 			return false, err
 		}
 	}
-	defer func() {
-		for _, p := range s.live() {
-			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-			<-p.done
-		}
-	}()
+	defer func() { _ = s.workers.Kill(time.Minute) }()
 	if _, err := s.waitLeaderRun(ctx, time.Time{}, 30*time.Second); err != nil {
 		return false, err
 	}
@@ -320,9 +285,9 @@ outbox:
 			if err != nil {
 				return err
 			}
-			p.killed.Store(time.Now().UnixNano())
-			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-			<-p.done
+			s.killedAt[p.Pid()] = time.Now()
+			_ = p.Kill()
+			<-p.Done()
 			_, err = s.start()
 			return err
 		}},
@@ -335,10 +300,10 @@ outbox:
 			return err
 		}},
 		{"rolling SIGTERM restart of all workers", func() error {
-			for _, p := range s.live() {
-				_ = p.cmd.Process.Signal(syscall.SIGTERM)
+			for _, p := range s.workers.Live() {
+				_ = p.Signal(syscall.SIGTERM)
 				select {
-				case <-p.done:
+				case <-p.Done():
 				case <-time.After(40 * time.Second):
 					return errors.New("a worker did not stop within 40s of SIGTERM")
 				}
@@ -392,26 +357,20 @@ outbox:
 		// Not fatal: the oracle shows what is missing.
 		fmt.Println("chaos: drain:", err)
 	}
-	for _, p := range s.live() {
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	for _, p := range s.workers.Live() {
+		_ = p.Signal(syscall.SIGTERM)
 	}
-	for _, p := range s.live() {
+	for _, p := range s.workers.Live() {
 		select {
-		case <-p.done:
+		case <-p.Done():
 		case <-time.After(40 * time.Second):
 		}
 	}
 
 	// The oracle, on what committed.
-	killedAt := map[int]time.Time{}
-	for _, p := range s.procs {
-		if k := p.killed.Load(); k != 0 {
-			killedAt[p.cmd.Process.Pid] = time.Unix(0, k)
-		}
-	}
 	checks := []check{
 		checkHolders(holders, outages(s.faults)),
-		checkRuns(observeRuns(ctx, s.pool, killedAt, leaderRuns)),
+		checkRuns(observeRuns(ctx, s.pool, s.killedAt, leaderRuns)),
 		checkJobs(observeJobs(ctx, s.pool, jobKeys.Load())),
 		checkOutbox(observeOutbox(ctx, s.pool, messages.Load())),
 		checkTicks(observeTicks(ctx, s.pool, windowStart, windowEnd)),

@@ -1,5 +1,6 @@
-// Command worker is the chaos suite's worker: ferry's own worker stack, plus
-// what the suite's oracle needs to see from inside.
+// Command chaosworker is the chaos suite's worker (cmd/chaos builds and runs
+// it): ferry's own worker stack, plus what the suite's oracle needs to see
+// from inside.
 //
 //   - kind chaos.effect: inserts its key into chaos_effect in the same
 //     transaction that completes the job (river.JobCompleteTx), so an effect
