@@ -97,11 +97,11 @@ func (b *bulk) parse(ctx context.Context, n int, line []byte) (parsedLine, error
 	if k.emptyArgs != nil && isEmptyObject(l.Args) {
 		args = *k.emptyArgs
 	} else if args, err = jobs.ParseRaw(l.Kind, l.Args); err != nil {
-		msg := err.Error()
-		if !strings.HasPrefix(msg, "args") {
-			msg = "args: " + msg
+		// An *ArgsError names the args; the kind's own validation does not.
+		if _, ok := errors.AsType[*jobs.ArgsError](err); ok {
+			return bad("%v", err)
 		}
-		return bad("%s", msg)
+		return bad("args: %v", err)
 	}
 
 	if l.Queue == "" && l.Priority == nil && l.ScheduledAt == nil && l.MaxAttempts == nil && l.Tags == nil && l.UniqueKey == nil {

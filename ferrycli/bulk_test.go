@@ -3,7 +3,10 @@ package ferrycli
 import (
 	"testing"
 
+	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ferryq/ferry/jobs"
 )
 
 func TestDecodeLine(t *testing.T) {
@@ -42,4 +45,29 @@ func TestDecodeLine(t *testing.T) {
 func TestBulkFields(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, []string{"kind", "args", "queue", "priority", "scheduled_at", "max_attempts", "unique_key", "tags"}, bulkFields)
+}
+
+// A line's args are refused with the reason ParseRaw gives, which names the
+// args, or, for a kind's own validation, after "args: ".
+func TestBulk_parseArgs(t *testing.T) {
+	t.Parallel()
+	b := &bulk{kinds: map[string]*kindInfo{}}
+	for _, k := range jobs.Builtin() {
+		b.kinds[k.Name] = &kindInfo{known: jobs.Known{Name: k.Name, Queue: k.Queue}, opts: &river.InsertOpts{Queue: k.Queue, Priority: 1}}
+	}
+	for name, tc := range map[string]struct{ line, want string }{
+		"NotAnObject":  {`{"kind":"ferry.noop","args":[1,2]}`, "line 3: args must be a JSON object: got a JSON array"},
+		"UnknownField": {`{"kind":"ferry.noop","args":{"slep":"1s"}}`, `line 3: args do not fit ferry.noop: json: unknown field "slep"`},
+		"Validation":   {`{"kind":"http.request","args":{"url":"/warm"}}`, `line 3: args: http.request: url "/warm" is not an absolute http(s) URL`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			_, err := b.parse(t.Context(), 3, []byte(tc.line))
+			var le *lineError
+			require.ErrorAs(t, err, &le)
+			require.EqualError(t, err, tc.want)
+		})
+	}
+	_, err := b.parse(t.Context(), 1, []byte(`{"kind":"http.request","args":{"url":"http://app.example/warm"}}`))
+	require.NoError(t, err)
 }

@@ -118,16 +118,37 @@ func (r RawArgs) Kind() string { return r.KindName }
 // MarshalJSON returns the args as given.
 func (r RawArgs) MarshalJSON() ([]byte, error) { return r.JSON, nil }
 
+// ArgsError is args that ParseRaw refuses as args: over MaxArgsBytes, not
+// a JSON object, or, for a built-in kind, not decoding into the kind's args
+// (an unknown field, a value of the wrong type). Its message names the
+// args ("args are …", "args must be …", "args do not fit …"). An error of
+// the args' own Validate method is returned as it is, not as an
+// *ArgsError.
+type ArgsError struct {
+	// Kind is the job kind the args were given for.
+	Kind string
+	// Err says what is wrong. Where its message quotes the JSON library's
+	// error (a *json.SyntaxError, the decoder's error of a built-in kind's
+	// args), it wraps it.
+	Err error
+}
+
+func (e *ArgsError) Error() string { return e.Err.Error() }
+func (e *ArgsError) Unwrap() error { return e.Err }
+
 // ParseRaw checks that raw is a JSON object within MaxArgsBytes and, for a
 // built-in kind, that it decodes into the kind's args with no unknown field
-// and passes their validation.
+// and passes their validation. Args it refuses as args are an *ArgsError.
 func ParseRaw(kind string, raw []byte) (RawArgs, error) {
+	argsErr := func(format string, args ...any) (RawArgs, error) {
+		return RawArgs{}, &ArgsError{Kind: kind, Err: fmt.Errorf(format, args...)}
+	}
 	if len(raw) > MaxArgsBytes {
-		return RawArgs{}, fmt.Errorf("args are %d bytes, over the %d byte limit", len(raw), MaxArgsBytes)
+		return argsErr("args are %d bytes, over the %d byte limit", len(raw), MaxArgsBytes)
 	}
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &obj); err != nil || obj == nil {
-		return RawArgs{}, fmt.Errorf("args must be a JSON object: %s", describeJSONError(raw, err))
+		return argsErr("args must be a JSON object: %w", notObject(raw, err))
 	}
 	var typed river.JobArgs
 	switch kind {
@@ -140,7 +161,7 @@ func ParseRaw(kind string, raw []byte) (RawArgs, error) {
 		dec := json.NewDecoder(bytes.NewReader(raw))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(typed); err != nil {
-			return RawArgs{}, fmt.Errorf("args do not fit %s: %v", kind, err)
+			return argsErr("args do not fit %s: %w", kind, err)
 		}
 		if v, ok := typed.(interface{ Validate() error }); ok {
 			if err := v.Validate(); err != nil {
@@ -150,24 +171,26 @@ func ParseRaw(kind string, raw []byte) (RawArgs, error) {
 	}
 	var compact bytes.Buffer
 	if err := json.Compact(&compact, raw); err != nil {
-		return RawArgs{}, fmt.Errorf("args must be a JSON object: %v", err)
+		return argsErr("args must be a JSON object: %w", err)
 	}
 	return RawArgs{KindName: kind, JSON: compact.Bytes()}, nil
 }
 
-func describeJSONError(raw []byte, err error) string {
+// notObject says why raw, which failed to decode into a map with err (nil
+// when raw is a JSON null), is not a JSON object.
+func notObject(raw []byte, err error) error {
 	var typeErr *json.UnmarshalTypeError
-	if errors.As(err, &typeErr) {
-		return "got a JSON " + typeErr.Value
-	}
-	if err != nil {
-		return strings.TrimPrefix(err.Error(), "json: ")
+	switch {
+	case errors.As(err, &typeErr):
+		return errors.New("got a JSON " + typeErr.Value)
+	case err != nil:
+		return err // a *json.SyntaxError
 	}
 	t := strings.TrimSpace(string(raw))
 	if len(t) > 20 {
 		t = t[:20] + "…"
 	}
-	return "got " + t
+	return errors.New("got " + t)
 }
 
 // uniqueKeyMeta is the metadata key that carries a caller's unique key.
