@@ -86,9 +86,10 @@ func (f *Fleet) Mark() Mark {
 
 // WaitForRecord waits up to timeout for a JSON log record, written by any of
 // the fleet's processes after since (a nil Mark: since each one started),
-// for which match returns true, and returns it with its Proc set. Records of
-// one process are seen in the order written to each of its outputs; of two
-// processes, in no promised order.
+// for which match returns true, and returns it; the record's Proc is set
+// before match sees it. Records of one process are seen in the order
+// written to each of its outputs; of two processes, in no promised order.
+// A timeout of 0 looks once at what has been written.
 func (f *Fleet) WaitForRecord(since Mark, timeout time.Duration, match func(Record) bool) (Record, error) {
 	t := time.NewTimer(timeout)
 	defer t.Stop()
@@ -105,6 +106,7 @@ func (f *Fleet) WaitForRecord(since Mark, timeout time.Duration, match func(Reco
 			var rec Record
 			_, found, _ := p.scan(off, func(line string) bool {
 				r, ok := ParseRecord(line)
+				r.Proc = p
 				if ok && match(r) {
 					rec = r
 					return true
@@ -112,9 +114,11 @@ func (f *Fleet) WaitForRecord(since Mark, timeout time.Duration, match func(Reco
 				return false
 			})
 			if found {
-				rec.Proc = p
 				return rec, nil
 			}
+		}
+		if timeout <= 0 {
+			return Record{}, errors.New("no such log record yet")
 		}
 		select {
 		case <-changed:

@@ -75,6 +75,8 @@ func TestFleet_WaitForRecord(t *testing.T) {
 		rec, err = f.WaitForRecord(m, 10*time.Second, func(r fleet.Record) bool { return r.Msg == "ready" })
 		require.NoError(t, err)
 		require.Same(t, b, rec.Proc, "a's records are before the mark; b's, started after it, are not")
+		_, err = f.WaitForRecord(nil, 0, func(r fleet.Record) bool { return r.Proc == a && r.Attrs["n"] == json.Number("1") })
+		require.NoError(t, err, "match sees the record's Proc; a timeout of 0 looks at what is written")
 		require.Len(t, f.Live(), 2)
 	})
 
@@ -87,6 +89,8 @@ func TestFleet_WaitForRecord(t *testing.T) {
 		require.NoError(t, err)
 		_, err = f.WaitForRecord(f.Mark(), 100*time.Millisecond, func(r fleet.Record) bool { return r.Msg == "ready" })
 		require.ErrorContains(t, err, "no such log record in 100ms")
+		_, err = f.WaitForRecord(f.Mark(), 0, func(r fleet.Record) bool { return r.Msg == "ready" })
+		require.ErrorContains(t, err, "no such log record yet")
 	})
 
 	t.Run("KillReapsEveryProcess", func(t *testing.T) {
