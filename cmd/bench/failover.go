@@ -1,24 +1,19 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ferryq/ferry/election"
+	"github.com/ferryq/ferry/internal/testkit/fleet"
 )
 
 // failoverResult holds the election figures: graceful handover (SIGTERM of
@@ -44,96 +39,33 @@ type failoverResult struct {
 	DemotionMaxMS    float64   `json:"demotion_ms_max"`
 }
 
-type logEvent struct {
-	proc *workerProc
-	Msg  string    `json:"msg"`
-	Time time.Time `json:"time"`
-}
-
-type workerProc struct {
-	cmd  *exec.Cmd
-	name string
-	done chan struct{}
-}
-
-type fleet struct {
+// workers are the `worker run` processes of a failover measurement: JSON
+// logs at info, no admin server, one slot in the default queue, and the
+// plan's tick and probe.
+type workers struct {
+	*fleet.Fleet
 	bin, url string
-	events   chan logEvent
-	seq      atomic.Int32
-	mu       sync.Mutex
-	procs    []*workerProc
 	tick     time.Duration
 }
 
-func (f *fleet) start() (*workerProc, error) {
-	p := &workerProc{name: fmt.Sprintf("w%d", f.seq.Add(1)), done: make(chan struct{})}
+func (w *workers) start() (*fleet.Proc, error) {
 	args := []string{"run", "--admin-addr", "off", "--queues", "default=1"}
-	if f.tick > 0 {
-		args = append(args, "--leader-tick", f.tick.String(), "--standby-probe", f.tick.String())
+	if w.tick > 0 {
+		args = append(args, "--leader-tick", w.tick.String(), "--standby-probe", w.tick.String())
 	}
-	p.cmd = exec.Command(f.bin, args...)
-	p.cmd.Env = append(os.Environ(), "DATABASE_URL="+f.url, "FERRY_LOG_FORMAT=json", "FERRY_LOG_LEVEL=info")
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	stderr, err := p.cmd.StderrPipe()
+	return w.Start(w.bin, []string{"DATABASE_URL=" + w.url, "FERRY_LOG_FORMAT=json", "FERRY_LOG_LEVEL=info"}, args...)
+}
+
+// await returns the first record with msg (from proc, if not nil) written
+// after since.
+func (w *workers) await(since fleet.Mark, msg string, proc *fleet.Proc, timeout time.Duration) (fleet.Record, error) {
+	rec, err := w.WaitForRecord(since, timeout, func(r fleet.Record) bool {
+		return r.Msg == msg && (proc == nil || r.Proc == proc)
+	})
 	if err != nil {
-		return nil, err
+		return rec, fmt.Errorf("no %q within %s", msg, timeout)
 	}
-	if err := p.cmd.Start(); err != nil {
-		return nil, err
-	}
-	go func() {
-		defer close(p.done)
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			var ev logEvent
-			if json.Unmarshal(sc.Bytes(), &ev) == nil {
-				ev.proc = p
-				f.events <- ev
-			}
-		}
-		_, _ = io.Copy(io.Discard, stderr)
-		_ = p.cmd.Wait()
-	}()
-	f.mu.Lock()
-	f.procs = append(f.procs, p)
-	f.mu.Unlock()
-	return p, nil
-}
-
-func (f *fleet) killAll() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for _, p := range f.procs {
-		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-		<-p.done
-	}
-}
-
-// drain drops events already received.
-func (f *fleet) drain() {
-	for {
-		select {
-		case <-f.events:
-		default:
-			return
-		}
-	}
-}
-
-// await returns the first event matching msg (from proc, if not nil).
-func (f *fleet) await(msg string, proc *workerProc, timeout time.Duration) (logEvent, error) {
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	for {
-		select {
-		case ev := <-f.events:
-			if ev.Msg == msg && (proc == nil || ev.proc == proc) {
-				return ev, nil
-			}
-		case <-t.C:
-			return logEvent{}, fmt.Errorf("no %q within %s", msg, timeout)
-		}
-	}
+	return rec, nil
 }
 
 // failoverPlan says how many trials of each kind to run, and the tick and
@@ -161,8 +93,8 @@ func failover(ctx context.Context, serverURL string, plan failoverPlan) (failove
 	defer drop()
 	url := pool.Config().ConnString()
 
-	f := &fleet{bin: bin, url: url, events: make(chan logEvent, 1024), tick: plan.tick}
-	defer f.killAll()
+	f := &workers{Fleet: fleet.New(), bin: bin, url: url, tick: plan.tick}
+	defer func() { _ = f.Kill(time.Minute) }()
 
 	// The 50 ms sampler: holders of the key in this database.
 	sctx, stopSampler := context.WithCancel(ctx)
@@ -175,7 +107,7 @@ func failover(ctx context.Context, serverURL string, plan failoverPlan) (failove
 	if err != nil {
 		return res, err
 	}
-	if _, err := f.await("election: runnables started", a, wait); err != nil {
+	if _, err := f.await(nil, "election: runnables started", a, wait); err != nil {
 		return res, err
 	}
 	leader := a
@@ -183,7 +115,7 @@ func failover(ctx context.Context, serverURL string, plan failoverPlan) (failove
 	if err != nil {
 		return res, err
 	}
-	if _, err := f.await("election: standby", standby, wait); err != nil {
+	if _, err := f.await(nil, "election: standby", standby, wait); err != nil {
 		return res, err
 	}
 	// replace starts a new standby for the process that left.
@@ -192,7 +124,7 @@ func failover(ctx context.Context, serverURL string, plan failoverPlan) (failove
 		if err != nil {
 			return err
 		}
-		_, err = f.await("election: standby", p, wait)
+		_, err = f.await(nil, "election: standby", p, wait)
 		standby = p
 		return err
 	}
@@ -203,15 +135,15 @@ func failover(ctx context.Context, serverURL string, plan failoverPlan) (failove
 
 	for range plan.graceful {
 		phase()
-		f.drain()
+		m := f.Mark()
 		t0 := time.Now()
-		_ = leader.cmd.Process.Signal(syscall.SIGTERM)
-		started, err := f.await("election: runnables started", standby, wait)
+		_ = leader.Signal(syscall.SIGTERM)
+		started, err := f.await(m, "election: runnables started", standby, wait)
 		if err != nil {
 			return res, fmt.Errorf("graceful: %w", err)
 		}
 		res.GracefulMS = append(res.GracefulMS, ms(started.Time.Sub(t0)))
-		<-leader.done
+		<-leader.Done()
 		leader = standby
 		if err := replace(); err != nil {
 			return res, err
@@ -219,10 +151,10 @@ func failover(ctx context.Context, serverURL string, plan failoverPlan) (failove
 	}
 	for range plan.crash {
 		phase()
-		f.drain()
+		m := f.Mark()
 		t0 := time.Now()
-		_ = syscall.Kill(-leader.cmd.Process.Pid, syscall.SIGKILL)
-		started, err := f.await("election: runnables started", standby, wait)
+		_ = leader.Kill()
+		started, err := f.await(m, "election: runnables started", standby, wait)
 		if err != nil {
 			return res, fmt.Errorf("crash: %w", err)
 		}
@@ -230,7 +162,7 @@ func failover(ctx context.Context, serverURL string, plan failoverPlan) (failove
 			res.Overlaps++
 		}
 		res.CrashMS = append(res.CrashMS, ms(started.Time.Sub(t0)))
-		<-leader.done
+		<-leader.Done()
 		leader = standby
 		if err := replace(); err != nil {
 			return res, err
@@ -242,27 +174,21 @@ func failover(ctx context.Context, serverURL string, plan failoverPlan) (failove
 			return res, fmt.Errorf("demotion: no holder: %v", err)
 		}
 		phase()
-		f.drain()
+		m := f.Mark()
 		t0 := time.Now()
 		if _, err := pool.Exec(ctx, "SELECT pg_terminate_backend($1)", h.BackendPID); err != nil {
 			return res, err
 		}
-		// Collect events until someone's runnables start again.
-		var demotedAt, startedAt time.Time
-		var next *workerProc
-		deadline := time.After(wait + 2*tick)
-		for startedAt.IsZero() {
-			select {
-			case ev := <-f.events:
-				switch {
-				case ev.Msg == "election: demoted" && ev.proc == leader:
-					demotedAt = ev.Time
-				case ev.Msg == "election: runnables started":
-					startedAt, next = ev.Time, ev.proc
-				}
-			case <-deadline:
-				return res, fmt.Errorf("demotion: no new leader within %s", wait+2*tick)
-			}
+		// Wait until someone's runnables start again, then look for the old
+		// leader's demotion among what was written by then.
+		started, err := f.await(m, "election: runnables started", nil, wait+2*tick)
+		if err != nil {
+			return res, fmt.Errorf("demotion: no new leader within %s", wait+2*tick)
+		}
+		startedAt, next := started.Time, started.Proc
+		var demotedAt time.Time
+		if demoted, err := f.await(m, "election: demoted", leader, 0); err == nil {
+			demotedAt = demoted.Time
 		}
 		if demotedAt.IsZero() || startedAt.Before(demotedAt) {
 			res.Overlaps++
@@ -320,10 +246,10 @@ func buildIntoTemp(pkg string) (dir, bin string, err error) {
 	if err != nil {
 		return "", "", err
 	}
-	bin = filepath.Join(dir, filepath.Base(pkg))
-	if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
+	bins, err := (&fleet.Builder{Dir: dir}).Build(pkg)
+	if err != nil {
 		os.RemoveAll(dir)
-		return "", "", fmt.Errorf("build %s: %v: %s", pkg, err, out)
+		return "", "", err
 	}
-	return dir, bin, nil
+	return dir, bins[pkg], nil
 }

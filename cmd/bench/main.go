@@ -6,8 +6,8 @@
 // throughput from a backlog. ferry's fetch defaults (README, "Tuning") rest
 // on its figures.
 //
-//	go run ./internal/bench -mode sweep
-//	go run ./internal/bench -mode latency -cooldown 5ms -poll 100ms -rate 500
+//	go run ./cmd/bench -mode sweep
+//	go run ./cmd/bench -mode latency -cooldown 5ms -poll 100ms -rate 500
 package main
 
 import (

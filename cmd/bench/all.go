@@ -23,6 +23,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/ferryq/ferry"
+	"github.com/ferryq/ferry/internal/testkit/fleet"
 	"github.com/ferryq/ferry/jobs"
 )
 
@@ -391,11 +392,18 @@ func bulkEnqueue(ctx context.Context, serverURL string, n int) (float64, error) 
 		return 0, err
 	}
 	defer drop()
-	cmd := exec.CommandContext(ctx, bin, "bulk", "--file", file)
-	cmd.Env = append(os.Environ(), "DATABASE_URL="+pool.Config().ConnString())
 	start := time.Now()
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return 0, fmt.Errorf("enqueue bulk: %v: %s", err, strings.TrimSpace(string(out)))
+	p, err := fleet.Start(bin, []string{"DATABASE_URL=" + pool.Config().ConnString()}, nil, "bulk", "--file", file)
+	if err != nil {
+		return 0, err
+	}
+	code, err := p.Wait(10 * time.Minute)
+	if err != nil {
+		_ = p.Kill()
+		return 0, fmt.Errorf("enqueue bulk: %w", err)
+	}
+	if code != 0 {
+		return 0, fmt.Errorf("enqueue bulk: exit code %d: %s", code, strings.TrimSpace(p.Stdout()+p.Stderr()))
 	}
 	el := time.Since(start)
 	var got int
@@ -421,12 +429,17 @@ func workerPeakRSS(ctx context.Context, serverURL string, n int) (float64, error
 	if err := noopBacklog(ctx, pool, n); err != nil {
 		return 0, err
 	}
-	cmd := exec.Command(bin, "run", "--admin-addr", "off")
-	cmd.Env = append(os.Environ(), "DATABASE_URL="+pool.Config().ConnString(), "FERRY_LOG_FORMAT=json")
-	if err := cmd.Start(); err != nil {
+	p, err := fleet.Start(bin, []string{"DATABASE_URL=" + pool.Config().ConnString(), "FERRY_LOG_FORMAT=json"}, nil, "run", "--admin-addr", "off")
+	if err != nil {
 		return 0, err
 	}
-	defer func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() }()
+	defer func() {
+		_ = p.Signal(syscall.SIGTERM)
+		if _, err := p.Wait(time.Minute); err != nil {
+			_ = p.Kill()
+			_, _ = p.Wait(10 * time.Second)
+		}
+	}()
 	deadline := time.Now().Add(10 * time.Minute)
 	for time.Now().Before(deadline) {
 		var left int
@@ -434,7 +447,7 @@ func workerPeakRSS(ctx context.Context, serverURL string, n int) (float64, error
 			return 0, err
 		}
 		if left == 0 {
-			return vmHWM(cmd.Process.Pid)
+			return vmHWM(p.Pid())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
