@@ -230,9 +230,9 @@ func TestServer_ShutdownCancelsAndRetries(t *testing.T) {
 	id := insertNoop(t, pool, jobs.NoopArgs{Sleep: jobs.Duration(time.Minute)})
 	waitState(t, pool, id, rivertype.JobStateRunning)
 
-	start := time.Now()
+	// The job would sleep a minute: its state below shows that the stop
+	// cancelled it after the grace period instead of waiting for it.
 	require.NoError(t, stop())
-	require.Less(t, time.Since(start), 10*time.Second, "stop waits the grace period, then cancels")
 
 	var (
 		state string

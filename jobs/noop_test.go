@@ -44,7 +44,7 @@ func TestNoopWorker_Work(t *testing.T) {
 		require.ErrorIs(t, err, cause)
 		require.NotErrorIs(t, err, &rivertype.JobCancelError{}, "a cut sleep is retried, not cancelled")
 		require.Contains(t, err.Error(), "sleep of 1h0m0s cut short")
-		require.Less(t, time.Since(start), time.Second)
+		require.Less(t, time.Since(start), time.Minute, "the hour-long sleep was cut (a watchdog, not a measurement)")
 	})
 
 	t.Run("SleepTimedOutFails", func(t *testing.T) {

@@ -392,7 +392,7 @@ func TestDeliverWorker_Webhook(t *testing.T) {
 			// connection and cancel r.Context() when the client gives up.
 			_, _ = io.Copy(io.Discard, r.Body)
 			select {
-			case <-time.After(5 * time.Second):
+			case <-time.After(time.Hour):
 			case <-r.Context().Done():
 			}
 		})
@@ -405,7 +405,7 @@ func TestDeliverWorker_Webhook(t *testing.T) {
 		job := deliverJob(id, "slow", 1, 24)
 		start := time.Now()
 		err := w.Work(ctx, job)
-		require.Less(t, time.Since(start), 2*time.Second)
+		require.Less(t, time.Since(start), time.Minute, "the route's timeout cut the hour-long answer (a watchdog, not a measurement)")
 		lastErr := requireRetried(t, b, w, job, err, now, 1, 5*time.Second)
 		require.Equal(t, fmt.Sprintf("POST %s/hook?…: timed out after 200ms", srv.URL), lastErr)
 	})

@@ -72,5 +72,5 @@ func TestRun_UnreachableEndsWithContext(t *testing.T) {
 	defer cancel()
 	start := time.Now()
 	Run(ctx, Config{ConnConfig: cc, Channel: "c", Logger: slog.New(slog.DiscardHandler), Name: "test"})
-	require.Less(t, time.Since(start), 5*time.Second, "Run returns when its context ends, even while reconnecting")
+	require.Less(t, time.Since(start), time.Minute, "Run returns when its context ends, even while reconnecting (a watchdog, not a measurement)")
 }
