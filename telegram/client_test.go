@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ferryq/ferry/internal/testkit/telegramtest"
 )
 
 func TestClient_GetUpdates(t *testing.T) {
@@ -19,14 +21,14 @@ func TestClient_GetUpdates(t *testing.T) {
 		t.Parallel()
 		api := newFakeAPI(t)
 		odd := `{"update_id":8,"message":{"text":{"unexpected":"object"}, "date":"soon"}}`
-		api.push(update(7, "hi"), odd)
-		got, err := api.client().GetUpdates(context.Background(), 7, 3*time.Second, []string{"message", "edited_message"})
+		api.Push(update(7, "hi"), odd)
+		got, err := fakeClient(api).GetUpdates(context.Background(), 7, 3*time.Second, []string{"message", "edited_message"})
 		require.NoError(t, err)
 		require.Len(t, got, 2)
 		require.Equal(t, update(7, "hi"), string(got[0]), "each update's JSON as sent")
 		require.Equal(t, odd, string(got[1]))
-		c := api.getCalls()[0]
-		require.Equal(t, fakeCall{Offset: 7, Timeout: 3, Allowed: []string{"message", "edited_message"}, At: c.At}, c)
+		c := api.Calls()[0]
+		require.Equal(t, telegramtest.Call{Offset: 7, Timeout: 3, Allowed: []string{"message", "edited_message"}, At: c.At}, c)
 	})
 
 	t.Run("HoldsUntilUpdateArrives", func(t *testing.T) {
@@ -34,14 +36,14 @@ func TestClient_GetUpdates(t *testing.T) {
 		api := newFakeAPI(t)
 		go func() {
 			time.Sleep(100 * time.Millisecond)
-			api.push(update(1, "late"))
+			api.Push(update(1, "late"))
 		}()
 		start := time.Now()
-		got, err := api.client().GetUpdates(context.Background(), 0, 5*time.Second, nil)
+		got, err := fakeClient(api).GetUpdates(context.Background(), 0, 5*time.Second, nil)
 		require.NoError(t, err)
 		require.Len(t, got, 1)
 		require.GreaterOrEqual(t, time.Since(start), 100*time.Millisecond)
-		require.Nil(t, api.getCalls()[0].Allowed, "nil allowed updates are not sent")
+		require.Nil(t, api.Calls()[0].Allowed, "nil allowed updates are not sent")
 	})
 
 	t.Run("CancelEndsLongPoll", func(t *testing.T) {
@@ -50,7 +52,7 @@ func TestClient_GetUpdates(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		time.AfterFunc(50*time.Millisecond, cancel)
 		start := time.Now()
-		_, err := api.client().GetUpdates(ctx, 0, 25*time.Second, nil)
+		_, err := fakeClient(api).GetUpdates(ctx, 0, 25*time.Second, nil)
 		require.ErrorIs(t, err, context.Canceled)
 		require.Equal(t, "canceled", ErrorKind(err))
 		require.Less(t, time.Since(start), time.Second)
@@ -61,35 +63,35 @@ func TestClient_Errors(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
 		name       string
-		reply      fakeReply
+		reply      telegramtest.Reply
 		kind       string
 		retryAfter time.Duration
 		contains   string
 	}{
-		{"Unauthorized", apiError(401, "Unauthorized", 0), KindUnauthorized, 0, "telegram: getUpdates: unauthorized (401): Unauthorized"},
-		{"Conflict", apiError(409, "Conflict: can't use getUpdates method while webhook is active", 0), KindConflict, 0, "webhook is active"},
-		{"RateLimited", apiError(429, "Too Many Requests: retry after 3", 3), KindRateLimited, 3 * time.Second, "retry after 3s"},
-		{"RetryAfterHeader", fakeReply{status: 429, body: `{"ok":false,"error_code":429,"description":"slow down"}`, header: map[string]string{"Retry-After": "2"}}, KindRateLimited, 2 * time.Second, "slow down"},
-		{"Server", apiError(502, "Bad Gateway", 0), KindServer, 0, "server (502)"},
-		{"NotJSON", fakeReply{status: 503, body: "<html>maintenance</html>"}, KindServer, 0, "answer is not Bot API JSON: <html>maintenance</html>"},
-		{"OKButNotOK", fakeReply{status: 200, body: `{"ok":false}`}, KindServer, 0, "answer not ok"},
-		{"BadRequest", apiError(400, "Bad Request: chat not found", 0), KindBadRequest, 0, "bad_request (400)"},
-		{"Forbidden", apiError(403, "Forbidden: bot was blocked by the user", 0), KindBadRequest, 0, "blocked"},
-		{"Transport", fakeReply{hangup: true}, KindTransport, 0, "telegram: getUpdates: "},
+		{"Unauthorized", telegramtest.APIError(401, "Unauthorized", 0), KindUnauthorized, 0, "telegram: getUpdates: unauthorized (401): Unauthorized"},
+		{"Conflict", telegramtest.APIError(409, "Conflict: can't use getUpdates method while webhook is active", 0), KindConflict, 0, "webhook is active"},
+		{"RateLimited", telegramtest.APIError(429, "Too Many Requests: retry after 3", 3), KindRateLimited, 3 * time.Second, "retry after 3s"},
+		{"RetryAfterHeader", telegramtest.Reply{Status: 429, Body: `{"ok":false,"error_code":429,"description":"slow down"}`, Header: map[string]string{"Retry-After": "2"}}, KindRateLimited, 2 * time.Second, "slow down"},
+		{"Server", telegramtest.APIError(502, "Bad Gateway", 0), KindServer, 0, "server (502)"},
+		{"NotJSON", telegramtest.Reply{Status: 503, Body: "<html>maintenance</html>"}, KindServer, 0, "answer is not Bot API JSON: <html>maintenance</html>"},
+		{"OKButNotOK", telegramtest.Reply{Status: 200, Body: `{"ok":false}`}, KindServer, 0, "answer not ok"},
+		{"BadRequest", telegramtest.APIError(400, "Bad Request: chat not found", 0), KindBadRequest, 0, "bad_request (400)"},
+		{"Forbidden", telegramtest.APIError(403, "Forbidden: bot was blocked by the user", 0), KindBadRequest, 0, "blocked"},
+		{"Transport", telegramtest.Reply{Hangup: true}, KindTransport, 0, "telegram: getUpdates: "},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			api := newFakeAPI(t)
-			api.answer(tc.reply)
-			_, err := api.client().GetUpdates(context.Background(), 0, 0, nil)
+			api.Answer(tc.reply)
+			_, err := fakeClient(api).GetUpdates(context.Background(), 0, 0, nil)
 			require.Error(t, err)
 			require.Equal(t, tc.kind, ErrorKind(err))
 			require.Contains(t, err.Error(), tc.contains)
 			var apiErr *APIError
 			if errors.As(err, &apiErr) {
 				require.Equal(t, "getUpdates", apiErr.Method)
-				require.Equal(t, tc.reply.status, apiErr.StatusCode)
+				require.Equal(t, tc.reply.Status, apiErr.StatusCode)
 				require.Equal(t, tc.kind, apiErr.Kind())
 				require.Equal(t, tc.retryAfter, apiErr.RetryAfter)
 			} else {
@@ -111,8 +113,8 @@ func TestClient_Errors(t *testing.T) {
 	t.Run("RedirectNotFollowed", func(t *testing.T) {
 		t.Parallel()
 		api := newFakeAPI(t)
-		api.answer(fakeReply{status: http.StatusFound, header: map[string]string{"Location": "http://elsewhere.invalid/bot" + testToken + "/getUpdates"}})
-		_, err := api.client().GetUpdates(context.Background(), 0, 0, nil)
+		api.Answer(telegramtest.Reply{Status: http.StatusFound, Header: map[string]string{"Location": "http://elsewhere.invalid/bot" + testToken + "/getUpdates"}})
+		_, err := fakeClient(api).GetUpdates(context.Background(), 0, 0, nil)
 		require.Equal(t, KindServer, ErrorKind(err))
 		require.NotContains(t, err.Error(), testToken)
 	})
@@ -136,6 +138,6 @@ func TestClient_Redact(t *testing.T) {
 func TestClient_SendMessage(t *testing.T) {
 	t.Parallel()
 	api := newFakeAPI(t)
-	require.NoError(t, api.client().SendMessage(context.Background(), -100123, "héllo\nworld"))
-	require.Equal(t, []sentMessage{{ChatID: -100123, Text: "héllo\nworld"}}, api.getSent())
+	require.NoError(t, fakeClient(api).SendMessage(context.Background(), -100123, "héllo\nworld"))
+	require.Equal(t, []telegramtest.Message{{ChatID: -100123, Text: "héllo\nworld"}}, api.Sent())
 }

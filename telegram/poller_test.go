@@ -18,6 +18,7 @@ import (
 
 	"github.com/ferryq/ferry/election"
 	"github.com/ferryq/ferry/internal/testkit/pgtest"
+	"github.com/ferryq/ferry/internal/testkit/telegramtest"
 )
 
 // The elector is the poller's Leader.
@@ -31,7 +32,7 @@ const (
 
 type testBundle struct {
 	pool   *pgxpool.Pool
-	api    *fakeAPI
+	api    *telegramtest.BotAPI
 	leader *fakeLeader
 	logs   *syncBuffer
 	reg    *prometheus.Registry
@@ -59,7 +60,7 @@ func setup(t *testing.T) *testBundle {
 func (b *testBundle) poller(t *testing.T, mod func(*PollerConfig)) *Poller {
 	t.Helper()
 	cfg := PollerConfig{
-		Bot: b.bot, Client: b.api.client(), Pool: b.pool, Leader: b.leader,
+		Bot: b.bot, Client: fakeClient(b.api), Pool: b.pool, Leader: b.leader,
 		PollTimeout: time.Second, ErrorBackoff: testErrorBackoff, AuthBackoff: testAuthBackoff,
 		Logger: b.logs.logger(),
 	}
@@ -151,18 +152,18 @@ func (b *testBundle) malformed(t *testing.T) []malformedRow {
 }
 
 // waitCalls waits until the fake has received at least n getUpdates.
-func (b *testBundle) waitCalls(t *testing.T, n int, within time.Duration) []fakeCall {
+func (b *testBundle) waitCalls(t *testing.T, n int, within time.Duration) []telegramtest.Call {
 	t.Helper()
-	require.Eventually(t, func() bool { return len(b.api.getCalls()) >= n }, within, 5*time.Millisecond,
+	require.Eventually(t, func() bool { return len(b.api.Calls()) >= n }, within, 5*time.Millisecond,
 		"want %d getUpdates calls", n)
-	return b.api.getCalls()
+	return b.api.Calls()
 }
 
 // waitOffsetCall waits for a getUpdates sent with offset.
 func (b *testBundle) waitOffsetCall(t *testing.T, offset int64) {
 	t.Helper()
 	require.Eventually(t, func() bool {
-		for _, c := range b.api.getCalls() {
+		for _, c := range b.api.Calls() {
 			if c.Offset == offset {
 				return true
 			}
@@ -181,7 +182,7 @@ func TestPoller_Run(t *testing.T) {
 	t.Run("StoresBatchAndResumesFromStoredOffset", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		b.api.push(update(100, "a"), update(101, "b"), update(102, "c"))
+		b.api.Push(update(100, "a"), update(101, "b"), update(102, "c"))
 		p := b.poller(t, func(c *PollerConfig) { c.AllowedUpdates = []string{"message"}; c.Registerer = b.reg })
 		stop := run(t, p)
 
@@ -201,7 +202,7 @@ func TestPoller_Run(t *testing.T) {
 		require.Equal(t, int64(3), o.UpdatesStored)
 		require.Equal(t, int64(7), *o.Term)
 
-		calls := b.api.getCalls()
+		calls := b.api.Calls()
 		require.Equal(t, int64(0), calls[0].Offset)
 		require.Equal(t, int64(1), calls[0].Timeout)
 		require.Equal(t, []string{"message"}, calls[0].Allowed)
@@ -225,12 +226,12 @@ func TestPoller_Run(t *testing.T) {
 		// A new poller on the same database (a restart, a failover)
 		// resumes from the stored offset: nothing stored twice, nothing
 		// lost.
-		n := len(b.api.getCalls())
+		n := len(b.api.Calls())
 		p2 := b.poller(t, nil)
 		run(t, p2)
 		calls = b.waitCalls(t, n+1, 5*time.Second)
 		require.Equal(t, int64(103), calls[n].Offset)
-		b.api.push(update(103, "d"))
+		b.api.Push(update(103, "d"))
 		b.waitOffsetCall(t, 104)
 		rows = b.outbox(t)
 		require.Len(t, rows, 4)
@@ -238,20 +239,20 @@ func TestPoller_Run(t *testing.T) {
 		require.Equal(t, int64(4), b.offset(t).UpdatesStored)
 		require.Equal(t, int64(4), p2.Status().UpdatesStored)
 
-		_, most := b.api.inflightNow()
+		_, most := b.api.Inflight()
 		require.Equal(t, 1, most, "never two getUpdates at once")
 	})
 
 	t.Run("RedeliveredBatchStoredOnce", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		b.api.push(update(1, "a"), update(2, "b"), update(3, "c"))
+		b.api.Push(update(1, "a"), update(2, "b"), update(3, "c"))
 		p := b.poller(t, nil)
 		run(t, p)
 		b.waitOffsetCall(t, 4)
 
 		// The server ignores the offset once: 1, 2, 3 come again with 4.
-		b.api.redeliver(update(4, "d"))
+		b.api.Redeliver(update(4, "d"))
 		b.waitOffsetCall(t, 5)
 		rows := b.outbox(t)
 		require.Len(t, rows, 4)
@@ -266,13 +267,13 @@ func TestPoller_Run(t *testing.T) {
 	t.Run("ReusedUpdateIDWithOtherContentIsNotLost", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		b.api.push(update(1, "a"))
+		b.api.Push(update(1, "a"))
 		run(t, b.poller(t, nil))
 		b.waitOffsetCall(t, 2)
 
 		// Telegram restarts ids at random after a week of silence: the
 		// same id, another update.
-		b.api.redeliver(update(1, "a"), update(1, "other"))
+		b.api.Redeliver(update(1, "a"), update(1, "other"))
 		require.Eventually(t, func() bool { return len(b.outbox(t)) == 2 }, 5*time.Second, 10*time.Millisecond)
 		rows := b.outbox(t)
 		require.Equal(t, "1", rows[0].DedupKey)
@@ -285,7 +286,7 @@ func TestPoller_Run(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		big := fmt.Sprintf(`{"update_id":12,"message":{"text":"%s"}}`, strings.Repeat("x", 300<<10))
-		b.api.push(
+		b.api.Push(
 			`{"update_id":10,"message":{"text":5,"chat":"not an object","from":[1,2]}}`, // odd types: stored as is
 			`{"message":{"text":"no id"}}`,
 			`{"update_id":"11","message":{}}`,
@@ -328,7 +329,7 @@ func TestPoller_Run(t *testing.T) {
 	t.Run("BatchWithoutIDsKeptOnceAndNoSpin", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		b.api.push(`{"message":{"text":"one"}}`, `{"message":{"text":"two"}}`)
+		b.api.Push(`{"message":{"text":"one"}}`, `{"message":{"text":"two"}}`)
 		run(t, b.poller(t, nil))
 
 		calls := b.waitCalls(t, 4, 5*time.Second)
@@ -345,7 +346,7 @@ func TestPoller_Run(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		b.leader.failing.Store(true)
-		b.api.push(update(1, "a"), update(2, "b"))
+		b.api.Push(update(1, "a"), update(2, "b"))
 		p := b.poller(t, nil)
 
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -357,7 +358,7 @@ func TestPoller_Run(t *testing.T) {
 		require.Nil(t, b.offset(t))
 		require.Equal(t, KindFence, p.Status().LastErrorKind)
 		require.Equal(t, StateStandby, p.Status().State)
-		for _, c := range b.api.getCalls() {
+		for _, c := range b.api.Calls() {
 			require.Equal(t, int64(0), c.Offset, "the batch was never acknowledged")
 		}
 
@@ -383,13 +384,13 @@ func TestPoller_Run(t *testing.T) {
 		b := setup(t)
 		p := b.poller(t, func(c *PollerConfig) { c.PollTimeout = 25 * time.Second })
 		stop := run(t, p)
-		require.Eventually(t, func() bool { n, _ := b.api.inflightNow(); return n == 1 }, 5*time.Second, 5*time.Millisecond)
+		require.Eventually(t, func() bool { n, _ := b.api.Inflight(); return n == 1 }, 5*time.Second, 5*time.Millisecond)
 		time.Sleep(20 * time.Millisecond) // well into the long poll
 
 		start := time.Now()
 		require.NoError(t, stop())
 		require.Less(t, time.Since(start), 200*time.Millisecond)
-		require.Eventually(t, func() bool { n, _ := b.api.inflightNow(); return n == 0 }, time.Second, 5*time.Millisecond,
+		require.Eventually(t, func() bool { n, _ := b.api.Inflight(); return n == 0 }, time.Second, 5*time.Millisecond,
 			"the server saw the request end")
 	})
 
@@ -409,35 +410,35 @@ func TestPoller_Errors(t *testing.T) {
 
 	// gapAfter returns the time between the call answered with the
 	// scripted error (call i) and the next one.
-	gapAfter := func(calls []fakeCall, i int) time.Duration { return calls[i+1].At.Sub(calls[i].At) }
+	gapAfter := func(calls []telegramtest.Call, i int) time.Duration { return calls[i+1].At.Sub(calls[i].At) }
 
 	cases := []struct {
 		name    string
-		reply   fakeReply
+		reply   telegramtest.Reply
 		kind    string
 		minWait time.Duration
 		log     string
 	}{
-		{"ServerError", apiError(500, "Internal Server Error", 0), KindServer, testErrorBackoff, "telegram: getUpdates failed"},
-		{"NotJSON", fakeReply{status: 502, body: "<html>Bad Gateway</html>"}, KindServer, testErrorBackoff, "telegram: getUpdates failed"},
-		{"Transport", fakeReply{hangup: true}, KindTransport, testErrorBackoff, "telegram: getUpdates failed"},
-		{"BadToken", apiError(401, "Unauthorized", 0), KindUnauthorized, testAuthBackoff, "telegram: bad token (401); polling paused"},
-		{"Conflict", apiError(409, "Conflict: terminated by other getUpdates request; make sure that only one bot instance is running", 0),
+		{"ServerError", telegramtest.APIError(500, "Internal Server Error", 0), KindServer, testErrorBackoff, "telegram: getUpdates failed"},
+		{"NotJSON", telegramtest.Reply{Status: 502, Body: "<html>Bad Gateway</html>"}, KindServer, testErrorBackoff, "telegram: getUpdates failed"},
+		{"Transport", telegramtest.Reply{Hangup: true}, KindTransport, testErrorBackoff, "telegram: getUpdates failed"},
+		{"BadToken", telegramtest.APIError(401, "Unauthorized", 0), KindUnauthorized, testAuthBackoff, "telegram: bad token (401); polling paused"},
+		{"Conflict", telegramtest.APIError(409, "Conflict: terminated by other getUpdates request; make sure that only one bot instance is running", 0),
 			KindConflict, testAuthBackoff, "telegram: conflict (409): another getUpdates consumer or a webhook is set for this bot"},
-		{"RateLimited", apiError(429, "Too Many Requests: retry after 1", 1), KindRateLimited, time.Second, "telegram: getUpdates failed"},
-		{"BadRequest", apiError(400, "Bad Request: wrong offset", 0), KindBadRequest, testErrorBackoff, "telegram: getUpdates failed"},
+		{"RateLimited", telegramtest.APIError(429, "Too Many Requests: retry after 1", 1), KindRateLimited, time.Second, "telegram: getUpdates failed"},
+		{"BadRequest", telegramtest.APIError(400, "Bad Request: wrong offset", 0), KindBadRequest, testErrorBackoff, "telegram: getUpdates failed"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
-			b.api.answer(tc.reply)
-			b.api.push(update(5, "after the error"))
+			b.api.Answer(tc.reply)
+			b.api.Push(update(5, "after the error"))
 			p := b.poller(t, func(c *PollerConfig) { c.Registerer = b.reg })
 			run(t, p)
 
 			b.waitOffsetCall(t, 6)
-			calls := b.api.getCalls()
+			calls := b.api.Calls()
 			require.GreaterOrEqual(t, gapAfter(calls, 0), tc.minWait)
 			require.Equal(t, int64(0), calls[1].Offset)
 			require.Len(t, b.outbox(t), 1)
@@ -457,7 +458,7 @@ func TestPoller_Errors(t *testing.T) {
 	t.Run("BackingOffState", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		b.api.answer(apiError(401, "Unauthorized", 0))
+		b.api.Answer(telegramtest.APIError(401, "Unauthorized", 0))
 		p := b.poller(t, func(c *PollerConfig) { c.AuthBackoff = time.Hour })
 		stop := run(t, p)
 		require.Eventually(t, func() bool { return p.Status().State == StateBackingOff }, 5*time.Second, 5*time.Millisecond)
@@ -475,18 +476,18 @@ func TestPoller_TokenNeverLeaks(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	echo := "request to /bot" + testToken + "/getUpdates failed (token " + testToken + ")"
-	replies := []fakeReply{
-		apiError(500, echo, 0),
-		apiError(400, echo, 0),
-		apiError(401, echo, 0),
-		apiError(409, echo, 0),
-		apiError(429, echo, 1),
-		{status: 502, body: "<html>upstream https://api.telegram.org/bot" + testToken + "/getUpdates</html>"},
-		{status: 200, body: `{"ok":false,"description":"` + echo + `"}`},
-		{hangup: true},
+	replies := []telegramtest.Reply{
+		telegramtest.APIError(500, echo, 0),
+		telegramtest.APIError(400, echo, 0),
+		telegramtest.APIError(401, echo, 0),
+		telegramtest.APIError(409, echo, 0),
+		telegramtest.APIError(429, echo, 1),
+		{Status: 502, Body: "<html>upstream https://api.telegram.org/bot" + testToken + "/getUpdates</html>"},
+		{Status: 200, Body: `{"ok":false,"description":"` + echo + `"}`},
+		{Hangup: true},
 	}
-	b.api.answer(replies...)
-	b.api.push(update(1, "a"), `{"message":{"text":"`+testToken+`"}}`)
+	b.api.Answer(replies...)
+	b.api.Push(update(1, "a"), `{"message":{"text":"`+testToken+`"}}`)
 	p := b.poller(t, func(c *PollerConfig) { c.Registerer = b.reg; c.AuthBackoff = testErrorBackoff })
 	stop := run(t, p)
 	b.waitOffsetCall(t, 2)
@@ -509,8 +510,8 @@ func TestPoller_TokenNeverLeaks(t *testing.T) {
 
 	// Errors of the client itself, for each reply.
 	var errs []error
-	c := b.api.client()
-	b.api.answer(replies...)
+	c := fakeClient(b.api)
+	b.api.Answer(replies...)
 	for range replies {
 		_, err := c.GetUpdates(context.Background(), 0, 0, nil)
 		require.Error(t, err)
@@ -519,7 +520,7 @@ func TestPoller_TokenNeverLeaks(t *testing.T) {
 	_, err = NewClient(closedURL, testToken, nil).GetUpdates(context.Background(), 0, 0, nil)
 	require.ErrorContains(t, err, "connect")
 	errs = append(errs, err)
-	b.api.answerSend(apiError(400, echo, 0))
+	b.api.AnswerSend(telegramtest.APIError(400, echo, 0))
 	errs = append(errs, c.SendMessage(context.Background(), 1, "hi"))
 	_, err = NewClient("http://bad host\x7f/", testToken, nil).GetUpdates(context.Background(), 0, 0, nil)
 	errs = append(errs, err)

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferryq/ferry/internal/testkit/pgtest"
+	"github.com/ferryq/ferry/internal/testkit/telegramtest"
 	"github.com/ferryq/ferry/outbox"
 )
 
@@ -78,7 +79,7 @@ func TestParseUpdate(t *testing.T) {
 }
 
 type routerBundle struct {
-	api    *fakeAPI
+	api    *telegramtest.BotAPI
 	route  outbox.Route
 	router *Router
 	// river is the client of the delivery's work context: the route's
@@ -119,9 +120,9 @@ func routerSetup(t *testing.T) *routerBundle {
 	client, err := river.NewClient(riverpgxv5.New(pgtest.Pool(t)), &river.Config{})
 	require.NoError(t, err)
 	return &routerBundle{
-		api: api, router: r, route: r.Route("support", "support-bot", api.client()),
+		api: api, router: r, route: r.Route("support", "support-bot", fakeClient(api)),
 		river:  client,
-		sender: NewSendWorker(map[string]*Client{"support": api.client()}, slog.New(slog.DiscardHandler)),
+		sender: NewSendWorker(map[string]*Client{"support": fakeClient(api)}, slog.New(slog.DiscardHandler)),
 	}
 }
 
@@ -148,21 +149,21 @@ func (b *routerBundle) deliver(t *testing.T, raw string) (queued []SendArgs, err
 	b.inTx(t, func(ctx context.Context, tx pgx.Tx) {
 		err = b.handle(ctx, tx, raw)
 		queued = queuedReplies(t, tx)
-		require.Empty(t, b.api.getSent(), "nothing is sent inside the delivery's transaction")
+		require.Empty(t, b.api.Sent(), "nothing is sent inside the delivery's transaction")
 	})
 	return queued, err
 }
 
 // reply delivers an update, then works the replies it queued as
 // SendWorker would after the commit, and returns what the Bot API got.
-func (b *routerBundle) reply(t *testing.T, raw string) []sentMessage {
+func (b *routerBundle) reply(t *testing.T, raw string) []telegramtest.Message {
 	t.Helper()
 	queued, err := b.deliver(t, raw)
 	require.NoError(t, err)
 	for _, args := range queued {
 		require.NoError(t, b.sender.Work(t.Context(), &river.Job[SendArgs]{JobRow: &rivertype.JobRow{}, Args: args}))
 	}
-	return b.api.getSent()
+	return b.api.Sent()
 }
 
 // queuedReplies returns the telegram.send jobs tx sees, oldest first.
@@ -209,7 +210,7 @@ func TestRouter_Route(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			b := routerSetup(t)
-			require.Equal(t, []sentMessage{{ChatID: -100123, Text: tc.reply}}, b.reply(t, message(tc.text)))
+			require.Equal(t, []telegramtest.Message{{ChatID: -100123, Text: tc.reply}}, b.reply(t, message(tc.text)))
 		})
 	}
 
@@ -264,7 +265,7 @@ func TestRouter_Route(t *testing.T) {
 	t.Run("EditedMessage", func(t *testing.T) {
 		t.Parallel()
 		b := routerSetup(t)
-		require.Equal(t, []sentMessage{{ChatID: 5, Text: "edited"}}, b.reply(t, `{"update_id":2,"edited_message":{"chat":{"id":5},"text":"/echo edited"}}`))
+		require.Equal(t, []telegramtest.Message{{ChatID: 5, Text: "edited"}}, b.reply(t, `{"update_id":2,"edited_message":{"chat":{"id":5},"text":"/echo edited"}}`))
 	})
 
 	t.Run("TextHandler", func(t *testing.T) {
@@ -273,7 +274,7 @@ func TestRouter_Route(t *testing.T) {
 		b.router.HandleText(func(_ context.Context, _ pgx.Tx, _ Update, args []string) (string, error) {
 			return fmt.Sprintf("%d words", len(args)), nil
 		})
-		require.Equal(t, []sentMessage{{ChatID: -100123, Text: "2 words"}}, b.reply(t, message("hello there")))
+		require.Equal(t, []telegramtest.Message{{ChatID: -100123, Text: "2 words"}}, b.reply(t, message("hello there")))
 	})
 
 	t.Run("OwnHelp", func(t *testing.T) {
@@ -339,11 +340,11 @@ func TestRouter_RouteThroughRiver(t *testing.T) {
 	r.Handle("echo", func(_ context.Context, _ pgx.Tx, _ Update, args []string) (string, error) {
 		return strings.Join(args, " "), nil
 	})
-	routes, err := outbox.NewRoutes(r.Route("support", "support-bot", api.client()))
+	routes, err := outbox.NewRoutes(r.Route("support", "support-bot", fakeClient(api)))
 	require.NoError(t, err)
 	workers := river.NewWorkers()
 	river.AddWorker(workers, outbox.NewDeliverWorker(outbox.DeliverConfig{Pool: pool, Routes: routes, Logger: quiet}))
-	river.AddWorker(workers, NewSendWorker(map[string]*Client{"support": api.client()}, quiet))
+	river.AddWorker(workers, NewSendWorker(map[string]*Client{"support": fakeClient(api)}, quiet))
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		FetchCooldown:     5 * time.Millisecond,
 		FetchPollInterval: 50 * time.Millisecond,
@@ -379,5 +380,5 @@ func TestRouter_RouteThroughRiver(t *testing.T) {
 		}
 	}
 	require.ElementsMatch(t, []string{"outbox.deliver", "telegram.send"}, kinds)
-	require.Equal(t, []sentMessage{{ChatID: -100123, Text: "hello there"}}, api.getSent())
+	require.Equal(t, []telegramtest.Message{{ChatID: -100123, Text: "hello there"}}, api.Sent())
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferryq/ferry/internal/testkit/pgtest"
+	"github.com/ferryq/ferry/internal/testkit/telegramtest"
 	"github.com/ferryq/ferry/jobs"
 )
 
@@ -30,7 +31,7 @@ func TestSendWorker_Work(t *testing.T) {
 	t.Parallel()
 
 	type testBundle struct {
-		api    *fakeAPI
+		api    *telegramtest.BotAPI
 		worker *rivertest.Worker[SendArgs, pgx.Tx]
 		tx     pgx.Tx
 	}
@@ -38,7 +39,7 @@ func TestSendWorker_Work(t *testing.T) {
 	setup := func(t *testing.T) *testBundle {
 		t.Helper()
 		api := newFakeAPI(t)
-		w := NewSendWorker(map[string]*Client{"desk": api.client()}, slog.New(slog.DiscardHandler))
+		w := NewSendWorker(map[string]*Client{"desk": fakeClient(api)}, slog.New(slog.DiscardHandler))
 		require.Equal(t, "telegram.send", w.Kind().Name)
 		tx, err := pgtest.Pool(t).Begin(t.Context())
 		require.NoError(t, err)
@@ -69,20 +70,20 @@ func TestSendWorker_Work(t *testing.T) {
 		res, err := work(t, b, hi)
 		require.NoError(t, err)
 		require.Equal(t, river.EventKindJobCompleted, res.EventKind)
-		require.Equal(t, []sentMessage{{ChatID: 42, Text: "hi"}}, b.api.getSent())
+		require.Equal(t, []telegramtest.Message{{ChatID: 42, Text: "hi"}}, b.api.Sent())
 	})
 
-	retried := map[string]fakeReply{
-		"ServerError":       apiError(http.StatusInternalServerError, "Internal Server Error for bot"+testToken, 0),
-		"RateLimitedNoWait": apiError(http.StatusTooManyRequests, "Too Many Requests", 0),
-		"Unauthorized":      apiError(http.StatusUnauthorized, "Unauthorized", 0),
-		"Transport":         {hangup: true},
+	retried := map[string]telegramtest.Reply{
+		"ServerError":       telegramtest.APIError(http.StatusInternalServerError, "Internal Server Error for bot"+testToken, 0),
+		"RateLimitedNoWait": telegramtest.APIError(http.StatusTooManyRequests, "Too Many Requests", 0),
+		"Unauthorized":      telegramtest.APIError(http.StatusUnauthorized, "Unauthorized", 0),
+		"Transport":         {Hangup: true},
 	}
 	for name, reply := range retried {
 		t.Run(name+"Retried", func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
-			b.api.answerSend(reply)
+			b.api.AnswerSend(reply)
 			res, err := work(t, b, hi)
 			require.Error(t, err)
 			require.NotContains(t, err.Error(), testToken)
@@ -91,14 +92,14 @@ func TestSendWorker_Work(t *testing.T) {
 			// available again at once, rather than retryable.
 			require.Contains(t, []rivertype.JobState{rivertype.JobStateAvailable, rivertype.JobStateRetryable}, res.Job.State)
 			require.Len(t, res.Job.Errors, 1)
-			require.Empty(t, b.api.getSent())
+			require.Empty(t, b.api.Sent())
 		})
 	}
 
 	t.Run("RateLimitedWaitsRetryAfter", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		b.api.answerSend(apiError(http.StatusTooManyRequests, "Too Many Requests: retry after 30", 30))
+		b.api.AnswerSend(telegramtest.APIError(http.StatusTooManyRequests, "Too Many Requests: retry after 30", 30))
 		res, err := work(t, b, hi)
 		require.NoError(t, err)
 		require.Equal(t, river.EventKindJobSnoozed, res.EventKind)
@@ -111,7 +112,7 @@ func TestSendWorker_Work(t *testing.T) {
 	t.Run("RefusedCancelled", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		b.api.answerSend(apiError(http.StatusForbidden, "Forbidden: bot was blocked by the user "+testToken, 0))
+		b.api.AnswerSend(telegramtest.APIError(http.StatusForbidden, "Forbidden: bot was blocked by the user "+testToken, 0))
 		res, err := work(t, b, hi)
 		require.NoError(t, err)
 		require.Equal(t, river.EventKindJobCancelled, res.EventKind)
@@ -134,6 +135,6 @@ func TestSendWorker_Work(t *testing.T) {
 		res, err := work(t, b, SendArgs{Bot: "desk", ChatID: 42})
 		require.NoError(t, err)
 		require.Equal(t, river.EventKindJobCancelled, res.EventKind)
-		require.Empty(t, b.api.getSent())
+		require.Empty(t, b.api.Sent())
 	})
 }

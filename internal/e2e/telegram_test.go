@@ -6,10 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
-	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,6 +16,7 @@ import (
 
 	"github.com/ferryq/ferry/internal/testkit/pgtest"
 	"github.com/ferryq/ferry/internal/testkit/proctest"
+	"github.com/ferryq/ferry/internal/testkit/telegramtest"
 	"github.com/ferryq/ferry/telegram"
 )
 
@@ -43,295 +41,6 @@ const (
 	tgWait = 15 * time.Second
 )
 
-// tgReply scripts one answer of the fake to getUpdates.
-type tgReply struct {
-	status int
-	body   string
-	hangup bool // close the connection without an answer: a transport error
-}
-
-// tgSent is one sendMessage the fake received.
-type tgSent struct {
-	ChatID int64  `json:"chat_id"`
-	Text   string `json:"text"`
-}
-
-type tgEntry struct {
-	effID int64 // update_id, or the previous entry's for an update without one
-	raw   string
-}
-
-// fakeBotAPI is a Bot API server for one token on 127.0.0.1. getUpdates
-// honours offset (updates with update_id >= offset, in order, at most
-// limit, default and cap 100) and the long-poll timeout (the request is held
-// until such an update exists, the timeout passes, or the client goes away);
-// scripted answers (answer) take precedence, one per call. sendMessage
-// records chat_id and text. Updates are never forgotten: only a greater
-// offset hides them, as Telegram's acknowledgement does.
-//
-// It counts the getUpdates calls of the token in flight. A call is in flight
-// from the moment its handler starts until the handler returns: when it
-// answers (the answer is flushed after the handler returns, so the count
-// drops before the client can read it and send its next call), or when
-// r.Context() is done, which net/http does when the client closes the
-// connection (it reads the connection in the background once the body is
-// read to its end). So a killed process's held call ends when the kernel
-// closes its socket, and a demoted one's when its client cancels it. A
-// second call while one is in flight is recorded as an overlap.
-type fakeBotAPI struct {
-	token string
-	srv   *httptest.Server
-	quit  chan struct{}
-
-	mu          sync.Mutex
-	entries     []tgEntry
-	changed     chan struct{}
-	script      []tgReply
-	sendScript  []tgReply
-	requests    int // every request, any path
-	polls       int // getUpdates calls of the token
-	inflight    map[*http.Request]string
-	maxInflight int
-	overlaps    []string
-	sent        []tgSent
-	sentC       chan tgSent
-}
-
-func newFakeBotAPI(t *testing.T, token string) *fakeBotAPI {
-	t.Helper()
-	f := &fakeBotAPI{
-		token:    token,
-		quit:     make(chan struct{}),
-		changed:  make(chan struct{}),
-		inflight: map[*http.Request]string{},
-		sentC:    make(chan tgSent, 16),
-	}
-	f.srv = httptest.NewServer(http.HandlerFunc(f.serve)) // 127.0.0.1:0
-	// Registered before any worker starts, so it runs after their cleanups
-	// have killed them; quit ends the calls still held.
-	t.Cleanup(func() {
-		close(f.quit)
-		f.srv.Close()
-	})
-	return f
-}
-
-func (f *fakeBotAPI) URL() string { return f.srv.URL }
-
-func (f *fakeBotAPI) serve(w http.ResponseWriter, r *http.Request) {
-	f.mu.Lock()
-	f.requests++
-	f.mu.Unlock()
-	method, ok := strings.CutPrefix(r.URL.Path, "/bot"+f.token+"/")
-	switch {
-	case ok && r.Method == http.MethodPost && method == "getUpdates":
-		f.getUpdates(w, r)
-	case ok && r.Method == http.MethodPost && method == "sendMessage":
-		f.sendMessage(w, r)
-	default:
-		writeReply(w, tgReply{status: http.StatusNotFound, body: `{"ok":false,"error_code":404,"description":"Not Found"}`})
-	}
-}
-
-// push appends updates (raw JSON each) and wakes the held calls.
-func (f *fakeBotAPI) push(raws ...string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for _, raw := range raws {
-		var u struct {
-			UpdateID *int64 `json:"update_id"`
-		}
-		eff := int64(0)
-		if n := len(f.entries); n > 0 {
-			eff = f.entries[n-1].effID
-		}
-		if json.Unmarshal([]byte(raw), &u) == nil && u.UpdateID != nil {
-			eff = *u.UpdateID
-		}
-		f.entries = append(f.entries, tgEntry{effID: eff, raw: raw})
-	}
-	f.wakeLocked()
-}
-
-// answerSend scripts the next sendMessage answers, in order (a scripted
-// answer is not recorded as sent).
-func (f *fakeBotAPI) answerSend(replies ...tgReply) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.sendScript = append(f.sendScript, replies...)
-}
-
-// answer scripts the next getUpdates answers, in order.
-func (f *fakeBotAPI) answer(replies ...tgReply) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.script = append(f.script, replies...)
-	f.wakeLocked()
-}
-
-func (f *fakeBotAPI) wakeLocked() {
-	close(f.changed)
-	f.changed = make(chan struct{})
-}
-
-func (f *fakeBotAPI) getUpdates(w http.ResponseWriter, r *http.Request) {
-	// Read to the end: only then does net/http watch the connection and
-	// cancel r.Context() when the client closes it.
-	body, err := io.ReadAll(r.Body)
-	var req struct {
-		Offset  int64 `json:"offset"`
-		Limit   int   `json:"limit"`
-		Timeout int64 `json:"timeout"`
-	}
-	if err != nil || json.Unmarshal(body, &req) != nil {
-		writeReply(w, tgReply{status: http.StatusBadRequest, body: `{"ok":false,"error_code":400,"description":"Bad Request: can't parse JSON"}`})
-		return
-	}
-	limit := req.Limit
-	if limit <= 0 || limit > 100 {
-		limit = 100
-	}
-
-	f.mu.Lock()
-	f.polls++
-	if len(f.inflight) > 0 {
-		var others []string
-		for _, o := range f.inflight {
-			others = append(others, o)
-		}
-		f.overlaps = append(f.overlaps, fmt.Sprintf("%s getUpdates(offset %d) from %s while in flight: %s",
-			time.Now().Format("15:04:05.000"), req.Offset, r.RemoteAddr, strings.Join(others, "; ")))
-	}
-	f.inflight[r] = fmt.Sprintf("getUpdates(offset %d) from %s since %s", req.Offset, r.RemoteAddr, time.Now().Format("15:04:05.000"))
-	f.maxInflight = max(f.maxInflight, len(f.inflight))
-	f.mu.Unlock()
-	var once sync.Once
-	ended := func() {
-		once.Do(func() {
-			f.mu.Lock()
-			delete(f.inflight, r)
-			f.mu.Unlock()
-		})
-	}
-	defer ended()
-
-	deadline := time.NewTimer(time.Duration(req.Timeout) * time.Second)
-	defer deadline.Stop()
-	for {
-		f.mu.Lock()
-		if len(f.script) > 0 {
-			reply := f.script[0]
-			f.script = f.script[1:]
-			f.mu.Unlock()
-			if reply.hangup {
-				// The client sees the connection close at once: end the
-				// call first, or its retry could look like an overlap.
-				ended()
-				conn, _, err := w.(http.Hijacker).Hijack()
-				if err == nil {
-					_ = conn.Close()
-				}
-				return
-			}
-			writeReply(w, reply)
-			return
-		}
-		var out []string
-		for _, e := range f.entries {
-			if e.effID >= req.Offset && len(out) < limit {
-				out = append(out, e.raw)
-			}
-		}
-		changed := f.changed
-		f.mu.Unlock()
-		if len(out) > 0 || req.Timeout == 0 {
-			writeReply(w, tgReply{status: http.StatusOK, body: `{"ok":true,"result":[` + strings.Join(out, ",") + `]}`})
-			return
-		}
-		select {
-		case <-changed:
-		case <-r.Context().Done():
-			return
-		case <-f.quit:
-			return
-		case <-deadline.C:
-			writeReply(w, tgReply{status: http.StatusOK, body: `{"ok":true,"result":[]}`})
-			return
-		}
-	}
-}
-
-func (f *fakeBotAPI) sendMessage(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(r.Body)
-	var m tgSent
-	if err != nil || json.Unmarshal(body, &m) != nil {
-		writeReply(w, tgReply{status: http.StatusBadRequest, body: `{"ok":false,"error_code":400,"description":"Bad Request: can't parse JSON"}`})
-		return
-	}
-	f.mu.Lock()
-	if len(f.sendScript) > 0 {
-		reply := f.sendScript[0]
-		f.sendScript = f.sendScript[1:]
-		f.mu.Unlock()
-		writeReply(w, reply)
-		return
-	}
-	f.sent = append(f.sent, m)
-	f.mu.Unlock()
-	select {
-	case f.sentC <- m:
-	default:
-	}
-	text, _ := json.Marshal(m.Text)
-	writeReply(w, tgReply{status: http.StatusOK, body: fmt.Sprintf(`{"ok":true,"result":{"message_id":1,"date":1,"chat":{"id":%d,"type":"private"},"text":%s}}`, m.ChatID, text)})
-}
-
-func writeReply(w http.ResponseWriter, reply tgReply) {
-	if strings.HasPrefix(reply.body, "{") {
-		w.Header().Set("Content-Type", "application/json")
-	} else {
-		w.Header().Set("Content-Type", "text/html")
-	}
-	w.WriteHeader(reply.status)
-	_, _ = w.Write([]byte(reply.body))
-}
-
-// stats returns the counts: every request, getUpdates calls, the most
-// getUpdates in flight at once, and the overlaps seen.
-func (f *fakeBotAPI) stats() (requests, polls, maxInflight int, overlaps []string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.requests, f.polls, f.maxInflight, slices.Clone(f.overlaps)
-}
-
-func (f *fakeBotAPI) sentMessages() []tgSent {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return slices.Clone(f.sent)
-}
-
-// nextSent waits for the next sendMessage.
-func (f *fakeBotAPI) nextSent(t *testing.T, timeout time.Duration) tgSent {
-	t.Helper()
-	select {
-	case m := <-f.sentC:
-		return m
-	case <-time.After(timeout):
-		t.Fatalf("no sendMessage in %s", timeout)
-		return tgSent{}
-	}
-}
-
-// requireOneConsumer fails the test if two getUpdates of the token were ever
-// in flight at once.
-func (f *fakeBotAPI) requireOneConsumer(t *testing.T) {
-	t.Helper()
-	_, polls, most, overlaps := f.stats()
-	require.Empty(t, overlaps, "concurrent getUpdates calls")
-	require.Positive(t, polls)
-	require.Equal(t, 1, most, "getUpdates calls in flight at once, at most")
-}
-
 // tgUpdate is a text message update with id (also its message_id).
 func tgUpdate(id int) string {
 	return fmt.Sprintf(`{"update_id":%d,"message":{"message_id":%d,"chat":{"id":42,"type":"private"},"from":{"id":7,"is_bot":false,"first_name":"A"},"text":"update %d","date":1}}`, id, id, id)
@@ -339,7 +48,7 @@ func tgUpdate(id int) string {
 
 // deskEnv is the environment of a worker running the bot desk on api; the
 // token is set unless withToken is false.
-func deskEnv(t *testing.T, api *fakeBotAPI, withToken bool, extra ...string) []string {
+func deskEnv(t *testing.T, api *telegramtest.BotAPI, withToken bool, extra ...string) []string {
 	t.Helper()
 	e := []string{"FERRY_CONFIG=" + writeConfig(t, deskConfig), "FERRY_TELEGRAM_API_URL=" + api.URL()}
 	if withToken {
@@ -350,7 +59,7 @@ func deskEnv(t *testing.T, api *fakeBotAPI, withToken bool, extra ...string) []s
 
 // startDeskWorker starts `worker run` with the bot desk on api and 1 s
 // election ticks, and waits for it to start polling.
-func startDeskWorker(t *testing.T, url string, api *fakeBotAPI) *proctest.Proc {
+func startDeskWorker(t *testing.T, url string, api *telegramtest.BotAPI) *proctest.Proc {
 	t.Helper()
 	w := startWorker(t, url, deskEnv(t, api, true), electionArgs(time.Second)...)
 	_, err := w.WaitForLineFunc(10*time.Second, logged("telegram: polling", "bot", "desk"))
@@ -481,7 +190,7 @@ func TestTelegram_OneConsumer(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewDatabase(t, true)
 	pool := pgtest.PoolFor(t, url)
-	api := newFakeBotAPI(t, deskToken)
+	api := telegramtest.NewBotAPI(t, deskToken)
 
 	leader := startDeskWorker(t, url, api)
 	standby := startWorker(t, url, deskEnv(t, api, true), electionArgs(time.Second)...)
@@ -491,7 +200,7 @@ func TestTelegram_OneConsumer(t *testing.T) {
 
 	const n = 20
 	for i := 1; i <= n; i++ {
-		api.push(tgUpdate(i))
+		api.Push(tgUpdate(i))
 		// The pace is the point: updates arrive while calls are held, and
 		// between them.
 		time.Sleep(150 * time.Millisecond)
@@ -513,13 +222,13 @@ func TestTelegram_OneConsumer(t *testing.T) {
 	code, err := leader.Wait(stopTimeout)
 	require.NoError(t, err)
 	require.Zero(t, code)
-	api.push(tgUpdate(n + 1))
+	api.Push(tgUpdate(n + 1))
 	ids = waitDeskOffset(t, pool, n+2, tgWait)
 	require.Equal(t, oneTo(n+1), ids)
 
 	stop(t, standby, stopTimeout)
-	api.requireOneConsumer(t)
-	requests, polls, _, _ := api.stats()
+	api.RequireOneConsumer(t)
+	requests, polls, _, _ := api.Stats()
 	require.Equal(t, requests, polls, "nothing but getUpdates")
 	t.Logf("%d getUpdates calls", polls)
 }
@@ -531,7 +240,7 @@ func TestTelegram_FailoverMidStream(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewDatabase(t, true)
 	pool := pgtest.PoolFor(t, url)
-	api := newFakeBotAPI(t, deskToken)
+	api := telegramtest.NewBotAPI(t, deskToken)
 
 	first := startDeskWorker(t, url, api)
 	second := startWorker(t, url, deskEnv(t, api, true), electionArgs(time.Second)...)
@@ -549,7 +258,7 @@ func TestTelegram_FailoverMidStream(t *testing.T) {
 		tick := time.NewTicker(100 * time.Millisecond)
 		defer tick.Stop()
 		for i := 1; i <= n; i++ {
-			api.push(tgUpdate(i))
+			api.Push(tgUpdate(i))
 			select {
 			case <-tick.C:
 			case <-quit:
@@ -585,7 +294,7 @@ func TestTelegram_FailoverMidStream(t *testing.T) {
 	// (the fake's r.Context() is done then), which happens as it dies, over
 	// a second before the standby, which defers, sends its first call. A
 	// call that overlapped would mean two consumers.
-	api.requireOneConsumer(t)
+	api.RequireOneConsumer(t)
 	stop(t, standby, stopTimeout)
 }
 
@@ -623,14 +332,14 @@ func TestTelegram_TokenNeverLogged(t *testing.T) {
 		t.Parallel()
 		url := pgtest.NewDatabase(t, true)
 		pool := pgtest.PoolFor(t, url)
-		api := newFakeBotAPI(t, deskToken)
-		api.answer(
-			tgReply{status: http.StatusInternalServerError, body: `{"ok":false,"error_code":500,"description":"Internal Server Error: bot` + deskToken + ` is overloaded"}`},
-			tgReply{status: http.StatusOK, body: "<html><body>Bad gateway for /bot" + deskToken + "/getUpdates</body></html>"},
-			tgReply{hangup: true},
+		api := telegramtest.NewBotAPI(t, deskToken)
+		api.Answer(
+			telegramtest.Reply{Status: http.StatusInternalServerError, Body: `{"ok":false,"error_code":500,"description":"Internal Server Error: bot` + deskToken + ` is overloaded"}`},
+			telegramtest.Reply{Status: http.StatusOK, Body: "<html><body>Bad gateway for /bot" + deskToken + "/getUpdates</body></html>"},
+			telegramtest.Reply{Hangup: true},
 		)
 		// Then, in one batch, an update without update_id and a valid one.
-		api.push(`{"message":{"message_id":9,"chat":{"id":42,"type":"private"},"text":"no id","date":1}}`, tgUpdate(1))
+		api.Push(`{"message":{"message_id":9,"chat":{"id":42,"type":"private"},"text":"no id","date":1}}`, tgUpdate(1))
 
 		w := startDeskWorker(t, url, api)
 		addr := adminAddr(t, w)
@@ -659,32 +368,32 @@ func TestTelegram_TokenNeverLogged(t *testing.T) {
 		}))
 
 		checkNoToken(t, url, w, addr, bodies)
-		api.requireOneConsumer(t)
+		api.RequireOneConsumer(t)
 	})
 
 	for _, tc := range []struct {
 		name, kind, msg string
-		reply           tgReply
+		reply           telegramtest.Reply
 	}{
 		{
 			name: "Conflict409", kind: telegram.KindConflict,
 			msg: "telegram: conflict (409): another getUpdates consumer or a webhook is set for this bot",
-			reply: tgReply{status: http.StatusConflict, body: `{"ok":false,"error_code":409,"description":"Conflict: terminated by other getUpdates request; make sure that only one bot instance is running (token ` +
+			reply: telegramtest.Reply{Status: http.StatusConflict, Body: `{"ok":false,"error_code":409,"description":"Conflict: terminated by other getUpdates request; make sure that only one bot instance is running (token ` +
 				deskToken + `)"}`},
 		},
 		{
 			name: "BadToken401", kind: telegram.KindUnauthorized,
 			msg: "telegram: bad token (401); polling paused",
 			// The query-escaped form of the token (":" as %3A).
-			reply: tgReply{status: http.StatusUnauthorized, body: `{"ok":false,"error_code":401,"description":"Unauthorized: /bot` +
+			reply: telegramtest.Reply{Status: http.StatusUnauthorized, Body: `{"ok":false,"error_code":401,"description":"Unauthorized: /bot` +
 				strings.Replace(deskToken, ":", "%3A", 1) + `/getUpdates"}`},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			url := pgtest.NewDatabase(t, true)
-			api := newFakeBotAPI(t, deskToken)
-			api.answer(tc.reply)
+			api := telegramtest.NewBotAPI(t, deskToken)
+			api.Answer(tc.reply)
 			w := startDeskWorker(t, url, api)
 			addr := adminAddr(t, w)
 			line, err := w.WaitForLineFunc(10*time.Second, logged(tc.msg, "level", "ERROR", "bot", "desk", "kind", tc.kind, "retry_in", int64(time.Minute)))
@@ -695,7 +404,7 @@ func TestTelegram_TokenNeverLogged(t *testing.T) {
 			})
 			// SIGTERM ends the 60 s backoff at once.
 			checkNoToken(t, url, w, addr, []string{body})
-			_, polls, _, _ := api.stats()
+			_, polls, _, _ := api.Stats()
 			require.Equal(t, 1, polls, "no call during the backoff")
 		})
 	}
@@ -707,7 +416,7 @@ func TestTelegram_TokenNeverLogged(t *testing.T) {
 func TestTelegram_BotOffWhenTokenUnset(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewDatabase(t, true)
-	api := newFakeBotAPI(t, deskToken)
+	api := telegramtest.NewBotAPI(t, deskToken)
 	w := startWorker(t, url, deskEnv(t, api, false, "FERRY_LOG_LEVEL=debug"), electionArgs(time.Second)...)
 	addr := adminAddr(t, w)
 	_, err := w.WaitForLineFunc(10*time.Second, logged("election: runnables started"))
@@ -731,7 +440,7 @@ func TestTelegram_BotOffWhenTokenUnset(t *testing.T) {
 	require.True(t, logged("telegram: bot off: its token variable is unset", "bot", "desk", "token_env", "DESK_TOKEN")(off[0]), off[0])
 	_, err = w.WaitForLineFunc(0, logged("telegram: polling"))
 	require.Error(t, err)
-	requests, _, _, _ := api.stats()
+	requests, _, _, _ := api.Stats()
 	require.Zero(t, requests, "the Bot API was never called")
 }
 
@@ -742,7 +451,7 @@ func TestTelegram_CommandAnswered(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewDatabase(t, true)
 	pool := pgtest.PoolFor(t, url)
-	api := newFakeBotAPI(t, deskToken)
+	api := telegramtest.NewBotAPI(t, deskToken)
 	bin := proctest.Build(t, botWorkerPkg)[botWorkerPkg]
 	w := proctest.Start(t, bin, append([]string{"DATABASE_URL=" + url}, deskEnv(t, api, true)...))
 	_, err := w.WaitForLineFunc(startTimeout, logged("ferry: started"))
@@ -750,8 +459,8 @@ func TestTelegram_CommandAnswered(t *testing.T) {
 	_, err = w.WaitForLineFunc(10*time.Second, logged("telegram: polling", "bot", "desk"))
 	require.NoError(t, err)
 
-	api.push(`{"update_id":1,"message":{"message_id":1,"chat":{"id":42,"type":"private"},"from":{"id":7,"is_bot":false,"first_name":"A"},"text":"/echo hello world","date":1}}`)
-	require.Equal(t, tgSent{ChatID: 42, Text: "hello world"}, api.nextSent(t, deliverTimeout))
+	api.Push(`{"update_id":1,"message":{"message_id":1,"chat":{"id":42,"type":"private"},"from":{"id":7,"is_bot":false,"first_name":"A"},"text":"/echo hello world","date":1}}`)
+	require.Equal(t, telegramtest.Message{ChatID: 42, Text: "hello world"}, api.NextSent(t, deliverTimeout))
 
 	var msgID int64
 	require.NoError(t, pool.QueryRow(context.Background(),
@@ -763,8 +472,8 @@ func TestTelegram_CommandAnswered(t *testing.T) {
 
 	// A reply Telegram refuses for good (400, its description echoing the
 	// token) makes the delivery stuck at once, its last error scrubbed.
-	api.answerSend(tgReply{status: http.StatusBadRequest, body: `{"ok":false,"error_code":400,"description":"Bad Request: chat not found (bot` + deskToken + `)"}`})
-	api.push(`{"update_id":2,"message":{"message_id":2,"chat":{"id":43,"type":"private"},"from":{"id":7,"is_bot":false,"first_name":"A"},"text":"/echo nobody there","date":1}}`)
+	api.AnswerSend(telegramtest.Reply{Status: http.StatusBadRequest, Body: `{"ok":false,"error_code":400,"description":"Bad Request: chat not found (bot` + deskToken + `)"}`})
+	api.Push(`{"update_id":2,"message":{"message_id":2,"chat":{"id":43,"type":"private"},"from":{"id":7,"is_bot":false,"first_name":"A"},"text":"/echo nobody there","date":1}}`)
 	ids := waitDeskOffset(t, pool, 3, tgWait)
 	require.Equal(t, []int{1, 2}, ids)
 	require.NoError(t, pool.QueryRow(context.Background(),
@@ -777,7 +486,7 @@ func TestTelegram_CommandAnswered(t *testing.T) {
 	require.Zero(t, code, stderr)
 
 	stop(t, w, stopTimeout)
-	require.Len(t, api.sentMessages(), 1, "one reply")
+	require.Len(t, api.Sent(), 1, "one reply")
 	requireNoToken(t, map[string]string{"the service's stdout": w.Stdout(), "the service's stderr": w.Stderr(), "enqueue outbox list": list})
-	api.requireOneConsumer(t)
+	api.RequireOneConsumer(t)
 }
