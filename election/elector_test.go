@@ -1,15 +1,12 @@
 package election
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"net"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ferryq/ferry/internal/testkit/logtest"
 	"github.com/ferryq/ferry/internal/testkit/pgtest"
 )
 
@@ -190,12 +188,12 @@ func TestElector_Uncontended(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	reg := prometheus.NewRegistry()
-	logs := &logRecorder{}
-	e := b.elector(t, func(c *Config) { c.Registerer = reg; c.Logger = logs.logger() })
+	logs := &logtest.Recorder{}
+	e := b.elector(t, func(c *Config) { c.Registerer = reg; c.Logger = logs.Logger() })
 
 	// First term ever: no predecessor could still run, so no deferral.
 	waitLeader(t, 5*time.Second, e)
-	acquired := logs.find(t, "election: leader acquired")
+	acquired := logs.Find(t, "election: leader acquired")
 	require.Equal(t, false, acquired["deferred"], "the first term of a key starts at once")
 	require.NotContains(t, acquired, "previous_term")
 	require.Eventually(t, func() bool { return b.act.active.Load() == 1 }, time.Second, 5*time.Millisecond)
@@ -227,7 +225,7 @@ func TestElector_Uncontended(t *testing.T) {
 	require.Equal(t, "resigned", reason)
 	require.NotNil(t, startedAt)
 	require.Equal(t, StateStopped, e.Status().State)
-	logs.find(t, "election: resigned")
+	logs.Find(t, "election: resigned")
 }
 
 // A stop that lands while the tick's query is in flight must not cancel
@@ -236,8 +234,8 @@ func TestElector_StopDuringTickResignsCleanly(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	logs := &logRecorder{}
-	e, err := New(Config{DatabaseURL: b.url, Tick: 300 * time.Millisecond, TickTimeout: 250 * time.Millisecond, Probe: testProbe, Logger: logs.logger()})
+	logs := &logtest.Recorder{}
+	e, err := New(Config{DatabaseURL: b.url, Tick: 300 * time.Millisecond, TickTimeout: 250 * time.Millisecond, Probe: testProbe, Logger: logs.Logger()})
 	require.NoError(t, err)
 	// Every tick takes 150 ms on the server, within its timeout.
 	e.ownershipSQL = "SELECT 1 FROM pg_sleep(0.15), (" + ownershipSQL + ") held"
@@ -256,8 +254,8 @@ func TestElector_StopDuringTickResignsCleanly(t *testing.T) {
 	}, 5*time.Second, 2*time.Millisecond)
 	e.Stop()
 
-	logs.find(t, "election: resigned")
-	require.Empty(t, logs.all("election: resigned uncleanly"))
+	logs.Find(t, "election: resigned")
+	require.Empty(t, logs.All("election: resigned uncleanly"))
 	var resigned bool
 	require.NoError(t, b.pool.QueryRow(ctx, "SELECT resigned_at IS NOT NULL FROM ferry_leader_term WHERE term = $1", term).Scan(&resigned))
 	require.True(t, resigned, "the term is stamped resigned")
@@ -269,10 +267,10 @@ func TestElector_HandoverUnderFastTicks(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	s := b.sample(t, KeyElection)
-	logs := &logRecorder{}
+	logs := &logtest.Recorder{}
 	fast := func(c *Config) {
 		c.Tick, c.TickTimeout, c.Probe = 50*time.Millisecond, 40*time.Millisecond, time.Minute
-		c.Logger = logs.logger()
+		c.Logger = logs.Logger()
 	}
 	cur := b.elector(t, fast)
 	waitLeader(t, 5*time.Second, cur)
@@ -286,14 +284,14 @@ func TestElector_HandoverUnderFastTicks(t *testing.T) {
 		waitLeader(t, 5*time.Second, next)
 		cur = next
 	}
-	failovers := logs.all("election: failover acquired")
+	failovers := logs.All("election: failover acquired")
 	require.Len(t, failovers, rounds, "each standby took over by waiting on the lock")
 	for _, rec := range failovers {
 		require.Equal(t, true, rec["previous_resigned"], "a successor saw its predecessor unresigned: %v", rec)
 		require.Equal(t, false, rec["deferred"])
 	}
-	require.Empty(t, logs.all("election: resigned uncleanly"))
-	require.Empty(t, logs.all("election: demoted"))
+	require.Empty(t, logs.All("election: resigned uncleanly"))
+	require.Empty(t, logs.All("election: demoted"))
 	s.finish()
 	require.LessOrEqual(t, s.maxActive.Load(), int32(1))
 	require.LessOrEqual(t, s.maxHolders.Load(), int32(1))
@@ -323,8 +321,8 @@ func TestElector_StuckRunnableLeavesTermUnresigned(t *testing.T) {
 	waitLeader(t, 5*time.Second, stuck)
 	term := stuck.Term()
 
-	logs := &logRecorder{}
-	next := b.elector(t, func(c *Config) { c.Logger = logs.logger() })
+	logs := &logtest.Recorder{}
+	next := b.elector(t, func(c *Config) { c.Logger = logs.Logger() })
 	require.Eventually(t, func() bool { return next.Status().State == StateStandby }, 5*time.Second, 5*time.Millisecond)
 	stuck.Stop()
 
@@ -334,7 +332,7 @@ func TestElector_StuckRunnableLeavesTermUnresigned(t *testing.T) {
 	require.False(t, resigned, "never stamped resigned while a runnable may run")
 	require.Contains(t, reason, "abandoned")
 	waitLeader(t, 5*time.Second, next)
-	rec := logs.find(t, "election: failover acquired")
+	rec := logs.Find(t, "election: failover acquired")
 	require.Equal(t, false, rec["previous_resigned"])
 	require.Equal(t, true, rec["deferred"], "the successor waits out the stuck predecessor")
 }
@@ -387,8 +385,8 @@ func TestElector_StandbyWaitsOnTheLock(t *testing.T) {
 	_, err = crashed.Exec(ctx, "INSERT INTO ferry_leader_term (key, holder, hostname, pid, backend_pid) VALUES ($1, 'ferry-leader:gone:1', 'gone', 1, pg_backend_pid())", KeyElection)
 	require.NoError(t, err)
 
-	logs := &logRecorder{}
-	e := b.elector(t, func(c *Config) { c.Probe = time.Hour; c.Logger = logs.logger() })
+	logs := &logtest.Recorder{}
+	e := b.elector(t, func(c *Config) { c.Probe = time.Hour; c.Logger = logs.Logger() })
 	require.Eventually(t, func() bool { return e.Status().State == StateStandby }, 5*time.Second, 5*time.Millisecond)
 	var waiting int
 	require.Eventually(t, func() bool {
@@ -399,7 +397,7 @@ func TestElector_StandbyWaitsOnTheLock(t *testing.T) {
 
 	require.NoError(t, crashed.Close(ctx))
 	waitLeader(t, 10*time.Second, e) // far under the hour-long probe
-	rec := logs.find(t, "election: failover acquired")
+	rec := logs.Find(t, "election: failover acquired")
 	require.Equal(t, false, rec["previous_resigned"])
 	require.Equal(t, true, rec["deferred"], "the crashed predecessor never resigned")
 	var reason string
@@ -506,9 +504,9 @@ func TestElector_GracefulHandover(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	s := b.sample(t, KeyElection)
-	logs := &logRecorder{}
+	logs := &logtest.Recorder{}
 	// An hour-long probe: only the standby's wait on the lock can take over.
-	slow := func(c *Config) { c.Probe = time.Hour; c.Logger = logs.logger() }
+	slow := func(c *Config) { c.Probe = time.Hour; c.Logger = logs.Logger() }
 	e1 := b.elector(t, slow)
 	waitLeader(t, 5*time.Second, e1)
 	e2 := b.elector(t, slow)
@@ -518,7 +516,7 @@ func TestElector_GracefulHandover(t *testing.T) {
 	e1.Stop()
 	waitLeader(t, 10*time.Second, e2)
 	t.Logf("graceful handover took %s", time.Since(start))
-	rec := logs.find(t, "election: failover acquired")
+	rec := logs.Find(t, "election: failover acquired")
 	require.Equal(t, true, rec["previous_resigned"])
 	require.Equal(t, false, rec["deferred"], "a resigned predecessor: no deferral")
 	s.finish()
@@ -744,43 +742,4 @@ func TestCurrentHolder(t *testing.T) {
 	require.Equal(t, "some-host", h.Hostname)
 	require.Nil(t, h.Term)
 	require.Equal(t, "idle", h.SessionState)
-}
-
-// logRecorder keeps an elector's JSON log records for the test to read.
-type logRecorder struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logRecorder) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logRecorder) logger() *slog.Logger {
-	return slog.New(slog.NewJSONHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
-// all returns every record whose message is msg.
-func (l *logRecorder) all(msg string) []map[string]any {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []map[string]any
-	for line := range strings.Lines(l.buf.String()) {
-		var rec map[string]any
-		if json.Unmarshal([]byte(line), &rec) == nil && rec["msg"] == msg {
-			out = append(out, rec)
-		}
-	}
-	return out
-}
-
-// find returns the one record whose message is msg, failing if there is
-// not exactly one.
-func (l *logRecorder) find(t *testing.T, msg string) map[string]any {
-	t.Helper()
-	recs := l.all(msg)
-	require.Len(t, recs, 1, "records %q", msg)
-	return recs[0]
 }

@@ -1,7 +1,6 @@
 package outbox
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -22,6 +21,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ferryq/ferry/internal/testkit/logtest"
 	"github.com/ferryq/ferry/internal/testkit/pgtest"
 	"github.com/ferryq/ferry/jobs"
 )
@@ -30,26 +30,12 @@ import (
 // (messages are told apart by id) and the worker's log.
 type deliverBundle struct {
 	pool *pgxpool.Pool
-	logs *deliverLog
+	logs *logtest.Recorder
 }
-
-// deliverLog is a log buffer safe for the worker's goroutines.
-type deliverLog struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *deliverLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *deliverLog) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
 
 func deliverSetup(t *testing.T) *deliverBundle {
 	t.Helper()
-	return &deliverBundle{pool: pgtest.Pool(t), logs: &deliverLog{}}
+	return &deliverBundle{pool: pgtest.Pool(t), logs: &logtest.Recorder{}}
 }
 
 // worker returns a worker for routes; cfg's Pool, Routes and Logger are
@@ -59,7 +45,7 @@ func (b *deliverBundle) worker(t *testing.T, cfg DeliverConfig, routes ...Route)
 	rs, err := NewRoutes(routes...)
 	require.NoError(t, err)
 	cfg.Pool, cfg.Routes = b.pool, rs
-	cfg.Logger = slog.New(slog.NewJSONHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	cfg.Logger = b.logs.Logger()
 	return NewDeliverWorker(cfg)
 }
 

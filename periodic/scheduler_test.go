@@ -1,7 +1,6 @@
 package periodic
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -17,6 +16,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ferryq/ferry/internal/testkit/logtest"
 	"github.com/ferryq/ferry/internal/testkit/pgtest"
 	"github.com/ferryq/ferry/jobs"
 )
@@ -63,27 +63,15 @@ type testBundle struct {
 	pool   *pgxpool.Pool
 	leader *fakeLeader
 	client *river.Client[pgx.Tx]
-	logs   *syncBuffer
+	logs   *logtest.Recorder
 }
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 func setup(t *testing.T) *testBundle {
 	t.Helper()
 	pool := pgtest.PoolFor(t, pgtest.NewDatabase(t, true))
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
 	require.NoError(t, err)
-	return &testBundle{pool: pool, leader: &fakeLeader{term: 7}, client: client, logs: &syncBuffer{}}
+	return &testBundle{pool: pool, leader: &fakeLeader{term: 7}, client: client, logs: &logtest.Recorder{}}
 }
 
 func (b *testBundle) scheduler(t *testing.T, clock Clock, schedules ...Schedule) *Scheduler {

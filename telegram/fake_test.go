@@ -1,11 +1,8 @@
 package telegram
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"log/slog"
-	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -41,22 +38,4 @@ func (l *fakeLeader) Fence(context.Context, pgx.Tx) error {
 		return errFakeNotLeader
 	}
 	return nil
-}
-
-// syncBuffer is a log buffer safe for the poller's goroutine.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
-
-func (s *syncBuffer) logger() *slog.Logger {
-	return slog.New(slog.NewJSONHandler(s, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }

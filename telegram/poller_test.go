@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferryq/ferry/election"
+	"github.com/ferryq/ferry/internal/testkit/logtest"
 	"github.com/ferryq/ferry/internal/testkit/pgtest"
 	"github.com/ferryq/ferry/internal/testkit/telegramtest"
 )
@@ -34,7 +35,7 @@ type testBundle struct {
 	pool   *pgxpool.Pool
 	api    *telegramtest.BotAPI
 	leader *fakeLeader
-	logs   *syncBuffer
+	logs   *logtest.Recorder
 	reg    *prometheus.Registry
 	bot    string
 }
@@ -49,7 +50,7 @@ func setup(t *testing.T) *testBundle {
 		pool:   pgtest.Pool(t),
 		api:    newFakeAPI(t),
 		leader: &fakeLeader{term: 7},
-		logs:   &syncBuffer{},
+		logs:   &logtest.Recorder{},
 		reg:    prometheus.NewRegistry(),
 		bot:    fmt.Sprintf("bot_%d", botSeq.Add(1)),
 	}
@@ -62,7 +63,7 @@ func (b *testBundle) poller(t *testing.T, mod func(*PollerConfig)) *Poller {
 	cfg := PollerConfig{
 		Bot: b.bot, Client: fakeClient(b.api), Pool: b.pool, Leader: b.leader,
 		PollTimeout: time.Second, ErrorBackoff: testErrorBackoff, AuthBackoff: testAuthBackoff,
-		Logger: b.logs.logger(),
+		Logger: b.logs.Logger(),
 	}
 	if mod != nil {
 		mod(&cfg)

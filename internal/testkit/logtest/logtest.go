@@ -1,0 +1,63 @@
+// Package logtest records what a component logs, for its tests to read: a
+// Recorder is an io.Writer that keeps JSON log records in memory, safe for
+// the goroutines of the component under test, and finds records by message.
+package logtest
+
+import (
+	"bytes"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Recorder keeps log output in memory. Its zero value is ready; it is safe
+// for concurrent use.
+type Recorder struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+// Write implements io.Writer, for a handler of the test's own making.
+func (r *Recorder) Write(p []byte) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.buf.Write(p)
+}
+
+// String returns everything written so far.
+func (r *Recorder) String() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.buf.String()
+}
+
+// Logger returns a logger that writes JSON records at debug level and above
+// to r.
+func (r *Recorder) Logger() *slog.Logger {
+	return slog.New(slog.NewJSONHandler(r, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// All returns every record whose message is msg, in the order written.
+func (r *Recorder) All(msg string) []map[string]any {
+	var out []map[string]any
+	for line := range strings.Lines(r.String()) {
+		var rec map[string]any
+		if json.Unmarshal([]byte(line), &rec) == nil && rec["msg"] == msg {
+			out = append(out, rec)
+		}
+	}
+	return out
+}
+
+// Find returns the one record whose message is msg, failing tb if there is
+// not exactly one.
+func (r *Recorder) Find(tb testing.TB, msg string) map[string]any {
+	tb.Helper()
+	recs := r.All(msg)
+	require.Len(tb, recs, 1, "records %q", msg)
+	return recs[0]
+}
