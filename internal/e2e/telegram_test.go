@@ -445,8 +445,8 @@ func TestTelegram_BotOffWhenTokenUnset(t *testing.T) {
 }
 
 // TestTelegram_CommandAnswered: a service embedding ferry with a command
-// router answers "/echo hello world" through sendMessage, and the delivery
-// to the router's route is delivered.
+// router answers "/echo hello world" through a telegram.send job, and the
+// delivery to the router's route is delivered.
 func TestTelegram_CommandAnswered(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewDatabase(t, true)
@@ -471,22 +471,35 @@ func TestTelegram_CommandAnswered(t *testing.T) {
 	require.Equal(t, 1, count(t, pool, `SELECT count(*) FROM ferry_outbox_received WHERE consumer = 'telegram-desk-commands' AND event_id = $1`, fmt.Sprint(msgID)))
 
 	// A reply Telegram refuses for good (400, its description echoing the
-	// token) makes the delivery stuck at once, its last error scrubbed.
+	// token): the delivery to the router is done (the reply was queued in
+	// its transaction), and the reply's telegram.send job is cancelled at
+	// once, its error scrubbed.
 	api.AnswerSend(telegramtest.Reply{Status: http.StatusBadRequest, Body: `{"ok":false,"error_code":400,"description":"Bad Request: chat not found (bot` + deskToken + `)"}`})
 	api.Push(`{"update_id":2,"message":{"message_id":2,"chat":{"id":43,"type":"private"},"from":{"id":7,"is_bot":false,"first_name":"A"},"text":"/echo nobody there","date":1}}`)
 	ids := waitDeskOffset(t, pool, 3, tgWait)
 	require.Equal(t, []int{1, 2}, ids)
 	require.NoError(t, pool.QueryRow(context.Background(),
 		`SELECT id FROM ferry_outbox WHERE topic = 'telegram.desk' AND dedup_key = '2'`).Scan(&msgID))
-	d = waitDelivery(t, pool, msgID, "telegram-desk-commands", deliverTimeout, "stuck", func(d delivery) bool { return d.Status == "stuck" })
-	require.Equal(t, 1, d.Attempts, "stuck at once, not retried")
-	require.NotNil(t, d.LastError)
-	require.Contains(t, *d.LastError, "bad_request (400): Bad Request: chat not found (bot[redacted])")
+	d = waitDelivery(t, pool, msgID, "telegram-desk-commands", deliverTimeout, "delivered", isDelivered)
+	require.Equal(t, 1, d.Attempts)
+	var sendID int64
+	require.Eventually(t, func() bool {
+		return pool.QueryRow(context.Background(), `SELECT id FROM river_job
+			WHERE kind = 'telegram.send' AND args->>'update_id' = '2' AND state = 'cancelled'`).Scan(&sendID) == nil
+	}, deliverTimeout, pollEvery, "the refused reply's telegram.send job is cancelled")
+	send := getJob(t, pool, sendID)
+	require.Equal(t, 1, send.Attempt, "cancelled at once, not retried")
+	var lastErr string
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT errors[array_length(errors, 1)]->>'error' FROM river_job WHERE id = $1`, sendID).Scan(&lastErr))
+	require.Contains(t, lastErr, "bad_request (400): Bad Request: chat not found (bot[redacted])")
 	list, stderr, code := enqueue(t, url, nil, "outbox", "list", "--json")
 	require.Zero(t, code, stderr)
+	got, stderr, code := enqueue(t, url, nil, "jobs", "get", fmt.Sprint(sendID), "--json")
+	require.Zero(t, code, stderr)
+	require.Contains(t, got, "bot[redacted]")
 
 	stop(t, w, stopTimeout)
 	require.Len(t, api.Sent(), 1, "one reply")
-	requireNoToken(t, map[string]string{"the service's stdout": w.Stdout(), "the service's stderr": w.Stderr(), "enqueue outbox list": list})
+	requireNoToken(t, map[string]string{"the service's stdout": w.Stdout(), "the service's stderr": w.Stderr(), "enqueue outbox list": list, "enqueue jobs get": got})
 	api.RequireOneConsumer(t)
 }
