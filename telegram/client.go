@@ -8,13 +8,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
 
-	"github.com/ferryq/ferry/jobs"
+	"github.com/ferryq/ferry/internal/redact"
 )
 
 // DefaultAPIURL is the public Bot API server (FERRY_TELEGRAM_API_URL
@@ -32,8 +31,6 @@ const (
 	maxResponseBytes = 64 << 20
 	// maxDescription bounds an error description kept in an APIError.
 	maxDescription = 512
-	// redacted replaces the token wherever it would appear.
-	redacted = "[redacted]"
 )
 
 // Error kinds, as APIError.Kind and ErrorKind report them (and the kind
@@ -150,7 +147,7 @@ type Client struct {
 	apiURL string
 	token  string
 	http   *http.Client
-	scrub  *strings.Replacer
+	scrub  *redact.Scrubber
 }
 
 // NewClient returns a client of the bot whose token is token, on the Bot API
@@ -171,30 +168,12 @@ func NewClient(apiURL, token string, httpClient *http.Client) *Client {
 		apiURL: strings.TrimRight(apiURL, "/"),
 		token:  token,
 		http:   &hc,
-		scrub:  newScrubber(token),
+		scrub:  redact.Secret(token, "bot"),
 	}
-}
-
-// newScrubber replaces the token, in every form a URL or an echo may carry
-// it, with a marker.
-func newScrubber(token string) *strings.Replacer {
-	if token == "" {
-		return strings.NewReplacer()
-	}
-	var pairs []string
-	seen := map[string]bool{}
-	for _, form := range []string{token, url.PathEscape(token), url.QueryEscape(token)} {
-		if !seen[form] {
-			seen[form] = true
-			// The longer pattern first: "bot<token>" then the bare token.
-			pairs = append(pairs, "bot"+form, "bot"+redacted, form, redacted)
-		}
-	}
-	return strings.NewReplacer(pairs...)
 }
 
 // String names the client without its token.
-func (c *Client) String() string { return "telegram.Client(" + jobs.RedactURL(c.apiURL) + ")" }
+func (c *Client) String() string { return "telegram.Client(" + redact.URL(c.apiURL) + ")" }
 
 // GoString is String, so %#v does not print the token either.
 func (c *Client) GoString() string { return c.String() }
@@ -202,39 +181,10 @@ func (c *Client) GoString() string { return c.String() }
 // redact scrubs the token from s.
 func (c *Client) redact(s string) string { return c.scrub.Replace(s) }
 
-// redactErr returns err with the token scrubbed from its message: err
-// itself when it does not contain it, else an error with the scrubbed
-// message. That error does not unwrap to err (whose message, or a cause's,
-// holds the token), only to the context error err wraps, if any, so
-// errors.Is(err, context.Canceled) keeps working.
-func (c *Client) redactErr(err error) error {
-	if err == nil || c.token == "" {
-		return err
-	}
-	msg := err.Error()
-	clean := c.redact(msg)
-	if clean == msg {
-		return err
-	}
-	r := &redactedError{msg: clean}
-	for _, sentinel := range []error{context.Canceled, context.DeadlineExceeded} {
-		if errors.Is(err, sentinel) {
-			r.err = sentinel
-			break
-		}
-	}
-	return r
-}
-
-// redactedError is an error whose message was scrubbed of the token; it
-// unwraps to a context sentinel only (or nil).
-type redactedError struct {
-	msg string
-	err error
-}
-
-func (e *redactedError) Error() string { return e.msg }
-func (e *redactedError) Unwrap() error { return e.err }
+// redactErr returns err with the token scrubbed from its message (see
+// redact.Scrubber.Err: err itself when clean, else an error that unwraps
+// only to a context sentinel err wraps).
+func (c *Client) redactErr(err error) error { return c.scrub.Err(err) }
 
 // getUpdatesRequest is the body of getUpdates.
 type getUpdatesRequest struct {
@@ -304,7 +254,7 @@ func (c *Client) call(ctx context.Context, method string, params any, result *js
 	if err != nil {
 		// Not err itself: url.Parse errors quote the whole URL. Scrubbed
 		// anyway, in case a future version words it differently.
-		return c.redactErr(fmt.Errorf("telegram: %s: cannot build the request (is the API URL %q valid?)", method, jobs.RedactURL(c.apiURL)))
+		return c.redactErr(fmt.Errorf("telegram: %s: cannot build the request (is the API URL %q valid?)", method, redact.URL(c.apiURL)))
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "ferry-telegram")
@@ -361,10 +311,7 @@ func cutPrefix(sep, s string) string {
 // transportError wraps a failed request: *url.Error is stripped (its
 // message repeats the URL, token included), the rest is scrubbed.
 func (c *Client) transportError(ctx context.Context, method string, err error) error {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		err = ue.Err
-	}
+	err = redact.URLError(err)
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		// The message of a deadline or a cancel, plainly.
 		err = context.Cause(ctx)

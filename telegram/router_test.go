@@ -290,7 +290,7 @@ func TestRouter_Route(t *testing.T) {
 		queued, err := b.deliver(t, message("/fail"))
 		require.Error(t, err)
 		require.NotContains(t, err.Error(), testToken)
-		require.Contains(t, err.Error(), "bot"+redacted)
+		require.Contains(t, err.Error(), "bot[redacted]")
 		require.Empty(t, queued)
 
 		queued, err = b.deliver(t, message("/give_up"))

@@ -117,7 +117,7 @@ func TestSendWorker_Work(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, river.EventKindJobCancelled, res.EventKind)
 		require.Len(t, res.Job.Errors, 1)
-		require.Contains(t, res.Job.Errors[0].Error, "bad_request (403): Forbidden: bot was blocked by the user "+redacted)
+		require.Contains(t, res.Job.Errors[0].Error, "bad_request (403): Forbidden: bot was blocked by the user [redacted]")
 	})
 
 	t.Run("BotOffCancelled", func(t *testing.T) {
