@@ -17,7 +17,7 @@ import (
 
 	"github.com/ferryq/ferry/election"
 	"github.com/ferryq/ferry/internal/admin"
-	"github.com/ferryq/ferry/internal/dburl"
+	"github.com/ferryq/ferry/internal/redact"
 	"github.com/ferryq/ferry/jobs"
 	"github.com/ferryq/ferry/outbox"
 	"github.com/ferryq/ferry/periodic"
@@ -227,11 +227,11 @@ func (c Config) check() error {
 		}
 	}
 	if _, err := pgxpool.ParseConfig(c.DatabaseURL); c.DatabaseURL != "" && err != nil {
-		errs = append(errs, fmt.Errorf("database URL: %s", dburl.Redact(err.Error())))
+		errs = append(errs, fmt.Errorf("database URL: %s", redact.Postgres(err.Error())))
 	}
 	if c.ElectionDatabaseURL != c.DatabaseURL {
 		if _, err := pgxpool.ParseConfig(c.ElectionDatabaseURL); err != nil {
-			errs = append(errs, fmt.Errorf("election database URL: %s", dburl.Redact(err.Error())))
+			errs = append(errs, fmt.Errorf("election database URL: %s", redact.Postgres(err.Error())))
 		}
 	}
 	if c.OutboxMaxAttempts < 0 || c.OutboxMaxAttempts > 1000 {
@@ -242,7 +242,7 @@ func (c Config) check() error {
 	}
 	if c.TelegramAPIURL != "" {
 		if u, err := url.Parse(c.TelegramAPIURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			errs = append(errs, fmt.Errorf("telegram API URL %q: not an absolute http(s) URL", jobs.RedactURL(c.TelegramAPIURL)))
+			errs = append(errs, fmt.Errorf("telegram API URL %q: not an absolute http(s) URL", redact.URL(c.TelegramAPIURL)))
 		}
 	}
 	if c.LeaderTick < election.MinTick {

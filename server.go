@@ -24,9 +24,9 @@ import (
 	"github.com/ferryq/ferry/election"
 	"github.com/ferryq/ferry/internal/admin"
 	"github.com/ferryq/ferry/internal/config"
-	"github.com/ferryq/ferry/internal/dburl"
 	"github.com/ferryq/ferry/internal/logging"
 	"github.com/ferryq/ferry/internal/metrics"
+	"github.com/ferryq/ferry/internal/redact"
 	"github.com/ferryq/ferry/jobs"
 	"github.com/ferryq/ferry/migrations"
 	"github.com/ferryq/ferry/outbox"
@@ -291,7 +291,7 @@ func poolMaxConns(queues map[string]int, routes *outbox.Routes) int32 {
 func openPool(ctx context.Context, url, role string, maxConns int32) (*pgxpool.Pool, error) {
 	pcfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		return nil, fmt.Errorf("ferry: database URL: %s", dburl.Redact(err.Error()))
+		return nil, fmt.Errorf("ferry: database URL: %s", redact.Postgres(err.Error()))
 	}
 	if _, set := pcfg.ConnConfig.RuntimeParams["application_name"]; !set {
 		host, _ := os.Hostname()
@@ -302,13 +302,13 @@ func openPool(ctx context.Context, url, role string, maxConns int32) (*pgxpool.P
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
-		return nil, fmt.Errorf("ferry: open database pool: %s", dburl.Redact(err.Error()))
+		return nil, fmt.Errorf("ferry: open database pool: %s", redact.Postgres(err.Error()))
 	}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := pool.Ping(pctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("ferry: connect to database %s: %s", dburl.Redact(pcfg.ConnConfig.Host+"/"+pcfg.ConnConfig.Database), dburl.Redact(err.Error()))
+		return nil, fmt.Errorf("ferry: connect to database %s: %s", redact.Postgres(pcfg.ConnConfig.Host+"/"+pcfg.ConnConfig.Database), redact.Postgres(err.Error()))
 	}
 	return pool, nil
 }
@@ -351,7 +351,7 @@ func (s *Server) AdminAddr() string {
 
 func (s *Server) ready(ctx context.Context) error {
 	if err := s.pool.Ping(ctx); err != nil {
-		return fmt.Errorf("database unreachable: %s", dburl.Redact(err.Error()))
+		return fmt.Errorf("database unreachable: %s", redact.Postgres(err.Error()))
 	}
 	return s.migrator.Check(ctx)
 }

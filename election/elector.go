@@ -21,7 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river/rivershared/startstop"
 
-	"github.com/ferryq/ferry/internal/dburl"
+	"github.com/ferryq/ferry/internal/redact"
 )
 
 // Defaults and limits.
@@ -226,7 +226,7 @@ func (e *Elector) connConfig(appName string, lock bool) (*pgx.ConnConfig, error)
 	// to the server as unknown parameters.
 	pc, err := pgxpool.ParseConfig(e.cfg.DatabaseURL)
 	if err != nil {
-		return nil, fmt.Errorf("election: database URL: %s", dburl.Redact(err.Error()))
+		return nil, fmt.Errorf("election: database URL: %s", redact.Postgres(err.Error()))
 	}
 	cc := pc.ConnConfig
 	cc.RuntimeParams["application_name"] = appName
@@ -302,7 +302,7 @@ func (e *Elector) setError(err error) {
 		e.status.LastError = ""
 		return
 	}
-	e.status.LastError = dburl.Redact(err.Error())
+	e.status.LastError = redact.Postgres(err.Error())
 }
 
 // Start begins campaigning in the background and returns at once: an
@@ -357,7 +357,7 @@ func (e *Elector) run(ctx context.Context) {
 				return
 			}
 		} else {
-			e.log().Warn("election: waiting on the lock failed; staying standby", "error", dburl.Redact(err.Error()), "retry_in", retry.String())
+			e.log().Warn("election: waiting on the lock failed; staying standby", "error", redact.Postgres(err.Error()), "retry_in", retry.String())
 		}
 		if led {
 			// A term that ran ends in demotion (the lock was lost): wait on
@@ -561,7 +561,7 @@ func (e *Elector) lead(ctx context.Context, conn *pgx.Conn, backendPID int) bool
 	if err != nil {
 		// Fail closed: no term, no runnables. Let another process try.
 		e.setError(err)
-		e.log().Error("election: could not record the term; releasing the lock", "error", dburl.Redact(err.Error()))
+		e.log().Error("election: could not record the term; releasing the lock", "error", redact.Postgres(err.Error()))
 		e.release(conn, 0, nil)
 		return false
 	}
@@ -677,7 +677,7 @@ func (e *Elector) demote(conn *pgx.Conn, term int64, reason error) {
 	e.mTransitions.WithLabelValues("demoted").Inc()
 	e.setError(reason)
 	e.setState(StateStandby, 0, 0)
-	e.log().Warn("election: demoted", "term", term, "reason", dburl.Redact(reason.Error()))
+	e.log().Warn("election: demoted", "term", term, "reason", redact.Postgres(reason.Error()))
 }
 
 // release ends a term (when term > 0) and closes the lock connection. When
@@ -723,7 +723,7 @@ func (e *Elector) release(conn *pgx.Conn, term int64, stopErr error) {
 	if err := errors.Join(errs...); err != nil {
 		// Closing the connection released the lock anyway; a successor that
 		// finds the term unstamped defers its start.
-		e.log().Warn("election: resigned uncleanly", "term", term, "error", dburl.Redact(err.Error()))
+		e.log().Warn("election: resigned uncleanly", "term", term, "error", redact.Postgres(err.Error()))
 		return
 	}
 	e.log().Info("election: resigned", "term", term)

@@ -15,8 +15,8 @@ import (
 	"golang.org/x/term"
 
 	"github.com/ferryq/ferry/election"
-	"github.com/ferryq/ferry/internal/dburl"
 	"github.com/ferryq/ferry/internal/logging"
+	"github.com/ferryq/ferry/internal/redact"
 )
 
 // Exit codes of Run.
@@ -63,7 +63,7 @@ func Run(ctx context.Context, app *cli.App, args []string) int {
 	if err == nil {
 		return ExitOK
 	}
-	msg := dburl.Redact(strings.Join(strings.Fields(err.Error()), " "))
+	msg := redact.Postgres(strings.Join(strings.Fields(err.Error()), " "))
 	fmt.Fprintf(app.ErrWriter, "%s: %s\n", app.Name, msg)
 	// A *UsageError, or urfave/cli's own (cli.Exit: "No help topic for
 	// …"): bad input either way.

@@ -11,7 +11,7 @@ import (
 
 	"github.com/ferryq/ferry"
 	"github.com/ferryq/ferry/election"
-	"github.com/ferryq/ferry/internal/dburl"
+	"github.com/ferryq/ferry/internal/redact"
 	"github.com/ferryq/ferry/jobs"
 	"github.com/ferryq/ferry/migrations"
 	"github.com/ferryq/ferry/outbox"
@@ -295,17 +295,17 @@ func withPool(c *cli.Context, fn func(context.Context, *pgxpool.Pool) error) err
 func connect(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		return nil, usageErrorf("database URL: %s", dburl.Redact(err.Error()))
+		return nil, usageErrorf("database URL: %s", redact.Postgres(err.Error()))
 	}
 	cfg.MaxConns = 4
 	cfg.ConnConfig.RuntimeParams["application_name"] = "ferry-cli"
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("open database: %s", dburl.Redact(err.Error()))
+		return nil, fmt.Errorf("open database: %s", redact.Postgres(err.Error()))
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("connect to database: %s", dburl.Redact(err.Error()))
+		return nil, fmt.Errorf("connect to database: %s", redact.Postgres(err.Error()))
 	}
 	return pool, nil
 }

@@ -18,7 +18,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 
-	"github.com/ferryq/ferry/internal/dburl"
+	"github.com/ferryq/ferry/internal/redact"
 )
 
 // LockKey is the session advisory lock (single bigint form) that serialises
@@ -168,7 +168,7 @@ func (m *Migrator) withLock(ctx context.Context, fn func(conn *pgx.Conn) error) 
 	cc.RuntimeParams["application_name"] = "ferry-migrate"
 	conn, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
-		return fmt.Errorf("migrations: connect: %s", dburl.Redact(err.Error()))
+		return fmt.Errorf("migrations: connect: %s", redact.Postgres(err.Error()))
 	}
 	defer func() {
 		// Closing the session releases the lock even if ctx is done.

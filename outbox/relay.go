@@ -16,8 +16,8 @@ import (
 	"github.com/riverqueue/river/rivershared/startstop"
 	"github.com/riverqueue/river/rivertype"
 
-	"github.com/ferryq/ferry/internal/dburl"
 	"github.com/ferryq/ferry/internal/pglisten"
+	"github.com/ferryq/ferry/internal/redact"
 )
 
 // Relay defaults.
@@ -109,7 +109,7 @@ func (r *Relay) run(ctx context.Context) {
 		case <-r.wake:
 		}
 		if err := r.Drain(ctx); err != nil && ctx.Err() == nil {
-			r.cfg.Logger.Error("outbox: relay failed; retrying", "error", dburl.Redact(err.Error()), "retry_in", r.cfg.PollInterval)
+			r.cfg.Logger.Error("outbox: relay failed; retrying", "error", redact.Postgres(err.Error()), "retry_in", r.cfg.PollInterval)
 		}
 		t.Reset(r.cfg.PollInterval)
 	}

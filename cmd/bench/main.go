@@ -27,6 +27,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/ferryq/ferry/internal/dburl"
+	"github.com/ferryq/ferry/internal/redact"
 	"github.com/ferryq/ferry/migrations"
 )
 
@@ -105,7 +106,7 @@ func main() {
 			r, err = throughput(ctx, *url, s, *backlog)
 		}
 		if err != nil {
-			log.Fatalf("bench: %s %s: %v", mode, s.Name, dburl.Redact(err.Error()))
+			log.Fatalf("bench: %s %s: %v", mode, s.Name, redact.Postgres(err.Error()))
 		}
 		fmt.Fprintf(os.Stderr, "%-10s %-34s workers=%-5d jobs=%-6d p50=%6.1fms p99=%6.1fms max=%6.1fms rate=%8.0f/s\n",
 			mode, fmt.Sprintf("%s (%s/%s, ins %s)", s.Name, s.Cooldown, s.Poll, s.InsertCooldown), s.Workers, r.Jobs, r.P50MS, r.P99MS, r.MaxMS, r.JobsPerSec)
@@ -114,13 +115,13 @@ func main() {
 	switch *mode {
 	case "all", "quick":
 		if err := runAll(ctx, *url, *out, *mode == "quick"); err != nil {
-			log.Fatalf("bench: %v", dburl.Redact(err.Error()))
+			log.Fatalf("bench: %v", redact.Postgres(err.Error()))
 		}
 		return
 	case "outbox":
 		r, err := outboxBench(ctx, *url, *backlog, *rate, *dur)
 		if err != nil {
-			log.Fatalf("bench: outbox: %v", dburl.Redact(err.Error()))
+			log.Fatalf("bench: outbox: %v", redact.Postgres(err.Error()))
 		}
 		fmt.Fprintf(os.Stderr, "outbox relay (%d messages, one route): %v msgs/s by batch size; commit to delivery start at %d msgs/s (%d messages): p50 %.1f ms p99 %.1f ms max %.1f ms\n",
 			r.RelayMessages, r.RelayMsgsPerSec, r.E2ERate, r.E2EMessages, r.E2EP50MS, r.E2EP99MS, r.E2EMaxMS)
@@ -129,7 +130,7 @@ func main() {
 	case "ticks":
 		r, err := tickLag(ctx, *url, *scheds, *dur, *rate)
 		if err != nil {
-			log.Fatalf("bench: ticks: %v", dburl.Redact(err.Error()))
+			log.Fatalf("bench: ticks: %v", redact.Postgres(err.Error()))
 		}
 		fmt.Fprintf(os.Stderr, "tick lag (%d schedules every 1s, %d ticks, load %d jobs/s of 20ms): insert p50 %.1f ms p99 %.1f ms; start p50 %.1f ms p99 %.1f ms\n",
 			r.Schedules, r.Ticks, r.LoadJobsPerSec, r.InsertP50MS, r.InsertP99MS, r.StartP50MS, r.StartP99MS)
@@ -143,7 +144,7 @@ func main() {
 		}
 		r, err := failover(ctx, *url, plan)
 		if err != nil {
-			log.Fatalf("bench: failover: %v", dburl.Redact(err.Error()))
+			log.Fatalf("bench: failover: %v", redact.Postgres(err.Error()))
 		}
 		line := fmt.Sprintf("failover (tick %dms, probe %dms, %d trials each):", r.TickMS, r.ProbeMS, *trials)
 		if len(r.GracefulMS) > 0 {

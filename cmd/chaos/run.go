@@ -23,6 +23,7 @@ import (
 
 	"github.com/ferryq/ferry/election"
 	"github.com/ferryq/ferry/internal/dburl"
+	"github.com/ferryq/ferry/internal/redact"
 	"github.com/ferryq/ferry/internal/testkit/fleet"
 	"github.com/ferryq/ferry/jobs"
 	"github.com/ferryq/ferry/migrations"
@@ -164,7 +165,7 @@ func run(ctx context.Context, serverURL string, steady time.Duration) (bool, err
 	admin := serverURL
 	if c, err := startCluster(); err != nil {
 		s.notes = append(s.notes, "Postgres restart skipped: "+err.Error())
-		fmt.Println("chaos: using", dburl.Redact(serverURL), "-", s.notes[0])
+		fmt.Println("chaos: using", redact.Postgres(serverURL), "-", s.notes[0])
 	} else {
 		cl = c
 		defer cl.stop()
@@ -175,7 +176,7 @@ func run(ctx context.Context, serverURL string, steady time.Duration) (bool, err
 	// A fresh database, migrated, with the oracle's tables.
 	conn, err := pgx.Connect(ctx, admin)
 	if err != nil {
-		return false, fmt.Errorf("connect: %s", dburl.Redact(err.Error()))
+		return false, fmt.Errorf("connect: %s", redact.Postgres(err.Error()))
 	}
 	name := fmt.Sprintf("ferry_chaos_%d", time.Now().UnixNano())
 	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {

@@ -15,7 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/ferryq/ferry/internal/dburl"
+	"github.com/ferryq/ferry/internal/redact"
 )
 
 // Config says where and what to listen to.
@@ -46,7 +46,7 @@ func Run(ctx context.Context, cfg Config) {
 		if ctx.Err() != nil {
 			return
 		}
-		cfg.Logger.Warn(cfg.Name+": reconnecting", "error", dburl.Redact(fmt.Sprint(err)), "backoff", backoff)
+		cfg.Logger.Warn(cfg.Name+": reconnecting", "error", redact.Postgres(fmt.Sprint(err)), "backoff", backoff)
 		t := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():

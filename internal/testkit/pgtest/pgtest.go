@@ -29,6 +29,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ferryq/ferry/internal/dburl"
+	"github.com/ferryq/ferry/internal/redact"
 	"github.com/ferryq/ferry/migrations"
 )
 
@@ -191,7 +192,7 @@ func connect(ctx context.Context) (*pgx.Conn, error) {
 	defer cancel()
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
-		return nil, fmt.Errorf("cannot reach the test Postgres (TEST_DATABASE_URL=%q): %w; run `go tool task db` to start one", dburl.Redact(url), err)
+		return nil, fmt.Errorf("cannot reach the test Postgres (TEST_DATABASE_URL=%q): %w; run `go tool task db` to start one", redact.Postgres(url), err)
 	}
 	return conn, nil
 }
