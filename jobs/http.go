@@ -3,7 +3,6 @@ package jobs
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -14,6 +13,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/riverqueue/river"
+
+	"github.com/ferryq/ferry/internal/redact"
 )
 
 // HTTPRequestArgs are the args of http.request: one HTTP call, the universal
@@ -67,7 +68,7 @@ func (a HTTPRequestArgs) Validate() error {
 	}
 	u, err := url.Parse(a.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("http.request: url %q is not an absolute http(s) URL", RedactURL(a.URL))
+		return fmt.Errorf("http.request: url %q is not an absolute http(s) URL", redact.URL(a.URL))
 	}
 	if a.Timeout < 0 || time.Duration(a.Timeout) > httpMaxTimeout {
 		return fmt.Errorf("http.request: timeout %s is not between 0 and %s", time.Duration(a.Timeout), httpMaxTimeout)
@@ -182,9 +183,9 @@ func (w *HTTPRequestWorker) Work(ctx context.Context, job *river.Job[HTTPRequest
 		if context.Cause(ctx) == timedOut {
 			// Our own timeout (not a shutdown): say so once, without the
 			// transport's wrapping. Returned as an error, so it is retried.
-			return fmt.Errorf("http.request: %s %s: timed out after %s", a.method(), RedactURL(a.URL), a.timeout())
+			return fmt.Errorf("http.request: %s %s: timed out after %s", a.method(), redact.URL(a.URL), a.timeout())
 		}
-		return fmt.Errorf("http.request: %s %s: %w", a.method(), RedactURL(a.URL), UnwrapURLError(err))
+		return fmt.Errorf("http.request: %s %s: %w", a.method(), redact.URL(a.URL), redact.URLError(err))
 	}
 	defer resp.Body.Close()
 	snippet := readSnippet(resp.Body)
@@ -196,9 +197,9 @@ func (w *HTTPRequestWorker) Work(ctx context.Context, job *river.Job[HTTPRequest
 	case resp.StatusCode >= 200 && resp.StatusCode < 300:
 		return river.RecordOutput(ctx, HTTPRequestOutput{Status: resp.StatusCode, DurationMS: elapsed.Milliseconds(), Body: snippet})
 	case retryableStatus(resp.StatusCode):
-		return &StatusError{Method: a.method(), URL: RedactURL(a.URL), Status: resp.StatusCode, Body: snippet}
+		return &StatusError{Method: a.method(), URL: redact.URL(a.URL), Status: resp.StatusCode, Body: snippet}
 	default:
-		return river.JobCancel(&StatusError{Method: a.method(), URL: RedactURL(a.URL), Status: resp.StatusCode, Body: snippet})
+		return river.JobCancel(&StatusError{Method: a.method(), URL: redact.URL(a.URL), Status: resp.StatusCode, Body: snippet})
 	}
 }
 
@@ -246,28 +247,4 @@ func readSnippet(r io.Reader) string {
 		s += "…"
 	}
 	return s
-}
-
-// RedactURL drops userinfo and the query string, where credentials live.
-func RedactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparsable url)"
-	}
-	u.User = nil
-	if u.RawQuery != "" {
-		u.RawQuery = "…"
-	}
-	u.Fragment = ""
-	return u.String()
-}
-
-// UnwrapURLError strips *url.Error, whose message repeats the full URL with
-// its query string (credentials live there).
-func UnwrapURLError(err error) error {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return ue.Err
-	}
-	return err
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/ferryq/ferry/internal/redact"
 	"github.com/ferryq/ferry/jobs"
 )
 
@@ -300,7 +301,7 @@ func (w *DeliverWorker) load(ctx context.Context, a DeliverArgs) (Message, *stri
 // post sends msg to the webhook route once.
 func (w *DeliverWorker) post(ctx context.Context, route Route, msg Message) attempt {
 	timeout := routeTimeout(route)
-	target := "POST " + jobs.RedactURL(route.URL)
+	target := "POST " + redact.URL(route.URL)
 	timedOut := fmt.Errorf("%s: timed out after %s", target, timeout)
 	rctx, cancel := context.WithTimeoutCause(ctx, timeout, timedOut)
 	defer cancel()
@@ -335,7 +336,7 @@ func (w *DeliverWorker) post(ctx context.Context, route Route, msg Message) atte
 		case context.Cause(rctx) == timedOut:
 			return attempt{outcome: retry, err: timedOut}
 		default:
-			return attempt{outcome: retry, err: fmt.Errorf("%s: %w", target, jobs.UnwrapURLError(err))}
+			return attempt{outcome: retry, err: fmt.Errorf("%s: %w", target, redact.URLError(err))}
 		}
 	}
 	defer resp.Body.Close()
@@ -358,7 +359,7 @@ func (w *DeliverWorker) post(ctx context.Context, route Route, msg Message) atte
 	case code >= 300 && code < 400:
 		loc := ""
 		if l := resp.Header.Get("Location"); l != "" {
-			loc = " to " + jobs.RedactURL(l)
+			loc = " to " + redact.URL(l)
 		}
 		return attempt{outcome: stuck, status: code, err: fmt.Errorf("%s: status %d: redirect%s not followed; fix the route's url", target, code, loc)}
 	default:
@@ -627,12 +628,12 @@ func recordStuck(ctx context.Context, pool *pgxpool.Pool, id int64, route, lastE
 func scrubber(route Route, sig string) *strings.Replacer {
 	var pairs []string
 	if len(route.Secret) > 0 {
-		pairs = append(pairs, string(route.Secret), "[redacted]")
+		pairs = append(pairs, string(route.Secret), redact.Placeholder)
 	}
 	if sig != "" {
-		pairs = append(pairs, sig, "[redacted]")
+		pairs = append(pairs, sig, redact.Placeholder)
 		if _, v1, ok := strings.Cut(sig, "v1="); ok {
-			pairs = append(pairs, v1, "[redacted]")
+			pairs = append(pairs, v1, redact.Placeholder)
 		}
 	}
 	if u, err := url.Parse(route.URL); err == nil {

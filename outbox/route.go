@@ -12,7 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/ferryq/ferry/jobs"
+	"github.com/ferryq/ferry/internal/redact"
 )
 
 // Message is one row of ferry_outbox as a receiver sees it.
@@ -78,7 +78,7 @@ func (r Route) validate() error {
 	case r.URL != "":
 		u, err := url.Parse(r.URL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("url %q: not an absolute http(s) URL", jobs.RedactURL(r.URL))
+			return fmt.Errorf("url %q: not an absolute http(s) URL", redact.URL(r.URL))
 		}
 		if u.User != nil {
 			return errors.New("url: credentials in the URL would be logged; use headers from the environment")
