@@ -25,11 +25,13 @@
 //   - Query parameter: ?password=secret or &password=secret, up to the next
 //     & or whitespace, in any URL.
 //
-// It does not scrub: a password holding a raw '@' or whitespace, which a
-// valid URL percent-encodes (postgres://u:p@ss@h keeps "ss"); a
-// keyword/value password glued to a preceding non-space character
-// ("(password=x"); other secret parameters (sslpassword, sslkey, passfile);
-// the host, port, user and database names.
+// The URL form's password runs to the last '@' of the authority, so a raw
+// '@' in it is hidden too (postgres://u:p@ss@h). sslpassword is scrubbed in
+// both the keyword/value and the query form, and a keyword/value password
+// after punctuation ("(password=x") too. It does not scrub: a URL password
+// holding whitespace, '/', '?' or '#', which a valid URL percent-encodes;
+// other secret parameters (sslkey, passfile name files, not secrets); the
+// host, port, user and database names.
 //
 // # URLs
 //
@@ -37,9 +39,9 @@
 // non-empty query string replaced by "…" (https://u:p@h/x?token=t#f is
 // https://h/x?…), and "(unparsable url)" for a raw url.Parse rejects. It
 // does not scrub a secret in the host or the path (a Bot API URL carries
-// the token in its path: use a Scrubber), nor an opaque URL, one without
-// "//" after its scheme, which url.Parse reads as scheme:opaque and URL
-// returns with only its query hidden ("user:pw@host" is kept whole).
+// the token in its path: use a Scrubber). An opaque URL, one without "//"
+// after its scheme, which url.Parse reads as scheme:opaque ("user:pw@host"
+// has the scheme "user"), is quoted by its scheme alone: "user:…".
 //
 // URLError(err) strips the first *url.Error from err's chain: net/http
 // returns one for every failed request, and its message repeats the full

@@ -23,6 +23,12 @@ func TestPostgres(t *testing.T) {
 		"host=h PASSWORD = 's3\\' cret' user=u":     "host=h PASSWORD = xxxxx user=u",
 		"password=s3cret host=h":                    "password=xxxxx host=h",
 		"postgres://h/db?Password=s3%20cret":        "postgres://h/db?Password=xxxxx",
+		// A raw '@' in a URL password; sslpassword in both forms; a
+		// keyword/value password after punctuation.
+		"postgres://u:p@ss@h/db?application_name=a@b":  "postgres://u:xxxxx@h/db?application_name=a@b",
+		"host=h sslpassword=k3y sslmode=verify-full":   "host=h sslpassword=xxxxx sslmode=verify-full",
+		"postgres://h/db?sslpassword=k3y&sslmode=x":    "postgres://h/db?sslpassword=xxxxx&sslmode=x",
+		"bad option (password=s3cret) in DATABASE_URL": "bad option (password=xxxxx in DATABASE_URL",
 		// An unquoted value runs to the next whitespace.
 		"cannot parse `host=h password=s3cret`: bad keyword": "cannot parse `host=h password=xxxxx bad keyword",
 	} {

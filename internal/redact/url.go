@@ -7,11 +7,16 @@ import (
 
 // URL returns raw without its userinfo and fragment, and with its query
 // string, when it has one, replaced by "…": "https://u:p@h/x?k=v#f" becomes
-// "https://h/x?…". A raw that does not parse is "(unparsable url)".
+// "https://h/x?…". A raw that does not parse is "(unparsable url)". An
+// opaque URL (no "//" after the scheme: "user:pw@host" parses as scheme
+// "user") keeps only its scheme: "user:…".
 func URL(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return "(unparsable url)"
+	}
+	if u.Opaque != "" {
+		return u.Scheme + ":…"
 	}
 	u.User = nil
 	if u.RawQuery != "" {

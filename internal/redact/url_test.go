@@ -23,6 +23,8 @@ func TestURL(t *testing.T) {
 		"":                                               "",
 		"http://[::1":                                    "(unparsable url)",
 		"https://u:p w@h/x":                              "(unparsable url)",
+		"alice:hunter2@app.example/x":                    "alice:…",
+		"mailto:ops@app.example":                         "mailto:…",
 	} {
 		require.Equal(t, want, URL(in), in)
 	}
