@@ -7,40 +7,32 @@
 // Advisory locks and LISTEN/NOTIFY channels are per database, so packages that
 // run in parallel (go test runs one process per package) never see each
 // other's election locks or notifications.
+//
+// The databases are made by internal/testkit/scratchdb (the template, the
+// names, the drop), which the bench and the chaos suite use too; pgtest
+// ties them to a test's or a package's life.
 package pgtest
 
 import (
 	"cmp"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
-	"regexp"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
-	"github.com/riverqueue/river/rivermigrate"
 	"go.uber.org/goleak"
 
-	"github.com/ferryq/ferry/internal/dburl"
 	"github.com/ferryq/ferry/internal/redact"
-	"github.com/ferryq/ferry/migrations"
+	"github.com/ferryq/ferry/internal/testkit/scratchdb"
 )
 
 // DefaultURL is used when TEST_DATABASE_URL is unset. It matches the role and
 // database that scripts/pg-up creates.
 const DefaultURL = "postgres://ferry:ferry@127.0.0.1:5432/ferry?sslmode=disable"
-
-// templateLock serialises template creation across test processes. It is
-// taken in the server's maintenance connection, not in any ferry database, in
-// the two-int form so it cannot collide with ferry's single-key locks.
-const templateLockClass, templateLockObj = 911, 100
 
 // ServerURL returns TEST_DATABASE_URL or DefaultURL.
 func ServerURL() string {
@@ -51,7 +43,7 @@ var (
 	pkgOnce sync.Once
 	pkgURL  string
 	pkgErr  error
-	pkgName string
+	pkgDrop func() error
 )
 
 // URL returns the connection string of this test package's database,
@@ -59,8 +51,7 @@ var (
 func URL(tb testing.TB) string {
 	tb.Helper()
 	pkgOnce.Do(func() {
-		pkgName = fmt.Sprintf("ferry_test_%s_%d", packageSlug(), os.Getpid())
-		pkgURL, pkgErr = createFromTemplate(context.Background(), pkgName)
+		pkgURL, pkgDrop, pkgErr = scratch(context.Background(), true)
 	})
 	if pkgErr != nil {
 		tb.Fatalf("pgtest: %v", pkgErr)
@@ -97,26 +88,26 @@ func PoolFor(tb testing.TB, url string) *pgxpool.Pool {
 // it is empty (for migration tests).
 func NewDatabase(tb testing.TB, migrated bool) string {
 	tb.Helper()
-	ctx := context.Background()
-	name := fmt.Sprintf("ferry_test_%s_%d_%d", packageSlug(), os.Getpid(), dbSeq.Add())
-	var (
-		url string
-		err error
-	)
-	if migrated {
-		url, err = createFromTemplate(ctx, name)
-	} else {
-		url, err = createEmpty(ctx, name)
-	}
+	url, drop, err := scratch(context.Background(), migrated)
 	if err != nil {
 		tb.Fatalf("pgtest: %v", err)
 	}
 	tb.Cleanup(func() {
-		if err := dropDatabase(context.Background(), name); err != nil {
+		if err := drop(); err != nil {
 			tb.Errorf("pgtest: %v", err)
 		}
 	})
 	return url
+}
+
+// scratch creates a database on the test server (scratchdb.New), saying
+// where the server comes from when it cannot be reached.
+func scratch(ctx context.Context, migrated bool) (url string, drop func() error, err error) {
+	url, drop, err = scratchdb.New(ctx, ServerURL(), migrated)
+	if errors.Is(err, scratchdb.ErrUnreachable) {
+		err = fmt.Errorf("%w (TEST_DATABASE_URL=%q); run `go tool task db` to start one", err, redact.Postgres(ServerURL()))
+	}
+	return url, drop, err
 }
 
 var (
@@ -143,8 +134,8 @@ func Main(m *testing.M, opts ...goleak.Option) {
 		fn()
 	}
 	atExitMu.Unlock()
-	if pkgName != "" && pkgErr == nil {
-		if err := dropDatabase(context.Background(), pkgName); err != nil {
+	if pkgDrop != nil {
+		if err := pkgDrop(); err != nil {
 			fmt.Fprintf(os.Stderr, "pgtest: %v\n", err)
 		}
 	}
@@ -155,161 +146,4 @@ func Main(m *testing.M, opts ...goleak.Option) {
 		}
 	}
 	os.Exit(code)
-}
-
-type counter struct {
-	mu sync.Mutex
-	n  int
-}
-
-func (c *counter) Add() int { c.mu.Lock(); defer c.mu.Unlock(); c.n++; return c.n }
-
-var dbSeq counter
-
-var slugRE = regexp.MustCompile(`[^a-z0-9]+`)
-
-func packageSlug() string {
-	// The test binary is named after the package (ferry.test, admin.test …).
-	name := strings.TrimSuffix(strings.ToLower(baseName(os.Args[0])), ".test")
-	name = slugRE.ReplaceAllString(name, "_")
-	if len(name) > 20 {
-		name = name[:20]
-	}
-	return name
-}
-
-func baseName(p string) string {
-	if i := strings.LastIndexAny(p, `/\`); i >= 0 {
-		return p[i+1:]
-	}
-	return p
-}
-
-// connect opens a maintenance connection to the server.
-func connect(ctx context.Context) (*pgx.Conn, error) {
-	url := ServerURL()
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		return nil, fmt.Errorf("cannot reach the test Postgres (TEST_DATABASE_URL=%q): %w; run `go tool task db` to start one", redact.Postgres(url), err)
-	}
-	return conn, nil
-}
-
-// templateName changes whenever the migrations change, so a stale template is
-// never reused.
-func templateName() string {
-	h := sha256.New()
-	for _, m := range migrations.All() {
-		fmt.Fprintf(h, "%d\x00%s\x00%s\x00", m.Version, m.Up, m.Down)
-	}
-	fmt.Fprint(h, riverVersionsFingerprint())
-	return "ferry_test_tmpl_" + hex.EncodeToString(h.Sum(nil))[:12]
-}
-
-func createFromTemplate(ctx context.Context, name string) (string, error) {
-	conn, err := connect(ctx)
-	if err != nil {
-		return "", err
-	}
-	defer conn.Close(ctx)
-	tmpl := templateName()
-	if err := ensureTemplate(ctx, conn, tmpl); err != nil {
-		return "", err
-	}
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+" TEMPLATE "+pgx.Identifier{tmpl}.Sanitize()); err != nil {
-		return "", fmt.Errorf("create database %s from template: %w", name, err)
-	}
-	return dburl.WithDatabase(ServerURL(), name)
-}
-
-func createEmpty(ctx context.Context, name string) (string, error) {
-	conn, err := connect(ctx)
-	if err != nil {
-		return "", err
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
-		return "", fmt.Errorf("create database %s: %w", name, err)
-	}
-	return dburl.WithDatabase(ServerURL(), name)
-}
-
-func ensureTemplate(ctx context.Context, conn *pgx.Conn, tmpl string) error {
-	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1, $2)", templateLockClass, templateLockObj); err != nil {
-		return fmt.Errorf("lock template creation: %w", err)
-	}
-	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1, $2)", templateLockClass, templateLockObj) //nolint:errcheck
-	var exists bool
-	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", tmpl).Scan(&exists); err != nil {
-		return fmt.Errorf("look for template: %w", err)
-	}
-	if exists {
-		return nil
-	}
-	// Templates of older schemas are dead weight once the migrations moved
-	// on; drop them (quietly: one still being cloned by another run stays).
-	rows, err := conn.Query(ctx, "SELECT datname FROM pg_database WHERE datname LIKE 'ferry\\_test\\_tmpl\\_%' AND datname <> $1", tmpl)
-	if err == nil {
-		stale, _ := pgx.CollectRows(rows, pgx.RowTo[string])
-		for _, name := range stale {
-			_ = dropWith(ctx, conn, name)
-		}
-	}
-	building := tmpl + "_building"
-	_ = dropWith(ctx, conn, building)
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{building}.Sanitize()); err != nil {
-		return fmt.Errorf("create template database: %w", err)
-	}
-	url, err := dburl.WithDatabase(ServerURL(), building)
-	if err != nil {
-		return err
-	}
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		return fmt.Errorf("open template database: %w", err)
-	}
-	m, err := migrations.New(pool, nil)
-	if err == nil {
-		_, err = m.Up(ctx)
-	}
-	pool.Close()
-	if err != nil {
-		return fmt.Errorf("migrate template database: %w", err)
-	}
-	// Renamed only once complete, so a crash mid-way never leaves a
-	// half-migrated template that later runs would trust.
-	if _, err := conn.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{building}.Sanitize()+" RENAME TO "+pgx.Identifier{tmpl}.Sanitize()); err != nil {
-		return fmt.Errorf("rename template database: %w", err)
-	}
-	return nil
-}
-
-func dropDatabase(ctx context.Context, name string) error {
-	conn, err := connect(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(ctx)
-	return dropWith(ctx, conn, name)
-}
-
-func dropWith(ctx context.Context, conn *pgx.Conn, name string) error {
-	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
-		return fmt.Errorf("drop database %s: %w", name, err)
-	}
-	return nil
-}
-
-func riverVersionsFingerprint() string {
-	m, err := rivermigrate.New(riverpgxv5.New(nil), nil)
-	if err != nil {
-		panic(err)
-	}
-	var b strings.Builder
-	for _, v := range m.AllVersions() {
-		fmt.Fprintf(&b, "%d:%s;", v.Version, v.Name)
-	}
-	return b.String()
 }
