@@ -26,9 +26,8 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
-	"github.com/ferryq/ferry/internal/dburl"
 	"github.com/ferryq/ferry/internal/redact"
-	"github.com/ferryq/ferry/migrations"
+	"github.com/ferryq/ferry/internal/testkit/scratchdb"
 )
 
 type stampArgs struct {
@@ -183,45 +182,22 @@ func main() {
 // scratch creates a migrated database and returns a pool on it and a drop
 // function.
 func scratch(ctx context.Context, serverURL string) (*pgxpool.Pool, func(), error) {
-	admin, err := pgx.Connect(ctx, serverURL)
+	u, drop, err := scratchdb.New(ctx, serverURL, true)
 	if err != nil {
-		return nil, nil, err
-	}
-	name := fmt.Sprintf("ferry_bench_%d_%d", os.Getpid(), time.Now().UnixNano())
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		admin.Close(ctx)
-		return nil, nil, err
-	}
-	drop := func() {
-		_, _ = admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
-		admin.Close(context.Background())
-	}
-	u, err := dburl.WithDatabase(serverURL, name)
-	if err != nil {
-		drop()
 		return nil, nil, err
 	}
 	cfg, err := pgxpool.ParseConfig(u)
 	if err != nil {
-		drop()
+		_ = drop()
 		return nil, nil, err
 	}
 	cfg.MaxConns = 40
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		drop()
+		_ = drop()
 		return nil, nil, err
 	}
-	m, err := migrations.New(pool, nil)
-	if err == nil {
-		_, err = m.Up(ctx)
-	}
-	if err != nil {
-		pool.Close()
-		drop()
-		return nil, nil, err
-	}
-	return pool, func() { pool.Close(); drop() }, nil
+	return pool, func() { pool.Close(); _ = drop() }, nil
 }
 
 func workerClient(pool *pgxpool.Pool, s setting, w *stampWorker) (*river.Client[pgx.Tx], error) {

@@ -22,11 +22,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ferryq/ferry/election"
-	"github.com/ferryq/ferry/internal/dburl"
 	"github.com/ferryq/ferry/internal/redact"
 	"github.com/ferryq/ferry/internal/testkit/fleet"
+	"github.com/ferryq/ferry/internal/testkit/scratchdb"
 	"github.com/ferryq/ferry/jobs"
-	"github.com/ferryq/ferry/migrations"
 	"github.com/ferryq/ferry/outbox"
 )
 
@@ -174,36 +173,16 @@ func run(ctx context.Context, serverURL string, steady time.Duration) (bool, err
 	}
 
 	// A fresh database, migrated, with the oracle's tables.
-	conn, err := pgx.Connect(ctx, admin)
+	url, drop, err := scratchdb.New(ctx, admin, true)
 	if err != nil {
-		return false, fmt.Errorf("connect: %s", redact.Postgres(err.Error()))
+		return false, fmt.Errorf("scratch database: %s", redact.Postgres(err.Error()))
 	}
-	name := fmt.Sprintf("ferry_chaos_%d", time.Now().UnixNano())
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		return false, err
-	}
-	defer func() {
-		c2, err := pgx.Connect(context.Background(), admin)
-		if err == nil {
-			_, _ = c2.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
-			c2.Close(context.Background())
-		}
-	}()
-	conn.Close(ctx)
-	if s.url, err = dburl.WithDatabase(admin, name); err != nil {
-		return false, err
-	}
+	defer func() { _ = drop() }()
+	s.url = url
 	if s.pool, err = pgxpool.New(ctx, s.url); err != nil {
 		return false, err
 	}
 	defer s.pool.Close()
-	m, err := migrations.New(s.pool, nil)
-	if err != nil {
-		return false, err
-	}
-	if _, err := m.Up(ctx); err != nil {
-		return false, err
-	}
 	if _, err := s.pool.Exec(ctx, oracleSchema); err != nil {
 		return false, err
 	}
