@@ -25,6 +25,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ferryq/ferry/internal/testkit/logtest"
 	"github.com/ferryq/ferry/internal/testkit/pgtest"
 	"github.com/ferryq/ferry/internal/testkit/proctest"
 )
@@ -66,14 +67,6 @@ func secret(t *testing.T, what string) string {
 	_, err := rand.Read(b)
 	require.NoError(t, err)
 	return what + "-" + hex.EncodeToString(b)
-}
-
-// logged matches a JSON log line whose msg is msg (as internal/e2e does).
-func logged(msg string) func(line string) bool {
-	return func(line string) bool {
-		var rec map[string]any
-		return json.Unmarshal([]byte(line), &rec) == nil && rec["msg"] == msg
-	}
 }
 
 // TestAdminConsole_Browser signs in to a real worker's admin console with
@@ -150,12 +143,12 @@ telegram:
 		"HOOK_SECRET=" + hookSecret,
 		"DESK_BOT_TOKEN=" + botToken,
 	}, "run", "--admin-addr", "127.0.0.1:0", "--leader-tick", "1s", "--standby-probe", "1s")
-	line, err := p.WaitForLineFunc(startTimeout, logged("admin: listening"))
+	line, err := p.WaitForLineFunc(startTimeout, logtest.Logged("admin: listening"))
 	require.NoError(t, err)
 	var listening struct{ Addr string }
 	require.NoError(t, json.Unmarshal([]byte(line), &listening))
 	base := "http://" + listening.Addr
-	_, err = p.WaitForLineFunc(startTimeout, logged("ferry: started"))
+	_, err = p.WaitForLineFunc(startTimeout, logtest.Logged("ferry: started"))
 	require.NoError(t, err)
 
 	// One message, written with plain SQL, is stuck after its one attempt.

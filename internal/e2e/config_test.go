@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ferryq/ferry/internal/testkit/logtest"
 	"github.com/ferryq/ferry/internal/testkit/pgtest"
 	"github.com/ferryq/ferry/internal/testkit/proctest"
 )
@@ -137,7 +138,7 @@ func TestWorker_PasswordNeverPrinted(t *testing.T) {
 		// own; a running worker that cannot open it logs why, and goes on.
 		w := startWorker(t, pgtest.NewDatabase(t, true),
 			[]string{"FERRY_LOG_LEVEL=debug", "FERRY_ELECTION_DATABASE_URL=" + urls["URL"]}, "--standby-probe", "100ms")
-		_, err := w.WaitForLineFunc(10*time.Second, logged("election: standby"))
+		_, err := w.WaitForLineFunc(10*time.Second, logtest.Logged("election: standby"))
 		require.NoError(t, err)
 		stop(t, w, stopTimeout)
 		require.Contains(t, w.Stderr(), "connection refused", "the failure is logged")

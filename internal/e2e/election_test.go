@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ferryq/ferry/internal/testkit/logtest"
 	"github.com/ferryq/ferry/internal/testkit/pgtest"
 	"github.com/ferryq/ferry/internal/testkit/proctest"
 )
@@ -57,12 +58,12 @@ func holderSampler(t *testing.T, pool *pgxpool.Pool) *atomic.Int32 {
 func leaderAndStandby(t *testing.T, url string, probe time.Duration) (*proctest.Proc, *proctest.Proc) {
 	t.Helper()
 	a := startWorker(t, url, nil, electionArgs(probe)...)
-	_, err := a.WaitForLineFunc(10*time.Second, logged("election: runnables started"))
+	_, err := a.WaitForLineFunc(10*time.Second, logtest.Logged("election: runnables started"))
 	require.NoError(t, err)
 	b := startWorker(t, url, nil, electionArgs(probe)...)
-	_, err = b.WaitForLineFunc(10*time.Second, logged("election: standby"))
+	_, err = b.WaitForLineFunc(10*time.Second, logtest.Logged("election: standby"))
 	require.NoError(t, err)
-	_, err = a.WaitForLineFunc(0, logged("election: leader acquired", "pid", a.Pid()))
+	_, err = a.WaitForLineFunc(0, logtest.Logged("election: leader acquired", "pid", a.Pid()))
 	require.NoError(t, err, "the first worker logs the acquisition with its pid")
 	return a, b
 }
@@ -99,11 +100,11 @@ func TestElection_KillLeader(t *testing.T) {
 	// The server ends the dead session and grants the lock to the waiting
 	// standby, which defers one tick plus its timeout because the dead
 	// leader never resigned.
-	_, err := standby.WaitForLineFunc(15*time.Second, logged("election: runnables started"))
+	_, err := standby.WaitForLineFunc(15*time.Second, logtest.Logged("election: runnables started"))
 	require.NoError(t, err)
 	t.Logf("crash failover: %s", time.Since(killed))
 
-	_, err = standby.WaitForLineFunc(0, logged("election: failover acquired", "deferred", true, "previous_resigned", false))
+	_, err = standby.WaitForLineFunc(0, logtest.Logged("election: failover acquired", "deferred", true, "previous_resigned", false))
 	require.NoError(t, err, "a standby that takes over a crashed leader says so and defers")
 	require.Equal(t, standby.Pid(), leaderPID(t, url))
 	require.EqualValues(t, 1, most.Load(), "never two holders of the lock")
@@ -121,16 +122,16 @@ func TestElection_SIGTERMHandsOverAtOnce(t *testing.T) {
 
 	sent := time.Now()
 	require.NoError(t, leader.Signal(syscall.SIGTERM))
-	_, err := standby.WaitForLineFunc(5*time.Second, logged("election: runnables started"))
+	_, err := standby.WaitForLineFunc(5*time.Second, logtest.Logged("election: runnables started"))
 	require.NoError(t, err)
 	t.Logf("graceful handover: %s", time.Since(sent))
 
 	code, err := leader.Wait(stopTimeout)
 	require.NoError(t, err)
 	require.Zero(t, code)
-	_, err = leader.WaitForLineFunc(0, logged("election: resigned"))
+	_, err = leader.WaitForLineFunc(0, logtest.Logged("election: resigned"))
 	require.NoError(t, err)
-	_, err = standby.WaitForLineFunc(0, logged("election: failover acquired", "deferred", false, "previous_resigned", true))
+	_, err = standby.WaitForLineFunc(0, logtest.Logged("election: failover acquired", "deferred", false, "previous_resigned", true))
 	require.NoError(t, err, "the predecessor resigned, so no deferral")
 	require.EqualValues(t, 1, most.Load())
 }
@@ -147,15 +148,15 @@ func TestElection_SIGTERMDuringTicks(t *testing.T) {
 	args := []string{"--leader-tick", "50ms", "--leader-tick-timeout", "40ms", "--standby-probe", "1h", "--admin-addr", "off"}
 	start := func() *proctest.Proc {
 		p := proctest.Start(t, bins(t).worker, env(url), append([]string{"run"}, args...)...)
-		_, err := p.WaitForLineFunc(startTimeout, logged("ferry: started"))
+		_, err := p.WaitForLineFunc(startTimeout, logtest.Logged("ferry: started"))
 		require.NoError(t, err)
 		return p
 	}
 	leader := start()
-	_, err := leader.WaitForLineFunc(10*time.Second, logged("election: runnables started"))
+	_, err := leader.WaitForLineFunc(10*time.Second, logtest.Logged("election: runnables started"))
 	require.NoError(t, err)
 	standby := start()
-	_, err = standby.WaitForLineFunc(10*time.Second, logged("election: standby"))
+	_, err = standby.WaitForLineFunc(10*time.Second, logtest.Logged("election: standby"))
 	require.NoError(t, err)
 
 	const rounds = 100
@@ -163,17 +164,17 @@ func TestElection_SIGTERMDuringTicks(t *testing.T) {
 		// Land the signal anywhere in a tick.
 		time.Sleep(time.Duration(rand.IntN(50)) * time.Millisecond)
 		require.NoError(t, leader.Signal(syscall.SIGTERM))
-		_, err := standby.WaitForLineFunc(10*time.Second, logged("election: runnables started"))
+		_, err := standby.WaitForLineFunc(10*time.Second, logtest.Logged("election: runnables started"))
 		require.NoError(t, err, "round %d: the standby did not take over", i)
 		code, err := leader.Wait(stopTimeout)
 		require.NoError(t, err)
 		require.Zero(t, code, "round %d: %s", i, leader.Stderr())
-		_, err = leader.WaitForLineFunc(0, logged("election: resigned"))
+		_, err = leader.WaitForLineFunc(0, logtest.Logged("election: resigned"))
 		require.NoError(t, err, "round %d: the leader did not resign cleanly:\n%s", i, leader.Stdout())
-		_, err = standby.WaitForLineFunc(0, logged("election: failover acquired", "previous_resigned", true, "deferred", false))
+		_, err = standby.WaitForLineFunc(0, logtest.Logged("election: failover acquired", "previous_resigned", true, "deferred", false))
 		require.NoError(t, err, "round %d: the successor did not see its predecessor resigned:\n%s", i, standby.Stdout())
 		leader, standby = standby, start()
-		_, err = standby.WaitForLineFunc(10*time.Second, logged("election: standby"))
+		_, err = standby.WaitForLineFunc(10*time.Second, logtest.Logged("election: standby"))
 		require.NoError(t, err)
 	}
 
@@ -199,7 +200,7 @@ func TestElection_TerminatedLockSessionDemotes(t *testing.T) {
 	_, err := pool.Exec(ctx, "SELECT pg_terminate_backend($1)", backend)
 	require.NoError(t, err)
 
-	_, err = leader.WaitForLineFunc(5*time.Second, logged("election: demoted"))
+	_, err = leader.WaitForLineFunc(5*time.Second, logtest.Logged("election: demoted"))
 	require.NoError(t, err)
 	t.Logf("demotion: %s", time.Since(cut))
 
@@ -217,12 +218,12 @@ func TestElection_FailureNeverBlocksJobs(t *testing.T) {
 	// why, and works jobs all the same.
 	electionURL := "postgres://ferry:ferry@127.0.0.1:" + strconv.Itoa(freePort(t)) + "/ferry?sslmode=disable"
 	w := startWorker(t, url, []string{"FERRY_LOG_LEVEL=debug", "FERRY_ELECTION_DATABASE_URL=" + electionURL}, electionArgs(time.Second)...)
-	_, err := w.WaitForLineFunc(10*time.Second, logged("election: waiting on the lock failed; staying standby"))
+	_, err := w.WaitForLineFunc(10*time.Second, logtest.Logged("election: waiting on the lock failed; staying standby"))
 	require.NoError(t, err)
 	id := enqueueID(t, url, "ferry.noop")
-	_, err = w.WaitForLineFunc(10*time.Second, logged("job: completed", "job_id", id))
+	_, err = w.WaitForLineFunc(10*time.Second, logtest.Logged("job: completed", "job_id", id))
 	require.NoError(t, err)
-	_, err = w.WaitForLineFunc(0, logged("election: runnables started"))
+	_, err = w.WaitForLineFunc(0, logtest.Logged("election: runnables started"))
 	require.Error(t, err, "nothing ran as leader")
 	stop(t, w, stopTimeout)
 }

@@ -3,7 +3,6 @@ package e2e_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"strconv"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ferryq/ferry/internal/testkit/logtest"
 	"github.com/ferryq/ferry/internal/testkit/pgtest"
 	"github.com/ferryq/ferry/internal/testkit/proctest"
 )
@@ -77,7 +77,7 @@ func startWorker(t *testing.T, url string, extraEnv []string, args ...string) *p
 	t.Helper()
 	args = append([]string{"run", "--admin-addr", "127.0.0.1:0"}, args...)
 	p := proctest.Start(t, bins(t).worker, env(url, extraEnv...), args...)
-	_, err := p.WaitForLineFunc(startTimeout, logged("ferry: started"))
+	_, err := p.WaitForLineFunc(startTimeout, logtest.Logged("ferry: started"))
 	require.NoError(t, err)
 	return p
 }
@@ -89,26 +89,6 @@ func stop(t *testing.T, p *proctest.Proc, timeout time.Duration) {
 	code, err := p.Wait(timeout)
 	require.NoError(t, err)
 	require.Zero(t, code, "worker exit code after SIGTERM; stderr:\n%s", p.Stderr())
-}
-
-// logged matches a JSON log line whose msg is msg and whose attributes
-// include attrs, given as key, value pairs like slog's (values compared as
-// their printed form, so an int64 id matches the JSON number).
-func logged(msg string, attrs ...any) func(line string) bool {
-	return func(line string) bool {
-		dec := json.NewDecoder(strings.NewReader(line))
-		dec.UseNumber()
-		var rec map[string]any
-		if dec.Decode(&rec) != nil || rec["msg"] != msg {
-			return false
-		}
-		for i := 0; i+1 < len(attrs); i += 2 {
-			if fmt.Sprint(rec[fmt.Sprint(attrs[i])]) != fmt.Sprint(attrs[i+1]) {
-				return false
-			}
-		}
-		return true
-	}
 }
 
 // oneLine requires s to be exactly one newline-terminated line and returns it.

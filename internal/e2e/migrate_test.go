@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ferryq/ferry/internal/testkit/logtest"
 	"github.com/ferryq/ferry/internal/testkit/pgtest"
 	"github.com/ferryq/ferry/internal/testkit/proctest"
 )
@@ -155,6 +156,6 @@ func TestRun_Migrate(t *testing.T) {
 	p := startWorker(t, url, nil, "--migrate")
 	requireAllApplied(t, status(t, url), true)
 	stop(t, p, stopTimeout)
-	_, err := p.WaitForLineFunc(0, logged("ferry: stopped"))
+	_, err := p.WaitForLineFunc(0, logtest.Logged("ferry: stopped"))
 	require.NoError(t, err)
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ferryq/ferry/internal/testkit/logtest"
 	"github.com/ferryq/ferry/internal/testkit/pgtest"
 	"github.com/ferryq/ferry/internal/testkit/proctest"
 	"github.com/ferryq/ferry/outbox"
@@ -49,7 +50,7 @@ func startHandlerWorker(t *testing.T, url string, extraEnv ...string) *proctest.
 	t.Helper()
 	bin := proctest.Build(t, handlerWorkerPkg)[handlerWorkerPkg]
 	p := proctest.Start(t, bin, append([]string{"DATABASE_URL=" + url}, extraEnv...))
-	_, err := p.WaitForLineFunc(startTimeout, logged("ferry: started"))
+	_, err := p.WaitForLineFunc(startTimeout, logtest.Logged("ferry: started"))
 	require.NoError(t, err)
 	return p
 }
@@ -291,7 +292,7 @@ func TestOutbox_GoHandlerKilledBetweenEffectAndCompletion(t *testing.T) {
 	first := startHandlerWorker(t, url, "HANDLER_HOLD=1")
 	id := insertMessage(t, pool, `{"order_id":1}`)
 	eventID := strconv.FormatInt(id, 10)
-	_, err := first.WaitForLineFunc(deliverTimeout, logged("handler: effect written", "event_id", id))
+	_, err := first.WaitForLineFunc(deliverTimeout, logtest.Logged("handler: effect written", "event_id", id))
 	require.NoError(t, err)
 	d := mustDelivery(t, pool, id, "effects")
 

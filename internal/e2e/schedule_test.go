@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ferryq/ferry/internal/testkit/logtest"
 	"github.com/ferryq/ferry/internal/testkit/pgtest"
 	"github.com/ferryq/ferry/internal/testkit/proctest"
 )
@@ -65,9 +66,9 @@ schedules:
 	}
 	require.Eventually(t, func() bool { return leaderOf(workers) != nil }, 10*time.Second, 50*time.Millisecond)
 	first := leaderOf(workers)
-	_, err := first.WaitForLineFunc(10*time.Second, logged("election: runnables started"))
+	_, err := first.WaitForLineFunc(10*time.Second, logtest.Logged("election: runnables started"))
 	require.NoError(t, err)
-	_, err = first.WaitForLineFunc(5*time.Second, logged("periodic: tick enqueued", "schedule", "every-second", "name", "Tick every second"))
+	_, err = first.WaitForLineFunc(5*time.Second, logtest.Logged("periodic: tick enqueued", "schedule", "every-second", "name", "Tick every second"))
 	require.NoError(t, err)
 
 	time.Sleep(10 * time.Second)
@@ -81,7 +82,7 @@ schedules:
 	}
 	require.Eventually(t, func() bool { return leaderOf(rest) != nil }, 10*time.Second, 50*time.Millisecond)
 	second := leaderOf(rest)
-	_, err = second.WaitForLineFunc(10*time.Second, logged("periodic: caught up", "schedule", "every-second"))
+	_, err = second.WaitForLineFunc(10*time.Second, logtest.Logged("periodic: caught up", "schedule", "every-second"))
 	require.NoError(t, err, "the new leader catches up on the failover gap")
 	t.Logf("new leader caught up %s after the kill", time.Since(killed))
 

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ferryq/ferry/internal/testkit/logtest"
 	"github.com/ferryq/ferry/internal/testkit/pgtest"
 	"github.com/ferryq/ferry/internal/testkit/proctest"
 	"github.com/ferryq/ferry/internal/testkit/telegramtest"
@@ -62,7 +63,7 @@ func deskEnv(t *testing.T, api *telegramtest.BotAPI, withToken bool, extra ...st
 func startDeskWorker(t *testing.T, url string, api *telegramtest.BotAPI) *proctest.Proc {
 	t.Helper()
 	w := startWorker(t, url, deskEnv(t, api, true), electionArgs(time.Second)...)
-	_, err := w.WaitForLineFunc(10*time.Second, logged("telegram: polling", "bot", "desk"))
+	_, err := w.WaitForLineFunc(10*time.Second, logtest.Logged("telegram: polling", "bot", "desk"))
 	require.NoError(t, err)
 	return w
 }
@@ -70,7 +71,7 @@ func startDeskWorker(t *testing.T, url string, api *telegramtest.BotAPI) *procte
 // adminAddr reads the admin server's bound address from its log line.
 func adminAddr(t *testing.T, p *proctest.Proc) string {
 	t.Helper()
-	line, err := p.WaitForLineFunc(5*time.Second, logged("admin: listening"))
+	line, err := p.WaitForLineFunc(5*time.Second, logtest.Logged("admin: listening"))
 	require.NoError(t, err)
 	var rec struct {
 		Addr string `json:"addr"`
@@ -194,7 +195,7 @@ func TestTelegram_OneConsumer(t *testing.T) {
 
 	leader := startDeskWorker(t, url, api)
 	standby := startWorker(t, url, deskEnv(t, api, true), electionArgs(time.Second)...)
-	_, err := standby.WaitForLineFunc(10*time.Second, logged("election: standby"))
+	_, err := standby.WaitForLineFunc(10*time.Second, logtest.Logged("election: standby"))
 	require.NoError(t, err)
 	require.Equal(t, leader.Pid(), leaderPID(t, url))
 
@@ -210,14 +211,14 @@ func TestTelegram_OneConsumer(t *testing.T) {
 	next, stored := deskOffset(t, pool)
 	require.EqualValues(t, n+1, next)
 	require.EqualValues(t, n, stored, "updates_stored")
-	_, err = standby.WaitForLineFunc(0, logged("telegram: polling"))
+	_, err = standby.WaitForLineFunc(0, logtest.Logged("telegram: polling"))
 	require.Error(t, err, "the standby never polled")
 
 	// SIGTERM hands over at once: the leader's held call is cancelled with
 	// its runnable before it resigns, so the new consumer's first call
 	// overlaps nothing.
 	require.NoError(t, leader.Signal(syscall.SIGTERM))
-	_, err = standby.WaitForLineFunc(10*time.Second, logged("telegram: polling", "bot", "desk", "offset", n+1))
+	_, err = standby.WaitForLineFunc(10*time.Second, logtest.Logged("telegram: polling", "bot", "desk", "offset", n+1))
 	require.NoError(t, err, "the new leader resumes from the stored offset")
 	code, err := leader.Wait(stopTimeout)
 	require.NoError(t, err)
@@ -244,7 +245,7 @@ func TestTelegram_FailoverMidStream(t *testing.T) {
 
 	first := startDeskWorker(t, url, api)
 	second := startWorker(t, url, deskEnv(t, api, true), electionArgs(time.Second)...)
-	_, err := second.WaitForLineFunc(10*time.Second, logged("election: standby"))
+	_, err := second.WaitForLineFunc(10*time.Second, logtest.Logged("election: standby"))
 	require.NoError(t, err)
 	leader, standby := first, second
 	require.Equal(t, leader.Pid(), leaderPID(t, url))
@@ -271,10 +272,10 @@ func TestTelegram_FailoverMidStream(t *testing.T) {
 	time.Sleep(3 * time.Second) // mid-stream
 	require.NoError(t, leader.Kill())
 	killed := time.Now()
-	_, err = standby.WaitForLineFunc(10*time.Second, logged("telegram: polling", "bot", "desk"))
+	_, err = standby.WaitForLineFunc(10*time.Second, logtest.Logged("telegram: polling", "bot", "desk"))
 	require.NoError(t, err)
 	t.Logf("the standby polls %s after the kill", time.Since(killed).Round(time.Millisecond))
-	_, err = standby.WaitForLineFunc(0, logged("election: failover acquired", "deferred", true))
+	_, err = standby.WaitForLineFunc(0, logtest.Logged("election: failover acquired", "deferred", true))
 	require.NoError(t, err, "a crashed leader never resigned: the standby defers")
 	code, err := leader.Wait(stopTimeout)
 	require.NoError(t, err)
@@ -350,7 +351,7 @@ func TestTelegram_TokenNeverLogged(t *testing.T) {
 			{telegram.KindTransport, "telegram: getUpdates: "},
 		} {
 			_, err := w.WaitForLineFunc(10*time.Second, func(line string) bool {
-				return logged("telegram: getUpdates failed", "bot", "desk", "kind", e.kind, "retry_in", int64(5*time.Second))(line) &&
+				return logtest.Logged("telegram: getUpdates failed", "bot", "desk", "kind", e.kind, "retry_in", int64(5*time.Second))(line) &&
 					strings.Contains(line, e.inError)
 			})
 			require.NoError(t, err, "kind %s", e.kind)
@@ -359,7 +360,7 @@ func TestTelegram_TokenNeverLogged(t *testing.T) {
 			}))
 		}
 
-		_, err := w.WaitForLineFunc(10*time.Second, logged("telegram: malformed update kept in ferry_telegram_malformed", "bot", "desk", "reason", "no update_id"))
+		_, err := w.WaitForLineFunc(10*time.Second, logtest.Logged("telegram: malformed update kept in ferry_telegram_malformed", "bot", "desk", "reason", "no update_id"))
 		require.NoError(t, err)
 		require.Equal(t, []int{1}, waitDeskOffset(t, pool, 2, tgWait), "the valid update after the malformed one is stored")
 		require.Equal(t, 1, count(t, pool, `SELECT count(*) FROM ferry_telegram_malformed WHERE bot = 'desk' AND update_id IS NULL AND error = 'no update_id' AND raw LIKE '%"no id"%'`))
@@ -396,7 +397,7 @@ func TestTelegram_TokenNeverLogged(t *testing.T) {
 			api.Answer(tc.reply)
 			w := startDeskWorker(t, url, api)
 			addr := adminAddr(t, w)
-			line, err := w.WaitForLineFunc(10*time.Second, logged(tc.msg, "level", "ERROR", "bot", "desk", "kind", tc.kind, "retry_in", int64(time.Minute)))
+			line, err := w.WaitForLineFunc(10*time.Second, logtest.Logged(tc.msg, "level", "ERROR", "bot", "desk", "kind", tc.kind, "retry_in", int64(time.Minute)))
 			require.NoError(t, err)
 			require.Contains(t, line, "[redacted]", "the echoed token is scrubbed")
 			body := waitAdminTelegram(t, addr, "backing off after "+tc.kind, func(s telegram.BotStatus) bool {
@@ -419,11 +420,11 @@ func TestTelegram_BotOffWhenTokenUnset(t *testing.T) {
 	api := telegramtest.NewBotAPI(t, deskToken)
 	w := startWorker(t, url, deskEnv(t, api, false, "FERRY_LOG_LEVEL=debug"), electionArgs(time.Second)...)
 	addr := adminAddr(t, w)
-	_, err := w.WaitForLineFunc(10*time.Second, logged("election: runnables started"))
+	_, err := w.WaitForLineFunc(10*time.Second, logtest.Logged("election: runnables started"))
 	require.NoError(t, err, "it leads: a poller, if there were one, would run here")
 
 	id := enqueueID(t, url, "ferry.noop")
-	_, err = w.WaitForLineFunc(10*time.Second, logged("job: completed", "job_id", id))
+	_, err = w.WaitForLineFunc(10*time.Second, logtest.Logged("job: completed", "job_id", id))
 	require.NoError(t, err)
 
 	body, bots := adminTelegram(t, addr)
@@ -432,13 +433,13 @@ func TestTelegram_BotOffWhenTokenUnset(t *testing.T) {
 
 	var off []string
 	for line := range strings.Lines(w.Stdout() + w.Stderr()) {
-		if logged("telegram: bot off: its token variable is unset")(line) {
+		if logtest.Logged("telegram: bot off: its token variable is unset")(line) {
 			off = append(off, line)
 		}
 	}
 	require.Len(t, off, 1, "one line says the bot is off")
-	require.True(t, logged("telegram: bot off: its token variable is unset", "bot", "desk", "token_env", "DESK_TOKEN")(off[0]), off[0])
-	_, err = w.WaitForLineFunc(0, logged("telegram: polling"))
+	require.True(t, logtest.Logged("telegram: bot off: its token variable is unset", "bot", "desk", "token_env", "DESK_TOKEN")(off[0]), off[0])
+	_, err = w.WaitForLineFunc(0, logtest.Logged("telegram: polling"))
 	require.Error(t, err)
 	requests, _, _, _ := api.Stats()
 	require.Zero(t, requests, "the Bot API was never called")
@@ -454,9 +455,9 @@ func TestTelegram_CommandAnswered(t *testing.T) {
 	api := telegramtest.NewBotAPI(t, deskToken)
 	bin := proctest.Build(t, botWorkerPkg)[botWorkerPkg]
 	w := proctest.Start(t, bin, append([]string{"DATABASE_URL=" + url}, deskEnv(t, api, true)...))
-	_, err := w.WaitForLineFunc(startTimeout, logged("ferry: started"))
+	_, err := w.WaitForLineFunc(startTimeout, logtest.Logged("ferry: started"))
 	require.NoError(t, err)
-	_, err = w.WaitForLineFunc(10*time.Second, logged("telegram: polling", "bot", "desk"))
+	_, err = w.WaitForLineFunc(10*time.Second, logtest.Logged("telegram: polling", "bot", "desk"))
 	require.NoError(t, err)
 
 	api.Push(`{"update_id":1,"message":{"message_id":1,"chat":{"id":42,"type":"private"},"from":{"id":7,"is_bot":false,"first_name":"A"},"text":"/echo hello world","date":1}}`)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ferryq/ferry/internal/testkit/logtest"
 	"github.com/ferryq/ferry/internal/testkit/pgtest"
 )
 
@@ -25,7 +26,7 @@ func TestWork_EnqueuedJobCompletes(t *testing.T) {
 	after := enqueueID(t, url, "ferry.noop", "--args", `{"sleep":"10ms"}`)
 
 	for _, id := range []int64{before, after} {
-		_, err := w.WaitForLineFunc(10*time.Second, logged("job: completed", "job_id", id, "kind", "ferry.noop"))
+		_, err := w.WaitForLineFunc(10*time.Second, logtest.Logged("job: completed", "job_id", id, "kind", "ferry.noop"))
 		require.NoError(t, err)
 		j := waitJobState(t, pool, id, "completed", 5*time.Second)
 		require.Equal(t, 1, j.Attempt)
@@ -48,14 +49,14 @@ func TestShutdown(t *testing.T) {
 
 		sent := time.Now()
 		require.NoError(t, w.Signal(syscall.SIGTERM))
-		_, err := w.WaitForLineFunc(5*time.Second, logged("ferry: stopping; running jobs have the grace period to finish"))
+		_, err := w.WaitForLineFunc(5*time.Second, logtest.Logged("ferry: stopping; running jobs have the grace period to finish"))
 		require.NoError(t, err)
 		code, err := w.Wait(30 * time.Second)
 		require.NoError(t, err)
 		require.Zero(t, code, w.Stderr())
 		t.Logf("stopped %s after SIGTERM", time.Since(sent))
 
-		_, err = w.WaitForLineFunc(0, logged("job: completed", "job_id", id))
+		_, err = w.WaitForLineFunc(0, logtest.Logged("job: completed", "job_id", id))
 		require.NoError(t, err, "the job ran to its end")
 		// The worker exited cleanly, so the completion is already recorded.
 		j := getJob(t, pool, id)
@@ -103,7 +104,7 @@ func TestShutdown(t *testing.T) {
 		require.NoError(t, err)
 
 		w2 := startWorker(t, url, debug)
-		_, err = w2.WaitForLineFunc(10*time.Second, logged("job: completed", "job_id", id))
+		_, err = w2.WaitForLineFunc(10*time.Second, logtest.Logged("job: completed", "job_id", id))
 		require.NoError(t, err)
 		j = waitJobState(t, pool, id, "completed", 5*time.Second)
 		require.Equal(t, 1, j.Attempt, "one counted attempt: the one that completed")

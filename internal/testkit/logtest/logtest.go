@@ -1,11 +1,14 @@
 // Package logtest records what a component logs, for its tests to read: a
 // Recorder is an io.Writer that keeps JSON log records in memory, safe for
 // the goroutines of the component under test, and finds records by message.
+// Logged matches one JSON log line by message and attributes, for tests that
+// wait for a line of a real process (proctest's WaitForLineFunc).
 package logtest
 
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -60,4 +63,26 @@ func (r *Recorder) Find(tb testing.TB, msg string) map[string]any {
 	recs := r.All(msg)
 	require.Len(tb, recs, 1, "records %q", msg)
 	return recs[0]
+}
+
+// Logged returns a matcher of JSON log lines (as slog's JSON handler writes
+// them) whose msg is msg and whose attributes include attrs, given as key,
+// value pairs like slog's. Values are compared in their printed form, so an
+// int64 id matches the JSON number, and true matches true. A line that is
+// not a JSON object does not match.
+func Logged(msg string, attrs ...any) func(line string) bool {
+	return func(line string) bool {
+		dec := json.NewDecoder(strings.NewReader(line))
+		dec.UseNumber()
+		var rec map[string]any
+		if dec.Decode(&rec) != nil || rec["msg"] != msg {
+			return false
+		}
+		for i := 0; i+1 < len(attrs); i += 2 {
+			if fmt.Sprint(rec[fmt.Sprint(attrs[i])]) != fmt.Sprint(attrs[i+1]) {
+				return false
+			}
+		}
+		return true
+	}
 }

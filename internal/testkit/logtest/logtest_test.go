@@ -28,3 +28,30 @@ func TestRecorder(t *testing.T) {
 	require.Empty(t, logs.All("worker: started"))
 	require.Contains(t, logs.String(), `"msg":"worker: stopped"`)
 }
+
+func TestLogged(t *testing.T) {
+	t.Parallel()
+
+	line := `{"time":"2026-01-02T03:04:05Z","level":"INFO","msg":"job: completed","job_id":9007199254740993,"deferred":true,"kind":"ferry.noop"}`
+	cases := map[string]struct {
+		match func(string) bool
+		line  string
+		want  bool
+	}{
+		"Message":          {logtest.Logged("job: completed"), line, true},
+		"OtherMessage":     {logtest.Logged("job: failed"), line, false},
+		"Attrs":            {logtest.Logged("job: completed", "kind", "ferry.noop", "deferred", true), line, true},
+		"LargeIntExact":    {logtest.Logged("job: completed", "job_id", int64(9007199254740993)), line, true},
+		"OtherValue":       {logtest.Logged("job: completed", "job_id", int64(9007199254740992)), line, false},
+		"MissingAttr":      {logtest.Logged("job: completed", "queue", "default"), line, false},
+		"Level":            {logtest.Logged("job: completed", "level", "INFO"), line, true},
+		"NotJSON":          {logtest.Logged("job: completed"), "job: completed", false},
+		"TextHandlerStyle": {logtest.Logged("job: completed"), `time=2026-01-02T03:04:05Z level=INFO msg="job: completed"`, false},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			require.Equal(t, tc.want, tc.match(tc.line))
+		})
+	}
+}
