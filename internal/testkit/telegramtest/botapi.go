@@ -9,10 +9,11 @@
 // getUpdates honours offset (updates with update_id >= offset, in order, at
 // most limit, default and cap 100) and the long-poll timeout: the request is
 // held until such an update exists, the timeout passes, or the client goes
-// away. Updates are never forgotten: only a greater offset hides them, as
-// Telegram's acknowledgement does (Redeliver makes the next answer ignore the
-// offset once). Scripted answers (Answer) take precedence, one per call. Each
-// call is recorded (Calls).
+// away (the call is then recorded as Abandoned). Updates are never
+// forgotten: only a greater offset hides them, as Telegram's acknowledgement
+// does (Redeliver makes the next answer ignore the offset once). Scripted
+// answers (Answer) take precedence, one per call. Each call is recorded
+// (Calls).
 //
 // It counts the getUpdates calls in flight. A call is in flight from the
 // moment its handler starts until the handler returns: when it answers (the
@@ -73,6 +74,10 @@ type Call struct {
 	Timeout int64
 	Allowed []string
 	At      time.Time
+	// Abandoned is set when the client went away before an answer (a long
+	// poll its client cancelled, or a killed process's), as opposed to one
+	// answered, if only at its timeout.
+	Abandoned bool
 }
 
 // Message is one sendMessage the fake received.
@@ -275,6 +280,7 @@ func (f *BotAPI) getUpdates(w http.ResponseWriter, r *http.Request) {
 
 	f.mu.Lock()
 	f.calls = append(f.calls, Call{Offset: req.Offset, Timeout: req.Timeout, Allowed: req.AllowedUpdates, At: time.Now()})
+	callIdx := len(f.calls) - 1
 	f.polls++
 	if len(f.inflight) > 0 {
 		var others []string
@@ -332,6 +338,13 @@ func (f *BotAPI) getUpdates(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-changed:
 		case <-r.Context().Done():
+			select {
+			case <-f.quit: // the fake is closing, not the client
+			default:
+				f.mu.Lock()
+				f.calls[callIdx].Abandoned = true
+				f.mu.Unlock()
+			}
 			return
 		case <-f.quit:
 			return
