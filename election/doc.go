@@ -26,8 +26,9 @@
 //	  └──────── demoted: runnables cancelled, connection closed
 //
 //	Stop (any state): runnables cancelled; if they returned within a tick,
-//	resigned_at stamped, unlock, NOTIFY, close; otherwise the term is left
-//	unresigned ("abandoned") and the connection closed.
+//	resigned_at stamped, unlock, NOTIFY, close; otherwise, or while still
+//	deferring to an unresigned predecessor, the term is left unresigned
+//	("abandoned") and the connection closed.
 //
 // # Why a session lock on a dedicated connection
 //
@@ -90,7 +91,8 @@
 // resignation needs it); if the connection is gone anyway, the stamp goes
 // through a fresh session. And a leader whose runnables are still running a
 // tick after their cancellation leaves its term unresigned, so its successor
-// defers as after a crash.
+// defers as after a crash; so does a leader stopped while it still defers
+// to an unresigned predecessor, which may still be running.
 //
 // # Fencing
 //

@@ -55,6 +55,11 @@ var (
 	// cancellation, so its successor must defer as after a crash.
 	ErrRunnablesStillRunning = errors.New("election: runnables still running after their context was cancelled")
 
+	// ErrStoppedWhileDeferring is the reason a leader stopped during its
+	// deferral ends its term unresigned: its predecessor did not resign
+	// and may still be running, so the successor must defer too.
+	ErrStoppedWhileDeferring = errors.New("election: stopped while deferring to a predecessor that did not resign")
+
 	errDemoted = errors.New("election: demoted")
 )
 
@@ -610,8 +615,16 @@ func (e *Elector) lead(ctx context.Context, conn *pgx.Conn, backendPID int) bool
 		sup = nil
 		return err
 	}
+	// resign ends the term on a stop. A term still deferring never started
+	// its runnables, but its predecessor may still run its own: stamping
+	// it resigned would let the successor start at once, so it ends
+	// unresigned and the successor defers in its turn.
 	resign := func() {
-		e.release(conn, term, stopRunnables(startstop.ErrStop))
+		err := stopRunnables(startstop.ErrStop)
+		if deferC != nil && deferStart {
+			err = ErrStoppedWhileDeferring
+		}
+		e.release(conn, term, err)
 	}
 	for {
 		select {

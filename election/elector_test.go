@@ -405,6 +405,36 @@ func TestElector_StandbyWaitsOnTheLock(t *testing.T) {
 	require.Equal(t, "superseded", reason)
 }
 
+// A leader stopped while it defers to a crashed predecessor ends its term
+// unresigned: the predecessor may still run, so the next leader defers too.
+func TestElector_StopWhileDeferringLeavesTermUnresigned(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	// A crashed leader's unresigned term.
+	_, err := b.pool.Exec(ctx, "INSERT INTO ferry_leader_term (key, holder, hostname, pid, backend_pid) VALUES ($1, 'ferry-leader:gone:1', 'gone', 1, 1)", KeyElection)
+	require.NoError(t, err)
+	long := func(c *Config) { c.Tick = time.Minute }
+	deferring := b.elector(t, long)
+	require.Eventually(t, func() bool { return deferring.Status().State == StateDeferred }, 5*time.Second, 5*time.Millisecond)
+	term := deferring.Term()
+	deferring.Stop()
+	require.Zero(t, b.act.starts.Load(), "nothing ran")
+
+	var resigned bool
+	var reason string
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT resigned_at IS NOT NULL, ended_reason FROM ferry_leader_term WHERE term = $1", term).Scan(&resigned, &reason))
+	require.False(t, resigned, "a term stopped while deferring is not a clean resignation")
+	require.Contains(t, reason, "deferring")
+
+	logs := &logtest.Recorder{}
+	next := b.elector(t, func(c *Config) { c.Tick = time.Minute; c.Logger = logs.Logger() })
+	require.Eventually(t, func() bool { return next.Status().State == StateDeferred }, 5*time.Second, 5*time.Millisecond)
+	rec := logs.Find(t, "election: leader acquired")
+	require.Equal(t, false, rec["previous_resigned"])
+	require.Equal(t, true, rec["deferred"])
+}
+
 // Stopping a standby that waits on the lock takes it out of the lock's
 // queue at once.
 func TestElector_StopWhileWaiting(t *testing.T) {
