@@ -248,8 +248,8 @@ func (c Config) check() error {
 	if c.LeaderTick < election.MinTick {
 		errs = append(errs, fmt.Errorf("leader tick %s is under %s", c.LeaderTick, election.MinTick))
 	}
-	if c.LeaderTickTimeout < 0 || (c.LeaderTickTimeout > 0 && c.LeaderTickTimeout >= c.LeaderTick) {
-		errs = append(errs, fmt.Errorf("leader tick timeout %s must be above zero and under the leader tick %s", c.LeaderTickTimeout, c.LeaderTick))
+	if c.LeaderTickTimeout < 0 {
+		errs = append(errs, fmt.Errorf("leader tick timeout %s must be above zero", c.LeaderTickTimeout))
 	}
 	if c.StandbyProbe < election.MinTick {
 		errs = append(errs, fmt.Errorf("standby probe %s is under %s", c.StandbyProbe, election.MinTick))

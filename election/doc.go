@@ -19,7 +19,7 @@
 //	  │            │ error: unlock, back off, retry
 //	  │            ├── no predecessor, or it resigned ────┐
 //	  │            ▼                                      ▼
-//	  │         deferred ── Tick + TickTimeout ──► check ─► leader (runnables run)
+//	  │         deferred ── Tick + TickTimeout ──► stamp start, check ─► leader (runnables run)
 //	  │            │                                │       │
 //	  │            │ tick fails                      fails   │ tick fails: no row, error, timeout
 //	  │            ▼                                ▼       ▼
@@ -87,8 +87,11 @@
 //
 // A stop is a resignation only when it is clean. Every query on the lock
 // connection runs on a context that the stop does not cancel, bounded by
-// TickTimeout (pgx closes a connection whose query is cancelled, and the
-// resignation needs it); if the connection is gone anyway, the stamp goes
+// its own timeout (pgx closes a connection whose query is cancelled, and
+// the resignation needs it): TickTimeout for a check, at least 5 s for the
+// term's writes (record, start, resignation), which run once a term and
+// must not cost a short tick its term on a loaded database. The last thing
+// before the runnables start is a check. If the connection is gone anyway, the stamp goes
 // through a fresh session. And a leader whose runnables are still running a
 // tick after their cancellation leaves its term unresigned, so its successor
 // defers as after a crash; so does a leader stopped while it still defers

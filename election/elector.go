@@ -35,8 +35,6 @@ const (
 	// and need no notice; the notice is kept for tools and for standbys of
 	// earlier versions during a rolling deploy.
 	ResignChannel = "ferry_leader_resigned"
-	// releaseTimeout bounds a resignation (stamp, unlock, notify).
-	releaseTimeout = 5 * time.Second
 	// firstRetry is the first delay after a failed lock wait or a lost
 	// term; it doubles up to Probe.
 	firstRetry = 250 * time.Millisecond
@@ -79,7 +77,10 @@ type Config struct {
 	// Tick is the leader's ownership check interval (FERRY_LEADER_TICK).
 	Tick time.Duration
 	// TickTimeout bounds each check (FERRY_LEADER_TICK_TIMEOUT); default a
-	// third of Tick, at most 5s.
+	// third of Tick, at most 5s. A crashed leader's successor waits Tick +
+	// TickTimeout. The term's own writes (record, start, resignation) are
+	// bounded by writeTimeout, at least 5s, so a loaded database does not
+	// cost a short tick its term.
 	TickTimeout time.Duration
 	// Probe caps the delay before a standby waits on the lock again after
 	// its wait failed (FERRY_STANDBY_PROBE): the database was unreachable,
@@ -105,6 +106,9 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// writeTimeout bounds the term's writes on the lock connection.
+func (c Config) writeTimeout() time.Duration { return max(c.TickTimeout, 5*time.Second) }
+
 func (c Config) validate() error {
 	var errs []error
 	if c.DatabaseURL == "" {
@@ -113,8 +117,8 @@ func (c Config) validate() error {
 	if c.Tick < MinTick {
 		errs = append(errs, fmt.Errorf("election: leader tick %s is under %s", c.Tick, MinTick))
 	}
-	if c.TickTimeout <= 0 || c.TickTimeout >= c.Tick {
-		errs = append(errs, fmt.Errorf("election: tick timeout %s must be above zero and under the tick %s", c.TickTimeout, c.Tick))
+	if c.TickTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("election: tick timeout %s must be above zero", c.TickTimeout))
 	}
 	if c.Probe < MinTick {
 		errs = append(errs, fmt.Errorf("election: standby probe %s is under %s", c.Probe, MinTick))
@@ -239,7 +243,9 @@ func (e *Elector) connConfig(appName string, lock bool) (*pgx.ConnConfig, error)
 	cc.RuntimeParams["tcp_keepalives_idle"] = strconv.Itoa(keepIdle)
 	cc.RuntimeParams["tcp_keepalives_interval"] = strconv.Itoa(max(1, keepIdle/3))
 	cc.RuntimeParams["tcp_keepalives_count"] = "3"
-	cc.RuntimeParams["statement_timeout"] = strconv.FormatInt(e.cfg.TickTimeout.Milliseconds(), 10)
+	// The server's bound is the writes' (checks are cut short by their
+	// context, which sends the server a cancel request).
+	cc.RuntimeParams["statement_timeout"] = strconv.FormatInt(e.cfg.writeTimeout().Milliseconds(), 10)
 	if lock {
 		// The standby's wait on the lock must not be cut short by a
 		// lock_timeout that the URL or the role may set.
@@ -476,9 +482,9 @@ func (e *Elector) wait(ctx context.Context, conn *pgx.Conn, backendPID *int) err
 	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid() FROM pg_advisory_lock($1)", e.cfg.Key).Scan(backendPID); err != nil {
 		return fmt.Errorf("wait on lock: %w", err)
 	}
-	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.TickTimeout)
+	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.writeTimeout())
 	defer cancel()
-	if _, err := conn.Exec(qctx, "SET statement_timeout = "+strconv.FormatInt(e.cfg.TickTimeout.Milliseconds(), 10)); err != nil {
+	if _, err := conn.Exec(qctx, "SET statement_timeout = "+strconv.FormatInt(e.cfg.writeTimeout().Milliseconds(), 10)); err != nil {
 		return fmt.Errorf("restore statement timeout: %w", err)
 	}
 	return nil
@@ -528,7 +534,7 @@ VALUES ($1, $2, $3, $4, pg_backend_pid()) RETURNING term`
 // transaction, and returns it with its predecessor (nil for the first term
 // of the key) and whether that predecessor resigned.
 func (e *Elector) beginTerm(ctx context.Context, conn *pgx.Conn) (term int64, prev *int64, resigned bool, err error) {
-	ctx, cancel := context.WithTimeout(ctx, e.cfg.TickTimeout)
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.writeTimeout())
 	defer cancel()
 	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		var p int64
@@ -554,8 +560,9 @@ func (e *Elector) beginTerm(ctx context.Context, conn *pgx.Conn) (term int64, pr
 // reports whether the runnables ran.
 //
 // Every query on the lock connection runs on a context that ctx's
-// cancellation does not reach, bounded by TickTimeout: a stop that lands
-// mid-query lets the query finish, and the resignation then runs on a live
+// cancellation does not reach, bounded by its own timeout (TickTimeout for
+// a check, writeTimeout for the term's writes): a stop that lands mid-query
+// lets the query finish, and the resignation then runs on a live
 // connection.
 func (e *Elector) lead(ctx context.Context, conn *pgx.Conn, backendPID int) bool {
 	// A process that took the lock without ever standing by leads from
@@ -638,11 +645,14 @@ func (e *Elector) lead(ctx context.Context, conn *pgx.Conn, backendPID int) bool
 				resign()
 				return false
 			}
-			if err := e.check(qctx, conn); err != nil {
+			// The start is stamped first and the lock checked last: the
+			// check, bounded by TickTimeout, is what the runnables start on,
+			// however long the stamp took.
+			if err := e.markStarted(qctx, conn, term); err != nil {
 				e.demote(conn, term, err)
 				return false
 			}
-			if err := e.markStarted(qctx, conn, term); err != nil {
+			if err := e.check(qctx, conn); err != nil {
 				e.demote(conn, term, err)
 				return false
 			}
@@ -672,7 +682,7 @@ func (e *Elector) lead(ctx context.Context, conn *pgx.Conn, backendPID int) bool
 }
 
 func (e *Elector) markStarted(ctx context.Context, conn *pgx.Conn, term int64) error {
-	ctx, cancel := context.WithTimeout(ctx, e.cfg.TickTimeout)
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.writeTimeout())
 	defer cancel()
 	_, err := conn.Exec(ctx, "UPDATE ferry_leader_term SET started_at = now() WHERE term = $1", term)
 	if err != nil {
@@ -701,7 +711,7 @@ func (e *Elector) demote(conn *pgx.Conn, term int64, reason error) {
 // if the lock connection is gone (the lock with it), the stamp goes through
 // a fresh connection, since the runnables are known to have stopped.
 func (e *Elector) release(conn *pgx.Conn, term int64, stopErr error) {
-	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.writeTimeout())
 	defer cancel()
 	var errs []error
 	if term > 0 {
