@@ -213,18 +213,10 @@ func mapsKeys(m map[string]string) func(func(string) bool) {
 func workerThroughput(ctx context.Context, serverURL string, n int) (riverRate, ferryRate float64, err error) {
 	backlog := func(pool *pgxpool.Pool) error { return noopBacklog(ctx, pool, n) }
 	waitDone := func(pool *pgxpool.Pool, start time.Time) (float64, error) {
-		deadline := time.Now().Add(10 * time.Minute)
-		for time.Now().Before(deadline) {
-			var left int
-			if err := pool.QueryRow(ctx, "SELECT count(*) FROM river_job WHERE state <> 'completed'").Scan(&left); err != nil {
-				return 0, err
-			}
-			if left == 0 {
-				return float64(n) / time.Since(start).Seconds(), nil
-			}
-			time.Sleep(20 * time.Millisecond)
+		if err := waitWorked(ctx, pool, 20*time.Millisecond); err != nil {
+			return 0, err
 		}
-		return 0, fmt.Errorf("backlog not worked in 10 minutes")
+		return float64(n) / time.Since(start).Seconds(), nil
 	}
 	queues := map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 100}}
 
@@ -440,18 +432,27 @@ func workerPeakRSS(ctx context.Context, serverURL string, n int) (float64, error
 			_, _ = p.Wait(10 * time.Second)
 		}
 	}()
+	if err := waitWorked(ctx, pool, 50*time.Millisecond); err != nil {
+		return 0, err
+	}
+	return vmHWM(p.Pid())
+}
+
+// waitWorked polls every `every` until no job is left uncompleted, for at
+// most 10 minutes.
+func waitWorked(ctx context.Context, pool *pgxpool.Pool, every time.Duration) error {
 	deadline := time.Now().Add(10 * time.Minute)
 	for time.Now().Before(deadline) {
 		var left int
 		if err := pool.QueryRow(ctx, "SELECT count(*) FROM river_job WHERE state <> 'completed'").Scan(&left); err != nil {
-			return 0, err
+			return err
 		}
 		if left == 0 {
-			return vmHWM(p.Pid())
+			return nil
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(every)
 	}
-	return 0, fmt.Errorf("backlog not worked in 10 minutes")
+	return fmt.Errorf("backlog not worked in 10 minutes")
 }
 
 func vmHWM(pid int) (float64, error) {
