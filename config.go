@@ -17,6 +17,7 @@ import (
 
 	"github.com/ferryq/ferry/election"
 	"github.com/ferryq/ferry/internal/admin"
+	"github.com/ferryq/ferry/internal/liveness"
 	"github.com/ferryq/ferry/internal/redact"
 	"github.com/ferryq/ferry/jobs"
 	"github.com/ferryq/ferry/outbox"
@@ -77,6 +78,10 @@ type Config struct {
 	// JobTimeout is the default time a job may run before its context is
 	// cancelled (a kind may set its own).
 	JobTimeout time.Duration
+	// MaxOrphaned is how many times a job's worker may die running it
+	// before ferry's rescuer discards the job as poison
+	// (FERRY_MAX_ORPHANED, default 5).
+	MaxOrphaned int
 
 	// ShutdownGrace is how long a stopping worker lets running jobs finish
 	// before it cancels them. A cancelled job goes back to available, its
@@ -171,6 +176,7 @@ func (c Config) WithDefaults() Config {
 	c.ElectionKey = cmp.Or(c.ElectionKey, election.KeyElection)
 	c.LeaderTick = cmp.Or(c.LeaderTick, election.DefaultTick)
 	c.StandbyProbe = cmp.Or(c.StandbyProbe, election.DefaultProbe)
+	c.MaxOrphaned = cmp.Or(c.MaxOrphaned, liveness.DefaultMaxOrphaned)
 	c.Version = cmp.Or(c.Version, Version())
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -250,6 +256,9 @@ func (c Config) check() error {
 	}
 	if c.LeaderTickTimeout < 0 {
 		errs = append(errs, fmt.Errorf("leader tick timeout %s must be above zero", c.LeaderTickTimeout))
+	}
+	if c.MaxOrphaned < 1 {
+		errs = append(errs, fmt.Errorf("max orphaned %d is under 1", c.MaxOrphaned))
 	}
 	if c.StandbyProbe < election.MinTick {
 		errs = append(errs, fmt.Errorf("standby probe %s is under %s", c.StandbyProbe, election.MinTick))

@@ -24,6 +24,7 @@ import (
 	"github.com/ferryq/ferry/election"
 	"github.com/ferryq/ferry/internal/admin"
 	"github.com/ferryq/ferry/internal/config"
+	"github.com/ferryq/ferry/internal/liveness"
 	"github.com/ferryq/ferry/internal/logging"
 	"github.com/ferryq/ferry/internal/metrics"
 	"github.com/ferryq/ferry/internal/redact"
@@ -60,6 +61,12 @@ type Server struct {
 
 	// services start after River, in order, and stop in reverse order.
 	services []service
+	// liveness starts before River fetches and stops after it stopped.
+	liveness *liveness.Worker
+	// dead is cancelled with liveness.ErrDeclaredDead when this worker
+	// learns that the rescuer declared it dead.
+	deadMu sync.Mutex
+	dead   context.CancelCauseFunc
 
 	// mu guards the lifecycle: Run once, Close any time.
 	mu      sync.Mutex
@@ -136,7 +143,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	maxAttempts := cmp.Or(cfg.OutboxMaxAttempts, file.OutboxMaxAttempts, outbox.DefaultMaxAttempts)
 
-	pool, err := openPool(ctx, cfg.DatabaseURL, "ferry-worker", poolMaxConns(cfg.Queues, routes))
+	clientID := newClientID()
+	pool, err := openPool(ctx, cfg.DatabaseURL, "ferry-worker", poolMaxConns(cfg.Queues, routes), clientID)
 	if err != nil {
 		return nil, err
 	}
@@ -176,14 +184,18 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// insert through this client (the scheduler's, the relay's, Telegram's,
 	// an embedder's), as it does through a jobs.Inserter.
 	s.river, err = river.NewClient(riverpgxv5.New(pool), &river.Config{
-		FetchCooldown:     cfg.FetchCooldown,
-		FetchPollInterval: cfg.FetchPollInterval,
-		JobTimeout:        cfg.JobTimeout,
-		Logger:            logging.AtLeast(cfg.Logger, slog.LevelInfo),
-		Middleware:        []rivertype.Middleware{jobs.UniqueKeyMiddleware(), s.metrics.Middleware()},
-		Queues:            queues,
-		SoftStopTimeout:   cfg.ShutdownGrace,
-		Workers:           workers,
+		// The id is the worker's identity in attempted_by, in ferry_worker
+		// and in the fence on river_job (internal/liveness).
+		ID:                   clientID,
+		RescueStuckJobsAfter: rescueStuckJobsAfter(cfg),
+		FetchCooldown:        cfg.FetchCooldown,
+		FetchPollInterval:    cfg.FetchPollInterval,
+		JobTimeout:           cfg.JobTimeout,
+		Logger:               logging.AtLeast(cfg.Logger, slog.LevelInfo),
+		Middleware:           []rivertype.Middleware{jobs.UniqueKeyMiddleware(), s.metrics.Middleware()},
+		Queues:               queues,
+		SoftStopTimeout:      cfg.ShutdownGrace,
+		Workers:              workers,
 	})
 	if err != nil {
 		return fail(fmt.Errorf("ferry: new river client: %w", err))
@@ -212,6 +224,29 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return fail(err)
 	}
+	s.liveness, err = liveness.New(liveness.Config{
+		DatabaseURL: cfg.ElectionDatabaseURL,
+		ClientID:    clientID,
+		Tick:        cfg.LeaderTick,
+		TickTimeout: cfg.LeaderTickTimeout,
+		OnDead:      s.declaredDead,
+		Logger:      cfg.Logger,
+	})
+	if err != nil {
+		return fail(err)
+	}
+	rescuer, err := liveness.NewRescuer(liveness.RescuerConfig{
+		Pool:        pool,
+		Leader:      s.elector,
+		Every:       cfg.LeaderTick,
+		MaxOrphaned: cfg.MaxOrphaned,
+		Logger:      cfg.Logger,
+		Registerer:  s.metrics.Registry,
+	})
+	if err != nil {
+		return fail(err)
+	}
+	s.elector.Register("rescue", rescuer.Run)
 	s.relay = outbox.NewRelay(outbox.RelayConfig{Pool: pool, Inserter: s.river, Routes: routes, MaxAttempts: maxAttempts, Logger: cfg.Logger})
 	s.services = []service{s.elector, s.sched, s.relay}
 	if err := s.metrics.Registry.Register(outbox.NewCollector(pool, cfg.Logger)); err != nil {
@@ -288,7 +323,7 @@ func poolMaxConns(queues map[string]int, routes *outbox.Routes) int32 {
 // openPool opens a pgx pool with ferry's defaults: an application_name that
 // names the process, and maxConns connections unless the URL sets
 // pool_max_conns.
-func openPool(ctx context.Context, url, role string, maxConns int32) (*pgxpool.Pool, error) {
+func openPool(ctx context.Context, url, role string, maxConns int32, clientID string) (*pgxpool.Pool, error) {
 	pcfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("ferry: database URL: %s", redact.Postgres(err.Error()))
@@ -300,6 +335,7 @@ func openPool(ctx context.Context, url, role string, maxConns int32) (*pgxpool.P
 	if !strings.Contains(strings.ToLower(url), "pool_max_conns") {
 		pcfg.MaxConns = maxConns
 	}
+	liveness.ConfigurePool(pcfg, clientID)
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return nil, fmt.Errorf("ferry: open database pool: %s", redact.Postgres(err.Error()))
@@ -380,6 +416,13 @@ func (s *Server) Run(ctx context.Context) error {
 	s.mu.Unlock()
 	defer s.close()
 
+	// A worker declared dead stops as if signalled, and Run says why.
+	ctx, stopDead := context.WithCancelCause(ctx)
+	defer stopDead(nil)
+	s.deadMu.Lock()
+	s.dead = stopDead
+	s.deadMu.Unlock()
+
 	log := s.cfg.Logger
 	if err := s.registry.Publish(ctx, s.pool); err != nil {
 		return err
@@ -401,6 +444,12 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 		defer s.admin.Stop()
 	}
+	// The worker is alive, in the database's eyes, from before its River
+	// client fetches a job until after it has stopped.
+	if err := s.liveness.Start(context.WithoutCancel(ctx)); err != nil {
+		return err
+	}
+	defer s.liveness.Stop()
 	// River's work contexts must outlive ctx: stopRiver is what ends them,
 	// after the grace period. From here on every return stops River.
 	if err := s.river.Start(context.WithoutCancel(ctx)); err != nil {
@@ -440,7 +489,44 @@ func (s *Server) Run(ctx context.Context) error {
 	s.elector.Stop()
 	riverStopped = true
 	s.stopRiver()
+	if err := context.Cause(ctx); errors.Is(err, liveness.ErrDeclaredDead) {
+		return err
+	}
 	return nil
+}
+
+// declaredDead is the liveness worker's OnDead: Run stops and returns err.
+func (s *Server) declaredDead(err error) {
+	s.deadMu.Lock()
+	defer s.deadMu.Unlock()
+	if s.dead != nil {
+		s.dead(err)
+	}
+}
+
+// newClientID names this process's River client, and so its worker:
+// host, pid and start time, unique across restarts and hosts.
+func newClientID() string {
+	host, _ := os.Hostname()
+	host = strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '.' {
+			return r
+		}
+		return '_'
+	}, host)
+	return fmt.Sprintf("%s_%d_%s", host, os.Getpid(), time.Now().UTC().Format("20060102T150405.000000"))
+}
+
+// rescueStuckJobsAfter is River's own rescuer's horizon, the backstop for
+// what ferry's liveness cannot see (a River client that is not a ferry
+// worker): the job timeout, the shutdown grace and its budget, and a
+// minute, instead of a flat hour. River skips a job whose own timeout has
+// not run out, or that has none. Without a job timeout, River's hour.
+func rescueStuckJobsAfter(cfg Config) time.Duration {
+	if cfg.JobTimeout < 0 {
+		return 0
+	}
+	return cfg.JobTimeout + cfg.ShutdownGrace + hardStopBudget + time.Minute
 }
 
 // stopRiver gives running jobs the grace period, then cancels them and

@@ -131,5 +131,6 @@
 // # Key table
 //
 // Keys lists every advisory key ferry takes: 911000001 the election,
-// 911000002 reserved, 8110731 migrations.
+// 911000002 reserved, 8110731 migrations, and (911000003, worker id) in
+// the two-int form for each worker's liveness (internal/liveness).
 package election

@@ -1,6 +1,9 @@
 package election
 
-import "github.com/ferryq/ferry/migrations"
+import (
+	"github.com/ferryq/ferry/internal/liveness"
+	"github.com/ferryq/ferry/migrations"
+)
 
 // The advisory key table: every Postgres advisory lock key ferry takes, with
 // its owner. Keys are per database. Single-key (bigint) locks show in
@@ -30,6 +33,7 @@ var Keys = []KeyOwner{
 	{Key: KeyElection, Form: "session bigint", Owner: "election", Use: "this process is the leader: it runs the schedule and the Telegram long-polls"},
 	{Key: KeyReserved, Form: "session bigint", Owner: "reserved", Use: "held back for a future ferry singleton; take no lock on it"},
 	{Key: KeyMigrations, Form: "session bigint", Owner: "migrations", Use: "one migration run at a time (worker migrate, --migrate)"},
+	{Key: int64(liveness.Namespace), Form: "session int4,int4", Owner: "liveness", Use: "(911000003, ferry_worker.id): the worker process is alive while its liveness session holds it"},
 }
 
 // lockParts splits a bigint advisory key into pg_locks' classid (high 32

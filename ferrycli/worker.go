@@ -11,6 +11,7 @@ import (
 
 	"github.com/ferryq/ferry"
 	"github.com/ferryq/ferry/election"
+	"github.com/ferryq/ferry/internal/liveness"
 	"github.com/ferryq/ferry/internal/redact"
 	"github.com/ferryq/ferry/jobs"
 	"github.com/ferryq/ferry/migrations"
@@ -73,6 +74,7 @@ func WorkerFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "fetch-cooldown", Value: ferry.DefaultFetchCooldown, Usage: "least time between two fetches of one queue", EnvVars: []string{"FERRY_FETCH_COOLDOWN"}},
 		&cli.DurationFlag{Name: "fetch-poll-interval", Value: ferry.DefaultFetchPollInterval, Usage: "fallback poll of each queue when no insert notification arrives", EnvVars: []string{"FERRY_FETCH_POLL_INTERVAL"}},
 		&cli.DurationFlag{Name: "job-timeout", Value: ferry.DefaultJobTimeout, Usage: "default time a job may run before its context is cancelled", EnvVars: []string{"FERRY_JOB_TIMEOUT"}},
+		&cli.IntFlag{Name: "max-orphaned", Value: liveness.DefaultMaxOrphaned, Usage: "times a job's worker may die running it before the job is discarded as poison", EnvVars: []string{"FERRY_MAX_ORPHANED"}},
 		&cli.DurationFlag{Name: "shutdown-grace", Value: ferry.DefaultShutdownGrace, Usage: "time running jobs get to finish on stop before they are cancelled (and retried)", EnvVars: []string{"FERRY_SHUTDOWN_GRACE"}},
 		&cli.StringFlag{Name: "admin-addr", Value: ferry.DefaultAdminAddr, Usage: "address of the admin console (/admin/, /riverui/), /healthz, /readyz and /metrics, or off", EnvVars: []string{"FERRY_ADMIN_ADDR"}},
 		&cli.StringFlag{Name: "admin-token", Usage: "token required on the admin surface (all but /healthz)", EnvVars: []string{"FERRY_ADMIN_TOKEN"}},
@@ -113,6 +115,7 @@ func WorkerConfig(c *cli.Context) (ferry.Config, error) {
 		FetchCooldown:       c.Duration("fetch-cooldown"),
 		FetchPollInterval:   c.Duration("fetch-poll-interval"),
 		JobTimeout:          c.Duration("job-timeout"),
+		MaxOrphaned:         c.Int("max-orphaned"),
 		ShutdownGrace:       c.Duration("shutdown-grace"),
 		AdminAddr:           c.String("admin-addr"),
 		AdminToken:          c.String("admin-token"),

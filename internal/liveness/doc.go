@@ -1,0 +1,66 @@
+// Package liveness knows which worker processes are alive, and takes back
+// the running jobs of those that are not.
+//
+// River rescues a running job only after RescueStuckJobsAfter (an hour by
+// default): a worker killed with kill -9, OOM-killed or lost with its host
+// leaves its jobs running that long. ferry knows within a tick, because
+// Postgres ends a process's sessions when the process dies.
+//
+// # Liveness
+//
+// Each worker process (Worker) records itself in ferry_worker, keyed by its
+// River client id (what River writes into river_job.attempted_by), and
+// holds the session advisory lock (Namespace, ferry_worker.id) on a session
+// of its own, named ferry-liveness:<host>:<pid>, from before its River
+// client fetches anything until after it has stopped. The worker is alive
+// exactly while some session holds that lock. A heartbeat every tick keeps
+// last_seen_at current for operators and the session busy: the session sets
+// idle_session_timeout to three ticks plus the tick timeout, with short TCP
+// keepalives, so a worker partitioned from Postgres has its session, and
+// so its liveness, ended by the server like a dead one.
+//
+// # Rescue
+//
+// The Rescuer is a leader runnable. Every tick it lists the workers not
+// declared dead whose lock nobody holds and, for each, in one transaction
+// fenced by the leader's term: takes the worker's lock itself
+// (pg_try_advisory_xact_lock, so that the worker cannot take it back
+// mid-rescue; if it cannot, the worker is alive again and is left alone),
+// stamps dead_at, and takes back every running job whose latest attempt is
+// the worker's. As River's rescuer would, the attempt counts and a job with
+// no attempt left is discarded; unlike it, the job is available at once,
+// not after a backoff. Each such death is counted in the job's metadata
+// (ferry_orphaned); the death that brings the count to MaxOrphaned
+// (FERRY_MAX_ORPHANED, default 5) discards the job with the error
+// "ferry: the worker died running this job N times": a job that kills its
+// worker is poison, and goes to the dead letters instead of killing the
+// next one. It logs "rescue: orphaned jobs rescued" (worker, count) and
+// counts ferry_jobs_rescued_total{reason}.
+//
+// A job running on a live worker is never rescued, however long it runs
+// and however slow or busy the worker is: liveness is the lock, not a
+// timestamp.
+//
+// # A worker that comes back
+//
+// A worker whose session was lost (a partition longer than the lease, a
+// pg_terminate_backend) takes its lock again on a new session at its next
+// heartbeat. If the rescuer got there first, the worker finds dead_at
+// stamped, calls OnDead, and the process stops: its jobs run elsewhere now.
+//
+// River completes a job with an UPDATE that matches state = 'running' and
+// not the attempt, so by itself a worker that comes back late could
+// overwrite the outcome of the attempt that replaced its own. ferry adds a
+// fence in the database (migration 006): every session of a worker carries
+// its client id in the setting ferry.client_id (ConfigurePool), and a
+// statement-level trigger refuses any UPDATE of river_job from a session of
+// a worker declared dead (SQLSTATE FR001, IsDeclaredDead). The rescue holds
+// the worker's row lock and stamps dead_at in the same transaction that
+// takes the jobs back, so an UPDATE that comes after it is refused, and one
+// that came before it finished its own attempt while the worker still held
+// the job.
+//
+// River's own rescuer stays as the backstop for what liveness cannot see
+// (a River client that is not a ferry worker), with RescueStuckJobsAfter
+// tied to the longest job timeout rather than a flat hour.
+package liveness

@@ -1,0 +1,305 @@
+package liveness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ferryq/ferry/internal/testkit/logtest"
+	"github.com/ferryq/ferry/internal/testkit/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// leader fences nothing: the rescuer's fence is the elector's, tested there.
+type leader struct{}
+
+func (leader) Fence(context.Context, pgx.Tx) error { return nil }
+
+type testBundle struct {
+	url  string
+	pool *pgxpool.Pool
+	seq  atomic.Int32
+}
+
+func setup(t *testing.T) *testBundle {
+	t.Helper()
+	url := pgtest.NewDatabase(t, true)
+	return &testBundle{url: url, pool: pgtest.PoolFor(t, url)}
+}
+
+// worker starts a Worker with an hour-long tick (no heartbeat unless the
+// test asks for one) and a unique client id.
+func (b *testBundle) worker(t *testing.T, tick time.Duration, onDead func(error)) *Worker {
+	t.Helper()
+	w, err := New(Config{
+		DatabaseURL: b.url, ClientID: fmt.Sprintf("test-%d", b.seq.Add(1)),
+		Tick: tick, TickTimeout: time.Second, OnDead: onDead, Logger: slog.New(slog.DiscardHandler),
+	})
+	require.NoError(t, err)
+	require.NoError(t, w.Start(context.Background()))
+	t.Cleanup(w.Stop)
+	return w
+}
+
+func (b *testBundle) rescuer(t *testing.T, mod func(*RescuerConfig)) *Rescuer {
+	t.Helper()
+	cfg := RescuerConfig{Pool: b.pool, Leader: leader{}, Every: time.Second, Logger: slog.New(slog.DiscardHandler)}
+	if mod != nil {
+		mod(&cfg)
+	}
+	r, err := NewRescuer(cfg)
+	require.NoError(t, err)
+	return r
+}
+
+// running inserts a job in state running, attempted by clientID, as River's
+// fetch leaves it.
+func (b *testBundle) running(t *testing.T, clientID string, attempt, maxAttempts int) int64 {
+	t.Helper()
+	var id int64
+	require.NoError(t, b.pool.QueryRow(context.Background(), `INSERT INTO river_job
+		(args, kind, max_attempts, queue, state, attempt, attempted_at, attempted_by, scheduled_at)
+		VALUES ('{}', 'ferry.noop', $1, 'default', 'running', $2, now(), ARRAY[$3], now()) RETURNING id`,
+		maxAttempts, attempt, clientID).Scan(&id))
+	return id
+}
+
+// refetch puts a rescued job back to running under clientID, as River's
+// fetch does: the attempt counted, the client appended.
+func (b *testBundle) refetch(t *testing.T, id int64, clientID string) {
+	t.Helper()
+	_, err := b.pool.Exec(context.Background(), `UPDATE river_job SET state = 'running', attempt = attempt + 1,
+		attempted_at = now(), attempted_by = array_append(attempted_by, $2) WHERE id = $1 AND state = 'available'`, id, clientID)
+	require.NoError(t, err)
+}
+
+type jobRow struct {
+	State    string
+	Attempt  int
+	Deaths   int
+	LastErr  string
+	Finalize bool
+}
+
+func (b *testBundle) job(t *testing.T, id int64) jobRow {
+	t.Helper()
+	var j jobRow
+	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT state::text, attempt,
+		coalesce((metadata->>'ferry_orphaned')::int, 0), coalesce(errors[cardinality(errors)]->>'error', ''), finalized_at IS NOT NULL
+		FROM river_job WHERE id = $1`, id).Scan(&j.State, &j.Attempt, &j.Deaths, &j.LastErr, &j.Finalize))
+	return j
+}
+
+// kill ends the worker's liveness session from the server side, as the
+// death of its process or the server's lease would.
+func (b *testBundle) kill(t *testing.T, w *Worker) {
+	t.Helper()
+	ctx := context.Background()
+	var pid int
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT backend_pid FROM ferry_worker WHERE id = $1", w.ID()).Scan(&pid))
+	_, err := b.pool.Exec(ctx, "SELECT pg_terminate_backend($1)", pid)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return !b.alive(t, w) }, 5*time.Second, 5*time.Millisecond)
+}
+
+func (b *testBundle) alive(t *testing.T, w *Worker) bool {
+	t.Helper()
+	var n int
+	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_locks
+		WHERE locktype = 'advisory' AND classid = $1::int::oid AND objid = $2::int::oid AND objsubid = 2 AND granted
+		  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`, Namespace, w.ID()).Scan(&n))
+	return n == 1
+}
+
+func TestWorker_Lifecycle(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	w := b.worker(t, time.Hour, nil)
+	require.True(t, b.alive(t, w), "alive from Start on")
+	var host, app string
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT w.hostname, a.application_name FROM ferry_worker w
+		JOIN pg_stat_activity a ON a.pid = w.backend_pid WHERE w.client_id = $1`, w.ClientID()).Scan(&host, &app))
+	require.NotEmpty(t, host)
+	require.Regexp(t, `^ferry-liveness:.+:\d+$`, app)
+
+	w.Stop()
+	w.Stop()
+	require.False(t, b.alive(t, w), "the lock is released on Stop")
+	var stopped bool
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT stopped_at IS NOT NULL FROM ferry_worker WHERE id = $1", w.ID()).Scan(&stopped))
+	require.True(t, stopped)
+}
+
+// The rescuer takes back the running jobs of a dead worker, and only those.
+func TestRescuer_RescuesOnlyDeadWorkersJobs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	dead := b.worker(t, time.Hour, nil)
+	live := b.worker(t, time.Hour, nil)
+	orphan := b.running(t, dead.ClientID(), 1, 25)
+	last := b.running(t, dead.ClientID(), 25, 25)
+	kept := b.running(t, live.ClientID(), 1, 25)
+	// A job the dead worker ran before, now running on the live one.
+	moved := b.running(t, dead.ClientID(), 1, 25)
+	_, err := b.pool.Exec(ctx, "UPDATE river_job SET attempt = 2, attempted_by = array_append(attempted_by, $2) WHERE id = $1", moved, live.ClientID())
+	require.NoError(t, err)
+	// A job of a River client that is no ferry worker: River's own rescuer's.
+	foreign := b.running(t, "not-a-ferry-worker", 1, 25)
+
+	reg := prometheus.NewRegistry()
+	logs := &logtest.Recorder{}
+	r := b.rescuer(t, func(c *RescuerConfig) { c.Registerer = reg; c.Logger = logs.Logger() })
+	res, err := r.RescueOnce(ctx)
+	require.NoError(t, err)
+	require.Empty(t, res, "nobody is dead yet")
+
+	b.kill(t, dead)
+	res, err = r.RescueOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []Rescue{{WorkerID: dead.ID(), ClientID: dead.ClientID(), Available: 1, Exhausted: 1}}, res)
+
+	j := b.job(t, orphan)
+	require.Equal(t, "available", j.State, "available again at once")
+	require.Equal(t, 1, j.Attempt, "the attempt counts: the next fetch makes it 2")
+	require.Equal(t, 1, j.Deaths)
+	require.Contains(t, j.LastErr, "ferry: the worker running this job died ("+dead.ClientID()+")")
+	require.False(t, j.Finalize)
+	j = b.job(t, last)
+	require.Equal(t, "discarded", j.State, "no attempt left")
+	require.True(t, j.Finalize)
+	require.Equal(t, "running", b.job(t, kept).State, "a live worker's job is never rescued")
+	require.Equal(t, "running", b.job(t, moved).State, "only jobs whose latest attempt is the dead worker's")
+	require.Equal(t, "running", b.job(t, foreign).State)
+
+	rec := logs.Find(t, "rescue: orphaned jobs rescued")
+	require.Equal(t, dead.ClientID(), rec["worker"])
+	require.EqualValues(t, 2, rec["count"])
+	require.Equal(t, 1.0, testutil.ToFloat64(r.mRescued.WithLabelValues("orphaned")))
+	require.Equal(t, 1.0, testutil.ToFloat64(r.mRescued.WithLabelValues("exhausted")))
+	var deadAt bool
+	var rescued int
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT dead_at IS NOT NULL, rescued_jobs FROM ferry_worker WHERE id = $1", dead.ID()).Scan(&deadAt, &rescued))
+	require.True(t, deadAt)
+	require.Equal(t, 2, rescued)
+
+	res, err = r.RescueOnce(ctx)
+	require.NoError(t, err)
+	require.Empty(t, res, "a worker is declared dead once")
+}
+
+// A job whose worker dies under it MaxOrphaned times is discarded as poison.
+func TestRescuer_PoisonAfterMaxOrphaned(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	r := b.rescuer(t, func(c *RescuerConfig) { c.MaxOrphaned = 3 })
+	w := b.worker(t, time.Hour, nil)
+	id := b.running(t, w.ClientID(), 1, 25)
+	for death := 1; death <= 3; death++ {
+		b.kill(t, w)
+		res, err := r.RescueOnce(context.Background())
+		require.NoError(t, err)
+		require.Len(t, res, 1)
+		j := b.job(t, id)
+		require.Equal(t, death, j.Deaths)
+		if death < 3 {
+			require.Equal(t, "available", j.State, "death %d", death)
+			w = b.worker(t, time.Hour, nil)
+			b.refetch(t, id, w.ClientID())
+			continue
+		}
+		require.Equal(t, 1, res[0].Poison)
+		require.Equal(t, "discarded", j.State)
+		require.Equal(t, "ferry: the worker died running this job 3 times", j.LastErr)
+	}
+}
+
+// A worker that comes back after the rescuer declared it dead learns it and
+// stops; until it is declared dead, it takes its lock again and lives on.
+func TestWorker_ComesBack(t *testing.T) {
+	t.Parallel()
+
+	t.Run("NotRescuedLivesOn", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		var died atomic.Bool
+		w := b.worker(t, 50*time.Millisecond, func(error) { died.Store(true) })
+		b.kill(t, w)
+		require.Eventually(t, func() bool { return b.alive(t, w) }, 5*time.Second, 10*time.Millisecond, "the lock is taken again on a new session")
+		require.False(t, died.Load())
+	})
+
+	t.Run("RescuedStops", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		dead := make(chan error, 1)
+		w := b.worker(t, 200*time.Millisecond, func(err error) { dead <- err })
+		r := b.rescuer(t, nil)
+		// Race the worker's next heartbeat until the rescuer wins once.
+		require.Eventually(t, func() bool {
+			if b.alive(t, w) {
+				b.kill(t, w)
+			}
+			res, err := r.RescueOnce(context.Background())
+			require.NoError(t, err)
+			return len(res) == 1
+		}, 10*time.Second, time.Millisecond)
+		select {
+		case err := <-dead:
+			require.ErrorIs(t, err, ErrDeclaredDead)
+		case <-time.After(10 * time.Second):
+			t.Fatal("the worker did not learn it was declared dead")
+		}
+		require.False(t, b.alive(t, w), "a dead worker does not take its lock again")
+	})
+}
+
+// The fence: once a worker is declared dead, no session of it may change
+// river_job; other sessions may.
+func TestFence_DeadWorkerCannotWrite(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	dead := b.worker(t, time.Hour, nil)
+	live := b.worker(t, time.Hour, nil)
+	id := b.running(t, dead.ClientID(), 1, 25)
+	session := func(clientID string) *pgxpool.Pool {
+		pc, err := pgxpool.ParseConfig(b.url)
+		require.NoError(t, err)
+		ConfigurePool(pc, clientID)
+		pool, err := pgxpool.NewWithConfig(ctx, pc)
+		require.NoError(t, err)
+		t.Cleanup(pool.Close)
+		return pool
+	}
+	deadPool, livePool := session(dead.ClientID()), session(live.ClientID())
+	complete := func(p *pgxpool.Pool) error {
+		_, err := p.Exec(ctx, "UPDATE river_job SET state = 'completed', finalized_at = now() WHERE id = $1 AND state = 'running'", id)
+		return err
+	}
+
+	b.kill(t, dead)
+	_, err := b.rescuer(t, nil).RescueOnce(ctx)
+	require.NoError(t, err)
+	b.refetch(t, id, live.ClientID()) // the next attempt runs on the live worker
+
+	err = complete(deadPool)
+	require.Error(t, err, "the dead worker's late completion would overwrite the live attempt")
+	require.True(t, IsDeclaredDead(err), "%v", err)
+	require.Equal(t, "running", b.job(t, id).State)
+	require.NoError(t, complete(livePool))
+	require.Equal(t, "completed", b.job(t, id).State)
+	require.False(t, IsDeclaredDead(errors.New("other")))
+}

@@ -1,0 +1,246 @@
+package liveness
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// DefaultMaxOrphaned is how many times a job's worker may die running it
+// before the job is discarded as poison (FERRY_MAX_ORPHANED).
+const DefaultMaxOrphaned = 5
+
+// Fencer is the leader's fence (election.Elector): a rescue is a leader
+// write.
+type Fencer interface {
+	Fence(ctx context.Context, tx pgx.Tx) error
+}
+
+// RescuerConfig configures a Rescuer.
+type RescuerConfig struct {
+	Pool   *pgxpool.Pool
+	Leader Fencer
+	// Every is the pass interval (the leader tick).
+	Every time.Duration
+	// MaxOrphaned: the death that makes a job's count reach it discards the
+	// job. Default DefaultMaxOrphaned.
+	MaxOrphaned int
+	// Keep is how long rows of dead and stopped workers are kept for
+	// operators; default 24h.
+	Keep       time.Duration
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+}
+
+// Rescuer takes back the running jobs of dead workers. It runs on the
+// leader only (Run is an election.Runnable).
+type Rescuer struct {
+	cfg      RescuerConfig
+	mRescued *prometheus.CounterVec
+}
+
+// NewRescuer returns a Rescuer, registering its metric when cfg.Registerer
+// is set.
+func NewRescuer(cfg RescuerConfig) (*Rescuer, error) {
+	cfg.MaxOrphaned = cmp.Or(cfg.MaxOrphaned, DefaultMaxOrphaned)
+	cfg.Keep = cmp.Or(cfg.Keep, 24*time.Hour)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.MaxOrphaned < 1 {
+		return nil, fmt.Errorf("liveness: max orphaned %d is under 1", cfg.MaxOrphaned)
+	}
+	if cfg.Every <= 0 {
+		return nil, fmt.Errorf("liveness: rescue interval %s is not positive", cfg.Every)
+	}
+	r := &Rescuer{cfg: cfg, mRescued: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ferry_jobs_rescued_total",
+		Help: "Running jobs of dead workers taken back by ferry's rescuer, by reason: orphaned (made available again), poison (discarded: its worker died running it FERRY_MAX_ORPHANED times), exhausted (discarded: no attempt left).",
+	}, []string{"reason"})}
+	if cfg.Registerer != nil {
+		if err := cfg.Registerer.Register(r.mRescued); err != nil {
+			return nil, fmt.Errorf("liveness: register metrics: %w", err)
+		}
+	}
+	return r, nil
+}
+
+// Run rescues every Every until ctx ends (leadership lost, or the process
+// stopping). A failed pass returns its error, so the elector restarts Run
+// with backoff.
+func (r *Rescuer) Run(ctx context.Context) error {
+	t := time.NewTicker(r.cfg.Every)
+	defer t.Stop()
+	for {
+		if _, err := r.RescueOnce(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Rescue is what one pass took back from one dead worker.
+type Rescue struct {
+	WorkerID  int32
+	ClientID  string
+	Available int // made available again, the attempt counted
+	Poison    int // discarded: died under its worker MaxOrphaned times
+	Exhausted int // discarded: no attempt left
+}
+
+// Total is every job taken back.
+func (r Rescue) Total() int { return r.Available + r.Poison + r.Exhausted }
+
+// The SQL of a pass. A worker is alive while some session holds its lock
+// (Namespace, id) in this database.
+const (
+	deadCandidatesSQL = `SELECT w.id, w.client_id FROM ferry_worker w
+WHERE w.dead_at IS NULL AND NOT EXISTS (
+    SELECT 1 FROM pg_locks l
+    WHERE l.locktype = 'advisory' AND l.classid = $1::int::oid AND l.objid = w.id::oid AND l.objsubid = 2
+      AND l.granted AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))
+ORDER BY w.id`
+	declareDeadSQL = `UPDATE ferry_worker SET dead_at = now() WHERE id = $1 AND dead_at IS NULL`
+	// rescueSQL takes back the running jobs whose latest attempt is the
+	// dead worker's, as River's rescuer would (the attempt counts; no
+	// attempt left discards), but at once: available now, not retryable
+	// after a backoff. A job whose worker died under it for the
+	// MaxOrphaned-th time is poison and discarded.
+	rescueSQL = `WITH orphan AS (
+    SELECT id, coalesce((metadata->>'ferry_orphaned')::int, 0) + 1 AS deaths
+    FROM river_job
+    WHERE state = 'running' AND attempted_by[cardinality(attempted_by)] = $1
+    FOR UPDATE
+), verdict AS (
+    SELECT o.id, o.deaths,
+        CASE WHEN o.deaths >= $2 THEN 'poison' WHEN j.attempt >= j.max_attempts THEN 'exhausted' ELSE 'available' END AS reason
+    FROM orphan o JOIN river_job j USING (id)
+)
+UPDATE river_job j SET
+    state = CASE v.reason WHEN 'available' THEN 'available' ELSE 'discarded' END::river_job_state,
+    scheduled_at = CASE v.reason WHEN 'available' THEN now() ELSE j.scheduled_at END,
+    finalized_at = CASE v.reason WHEN 'available' THEN NULL ELSE now() END,
+    errors = array_append(j.errors, jsonb_build_object(
+        'at', now(), 'attempt', j.attempt, 'trace', '',
+        'error', CASE v.reason
+            WHEN 'poison' THEN format('ferry: the worker died running this job %s times', v.deaths)
+            ELSE format('ferry: the worker running this job died (%s); the job was rescued', $1::text) END)),
+    metadata = j.metadata || jsonb_build_object('ferry_orphaned', v.deaths)
+FROM verdict v WHERE j.id = v.id
+RETURNING v.reason`
+	recordRescueSQL = `UPDATE ferry_worker SET rescued_jobs = rescued_jobs + $2 WHERE id = $1`
+	forgetSQL       = `DELETE FROM ferry_worker WHERE dead_at < now() - make_interval(secs => $1)`
+)
+
+// RescueOnce runs one pass: every worker whose lock nobody holds is
+// declared dead and its running jobs are taken back, each worker in a
+// transaction of its own, fenced by the leader's term and holding the
+// worker's lock, so that the worker cannot come back in the middle.
+func (r *Rescuer) RescueOnce(ctx context.Context) ([]Rescue, error) {
+	type candidate struct {
+		id       int32
+		clientID string
+	}
+	rows, err := r.cfg.Pool.Query(ctx, deadCandidatesSQL, Namespace)
+	if err != nil {
+		return nil, fmt.Errorf("rescue: find dead workers: %w", err)
+	}
+	cands, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (candidate, error) {
+		var c candidate
+		return c, row.Scan(&c.id, &c.clientID)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("rescue: find dead workers: %w", err)
+	}
+	var out []Rescue
+	for _, c := range cands {
+		res, ok, err := r.rescue(ctx, c.id, c.clientID)
+		if err != nil {
+			return out, err
+		}
+		if !ok {
+			continue
+		}
+		out = append(out, res)
+		if res.Total() > 0 {
+			r.mRescued.WithLabelValues("orphaned").Add(float64(res.Available))
+			r.mRescued.WithLabelValues("poison").Add(float64(res.Poison))
+			r.mRescued.WithLabelValues("exhausted").Add(float64(res.Exhausted))
+			r.cfg.Logger.Warn("rescue: orphaned jobs rescued",
+				"worker", c.clientID, "worker_id", c.id, "count", res.Total(),
+				"available", res.Available, "poison", res.Poison, "exhausted", res.Exhausted)
+		} else {
+			r.cfg.Logger.Info("rescue: worker gone, no running job", "worker", c.clientID, "worker_id", c.id)
+		}
+	}
+	if _, err := r.cfg.Pool.Exec(ctx, forgetSQL, r.cfg.Keep.Seconds()); err != nil {
+		return out, fmt.Errorf("rescue: forget old workers: %w", err)
+	}
+	return out, nil
+}
+
+// rescue declares one worker dead and takes its jobs back; ok is false when
+// the worker turned out to be alive (its lock was taken meanwhile) or
+// another pass got there first.
+func (r *Rescuer) rescue(ctx context.Context, id int32, clientID string) (res Rescue, ok bool, err error) {
+	res = Rescue{WorkerID: id, ClientID: clientID}
+	err = pgx.BeginFunc(ctx, r.cfg.Pool, func(tx pgx.Tx) error {
+		if err := r.cfg.Leader.Fence(ctx, tx); err != nil {
+			return err
+		}
+		var got bool
+		if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1, $2)", Namespace, id).Scan(&got); err != nil {
+			return fmt.Errorf("take the worker's lock: %w", err)
+		}
+		if !got {
+			return nil // alive again
+		}
+		tag, err := tx.Exec(ctx, declareDeadSQL, id)
+		if err != nil {
+			return fmt.Errorf("declare the worker dead: %w", err)
+		}
+		if tag.RowsAffected() == 0 {
+			return nil
+		}
+		rows, err := tx.Query(ctx, rescueSQL, clientID, r.cfg.MaxOrphaned)
+		if err != nil {
+			return fmt.Errorf("take its jobs back: %w", err)
+		}
+		reasons, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return fmt.Errorf("take its jobs back: %w", err)
+		}
+		for _, reason := range reasons {
+			switch reason {
+			case "poison":
+				res.Poison++
+			case "exhausted":
+				res.Exhausted++
+			default:
+				res.Available++
+			}
+		}
+		if _, err := tx.Exec(ctx, recordRescueSQL, id, res.Total()); err != nil {
+			return fmt.Errorf("record the rescue: %w", err)
+		}
+		ok = true
+		return nil
+	})
+	if err != nil {
+		return res, false, fmt.Errorf("rescue: worker %s (%d): %w", clientID, id, err)
+	}
+	return res, ok, nil
+}

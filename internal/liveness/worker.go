@@ -1,0 +1,324 @@
+package liveness
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river/rivershared/startstop"
+
+	"github.com/ferryq/ferry/internal/redact"
+)
+
+// Namespace is the first key of every worker's liveness lock, a session
+// advisory lock in the two-int form: (Namespace, ferry_worker.id). It is in
+// the advisory key table (election.Keys).
+const Namespace int32 = 911000003
+
+// ClientIDSetting is the session setting that names the worker a session
+// belongs to. The fence on river_job reads it (migration 006).
+const ClientIDSetting = "ferry.client_id"
+
+// ErrCodeDeclaredDead is the SQLSTATE of the fence's refusal: an UPDATE of
+// river_job from a session of a worker declared dead.
+const ErrCodeDeclaredDead = "FR001"
+
+// ErrDeclaredDead is what a worker learns when it comes back after its
+// liveness session was lost and finds that the rescuer declared it dead:
+// its running jobs belong to others now, and it must stop.
+var ErrDeclaredDead = errors.New("liveness: this worker was declared dead while its liveness session was lost, and its running jobs were rescued; it stops so that no job runs twice")
+
+// IsDeclaredDead reports whether err is the fence's refusal of a write by a
+// worker declared dead.
+func IsDeclaredDead(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == ErrCodeDeclaredDead
+}
+
+// ConfigurePool makes every session of pc carry clientID in
+// ClientIDSetting, so that the fence knows whose session it is.
+func ConfigurePool(pc *pgxpool.Config, clientID string) {
+	prev := pc.AfterConnect
+	pc.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+		if prev != nil {
+			if err := prev(ctx, conn); err != nil {
+				return err
+			}
+		}
+		_, err := conn.Exec(ctx, "SELECT set_config($1, $2, false)", ClientIDSetting, clientID)
+		return err
+	}
+}
+
+// Config configures a Worker.
+type Config struct {
+	// DatabaseURL is the Postgres that holds the liveness session: direct
+	// or session-mode, like the election's.
+	DatabaseURL string
+	// ClientID is the River client id of this process: what River writes
+	// into attempted_by.
+	ClientID string
+	// Tick is the heartbeat interval (the leader tick); TickTimeout bounds
+	// each heartbeat. The server ends a session silent for three ticks plus
+	// the timeout, so a partitioned worker becomes invisible too.
+	Tick        time.Duration
+	TickTimeout time.Duration
+	// OnDead is called once, from the heartbeat goroutine, when the worker
+	// learns that it was declared dead (ErrDeclaredDead). The process must
+	// stop: its running jobs were handed to others.
+	OnDead func(error)
+	Logger *slog.Logger
+}
+
+// Worker is this process's liveness: a ferry_worker row and a session that
+// holds the worker's lock for as long as the process lives. It has ferry's
+// one lifecycle shape (startstop).
+type Worker struct {
+	startstop.BaseStartStop
+
+	cfg      Config
+	connCfg  *pgx.ConnConfig
+	hostname string
+	pid      int
+
+	mu sync.Mutex
+	id int32
+}
+
+// New validates cfg and returns a Worker; nothing connects until Start.
+func New(cfg Config) (*Worker, error) {
+	if cfg.ClientID == "" {
+		return nil, errors.New("liveness: client id is empty")
+	}
+	if cfg.Tick <= 0 {
+		return nil, fmt.Errorf("liveness: tick %s is not positive", cfg.Tick)
+	}
+	cfg.TickTimeout = cmp.Or(cfg.TickTimeout, min(cfg.Tick/3, 5*time.Second))
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.OnDead == nil {
+		cfg.OnDead = func(error) {}
+	}
+	pc, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("liveness: database URL: %s", redact.Postgres(err.Error()))
+	}
+	hostname, _ := os.Hostname()
+	w := &Worker{cfg: cfg, connCfg: pc.ConnConfig, hostname: hostname, pid: os.Getpid()}
+	cc := w.connCfg
+	cc.RuntimeParams["application_name"] = fmt.Sprintf("ferry-liveness:%s:%d", hostname, w.pid)
+	keepIdle := max(1, int(cfg.Tick.Seconds()))
+	cc.RuntimeParams["tcp_keepalives_idle"] = strconv.Itoa(keepIdle)
+	cc.RuntimeParams["tcp_keepalives_interval"] = strconv.Itoa(max(1, keepIdle/3))
+	cc.RuntimeParams["tcp_keepalives_count"] = "3"
+	cc.RuntimeParams["statement_timeout"] = strconv.FormatInt(max(cfg.TickTimeout, 5*time.Second).Milliseconds(), 10)
+	dialer := &net.Dialer{
+		Timeout: 10 * time.Second,
+		KeepAliveConfig: net.KeepAliveConfig{
+			Enable: true, Idle: time.Duration(keepIdle) * time.Second,
+			Interval: time.Duration(max(1, keepIdle/3)) * time.Second, Count: 3,
+		},
+	}
+	cc.DialFunc = dialer.DialContext
+	cc.ConnectTimeout = 10 * time.Second
+	return w, nil
+}
+
+// ID is the worker's ferry_worker id (0 before Start).
+func (w *Worker) ID() int32 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.id
+}
+
+// ClientID is the worker's River client id.
+func (w *Worker) ClientID() string { return w.cfg.ClientID }
+
+// Start records the worker and takes its lock before it returns, so that a
+// worker is visible before its River client fetches anything. A heartbeat
+// every Tick then keeps the session busy and last_seen_at current. Stop
+// stamps stopped_at and releases the lock.
+//
+// An unreachable database never stops the worker from working: Start logs
+// why and returns, and the worker registers at a later tick. Until then its
+// jobs are left to River's own rescuer. The row is only ever written on the
+// session that holds the lock, so a worker is never seen dead while alive.
+func (w *Worker) Start(ctx context.Context) error {
+	ctx, shouldStart, started, stopped := w.StartInit(ctx)
+	if !shouldStart {
+		return nil
+	}
+	conn, err := w.register(ctx)
+	if err != nil {
+		w.cfg.Logger.Warn("liveness: cannot register this worker yet; its jobs are left to River's rescuer until it can", "client_id", w.cfg.ClientID, "error", redact.Postgres(err.Error()))
+	}
+	go func() {
+		defer stopped()
+		started()
+		w.run(ctx, conn)
+	}()
+	return nil
+}
+
+const (
+	registerSQL = `INSERT INTO ferry_worker (client_id, hostname, pid, backend_pid)
+VALUES ($1, $2, $3, pg_backend_pid()) RETURNING id`
+	heartbeatSQL = `UPDATE ferry_worker SET last_seen_at = now(), backend_pid = pg_backend_pid()
+WHERE id = $1 RETURNING dead_at IS NOT NULL`
+	stopSQL = `UPDATE ferry_worker SET stopped_at = now(), last_seen_at = now() WHERE id = $1`
+)
+
+// connect opens a liveness session with the server-side lease set.
+func (w *Worker) connect(ctx context.Context) (*pgx.Conn, error) {
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(cctx, w.connCfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	lease := 3*w.cfg.Tick + w.cfg.TickTimeout
+	if _, err := conn.Exec(cctx, "SET idle_session_timeout = "+strconv.FormatInt(lease.Milliseconds(), 10)); err != nil {
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "42704" { // Postgres < 14 has no such setting
+			closeQuietly(conn)
+			return nil, fmt.Errorf("set idle_session_timeout: %w", err)
+		}
+	}
+	return conn, nil
+}
+
+// register inserts the worker's row and takes its lock on a new session.
+func (w *Worker) register(ctx context.Context) (*pgx.Conn, error) {
+	conn, err := w.connect(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("liveness: %w", err)
+	}
+	var id int32
+	if err := conn.QueryRow(ctx, registerSQL, w.cfg.ClientID, w.hostname, w.pid).Scan(&id); err != nil {
+		closeQuietly(conn)
+		return nil, fmt.Errorf("liveness: record the worker: %w", err)
+	}
+	var got bool
+	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1, $2)", Namespace, id).Scan(&got); err != nil || !got {
+		closeQuietly(conn)
+		return nil, fmt.Errorf("liveness: take the worker's lock (%d, %d): got %t, %v", Namespace, id, got, err)
+	}
+	w.mu.Lock()
+	w.id = id
+	w.mu.Unlock()
+	w.cfg.Logger.Info("liveness: worker registered", "client_id", w.cfg.ClientID, "worker_id", id)
+	return conn, nil
+}
+
+// run beats until ctx ends. A worker not registered yet tries again; a
+// lost session is replaced by a new one that takes the lock again, unless
+// the rescuer declared the worker dead meanwhile: then OnDead, and nothing
+// more.
+func (w *Worker) run(ctx context.Context, conn *pgx.Conn) {
+	id := w.ID()
+	t := time.NewTicker(w.cfg.Tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			if conn != nil {
+				w.stop(conn, id)
+			}
+			return
+		case <-t.C:
+		}
+		if id == 0 {
+			var err error
+			if conn, err = w.register(ctx); err == nil {
+				id = w.ID()
+			}
+			continue
+		}
+		if conn == nil {
+			var dead bool
+			conn, dead = w.reacquire(ctx, id)
+			if dead {
+				w.cfg.Logger.Error("liveness: declared dead; stopping", "client_id", w.cfg.ClientID, "worker_id", id)
+				w.cfg.OnDead(ErrDeclaredDead)
+				<-ctx.Done()
+				return
+			}
+			continue
+		}
+		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.TickTimeout)
+		var dead bool
+		err := conn.QueryRow(bctx, heartbeatSQL, id).Scan(&dead)
+		cancel()
+		switch {
+		case err != nil:
+			w.cfg.Logger.Warn("liveness: heartbeat failed; taking the lock again on a new session", "client_id", w.cfg.ClientID, "error", redact.Postgres(err.Error()))
+			closeQuietly(conn)
+			conn = nil
+		case dead:
+			// Cannot happen while this session holds the lock (the rescuer
+			// takes it before it declares anyone dead); fail closed anyway.
+			closeQuietly(conn)
+			w.cfg.Logger.Error("liveness: declared dead; stopping", "client_id", w.cfg.ClientID, "worker_id", id)
+			w.cfg.OnDead(ErrDeclaredDead)
+			<-ctx.Done()
+			return
+		}
+	}
+}
+
+// reacquire opens a new session and takes the worker's lock on it. It
+// reports dead when the worker's row says the rescuer declared it dead; a
+// nil connection and false mean "not yet" (the old session still holds the
+// lock, or the database is unreachable): try again next tick.
+func (w *Worker) reacquire(ctx context.Context, id int32) (*pgx.Conn, bool) {
+	conn, err := w.connect(ctx)
+	if err != nil {
+		return nil, false
+	}
+	var got bool
+	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1, $2)", Namespace, id).Scan(&got); err != nil || !got {
+		closeQuietly(conn)
+		return nil, false
+	}
+	// The lock is ours: no rescuer is inside its transaction for this
+	// worker (it holds the same lock while it works), so dead_at is final.
+	var dead bool
+	if err := conn.QueryRow(ctx, heartbeatSQL, id).Scan(&dead); err != nil {
+		closeQuietly(conn)
+		return nil, false
+	}
+	if dead {
+		closeQuietly(conn)
+		return nil, true
+	}
+	w.cfg.Logger.Info("liveness: lock taken again on a new session", "client_id", w.cfg.ClientID, "worker_id", id)
+	return conn, false
+}
+
+// stop stamps stopped_at, releases the lock and closes the session.
+func (w *Worker) stop(conn *pgx.Conn, id int32) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := conn.Exec(ctx, stopSQL, id); err != nil {
+		w.cfg.Logger.Warn("liveness: stamp the stop", "error", redact.Postgres(err.Error()))
+	}
+	_, _ = conn.Exec(ctx, "SELECT pg_advisory_unlock($1, $2)", Namespace, id)
+	closeQuietly(conn)
+}
+
+func closeQuietly(conn *pgx.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = conn.Close(ctx)
+}
