@@ -16,13 +16,14 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/urfave/cli/v2"
 
+	"github.com/ferryq/ferry/internal/liveness"
 	"github.com/ferryq/ferry/jobs"
 )
 
 func enqueueJobs() *cli.Command {
 	return &cli.Command{
 		Name:  "jobs",
-		Usage: "list, inspect, retry, cancel and delete jobs",
+		Usage: "list, inspect, retry, cancel, rescue and delete jobs",
 		Description: `Works on River's river_job table through River's client, as a worker would.
 Dead letters (discarded jobs) have their own commands: see enqueue dead --help.
 
@@ -31,6 +32,7 @@ Examples:
    enqueue jobs get 1042
    enqueue jobs retry 1042 1043
    enqueue jobs cancel 1042
+   enqueue jobs rescue 1042
    enqueue jobs delete 1042 --json`,
 		Subcommands: []*cli.Command{
 			{
@@ -89,6 +91,26 @@ Examples:
    enqueue jobs cancel 1042 1043 --json`,
 				Flags:  []cli.Flag{databaseURLFlag(), jsonFlag()},
 				Action: func(c *cli.Context) error { return runJobsAction(c, actionCancel) },
+			},
+			{
+				Name:      "rescue",
+				Usage:     "take back running jobs whose worker is dead, now, as the leader's rescuer would",
+				ArgsUsage: "ID…",
+				Description: `The leader's rescuer takes back the running jobs of a dead worker within a
+leader tick or two; this does it now. A job running on a live worker is
+left alone (reported as failed): it would run twice. When the job's worker
+is dead, the worker is declared dead and all its running jobs are taken
+back: available again with the attempt counted, or discarded when out of
+attempts, or as poison at the FERRY_MAX_ORPHANED-th death. A job last
+attempted by a River client that is not a ferry worker is taken back
+alone. Each id is reported; the exit code is 1 if any was not rescued.
+
+Examples:
+   enqueue jobs rescue 1042
+   enqueue jobs rescue 1042 1043 --json`,
+				Flags: []cli.Flag{databaseURLFlag(), jsonFlag(),
+					&cli.IntFlag{Name: "max-orphaned", Value: liveness.DefaultMaxOrphaned, Usage: "deaths of its worker after which a job is discarded as poison", EnvVars: []string{"FERRY_MAX_ORPHANED"}}},
+				Action: func(c *cli.Context) error { return runJobsAction(c, actionRescue(c.Int("max-orphaned"))) },
 			},
 			{
 				Name:      "delete",
@@ -441,7 +463,7 @@ func runJobsGet(c *cli.Context) error {
 // jobAction is retry, cancel or delete of one job.
 type jobAction struct {
 	verb, done string
-	do         func(ctx context.Context, client *river.Client[pgx.Tx], id int64) (*rivertype.JobRow, error)
+	do         func(ctx context.Context, pool *pgxpool.Pool, client *river.Client[pgx.Tx], id int64) (*rivertype.JobRow, error)
 	// failed says why a call that returned a row did nothing ("" when it
 	// did what was asked).
 	failed func(j *rivertype.JobRow) string
@@ -450,7 +472,7 @@ type jobAction struct {
 var (
 	actionRetry = jobAction{
 		verb: "retry", done: "retried",
-		do: func(ctx context.Context, c *river.Client[pgx.Tx], id int64) (*rivertype.JobRow, error) {
+		do: func(ctx context.Context, _ *pgxpool.Pool, c *river.Client[pgx.Tx], id int64) (*rivertype.JobRow, error) {
 			return c.JobRetry(ctx, id)
 		},
 		failed: func(j *rivertype.JobRow) string {
@@ -462,7 +484,7 @@ var (
 	}
 	actionCancel = jobAction{
 		verb: "cancel", done: "cancelled",
-		do: func(ctx context.Context, c *river.Client[pgx.Tx], id int64) (*rivertype.JobRow, error) {
+		do: func(ctx context.Context, _ *pgxpool.Pool, c *river.Client[pgx.Tx], id int64) (*rivertype.JobRow, error) {
 			return c.JobCancel(ctx, id)
 		},
 		failed: func(j *rivertype.JobRow) string {
@@ -475,12 +497,30 @@ var (
 	}
 	actionDelete = jobAction{
 		verb: "delete", done: "deleted",
-		do: func(ctx context.Context, c *river.Client[pgx.Tx], id int64) (*rivertype.JobRow, error) {
+		do: func(ctx context.Context, _ *pgxpool.Pool, c *river.Client[pgx.Tx], id int64) (*rivertype.JobRow, error) {
 			return c.JobDelete(ctx, id)
 		},
 		failed: func(*rivertype.JobRow) string { return "" },
 	}
 )
+
+// actionRescue takes back running jobs of dead workers (internal/liveness).
+func actionRescue(maxOrphaned int) jobAction {
+	return jobAction{
+		verb: "rescue", done: "rescued",
+		do: func(ctx context.Context, pool *pgxpool.Pool, c *river.Client[pgx.Tx], id int64) (*rivertype.JobRow, error) {
+			_, err := liveness.RescueJob(ctx, pool, id, maxOrphaned)
+			switch {
+			case errors.Is(err, liveness.ErrJobNotFound):
+				return nil, rivertype.ErrNotFound
+			case err != nil:
+				return nil, err
+			}
+			return c.JobGet(ctx, id)
+		},
+		failed: func(*rivertype.JobRow) string { return "" },
+	}
+}
 
 // actionResult is the outcome for one id.
 type actionResult struct {
@@ -496,15 +536,17 @@ func runJobsAction(c *cli.Context, a jobAction) error {
 		return err
 	}
 	results := make([]actionResult, 0, len(ids))
-	err = withClient(c, func(ctx context.Context, _ *pgxpool.Pool, client *river.Client[pgx.Tx]) error {
+	err = withClient(c, func(ctx context.Context, pool *pgxpool.Pool, client *river.Client[pgx.Tx]) error {
 		for _, id := range ids {
-			j, err := a.do(ctx, client, id)
+			j, err := a.do(ctx, pool, client, id)
 			r := actionResult{ID: id}
 			switch {
 			case errors.Is(err, rivertype.ErrNotFound):
 				r.Error = "not found"
 			case errors.Is(err, rivertype.ErrJobRunning):
 				r.Error = "running: cancel it first"
+			case errors.Is(err, liveness.ErrJobNotRunning), errors.As(err, new(*liveness.WorkerAliveError)):
+				r.Error = err.Error()
 			case err != nil:
 				if ctx.Err() != nil {
 					return err

@@ -303,3 +303,42 @@ func TestFence_DeadWorkerCannotWrite(t *testing.T) {
 	require.Equal(t, "completed", b.job(t, id).State)
 	require.False(t, IsDeclaredDead(errors.New("other")))
 }
+
+// An operator's rescue of one job: refused on a live worker, the whole
+// worker's rescue on a dead one, the job alone for a client that is no
+// ferry worker.
+func TestRescueJob(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	live := b.worker(t, time.Hour, nil)
+	dead := b.worker(t, time.Hour, nil)
+	onLive := b.running(t, live.ClientID(), 1, 25)
+	onDead := b.running(t, dead.ClientID(), 1, 25)
+	alsoOnDead := b.running(t, dead.ClientID(), 1, 25)
+	foreign := b.running(t, "not-a-ferry-worker", 1, 25)
+
+	_, err := RescueJob(ctx, b.pool, onLive, 5)
+	var alive *WorkerAliveError
+	require.ErrorAs(t, err, &alive)
+	require.Equal(t, live.ClientID(), alive.ClientID)
+	require.Equal(t, "running", b.job(t, onLive).State)
+
+	b.kill(t, dead)
+	state, err := RescueJob(ctx, b.pool, onDead, 5)
+	require.NoError(t, err)
+	require.Equal(t, "available", state)
+	require.Equal(t, "available", b.job(t, alsoOnDead).State, "the dead worker's other jobs are taken back with it")
+	var declared bool
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT dead_at IS NOT NULL FROM ferry_worker WHERE id = $1", dead.ID()).Scan(&declared))
+	require.True(t, declared, "declared dead, so its late writes are fenced")
+
+	state, err = RescueJob(ctx, b.pool, foreign, 5)
+	require.NoError(t, err)
+	require.Equal(t, "available", state)
+
+	_, err = RescueJob(ctx, b.pool, foreign, 5)
+	require.ErrorIs(t, err, ErrJobNotRunning)
+	_, err = RescueJob(ctx, b.pool, 1<<40, 5)
+	require.ErrorIs(t, err, ErrJobNotFound)
+}

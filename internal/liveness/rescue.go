@@ -123,6 +123,7 @@ ORDER BY w.id`
     SELECT id, coalesce((metadata->>'ferry_orphaned')::int, 0) + 1 AS deaths
     FROM river_job
     WHERE state = 'running' AND attempted_by[cardinality(attempted_by)] = $1
+      AND ($3::bigint IS NULL OR id = $3)
     FOR UPDATE
 ), verdict AS (
     SELECT o.id, o.deaths,
@@ -192,55 +193,73 @@ func (r *Rescuer) RescueOnce(ctx context.Context) ([]Rescue, error) {
 	return out, nil
 }
 
-// rescue declares one worker dead and takes its jobs back; ok is false when
-// the worker turned out to be alive (its lock was taken meanwhile) or
-// another pass got there first.
+// rescue declares one worker dead and takes its jobs back, in a
+// transaction fenced by the leader's term; ok is false when the worker
+// turned out to be alive (its lock was taken meanwhile) or another pass got
+// there first.
 func (r *Rescuer) rescue(ctx context.Context, id int32, clientID string) (res Rescue, ok bool, err error) {
-	res = Rescue{WorkerID: id, ClientID: clientID}
 	err = pgx.BeginFunc(ctx, r.cfg.Pool, func(tx pgx.Tx) error {
 		if err := r.cfg.Leader.Fence(ctx, tx); err != nil {
 			return err
 		}
-		var got bool
-		if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1, $2)", Namespace, id).Scan(&got); err != nil {
-			return fmt.Errorf("take the worker's lock: %w", err)
-		}
-		if !got {
-			return nil // alive again
-		}
-		tag, err := tx.Exec(ctx, declareDeadSQL, id)
-		if err != nil {
-			return fmt.Errorf("declare the worker dead: %w", err)
-		}
-		if tag.RowsAffected() == 0 {
-			return nil
-		}
-		rows, err := tx.Query(ctx, rescueSQL, clientID, r.cfg.MaxOrphaned)
-		if err != nil {
-			return fmt.Errorf("take its jobs back: %w", err)
-		}
-		reasons, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			return fmt.Errorf("take its jobs back: %w", err)
-		}
-		for _, reason := range reasons {
-			switch reason {
-			case "poison":
-				res.Poison++
-			case "exhausted":
-				res.Exhausted++
-			default:
-				res.Available++
-			}
-		}
-		if _, err := tx.Exec(ctx, recordRescueSQL, id, res.Total()); err != nil {
-			return fmt.Errorf("record the rescue: %w", err)
-		}
-		ok = true
-		return nil
+		res, ok, err = rescueWorker(ctx, tx, id, clientID, r.cfg.MaxOrphaned)
+		return err
 	})
 	if err != nil {
 		return res, false, fmt.Errorf("rescue: worker %s (%d): %w", clientID, id, err)
 	}
 	return res, ok, nil
+}
+
+// rescueWorker is the heart of a rescue, inside tx: take the worker's lock
+// for the transaction (the worker cannot take it back meanwhile; if it is
+// held, the worker is alive: ok false), declare it dead, and take back its
+// running jobs.
+func rescueWorker(ctx context.Context, tx pgx.Tx, id int32, clientID string, maxOrphaned int) (res Rescue, ok bool, err error) {
+	res = Rescue{WorkerID: id, ClientID: clientID}
+	var got bool
+	if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1, $2)", Namespace, id).Scan(&got); err != nil {
+		return res, false, fmt.Errorf("take the worker's lock: %w", err)
+	}
+	if !got {
+		return res, false, nil // alive
+	}
+	tag, err := tx.Exec(ctx, declareDeadSQL, id)
+	if err != nil {
+		return res, false, fmt.Errorf("declare the worker dead: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return res, false, nil // declared dead already
+	}
+	if err := takeBack(ctx, tx, clientID, nil, maxOrphaned, &res); err != nil {
+		return res, false, err
+	}
+	if _, err := tx.Exec(ctx, recordRescueSQL, id, res.Total()); err != nil {
+		return res, false, fmt.Errorf("record the rescue: %w", err)
+	}
+	return res, true, nil
+}
+
+// takeBack runs rescueSQL for clientID's running jobs (only jobID when not
+// nil) and counts the verdicts into res.
+func takeBack(ctx context.Context, tx pgx.Tx, clientID string, jobID *int64, maxOrphaned int, res *Rescue) error {
+	rows, err := tx.Query(ctx, rescueSQL, clientID, maxOrphaned, jobID)
+	if err != nil {
+		return fmt.Errorf("take its jobs back: %w", err)
+	}
+	reasons, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("take its jobs back: %w", err)
+	}
+	for _, reason := range reasons {
+		switch reason {
+		case "poison":
+			res.Poison++
+		case "exhausted":
+			res.Exhausted++
+		default:
+			res.Available++
+		}
+	}
+	return nil
 }

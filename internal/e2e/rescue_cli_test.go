@@ -1,0 +1,52 @@
+package e2e_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ferryq/ferry/internal/testkit/pgtest"
+)
+
+// TestJobsRescue: `enqueue jobs rescue` takes back a job whose worker was
+// killed, without waiting for a leader, and refuses a job on a live worker.
+func TestJobsRescue(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t, true)
+	pool := pgtest.PoolFor(t, url)
+
+	// The only worker, killed while it runs a job: no leader is left to
+	// rescue it, only the operator.
+	orphan := enqueueID(t, url, "ferry.noop", "--args", `{"sleep":"1h"}`)
+	a := startWorker(t, url, nil, electionArgs(time.Second)...)
+	waitJobState(t, pool, orphan, "running", 10*time.Second)
+	require.NoError(t, a.Kill())
+
+	// A job running on a live worker.
+	kept := enqueueID(t, url, "ferry.noop", "--args", `{"sleep":"1h"}`, "--queue", "slow")
+	b := startWorker(t, url, nil, append(electionArgs(time.Hour), "--queues", "slow=1")...)
+	waitJobState(t, pool, kept, "running", 10*time.Second)
+
+	stdout, stderr, code := enqueue(t, url, nil, "jobs", "rescue", fmt.Sprint(orphan), fmt.Sprint(kept), "--json")
+	require.Equal(t, 1, code, "one of two not rescued; stderr: %s", stderr)
+	var results []struct {
+		ID    int64  `json:"id"`
+		OK    bool   `json:"ok"`
+		State string `json:"state"`
+		Error string `json:"error"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(stdout), &results), stdout)
+	require.Len(t, results, 2)
+	require.True(t, results[0].OK, "%+v", results[0])
+	require.Contains(t, []string{"available", "running"}, results[0].State)
+	require.False(t, results[1].OK)
+	require.Contains(t, results[1].Error, "running on live worker")
+	require.Equal(t, "running", getJob(t, pool, kept).State, "a live worker's job is left alone")
+	j := getJob(t, pool, orphan)
+	require.Contains(t, []string{"available", "running"}, j.State)
+	require.Equal(t, 1, j.Errors, "the rescue is recorded in the job's errors")
+	require.NoError(t, b.Kill())
+}

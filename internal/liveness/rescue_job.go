@@ -1,0 +1,82 @@
+package liveness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Errors of RescueJob.
+var (
+	// ErrJobNotFound: no job has the id.
+	ErrJobNotFound = errors.New("not found")
+	// ErrJobNotRunning: only a running job can be rescued.
+	ErrJobNotRunning = errors.New("not running")
+)
+
+// WorkerAliveError is why RescueJob leaves a job alone: the worker running
+// it is alive, and would run it a second time beside its rescuer.
+type WorkerAliveError struct{ ClientID string }
+
+func (e *WorkerAliveError) Error() string {
+	return fmt.Sprintf("running on live worker %s: not rescued", e.ClientID)
+}
+
+// RescueJob is an operator's rescue of one running job (enqueue jobs
+// rescue), without waiting for the leader's next pass. When the job's
+// worker is a ferry worker whose lock nobody holds, the worker is declared
+// dead and every running job of it is taken back, as the rescuer would (its
+// late writes are fenced from then on); when the worker is alive, nothing
+// is done and the error is a *WorkerAliveError. A job last attempted by a
+// River client that is not a ferry worker is taken back alone: liveness
+// cannot see that client, and the operator vouches for it. It returns the
+// job's state afterwards.
+func RescueJob(ctx context.Context, pool *pgxpool.Pool, id int64, maxOrphaned int) (string, error) {
+	if maxOrphaned < 1 {
+		maxOrphaned = DefaultMaxOrphaned
+	}
+	var state string
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		var clientID *string
+		err := tx.QueryRow(ctx, `SELECT state::text, attempted_by[cardinality(attempted_by)] FROM river_job WHERE id = $1 FOR UPDATE`, id).Scan(&state, &clientID)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			return ErrJobNotFound
+		case err != nil:
+			return fmt.Errorf("read the job: %w", err)
+		case state != "running" || clientID == nil:
+			return fmt.Errorf("%w (%s)", ErrJobNotRunning, state)
+		}
+		var workerID int32
+		var dead bool
+		switch err := tx.QueryRow(ctx, `SELECT id, dead_at IS NOT NULL FROM ferry_worker WHERE client_id = $1`, *clientID).Scan(&workerID, &dead); {
+		case errors.Is(err, pgx.ErrNoRows):
+			var res Rescue
+			if err := takeBack(ctx, tx, *clientID, &id, maxOrphaned, &res); err != nil {
+				return err
+			}
+		case err != nil:
+			return fmt.Errorf("read the job's worker: %w", err)
+		case dead:
+			// Declared dead, the job still running: taken back alone (its
+			// worker's other jobs went with the declaration).
+			var res Rescue
+			if err := takeBack(ctx, tx, *clientID, &id, maxOrphaned, &res); err != nil {
+				return err
+			}
+		default:
+			_, ok, err := rescueWorker(ctx, tx, workerID, *clientID, maxOrphaned)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return &WorkerAliveError{ClientID: *clientID}
+			}
+		}
+		return tx.QueryRow(ctx, `SELECT state::text FROM river_job WHERE id = $1`, id).Scan(&state)
+	})
+	return state, err
+}
