@@ -36,12 +36,13 @@ type sizes struct {
 	tickDur    time.Duration // 10 schedules every second
 	trials     int           // failover trials of each kind (1 s tick)
 	defTrials  int           // crash failover trials at the default settings
+	orphans    int           // orphan rescue trials (1 s tick, 100 jobs)
 	bulk       int           // lines for enqueue bulk
 }
 
 var (
-	fullSizes  = sizes{backlog: 200_000, latencyDur: 10 * time.Second, relay: 100_000, outboxDur: 10 * time.Second, tickDur: 15 * time.Second, trials: 10, defTrials: 3, bulk: 1_000_000}
-	quickSizes = sizes{backlog: 20_000, latencyDur: 3 * time.Second, relay: 20_000, outboxDur: 3 * time.Second, tickDur: 11 * time.Second, trials: 3, defTrials: 1, bulk: 100_000}
+	fullSizes  = sizes{backlog: 200_000, latencyDur: 10 * time.Second, relay: 100_000, outboxDur: 10 * time.Second, tickDur: 15 * time.Second, trials: 10, defTrials: 3, orphans: 20, bulk: 1_000_000}
+	quickSizes = sizes{backlog: 20_000, latencyDur: 3 * time.Second, relay: 20_000, outboxDur: 3 * time.Second, tickDur: 11 * time.Second, trials: 3, defTrials: 1, orphans: 5, bulk: 100_000}
 )
 
 // results is bench/results.json: the keys are read by tools; keep them.
@@ -66,6 +67,8 @@ type results struct {
 	FailoverCrashMSMax        *float64          `json:"failover_crash_ms_max"`
 	FailoverCrashDefaultMSMed *float64          `json:"failover_crash_default_ms_median"`
 	FailoverCrashDefaultMSMax *float64          `json:"failover_crash_default_ms_max"`
+	OrphanRescueMSP99         *float64          `json:"orphan_rescue_ms_p99"`
+	OrphanRescueMSMax         *float64          `json:"orphan_rescue_ms_max"`
 	BulkJobsPerSec            *float64          `json:"bulk_jobs_per_sec"`
 	WorkerPeakRSSMB           *float64          `json:"worker_peak_rss_mb"`
 	Notes                     map[string]string `json:"notes"`
@@ -135,6 +138,12 @@ func runAll(ctx context.Context, serverURL, path string, quick bool) error {
 			note("failover_default_overlaps", fmt.Errorf("%d overlaps observed", r.Overlaps))
 		}
 	}
+	step("orphan rescue: kill -9 of a worker running 100 jobs, 1 s tick")
+	if r, err := orphanRescue(ctx, serverURL, sz.orphans, 100, time.Second); err != nil {
+		note("orphans", err)
+	} else {
+		res.OrphanRescueMSP99, res.OrphanRescueMSMax = ptr(r.P99MS), ptr(r.MaxMS)
+	}
 	step("bulk enqueue")
 	if rate, err := bulkEnqueue(ctx, serverURL, sz.bulk); err != nil {
 		note("bulk", err)
@@ -185,6 +194,8 @@ func printTable(r results) {
 		{"crash failover median", f(r.FailoverCrashMSMedian, "ms"), "≤ 3 s"},
 		{"crash failover max", f(r.FailoverCrashMSMax, "ms"), "≤ 3 s"},
 		{"crash failover max, defaults (15 s tick)", f(r.FailoverCrashDefaultMSMax, "ms"), "≤ 21 s (tick + timeout + 1 s)"},
+		{"orphan rescue p99, 100 jobs (1 s tick)", f(r.OrphanRescueMSP99, "ms"), "≤ 3 s"},
+		{"orphan rescue max, 100 jobs (1 s tick)", f(r.OrphanRescueMSMax, "ms"), ""},
 		{"bulk enqueue", f(r.BulkJobsPerSec, "jobs/s"), "≥ 100,000/s"},
 		{"worker peak RSS", f(r.WorkerPeakRSSMB, "MB"), ""},
 	}

@@ -39,17 +39,18 @@ type failoverResult struct {
 	DemotionMaxMS    float64   `json:"demotion_ms_max"`
 }
 
-// workers are the `worker run` processes of a failover measurement: JSON
-// logs at info, no admin server, one slot in the default queue, and the
-// plan's tick and probe.
+// workers are the `worker run` processes of a failover or orphans
+// measurement: JSON logs at info, no admin server, and the tick as leader
+// tick and standby probe (0: the defaults).
 type workers struct {
 	*fleet.Fleet
 	bin, url string
 	tick     time.Duration
 }
 
-func (w *workers) start() (*fleet.Proc, error) {
-	args := []string{"run", "--admin-addr", "off", "--queues", "default=1"}
+// start starts a worker of queues (name=workers,…).
+func (w *workers) start(queues string) (*fleet.Proc, error) {
+	args := []string{"run", "--admin-addr", "off", "--queues", queues}
 	if w.tick > 0 {
 		args = append(args, "--leader-tick", w.tick.String(), "--standby-probe", w.tick.String())
 	}
@@ -103,7 +104,7 @@ func failover(ctx context.Context, serverURL string, plan failoverPlan) (failove
 	defer func() { stopSampler(); samplerDone.Wait() }()
 
 	wait := 4*tick + 5*time.Second
-	a, err := f.start()
+	a, err := f.start("default=1")
 	if err != nil {
 		return res, err
 	}
@@ -111,7 +112,7 @@ func failover(ctx context.Context, serverURL string, plan failoverPlan) (failove
 		return res, err
 	}
 	leader := a
-	standby, err := f.start()
+	standby, err := f.start("default=1")
 	if err != nil {
 		return res, err
 	}
@@ -120,7 +121,7 @@ func failover(ctx context.Context, serverURL string, plan failoverPlan) (failove
 	}
 	// replace starts a new standby for the process that left.
 	replace := func() error {
-		p, err := f.start()
+		p, err := f.start("default=1")
 		if err != nil {
 			return err
 		}
