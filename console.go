@@ -2,11 +2,13 @@ package ferry
 
 import (
 	"context"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ferryq/ferry/election"
 	"github.com/ferryq/ferry/internal/admin"
+	"github.com/ferryq/ferry/internal/liveness"
 	"github.com/ferryq/ferry/outbox"
 	"github.com/ferryq/ferry/periodic"
 	"github.com/ferryq/ferry/telegram"
@@ -53,4 +55,8 @@ func (c console) ResetOutbox(ctx context.Context, ids []int64) (deliveries, mess
 
 func (c console) Telegram(context.Context) ([]telegram.BotStatus, error) {
 	return c.s.TelegramStatus(), nil
+}
+
+func (c console) Workers(ctx context.Context, since time.Duration) ([]liveness.WorkerInfo, error) {
+	return liveness.List(ctx, c.s.pool, since)
 }

@@ -2,8 +2,10 @@ package admin
 
 import (
 	"context"
+	"time"
 
 	"github.com/ferryq/ferry/election"
+	"github.com/ferryq/ferry/internal/liveness"
 	"github.com/ferryq/ferry/outbox"
 	"github.com/ferryq/ferry/periodic"
 	"github.com/ferryq/ferry/telegram"
@@ -34,4 +36,7 @@ type Console interface {
 	// outbox reset).
 	ResetOutbox(ctx context.Context, messageIDs []int64) (deliveries, messages int, err error)
 	Telegram(ctx context.Context) ([]telegram.BotStatus, error)
+	// Workers lists the live and lost workers, and those dead or stopped
+	// within since (enqueue workers).
+	Workers(ctx context.Context, since time.Duration) ([]liveness.WorkerInfo, error)
 }

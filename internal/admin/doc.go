@@ -4,8 +4,8 @@
 //	/readyz             database reachable and schema at head
 //	/metrics            Prometheus
 //	/riverui/           River UI (riverqueue.com/riverui), when Config.RiverUI is set
-//	/admin/             ferry's own pages: leader, schedules, outbox, telegram
-//	/admin/api/NAME     the same data as JSON: leader, schedules, outbox, telegram
+//	/admin/             ferry's own pages: leader, workers, schedules, outbox, telegram
+//	/admin/api/NAME     the same data as JSON: leader, workers, schedules, outbox, telegram
 //
 // The pages and their JSON come from a Console, which the root package
 // implements over the database. They are rendered on the server with

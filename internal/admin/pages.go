@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ferryq/ferry/internal/liveness"
 	"github.com/ferryq/ferry/periodic"
 	"github.com/ferryq/ferry/telegram"
 )
@@ -40,6 +41,10 @@ const (
 	maxFormBytes = 64 << 10
 	// maxResetIDs bounds the message ids of one reset.
 	maxResetIDs = 1000
+	// workersSince is how far back the workers page lists dead and stopped
+	// workers, as enqueue workers does by default; workersWindow words it.
+	workersSince  = time.Hour
+	workersWindow = "hour"
 )
 
 func mustRead(name string) string {
@@ -56,7 +61,7 @@ func cspHash(s string) string {
 }
 
 // pageNames are ferry's pages: /admin/ is "index", the others /admin/NAME.
-var pageNames = []string{"index", "leader", "schedules", "outbox", "telegram"}
+var pageNames = []string{"index", "leader", "workers", "schedules", "outbox", "telegram"}
 
 // parsePages parses each page with the layout.
 func parsePages() (map[string]*template.Template, error) {
@@ -82,6 +87,10 @@ func (s *Server) routePages(mux *http.ServeMux) {
 		v, err := call(r.Context(), s.cfg.Console.Leader)
 		s.page(w, r, "leader", v, err)
 	})
+	mux.HandleFunc("GET /admin/workers", func(w http.ResponseWriter, r *http.Request) {
+		v, err := call(r.Context(), s.workers)
+		s.page(w, r, "workers", workersPage{Window: workersWindow, Workers: v}, err)
+	})
 	mux.HandleFunc("GET /admin/schedules", func(w http.ResponseWriter, r *http.Request) {
 		v, err := call(r.Context(), s.schedules)
 		s.page(w, r, "schedules", v, err)
@@ -98,6 +107,7 @@ func (s *Server) routePages(mux *http.ServeMux) {
 
 	api := map[string]func(ctx context.Context) (any, error){
 		"leader":    func(ctx context.Context) (any, error) { return s.cfg.Console.Leader(ctx) },
+		"workers":   func(ctx context.Context) (any, error) { return s.workers(ctx) },
 		"schedules": func(ctx context.Context) (any, error) { return s.schedules(ctx) },
 		"outbox":    func(ctx context.Context) (any, error) { return s.cfg.Console.Outbox(ctx) },
 		"telegram":  func(ctx context.Context) (any, error) { return s.telegram(ctx) },
@@ -125,7 +135,8 @@ func call[T any](ctx context.Context, fn func(context.Context) (T, error)) (T, e
 	return fn(ctx)
 }
 
-// schedules and telegram answer [] rather than null when there is none.
+// schedules, telegram and workers answer [] rather than null when there is
+// none.
 func (s *Server) schedules(ctx context.Context) ([]periodic.Row, error) {
 	rows, err := s.cfg.Console.Schedules(ctx)
 	if rows == nil && err == nil {
@@ -140,6 +151,20 @@ func (s *Server) telegram(ctx context.Context) ([]telegram.BotStatus, error) {
 		bots = []telegram.BotStatus{}
 	}
 	return bots, err
+}
+
+func (s *Server) workers(ctx context.Context) ([]liveness.WorkerInfo, error) {
+	ws, err := s.cfg.Console.Workers(ctx, workersSince)
+	if ws == nil && err == nil {
+		ws = []liveness.WorkerInfo{}
+	}
+	return ws, err
+}
+
+// workersPage is the workers page's data: the JSON is the list alone.
+type workersPage struct {
+	Window  string
+	Workers []liveness.WorkerInfo
 }
 
 // pageData is what the layout and every page get.

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferryq/ferry/election"
+	"github.com/ferryq/ferry/internal/liveness"
 	"github.com/ferryq/ferry/outbox"
 	"github.com/ferryq/ferry/periodic"
 	"github.com/ferryq/ferry/telegram"
@@ -31,6 +32,8 @@ type fakeConsole struct {
 	resetIDs [][]int64
 	sched    []periodic.Row
 	stuck    []outbox.Delivery
+	workers  []liveness.WorkerInfo
+	since    atomic.Int64 // the last Workers call's since
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -47,6 +50,13 @@ func newFakeConsole() *fakeConsole {
 			MessageID: 5, Topic: "order.placed", MessageStatus: "stuck", Route: ptr("billing"), Status: ptr("stuck"),
 			Attempts: ptr(24), LastError: ptr("POST http://billing/hook: 503 Service Unavailable"), CreatedAt: time.Now().Add(-time.Hour),
 		}},
+		workers: []liveness.WorkerInfo{
+			{ID: 1, ClientID: "host-a_99_20260101T000000.000000", Hostname: "host-a", PID: 99, State: liveness.StateAlive,
+				StartedAt: time.Now().Add(-2 * time.Hour), LastSeenAt: time.Now().Add(-time.Second), RunningJobs: 7},
+			{ID: 2, ClientID: "host-b_42_20260101T000000.000000", Hostname: "host-b", PID: 42, State: liveness.StateDead,
+				StartedAt: time.Now().Add(-3 * time.Hour), LastSeenAt: time.Now().Add(-10 * time.Minute),
+				DeadAt: ptr(time.Now().Add(-9 * time.Minute)), RescuedJobs: 12},
+		},
 	}
 }
 
@@ -89,10 +99,16 @@ func (c *fakeConsole) Telegram(context.Context) ([]telegram.BotStatus, error) {
 		LastErrorKind: "unauthorized", LastErrorAt: time.Now().Add(-time.Minute)}}, c.fail
 }
 
+func (c *fakeConsole) Workers(_ context.Context, since time.Duration) ([]liveness.WorkerInfo, error) {
+	c.calls.Add(1)
+	c.since.Store(int64(since))
+	return c.workers, c.fail
+}
+
 // pages and apis are every GET that calls the Console.
 var (
-	pages = []string{"/admin/leader", "/admin/schedules", "/admin/outbox", "/admin/telegram"}
-	apis  = []string{"/admin/api/leader", "/admin/api/schedules", "/admin/api/outbox", "/admin/api/telegram"}
+	pages = []string{"/admin/leader", "/admin/workers", "/admin/schedules", "/admin/outbox", "/admin/telegram"}
+	apis  = []string{"/admin/api/leader", "/admin/api/workers", "/admin/api/schedules", "/admin/api/outbox", "/admin/api/telegram"}
 )
 
 // noRedirect is a client that returns redirects instead of following them.
@@ -185,6 +201,20 @@ func TestServer_PagesWithoutToken(t *testing.T) {
 	require.Contains(t, body, "desk")
 	require.Contains(t, body, "unauthorized")
 
+	_, body = get(t, b.base+"/admin/workers", nil)
+	require.Contains(t, body, `<tr data-worker="host-a_99_20260101T000000.000000" data-state="alive">`)
+	require.Regexp(t, `data-state="alive">(?s:.)*<td class="num running">7</td>`, body, "an alive worker's running jobs")
+	require.Regexp(t, `data-state="dead">(?s:.)*<span class="rel">9m 0s ago</span></td>\n<td class="num rescued">12</td>`, body,
+		"a dead worker: when, and what was rescued")
+	require.Contains(t, body, "in the last hour.")
+	require.Equal(t, int64(time.Hour), c.since.Load(), "dead and stopped workers of the last hour")
+
+	_, body = get(t, b.base+"/admin/api/workers", nil)
+	require.Contains(t, body, `[{"id":1,"client_id":"host-a_99_20260101T000000.000000","hostname":"host-a","pid":99,"state":"alive",`,
+		"the workers API is a list of workers")
+	require.Contains(t, body, `"running_jobs":7,"stopped_at":null,"dead_at":null,"rescued_jobs":0}`)
+	require.Contains(t, body, `"rescued_jobs":12}]`)
+
 	_, body = get(t, b.base+"/admin/api/schedules", nil)
 	require.Contains(t, body, `"name":"Warm the cache"`)
 	_, body = get(t, b.base+"/admin/api/telegram", nil)
@@ -200,10 +230,14 @@ func TestServer_PagesWithoutToken(t *testing.T) {
 func TestServer_EmptyConsoleAnswersLists(t *testing.T) {
 	t.Parallel()
 	c := newFakeConsole()
-	c.sched, c.stuck = nil, nil
+	c.sched, c.stuck, c.workers = nil, nil, nil
 	b := setup(t, Config{Console: c})
 	_, body := get(t, b.base+"/admin/api/schedules", nil)
 	require.JSONEq(t, `[]`, body)
+	_, body = get(t, b.base+"/admin/api/workers", nil)
+	require.JSONEq(t, `[]`, body)
+	_, body = get(t, b.base+"/admin/workers", nil)
+	require.Contains(t, body, `<p class="muted" id="no-workers">No worker alive, and none dead or stopped in the last hour.</p>`)
 	code, body := get(t, b.base+"/admin/schedules", nil)
 	require.Equal(t, http.StatusOK, code)
 	require.Contains(t, body, "No schedule.")
@@ -403,8 +437,10 @@ func TestServer_EscapesHostileStrings(t *testing.T) {
 	c.sched[0].Trigger = `"><img src=x onerror=alert(2)>`
 	c.stuck[0].Topic = hostile
 	c.stuck[0].LastError = ptr(`</td><script>alert(3)</script>`)
+	c.workers[0].ClientID = hostile
+	c.workers[1].Hostname = `"><img src=x onerror=alert(4)>`
 	b := setup(t, Config{Console: c})
-	for _, p := range []string{"/admin/schedules", "/admin/outbox"} {
+	for _, p := range []string{"/admin/schedules", "/admin/outbox", "/admin/workers"} {
 		_, body := get(t, b.base+p, nil)
 		require.NotContains(t, body, "<script>", p)
 		require.NotContains(t, body, "<img", p)

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -216,6 +217,13 @@ telegram:
 	keep()
 	b.screenshot(filepath.Join(artifacts, "admin-telegram.png"))
 
+	// The worker itself, alive.
+	b.do("open the workers page", chromedp.Click(chromedp.CSS(`nav a[href="/admin/workers"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#workers tr[data-state="alive"]`)))
+	require.Contains(t, b.text(`#workers tr[data-state="alive"]`), strconv.Itoa(p.Pid()), "the worker's pid")
+	keep()
+	b.screenshot(filepath.Join(artifacts, "admin-workers.png"))
+
 	// The stuck delivery: flip the receiver, click Reset, see it delivered.
 	b.do("open the outbox", chromedp.Navigate(base+"/admin/outbox"),
 		chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf("#reset-%d", msgID))))
@@ -279,8 +287,8 @@ func checkNoSecrets(t *testing.T, base, token string, secrets []string) {
 	t.Helper()
 	client := &http.Client{Timeout: stepTimeout, Transport: &http.Transport{DisableKeepAlives: true}}
 	paths := []string{
-		"/admin/", "/admin/leader", "/admin/schedules", "/admin/outbox", "/admin/telegram",
-		"/admin/api/leader", "/admin/api/schedules", "/admin/api/outbox", "/admin/api/telegram",
+		"/admin/", "/admin/leader", "/admin/workers", "/admin/schedules", "/admin/outbox", "/admin/telegram",
+		"/admin/api/leader", "/admin/api/workers", "/admin/api/schedules", "/admin/api/outbox", "/admin/api/telegram",
 		"/readyz", "/metrics", "/riverui/", "/riverui/api/jobs?state=completed", "/riverui/api/jobs?state=available",
 	}
 	for _, auth := range []string{"", "Bearer wrong", "Bearer " + token} {

@@ -3,10 +3,11 @@
 // FERRY_ADMIN_TOKEN set, and headless Chromium (Debian's chromium package,
 // driven through the DevTools protocol by github.com/chromedp/chromedp)
 // signs in by answering the basic-auth prompt, reads a schedule and its next
-// run, resets a stuck outbox delivery by clicking its button, and waits
-// until the page shows it delivered. A full-page screenshot is kept: in the
-// directory named by FERRY_TEST_ARTIFACTS when it is set (CI sets it), else
-// in the test's temporary directory; the test logs its path.
+// run, finds the worker alive on the workers page, resets a stuck outbox
+// delivery by clicking its button, and waits until the page shows it
+// delivered. A full-page screenshot is kept: in the directory named by
+// FERRY_TEST_ARTIFACTS when it is set (CI sets it), else in the test's
+// temporary directory; the test logs its path.
 //
 // The test also reads every page and JSON answer and checks that no secret
 // given to the worker (the admin token, a route's secret and URL
