@@ -107,7 +107,7 @@ func (r Rescue) Total() int { return r.Available + r.Poison + r.Exhausted }
 // The SQL of a pass. A worker is alive while some session holds its lock
 // (Namespace, id) in this database.
 const (
-	deadCandidatesSQL = `SELECT w.id, w.client_id FROM ferry_worker w
+	deadCandidatesSQL = `SELECT w.id, w.client_id, w.stopped_at IS NOT NULL FROM ferry_worker w
 WHERE w.dead_at IS NULL AND NOT EXISTS (
     SELECT 1 FROM pg_locks l
     WHERE l.locktype = 'advisory' AND l.classid = $1::int::oid AND l.objid = w.id::oid AND l.objsubid = 2
@@ -154,6 +154,7 @@ func (r *Rescuer) RescueOnce(ctx context.Context) ([]Rescue, error) {
 	type candidate struct {
 		id       int32
 		clientID string
+		stopped  bool // stopped gracefully (its hard stop may still have left jobs running)
 	}
 	rows, err := r.cfg.Pool.Query(ctx, deadCandidatesSQL, Namespace)
 	if err != nil {
@@ -161,7 +162,7 @@ func (r *Rescuer) RescueOnce(ctx context.Context) ([]Rescue, error) {
 	}
 	cands, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (candidate, error) {
 		var c candidate
-		return c, row.Scan(&c.id, &c.clientID)
+		return c, row.Scan(&c.id, &c.clientID, &c.stopped)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("rescue: find dead workers: %w", err)
@@ -183,7 +184,7 @@ func (r *Rescuer) RescueOnce(ctx context.Context) ([]Rescue, error) {
 			r.cfg.Logger.Warn("rescue: orphaned jobs rescued",
 				"worker", c.clientID, "worker_id", c.id, "count", res.Total(),
 				"available", res.Available, "poison", res.Poison, "exhausted", res.Exhausted)
-		} else {
+		} else if !c.stopped {
 			r.cfg.Logger.Info("rescue: worker gone, no running job", "worker", c.clientID, "worker_id", c.id)
 		}
 	}

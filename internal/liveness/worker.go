@@ -204,15 +204,23 @@ func (w *Worker) register(ctx context.Context) (*pgx.Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("liveness: %w", err)
 	}
+	// The row and the (session) lock in one transaction: the row is seen
+	// only once the lock is held, so no rescuer can find the worker dead
+	// before it lived.
 	var id int32
-	if err := conn.QueryRow(ctx, registerSQL, w.cfg.ClientID, w.hostname, w.pid).Scan(&id); err != nil {
+	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, registerSQL, w.cfg.ClientID, w.hostname, w.pid).Scan(&id); err != nil {
+			return fmt.Errorf("record the worker: %w", err)
+		}
+		var got bool
+		if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_lock($1, $2)", Namespace, id).Scan(&got); err != nil || !got {
+			return fmt.Errorf("take the worker's lock (%d, %d): got %t, %v", Namespace, id, got, err)
+		}
+		return nil
+	})
+	if err != nil {
 		closeQuietly(conn)
-		return nil, fmt.Errorf("liveness: record the worker: %w", err)
-	}
-	var got bool
-	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1, $2)", Namespace, id).Scan(&got); err != nil || !got {
-		closeQuietly(conn)
-		return nil, fmt.Errorf("liveness: take the worker's lock (%d, %d): got %t, %v", Namespace, id, got, err)
+		return nil, fmt.Errorf("liveness: %w", err)
 	}
 	w.mu.Lock()
 	w.id = id
@@ -299,6 +307,9 @@ func (w *Worker) reacquire(ctx context.Context, id int32) (*pgx.Conn, bool) {
 		return nil, false
 	}
 	if dead {
+		// Released before the close returns, so nobody sees a dead
+		// worker's lock held.
+		_, _ = conn.Exec(ctx, "SELECT pg_advisory_unlock($1, $2)", Namespace, id)
 		closeQuietly(conn)
 		return nil, true
 	}
