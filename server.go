@@ -397,7 +397,9 @@ func (s *Server) ready(ctx context.Context) error {
 // jobs until ctx is done. Then it resigns, stops fetching, gives running
 // jobs ShutdownGrace to finish, cancels the rest, and returns. River puts
 // each interrupted job back to available without counting the attempt, so
-// it is worked again, never lost.
+// it is worked again, never lost. A worker declared dead by the rescuer
+// (liveness.ErrDeclaredDead, which Run then returns) gives its running jobs
+// no grace: it cancels them at once, since they run elsewhere now.
 //
 // Run runs once: a second call returns ErrRunTwice. Whatever Run started is
 // stopped before it returns, also when a later start fails, and the pool is
@@ -488,10 +490,11 @@ func (s *Server) Run(ctx context.Context) error {
 	// while this process drains its jobs.
 	s.elector.Stop()
 	riverStopped = true
-	s.stopRiver()
 	if err := context.Cause(ctx); errors.Is(err, liveness.ErrDeclaredDead) {
+		s.cancelRiver()
 		return err
 	}
+	s.stopRiver()
 	return nil
 }
 
@@ -538,6 +541,22 @@ func (s *Server) stopRiver() {
 	defer cancel()
 	if err := s.river.Stop(stopCtx); err != nil {
 		log.Error("ferry: jobs still running after the grace period and their cancellation; River's rescuer will retry them", "error", err)
+		return
+	}
+	log.Info("ferry: stopped")
+}
+
+// cancelRiver stops River without a grace period: running jobs are
+// cancelled at once. It is how a worker declared dead stops: its running
+// jobs were rescued and run elsewhere now, and the fence refuses whatever
+// outcome it would write for them.
+func (s *Server) cancelRiver() {
+	log := s.cfg.Logger
+	log.Warn("ferry: stopping without grace; running jobs are cancelled, since they run elsewhere now")
+	stopCtx, cancel := context.WithTimeout(context.Background(), hardStopBudget)
+	defer cancel()
+	if err := s.river.StopAndCancel(stopCtx); err != nil {
+		log.Error("ferry: jobs still running after their cancellation", "error", err)
 		return
 	}
 	log.Info("ferry: stopped")

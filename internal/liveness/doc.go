@@ -46,7 +46,8 @@
 // A worker whose session was lost (a partition longer than the lease, a
 // pg_terminate_backend) takes its lock again on a new session at its next
 // heartbeat. If the rescuer got there first, the worker finds dead_at
-// stamped, calls OnDead, and the process stops: its jobs run elsewhere now.
+// stamped, calls OnDead, and the process stops, cancelling its running
+// jobs without a grace period: they run elsewhere now.
 //
 // River completes a job with an UPDATE that matches state = 'running' and
 // not the attempt, so by itself a worker that comes back late could
