@@ -280,8 +280,10 @@ func outboxList(t *testing.T, url string, args ...string) []outbox.Delivery {
 
 // TestOutbox_GoHandlerKilledBetweenEffectAndCompletion kills -9 a service
 // whose Go handler has written its effect in the delivery's transaction but
-// not committed it, then lets another process redeliver: the effect happens
-// exactly once (the handler's plain INSERT would fail on a second one).
+// not committed it, then starts another process, which leads, takes the
+// killed worker's running job back (ferry's rescue) and redelivers: the
+// effect happens exactly once (the handler's plain INSERT would fail on a
+// second one).
 func TestOutbox_GoHandlerKilledBetweenEffectAndCompletion(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -290,6 +292,7 @@ func TestOutbox_GoHandlerKilledBetweenEffectAndCompletion(t *testing.T) {
 	createEffects(t, pool)
 
 	first := startHandlerWorker(t, url, "HANDLER_HOLD=1")
+	firstID := workerClientID(t, first)
 	id := insertMessage(t, pool, `{"order_id":1}`)
 	eventID := strconv.FormatInt(id, 10)
 	_, err := first.WaitForLineFunc(deliverTimeout, logtest.Logged("handler: effect written", "event_id", id))
@@ -311,15 +314,12 @@ func TestOutbox_GoHandlerKilledBetweenEffectAndCompletion(t *testing.T) {
 	require.Equal(t, "running", j.State, "River still has the job as the killed process left it")
 	require.Equal(t, 1, j.Attempt)
 
+	// The second process leads once the first's lock is gone, finds the
+	// first worker dead and takes its running job back: ferry's rescue,
+	// not River's hour.
 	second := startHandlerWorker(t, url)
-	// Stand-in for the rescuer, until ferry's liveness rescue lands: River's
-	// rescuer puts a job of a dead process back only once it has been
-	// running for RescueStuckJobsAfter (1 h by default), too long for a
-	// test. The UPDATE does what it would do; the rest is the same.
-	tag, err := pool.Exec(ctx, `UPDATE river_job SET state = 'available', attempted_by = NULL WHERE id = $1 AND state = 'running'`, d.JobID)
+	_, err = second.WaitForLineFunc(rescueWatchdog, logtest.Logged("rescue: orphaned jobs rescued", "worker", firstID, "count", 1, "available", 1))
 	require.NoError(t, err)
-	require.EqualValues(t, 1, tag.RowsAffected())
-	t.Logf("stand-in for the rescuer (until ferry's liveness rescue lands): %d running job of a killed worker put back with an UPDATE", tag.RowsAffected())
 
 	d = waitDelivery(t, pool, id, "effects", deliverTimeout, "delivered", isDelivered)
 	require.Equal(t, 1, d.Attempts)
@@ -334,7 +334,8 @@ func TestOutbox_GoHandlerKilledBetweenEffectAndCompletion(t *testing.T) {
 	require.Equal(t, 1, count(t, pool, `SELECT count(*) FROM ferry_outbox_received WHERE consumer = 'effects' AND event_id = $1`, eventID))
 	require.Equal(t, 1, count(t, pool, `SELECT count(*) FROM ferry_outbox_received`))
 	j = waitJobState(t, pool, d.JobID, "completed", 5*time.Second)
-	require.Equal(t, 2, j.Attempt)
+	require.Equal(t, 2, j.Attempt, "the killed attempt counts")
+	require.Equal(t, 1, j.Errors, "the rescue's")
 
 	stop(t, second, stopTimeout)
 }

@@ -20,19 +20,6 @@ import (
 // that the test knows which worker runs its job.
 const workersQueue = "workers_list"
 
-// clientIDOf reads the worker's River client id from its registration line.
-func clientIDOf(t *testing.T, p *proctest.Proc) string {
-	t.Helper()
-	line, err := p.WaitForLineFunc(5*time.Second, logtest.Logged("liveness: worker registered"))
-	require.NoError(t, err)
-	var rec struct {
-		ClientID string `json:"client_id"`
-	}
-	require.NoError(t, json.Unmarshal([]byte(line), &rec), line)
-	require.NotEmpty(t, rec.ClientID, line)
-	return rec.ClientID
-}
-
 // workersByClient runs enqueue workers --json and indexes the answer.
 func workersByClient(t *testing.T, url string, args ...string) map[string]liveness.WorkerInfo {
 	t.Helper()
@@ -80,9 +67,9 @@ func TestWorkers(t *testing.T) {
 	a := startWorker(t, url, nil, "--leader-tick", "1s", "--standby-probe", "1s")
 	_, err := a.WaitForLineFunc(10*time.Second, logtest.Logged("election: runnables started"))
 	require.NoError(t, err)
-	aID := clientIDOf(t, a)
+	aID := workerClientID(t, a)
 	b := startWorker(t, url, []string{"FERRY_QUEUES=" + workersQueue + "=1"}, "--leader-tick", "1s", "--standby-probe", "1s")
-	bID := clientIDOf(t, b)
+	bID := workerClientID(t, b)
 	jobID := enqueueID(t, url, "ferry.noop", "--args", `{"sleep":"10m"}`, "--queue", workersQueue)
 	waitJobState(t, pool, jobID, "running", 10*time.Second)
 

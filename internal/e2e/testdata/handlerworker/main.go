@@ -4,8 +4,10 @@
 // at the worst moment.
 //
 // It runs ferry.New + Run on DATABASE_URL (the admin server off, JSON logs on
-// stderr) until SIGTERM or SIGINT, with one route: topic order.placed to the
-// handler "effects". The handler writes its effect into the table
+// stderr, 1 s leader ticks and standby probes, so that the jobs of a killed
+// process are rescued within seconds) until SIGTERM or SIGINT, with one
+// route: topic order.placed to the handler "effects". The handler writes its
+// effect into the table
 //
 //	effects (event_id text PRIMARY KEY, payload jsonb)
 //
@@ -62,6 +64,8 @@ func run(ctx context.Context, log *slog.Logger) error {
 		Queues:            map[string]int{"default": 10, "outbox": 10},
 		FetchPollInterval: 100 * time.Millisecond,
 		ShutdownGrace:     5 * time.Second,
+		LeaderTick:        time.Second,
+		StandbyProbe:      time.Second,
 		OutboxRoutes:      []outbox.Route{{Topic: "order.placed", Name: "effects", Handler: h.handle}},
 		Logger:            log,
 	})
