@@ -1,32 +1,49 @@
 // Command chaos is ferry's fault-injection suite: three worker processes on
 // one Postgres under steady load (jobs with once-only effects inserted in
-// producer transactions, outbox messages written with plain SQL to a real
-// HTTP receiver, a schedule ticking every second), and five faults in
-// sequence with recovery between them:
+// producer transactions, one in ten of them a long one of a few seconds,
+// and three marathon jobs that run through every fault and past it, ten
+// minutes (thirty seconds with -short) with no job timeout, outbox messages written with plain SQL to a real HTTP receiver, a
+// schedule ticking every second), and six faults in sequence with recovery
+// between them:
 //
 //  1. kill -9 of the leader;
 //  2. pg_terminate_backend of the leader's lock connection;
-//  3. a rolling SIGTERM restart of all three workers;
-//  4. pg_terminate_backend of every ferry backend at once;
-//  5. a Postgres restart (of a cluster of its own, started for the run;
+//  3. SIGSTOP of a standby running long jobs, for less than its liveness
+//     lease (three ticks plus the tick timeout), then SIGCONT;
+//  4. a rolling SIGTERM restart of all three workers;
+//  5. pg_terminate_backend of every ferry backend at once;
+//  6. a Postgres restart (of a cluster of its own, started for the run;
 //     skipped with the reason where that cannot be done).
+//
+// Faults 1, 5 and 6 end workers' liveness sessions, so the leader's rescuer
+// may declare those workers dead and take their running jobs back: a
+// killed one is gone, and one whose sessions were ended stops itself when
+// it learns it (exit code 1); the suite starts another in its place, as an
+// orchestrator would. Nothing else is done for the jobs: no UPDATE by the
+// harness, the rescues are ferry's own and the retries River's.
 //
 // At the end an oracle checks, and prints as a table, that there were never
 // two leaders (holder count sampled every 100 ms; leader runs never overlap
-// in time), that every job's effect and every outbox message's effect
-// happened exactly once with none lost, that every tick of the window is
-// recorded exactly once, and the failover gap of each fault. The oracle fails
-// closed: a check whose query fails, or whose observation is empty (no run,
-// no job, no tick, no holder sampled), fails as unverified. It exits 1 on any
-// failed check. Loopback only; it stops by itself.
+// in time); that every job's effect happened at least once and never twice
+// (an effect commits with its job's completion), and every outbox message's
+// exactly once, with none lost; that every job inserted by the end of the
+// run is finalized (completed, or discarded or cancelled with its reason
+// shown); that every marathon job completed at its time, not before;
+// that every tick of the window is recorded exactly once; that no
+// job was rescued from a live worker (every worker declared dead while it
+// ran had its liveness session ended by the harness just before: killed,
+// its sessions terminated, Postgres restarted; never one stopped
+// gracefully or SIGSTOPped; and every killed one was declared dead); that
+// the SIGSTOPped worker had no job rescued from it; and that workers
+// exited only when stopped, killed, or declared dead after their sessions
+// ended. The fault table shows each fault's failover gap and the workers
+// declared dead after it, with the jobs rescued from them. The oracle
+// fails closed: a check whose query fails, or whose observation is empty
+// (no run, no job, no tick, no holder sampled, no worker recorded, no
+// worker killed or stopped), fails as unverified. It exits 1 on any failed
+// check. Loopback only; it stops by itself.
 //
-// Two steps stand in for machinery that works on a longer time scale than
-// the suite's, and the table counts both: jobs that a killed worker left
-// running are put back to available with an UPDATE (a stand-in for River's
-// rescuer, which waits an hour, until ferry's liveness rescue lands), and
-// retries waiting on their backoff are brought forward.
-//
-//	go run ./cmd/chaos           # the full run, a few minutes
+//	go run ./cmd/chaos           # the full run, 12 minutes (the marathon jobs')
 //	go run ./cmd/chaos -short    # what CI runs
 package main
 
@@ -46,13 +63,13 @@ func main() {
 	if *serverURL == "" {
 		*serverURL = "postgres://ferry:ferry@127.0.0.1:5432/ferry?sslmode=disable"
 	}
-	steady := 15 * time.Second
+	steady, marathon := 15*time.Second, 10*time.Minute
 	if *short {
-		steady = 6 * time.Second
+		steady, marathon = 6*time.Second, 30*time.Second
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 9*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), marathon+12*time.Minute)
 	defer cancel()
-	ok, err := run(ctx, *serverURL, steady)
+	ok, err := run(ctx, *serverURL, steady, marathon)
 	if err != nil {
 		log.Fatalf("chaos: %v", err)
 	}

@@ -4,9 +4,13 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -19,7 +23,8 @@ import (
 // oracleSchema is the suite's own tables: what the chaos workers and the
 // receiver write for the oracle to read.
 const oracleSchema = `
-	CREATE TABLE chaos_effect (key text PRIMARY KEY, job_id bigint NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp());
+	CREATE TABLE chaos_effect (id bigserial PRIMARY KEY, key text NOT NULL, job_id bigint NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp());
+	CREATE INDEX chaos_effect_key ON chaos_effect (key);
 	CREATE TABLE chaos_received (event_id text PRIMARY KEY, arrivals int NOT NULL DEFAULT 1);
 	CREATE TABLE chaos_leader_run (id bigserial PRIMARY KEY, pid int NOT NULL, term bigint NOT NULL,
 		started_at timestamptz NOT NULL, stopped_at timestamptz);`
@@ -59,9 +64,14 @@ func newCheck(name string, v verdict, format string, args ...any) check {
 const (
 	nameHolders  = "holders of the lock, sampled every 100 ms"
 	nameRuns     = "leader runs overlapping in time"
-	nameJobs     = "job effects exactly once"
+	nameJobs     = "job effects at least once, never twice"
+	nameFinal    = "jobs finalized by the end of the run"
+	nameMarathon = "marathon jobs, far longer than a lease, complete"
 	nameOutbox   = "outbox effects exactly once"
 	nameTicks    = "ticks in the window recorded exactly once"
+	nameDead     = "workers declared dead only after the harness ended their sessions"
+	nameStall    = "SIGSTOP under the lease: no job rescued from the stopped worker"
+	nameExits    = "workers exited only when stopped, killed or declared dead"
 	outageMargin = 2 * time.Second
 	sampleEvery  = 100 * time.Millisecond
 )
@@ -244,11 +254,12 @@ func later(a, b time.Time) time.Time {
 }
 
 // jobObs counts, in one snapshot, the chaos.effect jobs that committed
-// (distinct keys), the effects, and the committed jobs without an effect;
-// acknowledged is how many inserts the producer saw commit.
+// (distinct keys), the effects, the committed jobs without an effect and
+// those with more than one; acknowledged is how many inserts the producer
+// saw commit.
 type jobObs struct {
-	committed, acknowledged, effects, missing int64
-	err                                       error
+	committed, acknowledged, effects, missing, doubled int64
+	err                                                error
 }
 
 func observeJobs(ctx context.Context, pool *pgxpool.Pool, acknowledged int64) jobObs {
@@ -257,17 +268,20 @@ func observeJobs(ctx context.Context, pool *pgxpool.Pool, acknowledged int64) jo
 		(SELECT count(DISTINCT args->>'key') FROM river_job WHERE kind = 'chaos.effect'),
 		(SELECT count(*) FROM chaos_effect),
 		(SELECT count(DISTINCT j.args->>'key') FROM river_job j WHERE j.kind = 'chaos.effect'
-			AND NOT EXISTS (SELECT 1 FROM chaos_effect e WHERE e.key = j.args->>'key'))`).Scan(&o.committed, &o.effects, &o.missing)
+			AND NOT EXISTS (SELECT 1 FROM chaos_effect e WHERE e.key = j.args->>'key')),
+		(SELECT count(*) FROM (SELECT key FROM chaos_effect GROUP BY key HAVING count(*) > 1) d)`).Scan(&o.committed, &o.effects, &o.missing, &o.doubled)
 	if err != nil {
 		o.err = fmt.Errorf("count jobs and effects: %w", err)
 	}
 	return o
 }
 
-// checkJobs: every committed job has its effect, once (chaos_effect's
-// primary key makes two impossible), and none the producer saw commit is
-// missing. The truth is what committed: a producer whose statement
-// committed just as its context ended never counted it.
+// checkJobs: every committed job has its effect, and none the producer saw
+// commit is missing. No job has two: a job's effect commits in the
+// transaction that completes it, so a second effect would mean that two
+// attempts completed one job (a rescued attempt not fenced off). The truth
+// is what committed: a producer whose statement committed just as its
+// context ended never counted it.
 func checkJobs(o jobObs) check {
 	switch {
 	case o.err != nil:
@@ -276,11 +290,160 @@ func checkJobs(o jobObs) check {
 		return newCheck(nameJobs, verdictUnverified, "0 jobs committed (%d acknowledged): nothing to check", o.acknowledged)
 	}
 	v := verdictOK
-	if o.effects != o.committed || o.missing != 0 || o.committed < o.acknowledged {
+	if o.missing != 0 || o.doubled != 0 || o.committed < o.acknowledged {
 		v = verdictViolated
 	}
-	return newCheck(nameJobs, v, "%d jobs committed (%d acknowledged to the producer), %d effects, %d missing (UNIQUE key: never two)",
-		o.committed, o.acknowledged, o.effects, o.missing)
+	return newCheck(nameJobs, v, "%d jobs committed (%d acknowledged to the producer), %d effects, %d missing, %d with two or more",
+		o.committed, o.acknowledged, o.effects, o.missing, o.doubled)
+}
+
+// marathonJob is a marathon job as the run left it.
+type marathonJob struct {
+	key, state  string
+	attempt     int
+	ranTo       bool // completed at or after its until: it ran its whole time
+	rescues     int  // its attempts that ferry's rescue ended
+	otherErrors int  // its attempts that ended otherwise (a SIGTERM's cancellation)
+}
+
+type marathonObs struct {
+	inserted int64
+	length   time.Duration
+	jobs     []marathonJob
+	err      error
+}
+
+func observeMarathons(ctx context.Context, pool *pgxpool.Pool, inserted int64, length time.Duration) marathonObs {
+	o := marathonObs{inserted: inserted, length: length}
+	rows, err := pool.Query(ctx, `SELECT args->>'key', state::text, attempt,
+			coalesce(finalized_at >= (args->>'until')::timestamptz, false),
+			(SELECT count(*) FROM unnest(errors) e WHERE e->>'error' LIKE 'ferry: the worker running this job died%'),
+			(SELECT count(*) FROM unnest(errors) e WHERE e->>'error' NOT LIKE 'ferry: the worker running this job died%')
+		FROM river_job WHERE kind = 'chaos.effect' AND args->>'key' LIKE 'marathon-%' ORDER BY args->>'key'`)
+	if err != nil {
+		o.err = fmt.Errorf("read the marathon jobs: %w", err)
+		return o
+	}
+	o.jobs, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (marathonJob, error) {
+		var j marathonJob
+		return j, row.Scan(&j.key, &j.state, &j.attempt, &j.ranTo, &j.rescues, &j.otherErrors)
+	})
+	if err != nil {
+		o.err = fmt.Errorf("read the marathon jobs: %w", err)
+	}
+	return o
+}
+
+// checkMarathons: every marathon job, running through the faults far
+// longer than a worker's lease, completed, and at or after its time (an
+// attempt ended early by a rescue of a live worker would show as an effect
+// before it, which checkJobs and checkDeaths see too). The result shows
+// how each one's attempts ended: rescued from workers the harness killed
+// or cut off, or cancelled by a SIGTERM's shutdown.
+func checkMarathons(o marathonObs) check {
+	switch {
+	case o.err != nil:
+		return newCheck(nameMarathon, verdictUnverified, "query failed: %v", o.err)
+	case len(o.jobs) == 0:
+		return newCheck(nameMarathon, verdictUnverified, "0 marathon jobs found (%d inserted): nothing to check", o.inserted)
+	}
+	v := verdictOK
+	var each []string
+	for _, j := range o.jobs {
+		e := fmt.Sprintf("%s %s in %d attempts (%d rescued, %d interrupted)", j.key, j.state, j.attempt, j.rescues, j.otherErrors)
+		if j.state != "completed" || !j.ranTo {
+			v = verdictViolated
+			if j.state == "completed" {
+				e += " BEFORE ITS TIME"
+			}
+		}
+		each = append(each, e)
+	}
+	if int64(len(o.jobs)) != o.inserted {
+		v = verdictViolated
+	}
+	return newCheck(nameMarathon, v, "%d of %d jobs of %s: %s", len(o.jobs), o.inserted, o.length, strings.Join(each, "; "))
+}
+
+// finalGroup is the jobs of one kind in one state; for discarded and
+// cancelled jobs, of one last error (why), nil when none is recorded.
+type finalGroup struct {
+	kind, state string
+	reason      *string
+	n           int64
+}
+
+// finalObs is every job inserted up to cutoff (the end of the drain), by
+// kind and state.
+type finalObs struct {
+	cutoff time.Time
+	groups []finalGroup
+	err    error
+}
+
+func observeFinal(ctx context.Context, pool *pgxpool.Pool, cutoff time.Time) finalObs {
+	o := finalObs{cutoff: cutoff}
+	rows, err := pool.Query(ctx, `SELECT kind, state::text, reason, count(*) FROM (
+			SELECT kind, state, CASE WHEN state IN ('discarded', 'cancelled') THEN errors[cardinality(errors)]->>'error' END AS reason
+			FROM river_job WHERE created_at <= $1) j
+		GROUP BY kind, state, reason ORDER BY kind, state, reason`, cutoff)
+	if err != nil {
+		o.err = fmt.Errorf("count jobs by state: %w", err)
+		return o
+	}
+	o.groups, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (finalGroup, error) {
+		var g finalGroup
+		return g, row.Scan(&g.kind, &g.state, &g.reason, &g.n)
+	})
+	if err != nil {
+		o.err = fmt.Errorf("count jobs by state: %w", err)
+	}
+	return o
+}
+
+// checkFinal: every job inserted by the end of the drain, of every kind,
+// is finalized, with no UPDATE by the harness: completed, or discarded or
+// cancelled with the reason recorded (the table says which). A job still
+// available, scheduled, retryable or running violates it.
+func checkFinal(o finalObs) check {
+	if o.err != nil {
+		return newCheck(nameFinal, verdictUnverified, "query failed: %v", o.err)
+	}
+	var total, completed int64
+	var open, unexplained, ended []string
+	byKind := map[string]int64{}
+	for _, g := range o.groups {
+		total += g.n
+		byKind[g.kind] += g.n
+		switch {
+		case g.state == "completed":
+			completed += g.n
+		case (g.state == "discarded" || g.state == "cancelled") && g.reason != nil:
+			ended = append(ended, fmt.Sprintf("%d %s %s: %q", g.n, g.kind, g.state, *g.reason))
+		case g.state == "discarded" || g.state == "cancelled":
+			unexplained = append(unexplained, fmt.Sprintf("%d %s %s", g.n, g.kind, g.state))
+		default:
+			open = append(open, fmt.Sprintf("%d %s %s", g.n, g.kind, g.state))
+		}
+	}
+	if total == 0 {
+		return newCheck(nameFinal, verdictUnverified, "0 jobs inserted by %s: nothing to check", o.cutoff.UTC().Format("15:04:05"))
+	}
+	var kinds []string
+	for _, k := range slices.Sorted(maps.Keys(byKind)) {
+		kinds = append(kinds, fmt.Sprintf("%d %s", byKind[k], k))
+	}
+	result := fmt.Sprintf("%d jobs (%s), %d completed", total, strings.Join(kinds, ", "), completed)
+	if len(ended) > 0 {
+		result += "; " + strings.Join(ended, ", ")
+	}
+	switch {
+	case len(open) > 0:
+		return newCheck(nameFinal, verdictViolated, "%s; not finalized: %s", result, strings.Join(open, ", "))
+	case len(unexplained) > 0:
+		return newCheck(nameFinal, verdictViolated, "%s; with no reason recorded: %s", result, strings.Join(unexplained, ", "))
+	}
+	return newCheck(nameFinal, verdictOK, "%s, 0 not finalized", result)
 }
 
 // outboxObs counts, in one snapshot, the outbox messages that committed,
@@ -375,32 +538,329 @@ func checkTicks(o tickObs) check {
 	return newCheck(nameTicks, v, "%d ticks of %d from %s (%d recorded as missed), %d missing", o.ticks, want, span, o.skipped, want-o.ticks)
 }
 
-// standIns counts what the suite did in place of machinery that a real
-// deployment has and the suite's time scale does not allow.
-type standIns struct {
-	// rescued is the running jobs of killed workers put back to available:
-	// a stand-in for the rescuer until ferry's liveness rescue lands.
-	rescued int64
-	// broughtForward is the retries whose backoff was cut short.
-	broughtForward int64
+// exposureKind is something the harness did to a worker process.
+type exposureKind int
+
+const (
+	exposedKill     exposureKind = iota // kill -9
+	exposedSessions                     // pg_terminate_backend of every ferry backend, its liveness session among them
+	exposedRestart                      // a Postgres restart
+	exposedLockConn                     // pg_terminate_backend of its election lock session only
+	exposedSIGSTOP                      // SIGSTOP, and SIGCONT within the liveness lease
+	exposedSIGTERM                      // a graceful stop
+)
+
+func (k exposureKind) String() string {
+	return [...]string{"kill -9", "sessions terminated", "Postgres restart", "lock session terminated", "SIGSTOP", "SIGTERM"}[k]
 }
 
-// report prints the faults, the stand-ins and the checks as one table, then
-// the N passed, N failed line CI looks for, and says whether every check
-// passed.
-func report(w io.Writer, faults []faultResult, si standIns, checks []check) bool {
+// endsLiveness says whether k ends the worker's liveness session, so that
+// the rescuer may rightly find it dead.
+func (k exposureKind) endsLiveness() bool {
+	return k == exposedKill || k == exposedSessions || k == exposedRestart
+}
+
+// exposure is one thing the harness did to a process, and when.
+type exposure struct {
+	kind exposureKind
+	at   time.Time
+}
+
+// deadWindow bounds how long after the end of its liveness session a
+// worker may be declared dead and still be explained by it: a failover, a
+// database restart and a rescue pass take seconds, not this long.
+const deadWindow = 30 * time.Second
+
+// cause returns the exposure among exps that explains a worker declared
+// dead at t: one that ended its liveness session at most deadWindow
+// before t.
+func cause(exps []exposure, t time.Time) (exposure, bool) {
+	for _, e := range slices.Backward(exps) {
+		if e.kind.endsLiveness() && !e.at.After(t) && t.Sub(e.at) <= deadWindow {
+			return e, true
+		}
+	}
+	return exposure{}, false
+}
+
+// workerRow is one row of ferry_worker.
+type workerRow struct {
+	pid               int
+	clientID          string
+	stoppedAt, deadAt *time.Time
+	rescued           int
+}
+
+// diedRunning says whether the rescuer declared the worker dead while it
+// ran, rather than after it stopped gracefully (it declares a stopped
+// worker dead too, at its next pass).
+func (r workerRow) diedRunning() bool {
+	return r.deadAt != nil && (r.stoppedAt == nil || r.deadAt.Before(*r.stoppedAt))
+}
+
+func observeWorkers(ctx context.Context, pool *pgxpool.Pool) ([]workerRow, error) {
+	rows, err := pool.Query(ctx, "SELECT pid, client_id, stopped_at, dead_at, rescued_jobs FROM ferry_worker ORDER BY id")
+	if err != nil {
+		return nil, fmt.Errorf("read ferry_worker: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (workerRow, error) {
+		var r workerRow
+		return r, row.Scan(&r.pid, &r.clientID, &r.stoppedAt, &r.deadAt, &r.rescued)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read ferry_worker: %w", err)
+	}
+	return out, nil
+}
+
+// deathObs is every worker the database recorded and everything the
+// harness did to each process, by pid.
+type deathObs struct {
+	rows      []workerRow
+	exposures map[int][]exposure
+	err       error
+}
+
+// checkDeaths: no job was rescued from a live worker. Every worker the
+// rescuer declared dead while it ran was a process whose liveness session
+// the harness had just ended (kill -9, pg_terminate_backend of its
+// sessions, a Postgres restart); never one that was only stopped
+// gracefully, SIGSTOPped, had its election lock session terminated, or was
+// left alone. And every process killed with kill -9 was declared dead: the
+// rescuer saw it.
+func checkDeaths(o deathObs) check {
+	if o.err != nil {
+		return newCheck(nameDead, verdictUnverified, "query failed: %v", o.err)
+	}
+	if len(o.rows) == 0 {
+		return newCheck(nameDead, verdictUnverified, "0 workers recorded in ferry_worker: nothing to check")
+	}
+	byPID := map[int]workerRow{}
+	for _, r := range o.rows {
+		byPID[r.pid] = r
+	}
+	var killed, unseen, undeclared []int
+	for pid, exps := range o.exposures {
+		for _, e := range exps {
+			if e.kind != exposedKill {
+				continue
+			}
+			killed = append(killed, pid)
+			switch r, ok := byPID[pid]; {
+			case !ok:
+				unseen = append(unseen, pid)
+			case r.deadAt == nil:
+				undeclared = append(undeclared, pid)
+			}
+		}
+	}
+	byCause := map[exposureKind]int{}
+	var rescued, graceful, gracefulRescued int
+	var live []string
+	for _, r := range o.rows {
+		switch {
+		case r.diedRunning():
+			e, ok := cause(o.exposures[r.pid], *r.deadAt)
+			if !ok {
+				live = append(live, fmt.Sprintf("pid %d (%s) at %s after %s", r.pid, r.clientID, r.deadAt.UTC().Format("15:04:05.000"), describe(o.exposures[r.pid])))
+				continue
+			}
+			byCause[e.kind]++
+			rescued += r.rescued
+		case r.deadAt != nil:
+			graceful++
+			gracefulRescued += r.rescued
+		}
+	}
+	switch {
+	case len(killed) == 0:
+		return newCheck(nameDead, verdictUnverified, "no process was killed: nothing shows the rescuer finding a dead worker")
+	case len(unseen) > 0:
+		return newCheck(nameDead, verdictUnverified, "killed pids %v have no ferry_worker row", unseen)
+	}
+	result := fmt.Sprintf("%d declared dead while running (%d killed, %d sessions terminated, %d Postgres restart; %d jobs rescued), %d after a graceful stop (%d jobs left behind)",
+		byCause[exposedKill]+byCause[exposedSessions]+byCause[exposedRestart], byCause[exposedKill], byCause[exposedSessions], byCause[exposedRestart], rescued, graceful, gracefulRescued)
+	switch {
+	case len(live) > 0:
+		return newCheck(nameDead, verdictViolated, "%s; declared dead with no session of theirs ended: %s", result, strings.Join(live, "; "))
+	case len(undeclared) > 0:
+		return newCheck(nameDead, verdictViolated, "%s; killed but never declared dead: pids %v", result, undeclared)
+	}
+	return newCheck(nameDead, verdictOK, "%s; 0 with no session ended", result)
+}
+
+// describe lists what the harness did to a process, "nothing" if nothing.
+func describe(exps []exposure) string {
+	if len(exps) == 0 {
+		return "nothing the harness did"
+	}
+	var parts []string
+	for _, e := range exps {
+		parts = append(parts, fmt.Sprintf("%s at %s", e.kind, e.at.UTC().Format("15:04:05.000")))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// stallObs is the SIGSTOP fault: which worker was stopped, for how long
+// against its lease, what it was running then, its ferry_worker row at the
+// end, and the jobs whose errors say they were rescued from it before
+// until (its next exposure that ended its liveness session, if any).
+type stallObs struct {
+	pid            int
+	clientID       string
+	at             time.Time
+	stopped, lease time.Duration
+	running, long  int
+	row            *workerRow
+	until          time.Time
+	rescued        int64
+	err            error
+}
+
+func observeStall(ctx context.Context, pool *pgxpool.Pool, o stallObs, exps []exposure, rows []workerRow) stallObs {
+	if o.pid == 0 {
+		return o
+	}
+	for _, e := range exps {
+		if e.kind.endsLiveness() && e.at.After(o.at) {
+			o.until = e.at
+			break
+		}
+	}
+	for _, r := range rows {
+		if r.pid == o.pid {
+			o.row = &r
+		}
+	}
+	var until *time.Time
+	if !o.until.IsZero() {
+		until = &o.until
+	}
+	err := pool.QueryRow(ctx, `SELECT count(DISTINCT j.id) FROM river_job j, unnest(j.errors) e
+		WHERE strpos(e->>'error', $1) > 0 AND ($2::timestamptz IS NULL OR (e->>'at')::timestamptz < $2)`, o.clientID, until).Scan(&o.rescued)
+	if err != nil {
+		o.err = fmt.Errorf("count jobs rescued from the stopped worker: %w", err)
+	}
+	return o
+}
+
+// checkStall: a worker stopped (SIGSTOP) for less than its liveness lease,
+// while running long jobs, is not declared dead and has no job rescued
+// from it (until a later fault ends its session).
+func checkStall(o stallObs) check {
+	switch {
+	case o.err != nil:
+		return newCheck(nameStall, verdictUnverified, "query failed: %v", o.err)
+	case o.pid == 0:
+		return newCheck(nameStall, verdictUnverified, "no worker was stopped: nothing to check")
+	case o.long == 0:
+		return newCheck(nameStall, verdictUnverified, "pid %d had no long job running when stopped: nothing to rescue", o.pid)
+	case o.stopped >= o.lease:
+		return newCheck(nameStall, verdictUnverified, "pid %d was stopped %s, not under its lease of %s", o.pid, o.stopped.Round(time.Millisecond), o.lease)
+	case o.row == nil:
+		return newCheck(nameStall, verdictUnverified, "pid %d has no ferry_worker row", o.pid)
+	}
+	result := fmt.Sprintf("pid %d stopped %s (lease %s) running %d jobs, %d of them long", o.pid, o.stopped.Round(time.Millisecond), o.lease.Round(time.Millisecond), o.running, o.long)
+	dead := o.row.deadAt != nil && o.row.diedRunning() && (o.until.IsZero() || o.row.deadAt.Before(o.until))
+	if dead || o.rescued > 0 {
+		return newCheck(nameStall, verdictViolated, "%s: declared dead %t, %d jobs rescued from it", result, dead, o.rescued)
+	}
+	return newCheck(nameStall, verdictOK, "%s: not declared dead, 0 jobs rescued from it", result)
+}
+
+// workerExit is one worker process's end, as the harness saw it.
+type workerExit struct {
+	pid  int
+	code int
+	at   time.Time
+	// by is what the harness did to end it (SIGTERM or kill -9), if it did.
+	by *exposureKind
+	// declaredDead: it logged "liveness: declared dead; stopping".
+	declaredDead bool
+	// why is its last error record, "" if none.
+	why string
+}
+
+// exitObs is every worker exit and everything the harness did to each
+// process, by pid.
+type exitObs struct {
+	exits     []workerExit
+	exposures map[int][]exposure
+}
+
+// checkExits: a worker exits only when the harness stopped it (SIGTERM,
+// exit code 0) or killed it, or when it stopped itself because it was
+// declared dead after the harness ended its liveness session (then the
+// harness restarted it). Any other exit, such as a worker that stopped
+// itself after a SIGSTOP, violates it.
+func checkExits(o exitObs) check {
+	if len(o.exits) == 0 {
+		return newCheck(nameExits, verdictUnverified, "0 exits seen: nothing to check")
+	}
+	var killed, stopped, dead int
+	var bad []string
+	for _, x := range o.exits {
+		explained := false
+		if x.declaredDead {
+			for _, e := range o.exposures[x.pid] {
+				if e.kind.endsLiveness() && !e.at.After(x.at) {
+					explained = true
+				}
+			}
+		}
+		switch {
+		case x.by != nil && *x.by == exposedKill:
+			killed++
+		case explained:
+			dead++
+		case x.by != nil && *x.by == exposedSIGTERM && x.code == 0:
+			stopped++
+		default:
+			how := "on its own"
+			if x.by != nil {
+				how = "after " + x.by.String()
+			}
+			bad = append(bad, fmt.Sprintf("pid %d exited %s with code %d (declared dead: %t; before: %s; last error: %q)", x.pid, how, x.code, x.declaredDead, describe(o.exposures[x.pid]), x.why))
+		}
+	}
+	result := fmt.Sprintf("%d exits: %d killed, %d stopped with SIGTERM (code 0), %d stopped themselves declared dead after their sessions ended (restarted)", len(o.exits), killed, stopped, dead)
+	if len(bad) > 0 {
+		return newCheck(nameExits, verdictViolated, "%s; unexpected: %s", result, strings.Join(bad, "; "))
+	}
+	return newCheck(nameExits, verdictOK, "%s, 0 unexpected", result)
+}
+
+// attributeDeaths counts, for each fault, the workers declared dead while
+// running (and the jobs rescued from them) from the fault until the next
+// one.
+func attributeDeaths(faults []faultResult, rows []workerRow) {
+	for i := range faults {
+		faults[i].dead, faults[i].rescued = 0, 0
+		for _, r := range rows {
+			if !r.diedRunning() || r.deadAt.Before(faults[i].at) || (i+1 < len(faults) && !r.deadAt.Before(faults[i+1].at)) {
+				continue
+			}
+			faults[i].dead++
+			faults[i].rescued += r.rescued
+		}
+	}
+}
+
+// report prints the faults and the checks as tables, then the N passed, N
+// failed line CI looks for, and says whether every check passed.
+func report(w io.Writer, faults []faultResult, checks []check) bool {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "\nfault\tfailover gap")
+	fmt.Fprintln(tw, "\nfault\tfailover gap\tworkers declared dead (jobs rescued)")
 	for _, f := range faults {
 		g := f.gap.Round(time.Millisecond).String()
-		if f.skipped != "" {
+		switch {
+		case f.skipped != "":
 			g = "skipped: " + f.skipped
+		case f.note != "":
+			g = f.note
 		}
-		fmt.Fprintf(tw, "%s\t%s\n", f.name, g)
+		fmt.Fprintf(tw, "%s\t%s\t%d (%d)\n", f.name, g, f.dead, f.rescued)
 	}
-	fmt.Fprintln(tw, "\nstand-in\twhat the suite did")
-	fmt.Fprintf(tw, "for the rescuer (until ferry's liveness rescue lands)\t%d running jobs of killed workers put back with an UPDATE\n", si.rescued)
-	fmt.Fprintf(tw, "for the retry backoff\t%d retries brought forward with an UPDATE\n", si.broughtForward)
 	fmt.Fprintln(tw, "\ncheck\tresult\tverdict")
 	failed := 0
 	for _, c := range checks {

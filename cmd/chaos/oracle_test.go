@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -45,6 +46,20 @@ func TestOracle_FailsClosed(t *testing.T) {
 		{"RunsNoRun", checkRuns(runObs{}), "0 overlaps in 0 runs: nothing to check"},
 		{"RunsQueryError", checkRuns(runObs{err: errQuery, want: 2}), "query failed: connection refused"},
 		{"JobsNoJob", checkJobs(jobObs{}), "0 jobs committed"},
+		{"MarathonNone", checkMarathons(marathonObs{inserted: 3, length: time.Minute}), "0 marathon jobs found (3 inserted)"},
+		{"MarathonQueryError", checkMarathons(marathonObs{inserted: 3, err: errQuery}), "query failed: connection refused"},
+		{"FinalNoJob", checkFinal(finalObs{cutoff: at(10)}), "0 jobs inserted by 12:00:10: nothing to check"},
+		{"FinalQueryError", checkFinal(finalObs{err: errQuery, groups: []finalGroup{{kind: "chaos.effect", state: "completed", n: 10}}}), "query failed: connection refused"},
+		{"DeadNoWorker", checkDeaths(deathObs{exposures: map[int][]exposure{7: {{kind: exposedKill, at: at(1)}}}}), "0 workers recorded"},
+		{"DeadQueryError", checkDeaths(deathObs{err: errQuery}), "query failed: connection refused"},
+		{"DeadNoKill", checkDeaths(deathObs{rows: []workerRow{{pid: 7}}}), "no process was killed"},
+		{"DeadKilledUnseen", checkDeaths(deathObs{rows: []workerRow{{pid: 7}}, exposures: map[int][]exposure{8: {{kind: exposedKill, at: at(1)}}}}), "killed pids [8] have no ferry_worker row"},
+		{"StallNone", checkStall(stallObs{}), "no worker was stopped"},
+		{"StallNothingLong", checkStall(stallObs{pid: 7, running: 3, stopped: time.Second, lease: 3 * time.Second}), "no long job running"},
+		{"StallOverLease", checkStall(stallObs{pid: 7, running: 3, long: 1, stopped: 4 * time.Second, lease: 3 * time.Second, row: &workerRow{pid: 7}}), "not under its lease"},
+		{"StallNoRow", checkStall(stallObs{pid: 7, running: 3, long: 1, stopped: time.Second, lease: 3 * time.Second}), "no ferry_worker row"},
+		{"StallQueryError", checkStall(stallObs{pid: 7, running: 3, long: 1, stopped: time.Second, lease: 3 * time.Second, row: &workerRow{pid: 7}, err: errQuery}), "query failed: connection refused"},
+		{"ExitsNone", checkExits(exitObs{}), "0 exits seen"},
 		{"JobsQueryError", checkJobs(jobObs{committed: 10, effects: 10, err: errQuery}), "query failed: connection refused"},
 		{"OutboxNoMessage", checkOutbox(outboxObs{}), "0 messages committed"},
 		{"OutboxQueryError", checkOutbox(outboxObs{committed: 10, received: 10, err: errQuery}), "query failed: connection refused"},
@@ -128,6 +143,130 @@ func TestCheckJobs(t *testing.T) {
 	requireVerdict(t, checkJobs(jobObs{committed: 10, acknowledged: 9, effects: 10}), verdictOK, "10 jobs committed (9 acknowledged")
 	requireVerdict(t, checkJobs(jobObs{committed: 10, acknowledged: 10, effects: 9, missing: 1}), verdictViolated, "1 missing")
 	requireVerdict(t, checkJobs(jobObs{committed: 9, acknowledged: 10, effects: 9}), verdictViolated, "9 jobs committed (10 acknowledged")
+	requireVerdict(t, checkJobs(jobObs{committed: 10, acknowledged: 10, effects: 11, doubled: 1}), verdictViolated, "1 with two or more")
+}
+
+func TestCheckFinal(t *testing.T) {
+	t.Parallel()
+
+	reason := "ferry: the worker died running this job 5 times"
+	completed := finalGroup{kind: "chaos.effect", state: "completed", n: 90}
+	requireVerdict(t, checkFinal(finalObs{groups: []finalGroup{completed, {kind: "ferry.noop", state: "discarded", reason: &reason, n: 1}}}),
+		verdictOK, `91 jobs (90 chaos.effect, 1 ferry.noop), 90 completed; 1 ferry.noop discarded: "ferry: the worker died running this job 5 times", 0 not finalized`)
+	requireVerdict(t, checkFinal(finalObs{groups: []finalGroup{completed, {kind: "chaos.effect", state: "running", n: 2}}}),
+		verdictViolated, "not finalized: 2 chaos.effect running")
+	requireVerdict(t, checkFinal(finalObs{groups: []finalGroup{completed, {kind: "chaos.effect", state: "cancelled", n: 1}}}),
+		verdictViolated, "with no reason recorded: 1 chaos.effect cancelled")
+}
+
+func TestCheckDeaths(t *testing.T) {
+	t.Parallel()
+
+	tp := func(s float64) *time.Time { x := at(s); return &x }
+	exposures := map[int][]exposure{
+		1: {{kind: exposedKill, at: at(10)}},
+		2: {{kind: exposedSIGSTOP, at: at(20)}, {kind: exposedSessions, at: at(40)}},
+		3: {{kind: exposedSIGTERM, at: at(30)}},
+	}
+	rows := []workerRow{
+		{pid: 1, deadAt: tp(11), rescued: 12},
+		{pid: 2, deadAt: tp(42), rescued: 3},
+		{pid: 3, stoppedAt: tp(31), deadAt: tp(32)},
+		{pid: 4},
+	}
+
+	t.Run("EveryDeathAfterItsSessionEnded", func(t *testing.T) {
+		t.Parallel()
+		requireVerdict(t, checkDeaths(deathObs{rows: rows, exposures: exposures}), verdictOK,
+			"2 declared dead while running (1 killed, 1 sessions terminated, 0 Postgres restart; 15 jobs rescued), 1 after a graceful stop")
+	})
+
+	t.Run("DeadDuringTheStall", func(t *testing.T) {
+		t.Parallel()
+		rows := slices.Clone(rows)
+		rows[1].deadAt = tp(22)
+		requireVerdict(t, checkDeaths(deathObs{rows: rows, exposures: exposures}), verdictViolated, "declared dead with no session of theirs ended: pid 2")
+	})
+
+	t.Run("DeadLongAfterItsSessionEnded", func(t *testing.T) {
+		t.Parallel()
+		rows := slices.Clone(rows)
+		rows[1].deadAt = tp(40 + deadWindow.Seconds() + 1)
+		requireVerdict(t, checkDeaths(deathObs{rows: rows, exposures: exposures}), verdictViolated, "pid 2")
+	})
+
+	t.Run("LeftAlone", func(t *testing.T) {
+		t.Parallel()
+		rows := slices.Clone(rows)
+		rows[3].deadAt = tp(50)
+		requireVerdict(t, checkDeaths(deathObs{rows: rows, exposures: exposures}), verdictViolated, "pid 4 () at 12:00:50.000 after nothing the harness did")
+	})
+
+	t.Run("KilledNeverDeclaredDead", func(t *testing.T) {
+		t.Parallel()
+		rows := slices.Clone(rows)
+		rows[0].deadAt = nil
+		requireVerdict(t, checkDeaths(deathObs{rows: rows, exposures: exposures}), verdictViolated, "killed but never declared dead: pids [1]")
+	})
+}
+
+func TestCheckStall(t *testing.T) {
+	t.Parallel()
+
+	tp := func(s float64) *time.Time { x := at(s); return &x }
+	stall := stallObs{pid: 2, at: at(20), stopped: 1500 * time.Millisecond, lease: 3333 * time.Millisecond, running: 14, long: 5, row: &workerRow{pid: 2}}
+	requireVerdict(t, checkStall(stall), verdictOK, "pid 2 stopped 1.5s (lease 3.333s) running 14 jobs, 5 of them long: not declared dead, 0 jobs rescued from it")
+
+	later := stall
+	later.row, later.until = &workerRow{pid: 2, deadAt: tp(42)}, at(40)
+	requireVerdict(t, checkStall(later), verdictOK, "not declared dead")
+
+	dead := stall
+	dead.row = &workerRow{pid: 2, deadAt: tp(22)}
+	requireVerdict(t, checkStall(dead), verdictViolated, "declared dead true")
+
+	rescued := stall
+	rescued.rescued = 3
+	requireVerdict(t, checkStall(rescued), verdictViolated, "3 jobs rescued from it")
+}
+
+func TestCheckExits(t *testing.T) {
+	t.Parallel()
+
+	kill, term := exposedKill, exposedSIGTERM
+	exposures := map[int][]exposure{
+		1: {{kind: exposedKill, at: at(10)}},
+		2: {{kind: exposedSessions, at: at(40)}},
+		3: {{kind: exposedSIGTERM, at: at(30)}},
+		4: {{kind: exposedSIGSTOP, at: at(20)}},
+	}
+	exits := []workerExit{
+		{pid: 1, code: 137, at: at(10), by: &kill},
+		{pid: 2, code: 1, at: at(45), declaredDead: true},
+		{pid: 3, code: 0, at: at(31), by: &term},
+	}
+	requireVerdict(t, checkExits(exitObs{exits: exits, exposures: exposures}), verdictOK,
+		"3 exits: 1 killed, 1 stopped with SIGTERM (code 0), 1 stopped themselves declared dead after their sessions ended (restarted), 0 unexpected")
+
+	stalled := append(slices.Clone(exits), workerExit{pid: 4, code: 1, at: at(23), declaredDead: true})
+	requireVerdict(t, checkExits(exitObs{exits: stalled, exposures: exposures}), verdictViolated, "pid 4 exited on its own with code 1 (declared dead: true; before: SIGSTOP at 12:00:20.000; last error: \"\")")
+
+	failedStop := append(slices.Clone(exits), workerExit{pid: 3, code: 1, at: at(31), by: &term})
+	requireVerdict(t, checkExits(exitObs{exits: failedStop, exposures: exposures}), verdictViolated, "pid 3 exited after SIGTERM with code 1")
+}
+
+func TestAttributeDeaths(t *testing.T) {
+	t.Parallel()
+
+	tp := func(s float64) *time.Time { x := at(s); return &x }
+	faults := []faultResult{{name: "a", at: at(10)}, {name: "b", at: at(20)}, {name: "c", at: at(30)}}
+	attributeDeaths(faults, []workerRow{
+		{pid: 1, deadAt: tp(11), rescued: 5},
+		{pid: 2, deadAt: tp(31), rescued: 2},
+		{pid: 3, deadAt: tp(35), rescued: 1},
+		{pid: 4, stoppedAt: tp(21), deadAt: tp(22), rescued: 9}, // a graceful stop
+	})
+	require.Equal(t, [][2]int{{1, 5}, {0, 0}, {2, 3}}, [][2]int{{faults[0].dead, faults[0].rescued}, {faults[1].dead, faults[1].rescued}, {faults[2].dead, faults[2].rescued}})
 }
 
 func TestCheckOutbox(t *testing.T) {
@@ -153,13 +292,15 @@ func TestReport(t *testing.T) {
 	t.Parallel()
 
 	var buf bytes.Buffer
-	ok := report(&buf, []faultResult{{name: "kill -9 of the leader", gap: 1500 * time.Millisecond}}, standIns{rescued: 3},
+	ok := report(&buf, []faultResult{{name: "kill -9 of the leader", gap: 1500 * time.Millisecond, dead: 1, rescued: 7}, {name: "SIGSTOP", note: "no failover"}},
 		[]check{newCheck("a", verdictOK, "fine"), newCheck("b", verdictUnverified, "nothing to check")})
 	require.False(t, ok)
-	require.Contains(t, buf.String(), "for the rescuer (until ferry's liveness rescue lands)  3 running jobs of killed workers put back with an UPDATE")
+	require.Contains(t, buf.String(), "kill -9 of the leader  1.5s          1 (7)")
+	require.Contains(t, buf.String(), "SIGSTOP                no failover   0 (0)")
+	require.NotContains(t, buf.String(), "stand-in")
 	require.Contains(t, buf.String(), "chaos: 1 passed, 1 failed\n")
 
-	require.False(t, report(&bytes.Buffer{}, nil, standIns{}, nil), "no check at all is no pass")
+	require.False(t, report(&bytes.Buffer{}, nil, nil), "no check at all is no pass")
 }
 
 // TestObserve_ScratchDatabase runs the oracle's queries against a migrated
@@ -178,21 +319,28 @@ func TestObserve_ScratchDatabase(t *testing.T) {
 		sctx, cancel := context.WithTimeout(ctx, 350*time.Millisecond)
 		defer cancel()
 		now := time.Now()
+		rows, err := observeWorkers(ctx, pool)
+		killed := map[int][]exposure{7: {{kind: exposedKill, at: now}}}
 		return []check{
 			checkHolders(sampleHolders(sctx, pool, election.KeyElection), nil),
 			checkRuns(observeRuns(ctx, pool, nil, 1)),
 			checkJobs(observeJobs(ctx, pool, 0)),
+			checkFinal(observeFinal(ctx, pool, now)),
 			checkOutbox(observeOutbox(ctx, pool, 0)),
 			checkTicks(observeTicks(ctx, pool, now.Add(-5*time.Second), now)),
+			checkDeaths(deathObs{rows: rows, exposures: killed, err: err}),
+			checkStall(observeStall(ctx, pool, stallObs{pid: 7, clientID: "x", running: 1, long: 1, stopped: time.Second, lease: 3 * time.Second}, nil, rows)),
 		}
 	}
 
 	t.Run("Empty", func(t *testing.T) {
 		checks := observeAll(pool)
 		requireVerdict(t, checks[0], verdictUnverified, "no sample saw a holder")
-		for _, c := range checks[1:] {
+		for _, c := range checks[1:6] {
 			requireVerdict(t, c, verdictUnverified, "nothing to check")
 		}
+		requireVerdict(t, checks[6], verdictUnverified, "0 workers recorded in ferry_worker")
+		requireVerdict(t, checks[7], verdictUnverified, "pid 7 has no ferry_worker row")
 	})
 
 	t.Run("QueryError", func(t *testing.T) {
@@ -205,4 +353,21 @@ func TestObserve_ScratchDatabase(t *testing.T) {
 			requireVerdict(t, c, verdictUnverified, "query failed: ")
 		}
 	})
+}
+
+func TestCheckMarathons(t *testing.T) {
+	t.Parallel()
+
+	done := marathonJob{key: "marathon-1", state: "completed", attempt: 2, ranTo: true, rescues: 1}
+	requireVerdict(t, checkMarathons(marathonObs{inserted: 1, length: time.Minute, jobs: []marathonJob{done}}),
+		verdictOK, "1 of 1 jobs of 1m0s: marathon-1 completed in 2 attempts (1 rescued, 0 interrupted)")
+	early := done
+	early.ranTo = false
+	requireVerdict(t, checkMarathons(marathonObs{inserted: 1, length: time.Minute, jobs: []marathonJob{early}}),
+		verdictViolated, "BEFORE ITS TIME")
+	running := marathonJob{key: "marathon-2", state: "running", attempt: 1}
+	requireVerdict(t, checkMarathons(marathonObs{inserted: 2, length: time.Minute, jobs: []marathonJob{done, running}}),
+		verdictViolated, "marathon-2 running in 1 attempts")
+	requireVerdict(t, checkMarathons(marathonObs{inserted: 2, length: time.Minute, jobs: []marathonJob{done}}),
+		verdictViolated, "1 of 2 jobs")
 }

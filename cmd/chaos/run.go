@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -33,6 +34,23 @@ const (
 	hookSecret = "chaos-hook-secret"
 	// workerPkg is the suite's worker, built for each run.
 	workerPkg = "./cmd/chaos/chaosworker"
+
+	// leaderTick is the chaos worker's leader tick (chaosworker sets it),
+	// which is also its liveness heartbeat.
+	leaderTick = time.Second
+	// lease is how long a worker's liveness session may stay silent before
+	// Postgres ends it: three ticks plus the tick timeout (a third of the
+	// tick by default).
+	lease = 3*leaderTick + leaderTick/3
+	// stallFor is how long the SIGSTOP fault stops a worker: under the
+	// lease by more than a tick and a margin, since the session may have
+	// been silent for up to a tick when the stop begins.
+	stallFor = 1500 * time.Millisecond
+
+	// Every longEvery-th job is long: it sleeps longSleep before its
+	// effect, so that faults find jobs running.
+	longEvery = 10
+	longSleep = 3 * time.Second
 )
 
 // cluster is a Postgres of the suite's own, so that restarting it disturbs
@@ -113,22 +131,202 @@ type suite struct {
 	bin, url, cfgFile string
 	pool              *pgxpool.Pool
 	workers           *fleet.Fleet
-	killedAt          map[int]time.Time // by pid: when the suite sent SIGKILL
 	faults            []faultResult
-	standIns          standIns
 	notes             []string
+	stall             stallObs // what the SIGSTOP fault did
+
+	watching sync.WaitGroup // one per worker started, until its exit is recorded
+	mu       sync.Mutex
+	// exposures is what the harness did to each process, by pid.
+	exposures map[int][]exposure
+	// ending is the processes the harness is stopping or killing, by pid.
+	ending  map[int]exposureKind
+	exits   []workerExit
+	closing bool // the run is over: a worker that exits is not replaced
 }
 
 type faultResult struct {
 	name    string
 	at      time.Time
 	gap     time.Duration // from the fault to a leader's runnables running again
+	note    string        // instead of the gap, for a fault that fails nothing over
 	skipped string
+	// dead is the workers declared dead while running from this fault until
+	// the next, and rescued the jobs taken back from them.
+	dead, rescued int
 }
 
 // start starts a chaos worker.
 func (s *suite) start() (*fleet.Proc, error) {
-	return s.workers.Start(s.bin, []string{"DATABASE_URL=" + s.url, "FERRY_CONFIG=" + s.cfgFile, "CHAOS_HOOK_SECRET=" + hookSecret, "FERRY_LOG_FORMAT=json"})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.startLocked()
+}
+
+func (s *suite) startLocked() (*fleet.Proc, error) {
+	p, err := s.workers.Start(s.bin, []string{"DATABASE_URL=" + s.url, "FERRY_CONFIG=" + s.cfgFile, "CHAOS_HOOK_SECRET=" + hookSecret, "FERRY_LOG_FORMAT=json"})
+	if err != nil {
+		return nil, err
+	}
+	s.watching.Add(1)
+	go s.watch(p)
+	return p, nil
+}
+
+// watch records p's exit. A worker that exits without the harness stopping
+// or killing it (one declared dead stops itself) is replaced, as an
+// orchestrator would replace it, once the database answers, so that the
+// load goes on; checkExits judges whether the exit was one to expect.
+func (s *suite) watch(p *fleet.Proc) {
+	defer s.watching.Done()
+	<-p.Done()
+	code, _ := p.Wait(0)
+	x := workerExit{pid: p.Pid(), code: code, at: time.Now(), declaredDead: declaredDead(p), why: lastError(p)}
+	s.mu.Lock()
+	if k, ok := s.ending[x.pid]; ok {
+		x.by = &k
+	}
+	s.exits = append(s.exits, x)
+	s.mu.Unlock()
+	if x.by != nil {
+		return
+	}
+	fmt.Printf("chaos: pid %d exited with code %d (declared dead: %t; %s)\n", x.pid, x.code, x.declaredDead, x.why)
+	s.waitDatabase(time.Minute)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return
+	}
+	if _, err := s.startLocked(); err != nil {
+		fmt.Println("chaos: replace a worker:", err)
+		return
+	}
+	fmt.Printf("chaos: another worker started in place of pid %d\n", x.pid)
+}
+
+// waitDatabase waits up to timeout for the database to answer: a worker
+// started while it is down (a restart) would fail to start, which says
+// nothing about ferry's guarantees. Without a pool (tests) it returns.
+func (s *suite) waitDatabase(timeout time.Duration) {
+	if s.pool == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	for ctx.Err() == nil {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		err := s.pool.Ping(pctx)
+		cancel()
+		if err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// lastError is the message and error of the last ERROR record p wrote, ""
+// if none.
+func lastError(p *fleet.Proc) string {
+	lines := strings.Split(p.Stderr(), "\n")
+	for _, line := range slices.Backward(lines) {
+		if r, ok := fleet.ParseRecord(line); ok && r.Level == "ERROR" {
+			if e, ok := r.Attrs["error"]; ok {
+				return fmt.Sprintf("%s: %v", r.Msg, e)
+			}
+			return r.Msg
+		}
+	}
+	return ""
+}
+
+// declaredDead says whether p logged that it was declared dead (the JSON
+// record of liveness.Worker).
+func declaredDead(p *fleet.Proc) bool {
+	return strings.Contains(p.Stderr(), `"msg":"liveness: declared dead; stopping"`)
+}
+
+// expose records that the harness does kind to procs, now: before it does
+// it, so that their exits are known to be its doing.
+func (s *suite) expose(kind exposureKind, procs ...*fleet.Proc) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	for _, p := range procs {
+		s.exposures[p.Pid()] = append(s.exposures[p.Pid()], exposure{kind: kind, at: now})
+		if kind == exposedKill || kind == exposedSIGTERM {
+			s.ending[p.Pid()] = kind
+		}
+	}
+}
+
+// exposuresCopy is a copy of what the harness did, by pid.
+func (s *suite) exposuresCopy() map[int][]exposure {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[int][]exposure, len(s.exposures))
+	for pid, e := range s.exposures {
+		out[pid] = slices.Clone(e)
+	}
+	return out
+}
+
+// killedAt is when the harness killed each process it killed, by pid.
+func (s *suite) killedAt() map[int]time.Time {
+	out := map[int]time.Time{}
+	for pid, exps := range s.exposuresCopy() {
+		for _, e := range exps {
+			if e.kind == exposedKill {
+				out[pid] = e.at
+			}
+		}
+	}
+	return out
+}
+
+// working is the live workers that are neither being stopped by the
+// harness nor stopping themselves, declared dead.
+func (s *suite) working() []*fleet.Proc {
+	var out []*fleet.Proc
+	for _, p := range s.workers.Live() {
+		s.mu.Lock()
+		_, ending := s.ending[p.Pid()]
+		s.mu.Unlock()
+		if !ending && !declaredDead(p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// waitWorking waits until n workers are working and have started (logged
+// "ferry: started"), the replacements of those declared dead among them:
+// the next fault begins on a fleet that is up, not on one still
+// connecting, whose start a fault would fail for reasons that say nothing
+// of ferry's guarantees.
+func (s *suite) waitWorking(n int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		up := 0
+		for _, p := range s.working() {
+			if started(p) {
+				up++
+			}
+		}
+		if up >= n {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d workers started after %s", up, n, timeout)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// started says whether p logged that it started (server.go's "ferry:
+// started", written once River fetches jobs).
+func started(p *fleet.Proc) bool {
+	return strings.Contains(p.Stderr(), `"msg":"ferry: started"`)
 }
 
 func (s *suite) leaderProc(ctx context.Context) (*fleet.Proc, *election.Holder, error) {
@@ -158,8 +356,8 @@ func (s *suite) waitLeaderRun(ctx context.Context, t time.Time, timeout time.Dur
 	return 0, fmt.Errorf("no leader runnable started within %s", timeout)
 }
 
-func run(ctx context.Context, serverURL string, steady time.Duration) (bool, error) {
-	s := &suite{workers: fleet.New(), killedAt: map[int]time.Time{}}
+func run(ctx context.Context, serverURL string, steady, marathon time.Duration) (bool, error) {
+	s := &suite{workers: fleet.New(), exposures: map[int][]exposure{}, ending: map[int]exposureKind{}}
 	var cl *cluster
 	admin := serverURL
 	if c, err := startCluster(); err != nil {
@@ -246,6 +444,14 @@ outbox:
 	}
 	windowStart := time.Now()
 
+	// The marathon jobs: a few that run for the whole fault sequence and
+	// past it, far longer than a worker's lease, through every fault.
+	marathonUntil := windowStart.Add(marathon)
+	marathons, err := s.insertMarathons(ctx, marathonUntil)
+	if err != nil {
+		return false, err
+	}
+
 	// The sampler and the load.
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -258,57 +464,72 @@ outbox:
 	time.Sleep(steady)
 	faults := []struct {
 		name string
-		do   func() error
+		// failover: the fault ends the leader's term, and its gap is from
+		// the fault to a leader running again.
+		failover bool
+		do       func() (note string, err error)
 	}{
-		{"kill -9 of the leader", func() error {
+		{"kill -9 of the leader", true, func() (string, error) {
 			p, _, err := s.leaderProc(ctx)
 			if err != nil {
-				return err
+				return "", err
 			}
-			s.killedAt[p.Pid()] = time.Now()
+			s.expose(exposedKill, p)
 			_ = p.Kill()
 			<-p.Done()
 			_, err = s.start()
-			return err
+			return "", err
 		}},
-		{"pg_terminate_backend of the lock connection", func() error {
-			_, h, err := s.leaderProc(ctx)
+		{"pg_terminate_backend of the lock connection", true, func() (string, error) {
+			p, h, err := s.leaderProc(ctx)
 			if err != nil {
-				return err
+				return "", err
 			}
+			s.expose(exposedLockConn, p)
 			_, err = s.pool.Exec(ctx, "SELECT pg_terminate_backend($1)", h.BackendPID)
-			return err
+			return "", err
 		}},
-		{"rolling SIGTERM restart of all workers", func() error {
-			for _, p := range s.workers.Live() {
+		{fmt.Sprintf("SIGSTOP of a standby for %s (lease %s)", stallFor, lease.Round(time.Millisecond)), false, func() (string, error) {
+			return s.stallWorker(ctx)
+		}},
+		{"rolling SIGTERM restart of all workers", true, func() (string, error) {
+			for _, p := range s.working() {
+				s.expose(exposedSIGTERM, p)
 				_ = p.Signal(syscall.SIGTERM)
 				select {
 				case <-p.Done():
 				case <-time.After(40 * time.Second):
-					return errors.New("a worker did not stop within 40s of SIGTERM")
+					return "", errors.New("a worker did not stop within 40s of SIGTERM")
 				}
 				if _, err := s.start(); err != nil {
-					return err
+					return "", err
 				}
 				time.Sleep(time.Second)
 			}
-			return nil
+			return "", nil
 		}},
-		{"pg_terminate_backend of every ferry backend", func() error {
+		{"pg_terminate_backend of every ferry backend", true, func() (string, error) {
+			s.expose(exposedSessions, s.workers.Live()...)
 			_, err := s.pool.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 				WHERE datname = current_database() AND application_name LIKE 'ferry%' AND pid <> pg_backend_pid()`)
-			return err
+			return "", err
 		}},
-		{"Postgres restart", func() error {
+		{"Postgres restart", true, func() (string, error) {
 			if cl == nil {
-				return errSkip
+				return "", errSkip
 			}
-			return cl.pgctl("restart")
+			s.expose(exposedRestart, s.workers.Live()...)
+			return "", cl.pgctl("restart")
 		}},
 	}
 	for _, f := range faults {
+		// A worker declared dead by the last fault may still be stopping;
+		// the next fault starts on a full fleet.
+		if err := s.waitWorking(3, time.Minute); err != nil {
+			fmt.Println("chaos: before", f.name+":", err)
+		}
 		at := time.Now()
-		err := f.do()
+		note, err := f.do()
 		if errors.Is(err, errSkip) {
 			s.faults = append(s.faults, faultResult{name: f.name, at: at, skipped: s.notes[0]})
 			continue
@@ -317,6 +538,12 @@ outbox:
 			stopLoad()
 			wg.Wait()
 			return false, fmt.Errorf("%s: %w", f.name, err)
+		}
+		if !f.failover {
+			s.faults = append(s.faults, faultResult{name: f.name, at: at, note: note})
+			fmt.Printf("chaos: %s: %s\n", f.name, note)
+			time.Sleep(steady)
+			continue
 		}
 		gap, err := s.waitLeaderRun(ctx, at, 60*time.Second)
 		if err != nil {
@@ -333,29 +560,100 @@ outbox:
 	wg.Wait()
 	windowEnd := time.Now()
 
-	if err := s.drain(ctx, windowEnd, 90*time.Second); err != nil {
+	cutoff, err := s.drain(ctx, windowEnd, max(2*time.Minute, time.Until(marathonUntil)+time.Minute))
+	if err != nil {
 		// Not fatal: the oracle shows what is missing.
 		fmt.Println("chaos: drain:", err)
 	}
-	for _, p := range s.workers.Live() {
+	s.mu.Lock()
+	s.closing = true
+	s.mu.Unlock()
+	live := s.workers.Live()
+	s.expose(exposedSIGTERM, live...)
+	for _, p := range live {
 		_ = p.Signal(syscall.SIGTERM)
 	}
-	for _, p := range s.workers.Live() {
+	for _, p := range live {
 		select {
 		case <-p.Done():
 		case <-time.After(40 * time.Second):
 		}
 	}
+	_ = s.workers.Kill(time.Minute) // any left: their exits show it
+	s.watching.Wait()
 
 	// The oracle, on what committed.
+	exposures := s.exposuresCopy()
+	rows, rowsErr := observeWorkers(ctx, s.pool)
+	stall := observeStall(ctx, s.pool, s.stall, exposures[s.stall.pid], rows)
+	if rowsErr != nil {
+		stall.err = rowsErr
+	}
 	checks := []check{
 		checkHolders(holders, outages(s.faults)),
-		checkRuns(observeRuns(ctx, s.pool, s.killedAt, leaderRuns)),
-		checkJobs(observeJobs(ctx, s.pool, jobKeys.Load())),
+		checkRuns(observeRuns(ctx, s.pool, s.killedAt(), leaderRuns)),
+		checkJobs(observeJobs(ctx, s.pool, jobKeys.Load()+marathons)),
+		checkMarathons(observeMarathons(ctx, s.pool, marathons, marathon)),
+		checkFinal(observeFinal(ctx, s.pool, cutoff)),
 		checkOutbox(observeOutbox(ctx, s.pool, messages.Load())),
 		checkTicks(observeTicks(ctx, s.pool, windowStart, windowEnd)),
+		checkDeaths(deathObs{rows: rows, exposures: exposures, err: rowsErr}),
+		checkStall(stall),
+		checkExits(exitObs{exits: s.exits, exposures: exposures}),
 	}
-	return report(os.Stdout, s.faults, s.standIns, checks), nil
+	attributeDeaths(s.faults, rows)
+	return report(os.Stdout, s.faults, checks), nil
+}
+
+// stallWorker stops, with SIGSTOP, the standby worker running the most
+// long jobs, for stallFor (under its liveness lease), then lets it go on
+// with SIGCONT. A standby, because a stopped leader's rescuer could
+// rescue nothing: the fault would prove nothing.
+func (s *suite) stallWorker(ctx context.Context) (string, error) {
+	leader, _, err := s.leaderProc(ctx)
+	if err != nil {
+		return "", err
+	}
+	procs := map[int]*fleet.Proc{}
+	var pids []int32
+	for _, p := range s.working() {
+		if p != leader {
+			procs[p.Pid()] = p
+			pids = append(pids, int32(p.Pid()))
+		}
+	}
+	var (
+		pid, running, long int
+		clientID           string
+	)
+	deadline := time.Now().Add(20 * time.Second)
+	for long == 0 {
+		if time.Now().After(deadline) {
+			return "", errors.New("no standby ran a long job within 20s")
+		}
+		err := s.pool.QueryRow(ctx, `SELECT w.pid, w.client_id, count(*), count(*) FILTER (WHERE j.args ? 'sleep_ms')
+			FROM ferry_worker w JOIN river_job j ON j.state = 'running' AND j.attempted_by[cardinality(j.attempted_by)] = w.client_id
+			WHERE w.pid = ANY($1) AND w.dead_at IS NULL AND w.stopped_at IS NULL
+			GROUP BY w.pid, w.client_id ORDER BY 4 DESC, 3 DESC LIMIT 1`, pids).Scan(&pid, &clientID, &running, &long)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return "", err
+		}
+		if long == 0 {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	p := procs[pid]
+	s.expose(exposedSIGSTOP, p)
+	at := time.Now()
+	if err := p.Signal(syscall.SIGSTOP); err != nil {
+		return "", err
+	}
+	time.Sleep(stallFor)
+	if err := p.Signal(syscall.SIGCONT); err != nil {
+		return "", err
+	}
+	s.stall = stallObs{pid: pid, clientID: clientID, at: at, stopped: time.Since(at), lease: lease, running: running, long: long}
+	return fmt.Sprintf("none: pid %d stopped %s running %d jobs, %d long", pid, s.stall.stopped.Round(time.Millisecond), running, long), nil
 }
 
 var errSkip = errors.New("skipped")
@@ -374,51 +672,67 @@ func (s *suite) waitTick(ctx context.Context, timeout time.Duration) error {
 	return fmt.Errorf("no tick of chaos-tick recorded within %s", timeout)
 }
 
-// drain waits until every job is worked, every message delivered, and a
-// tick after the window's end recorded (so every tick in the window is),
-// doing in the meantime what the suite's time scale leaves undone.
-func (s *suite) drain(ctx context.Context, windowEnd time.Time, timeout time.Duration) error {
+// drain waits until every job inserted so far is finalized, every
+// message delivered, and a tick after the window's end recorded (so every
+// tick in the window is), with nothing done for it: the rescues and the
+// retries are ferry's and River's own. It returns the database's time of
+// the snapshot that found it so (on a timeout, the time of the last one):
+// the oracle's cut-off for "every job finalized".
+func (s *suite) drain(ctx context.Context, windowEnd time.Time, timeout time.Duration) (time.Time, error) {
 	deadline := time.Now().Add(timeout)
 	var last error
+	cutoff := time.Now()
 	for time.Now().Before(deadline) {
-		var jobsLeft, msgsLeft int
+		var open, msgsLeft int
 		var ticked bool
-		err := s.pool.QueryRow(ctx, `SELECT
-			(SELECT count(*) FROM river_job WHERE kind = 'chaos.effect' AND state <> 'completed'),
+		var at time.Time
+		err := s.pool.QueryRow(ctx, `SELECT clock_timestamp(),
+			(SELECT count(*) FROM river_job WHERE state NOT IN ('completed', 'discarded', 'cancelled')),
 			(SELECT count(*) FROM ferry_outbox WHERE status <> 'delivered'),
-			EXISTS (SELECT 1 FROM ferry_periodic_tick WHERE schedule_id = 'chaos-tick' AND tick_at > $1)`, windowEnd).Scan(&jobsLeft, &msgsLeft, &ticked)
-		if err == nil && jobsLeft == 0 && msgsLeft == 0 && ticked {
-			return nil
+			EXISTS (SELECT 1 FROM ferry_periodic_tick WHERE schedule_id = 'chaos-tick' AND tick_at > $1)`, windowEnd).Scan(&at, &open, &msgsLeft, &ticked)
+		if err == nil {
+			cutoff = at
+		}
+		if err == nil && open == 0 && msgsLeft == 0 && ticked {
+			return cutoff, nil
 		}
 		if err != nil {
 			last = err
 		} else {
-			last = fmt.Errorf("%d jobs, %d messages left; a tick after the window recorded: %t", jobsLeft, msgsLeft, ticked)
-		}
-		// Stand-in for the rescuer, until ferry's liveness rescue lands:
-		// River's rescuer puts a job back only once it has been running for
-		// RescueStuckJobsAfter (an hour by default), so the jobs a killed
-		// worker left running would wait past the suite's end. The UPDATE
-		// does what the rescuer would do, sooner; every job it touches is
-		// counted and printed.
-		tag, err := s.pool.Exec(ctx, `UPDATE river_job SET state = 'available', scheduled_at = now(), attempted_by = NULL
-			WHERE state = 'running' AND attempted_at < now() - interval '10 seconds'`)
-		if err == nil && tag.RowsAffected() > 0 {
-			s.standIns.rescued += tag.RowsAffected()
-			fmt.Printf("chaos: stand-in for the rescuer (until ferry's liveness rescue lands): %d running jobs of killed workers put back with an UPDATE\n", tag.RowsAffected())
-		}
-		// Retries waiting on their backoff are brought forward, counted too.
-		tag, err = s.pool.Exec(ctx, `UPDATE river_job SET scheduled_at = now() WHERE state IN ('retryable', 'available') AND scheduled_at > now()`)
-		if err == nil {
-			s.standIns.broughtForward += tag.RowsAffected()
+			last = fmt.Errorf("%d jobs not finalized, %d messages left; a tick after the window recorded: %t", open, msgsLeft, ticked)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	return fmt.Errorf("not drained within %s: %w", timeout, last)
+	return cutoff, fmt.Errorf("not drained within %s: %w", timeout, last)
+}
+
+// marathonJobs is how many marathon jobs a run inserts: one a worker.
+const marathonJobs = 3
+
+// insertMarathons inserts the marathon jobs: chaos.effect jobs that sleep
+// until the time until, with no job timeout, keyed marathon-N. It returns
+// how many it inserted.
+func (s *suite) insertMarathons(ctx context.Context, until time.Time) (int64, error) {
+	ins, err := jobs.NewInserter(s.pool)
+	if err != nil {
+		return 0, err
+	}
+	for i := 1; i <= marathonJobs; i++ {
+		key := fmt.Sprintf("marathon-%d", i)
+		args := fmt.Sprintf(`{"key":%q,"until":%q}`, key, until.UTC().Format(time.RFC3339Nano))
+		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			_, err := ins.InsertTx(ctx, tx, jobs.RawArgs{KindName: "chaos.effect", JSON: []byte(args)}, jobs.WithUniqueKey(nil, key))
+			return err
+		})
+		if err != nil {
+			return 0, fmt.Errorf("insert %s: %w", key, err)
+		}
+	}
+	return marathonJobs, nil
 }
 
 // produceJobs inserts chaos.effect jobs, each in a transaction of its own,
-// at about 50 a second; a failed insert (the database restarting) is
+// at about 50 a second, every longEvery-th a long one; a failed insert (the database restarting) is
 // retried with the same key until it commits.
 func (s *suite) produceJobs(ctx context.Context, n *atomic.Int64) {
 	ins, err := jobs.NewInserter(s.pool)
@@ -430,11 +744,16 @@ func (s *suite) produceJobs(ctx context.Context, n *atomic.Int64) {
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
 	for ctx.Err() == nil {
-		key := fmt.Sprintf("job-%d", n.Load()+1)
+		i := n.Load() + 1
+		key := fmt.Sprintf("job-%d", i)
+		args := fmt.Sprintf(`{"key":%q}`, key)
+		if i%longEvery == 0 {
+			args = fmt.Sprintf(`{"key":%q,"sleep_ms":%d}`, key, longSleep.Milliseconds())
+		}
 		// The unique key makes a retry after an ambiguous failure (the
 		// commit may have landed) return the job already inserted.
 		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-			_, err := ins.InsertTx(ctx, tx, jobs.RawArgs{KindName: "chaos.effect", JSON: []byte(`{"key":"` + key + `"}`)}, jobs.WithUniqueKey(nil, key))
+			_, err := ins.InsertTx(ctx, tx, jobs.RawArgs{KindName: "chaos.effect", JSON: []byte(args)}, jobs.WithUniqueKey(nil, key))
 			return err
 		})
 		if err == nil {

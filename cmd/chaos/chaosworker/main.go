@@ -2,9 +2,13 @@
 // it): ferry's own worker stack, plus what the suite's oracle needs to see
 // from inside.
 //
-//   - kind chaos.effect: inserts its key into chaos_effect in the same
-//     transaction that completes the job (river.JobCompleteTx), so an effect
-//     exists exactly when its job completed;
+//   - kind chaos.effect: sleeps for sleep_ms, when set (the suite's long
+//     jobs), or until the time until, when set (its marathon jobs, with no
+//     job timeout: every attempt ends at that same time), then inserts its key into chaos_effect in the same transaction
+//     that completes the job (river.JobCompleteTx), so an effect exists
+//     exactly when its job completed, and a second effect of one key would
+//     mean two attempts completed it; a failed attempt is retried after a
+//     second (NextRetry), so that a retry fits in the run;
 //   - a leader runnable that records when this process starts and stops
 //     acting as leader (chaos_leader_run), so the oracle can check that no
 //     two processes' runnables overlap in time.
@@ -31,7 +35,9 @@ import (
 
 // EffectArgs are the args of chaos.effect.
 type EffectArgs struct {
-	Key string `json:"key"`
+	Key     string    `json:"key"`
+	SleepMS int       `json:"sleep_ms,omitempty"`
+	Until   time.Time `json:"until,omitzero"`
 }
 
 // Kind implements river.JobArgs.
@@ -43,6 +49,19 @@ type effectWorker struct {
 }
 
 func (w *effectWorker) Work(ctx context.Context, job *river.Job[EffectArgs]) error {
+	sleep := time.Duration(job.Args.SleepMS) * time.Millisecond
+	if !job.Args.Until.IsZero() {
+		sleep = time.Until(job.Args.Until)
+	}
+	if sleep > 0 {
+		t := time.NewTimer(sleep)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
 	return pgx.BeginFunc(ctx, w.pool(), func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "INSERT INTO chaos_effect (key, job_id) VALUES ($1, $2)", job.Args.Key, job.ID); err != nil {
 			return err
@@ -50,6 +69,24 @@ func (w *effectWorker) Work(ctx context.Context, job *river.Job[EffectArgs]) err
 		_, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
 		return err
 	})
+}
+
+// Timeout is none for a marathon job, which ends at its own time (and
+// River's rescuer leaves alone a running job with no timeout), and ferry's
+// job timeout for the others.
+func (w *effectWorker) Timeout(job *river.Job[EffectArgs]) time.Duration {
+	if !job.Args.Until.IsZero() {
+		return -1
+	}
+	return 0
+}
+
+// NextRetry retries a failed attempt after a second rather than on River's
+// backoff (16 s after the second attempt, 81 s after the third), so that
+// the retries of the suite's faults are worked within the run by River
+// itself, with no harness hand in them.
+func (w *effectWorker) NextRetry(*river.Job[EffectArgs]) time.Time {
+	return time.Now().Add(time.Second)
 }
 
 func main() {
