@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"maps"
 	"os"
 	"slices"
@@ -191,7 +190,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		FetchCooldown:        cfg.FetchCooldown,
 		FetchPollInterval:    cfg.FetchPollInterval,
 		JobTimeout:           cfg.JobTimeout,
-		Logger:               logging.AtLeast(cfg.Logger, slog.LevelInfo),
+		Logger:               logging.River(cfg.Logger),
 		Middleware:           []rivertype.Middleware{jobs.UniqueKeyMiddleware(), s.metrics.Middleware()},
 		Queues:               queues,
 		SoftStopTimeout:      cfg.ShutdownGrace,
@@ -285,7 +284,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.AdminAddr != "off" {
 		s.riverUI, err = riverui.NewHandler(&riverui.HandlerOpts{
 			Endpoints: riverui.NewEndpoints(s.river, nil),
-			Logger:    cfg.Logger,
+			Logger:    logging.River(cfg.Logger),
 			Prefix:    "/riverui",
 		})
 		if err != nil {

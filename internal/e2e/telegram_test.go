@@ -351,7 +351,7 @@ func TestTelegram_TokenNeverLogged(t *testing.T) {
 			{telegram.KindTransport, "telegram: getUpdates: "},
 		} {
 			_, err := w.WaitForLineFunc(10*time.Second, func(line string) bool {
-				return logtest.Logged("telegram: getUpdates failed", "bot", "desk", "kind", e.kind, "retry_in", int64(5*time.Second))(line) &&
+				return logtest.Logged("telegram: getUpdates failed", "bot", "desk", "kind", e.kind, "retry_in", 5*time.Second)(line) &&
 					strings.Contains(line, e.inError)
 			})
 			require.NoError(t, err, "kind %s", e.kind)
@@ -397,7 +397,7 @@ func TestTelegram_TokenNeverLogged(t *testing.T) {
 			api.Answer(tc.reply)
 			w := startDeskWorker(t, url, api)
 			addr := adminAddr(t, w)
-			line, err := w.WaitForLineFunc(10*time.Second, logtest.Logged(tc.msg, "level", "ERROR", "bot", "desk", "kind", tc.kind, "retry_in", int64(time.Minute)))
+			line, err := w.WaitForLineFunc(10*time.Second, logtest.Logged(tc.msg, "level", "ERROR", "bot", "desk", "kind", tc.kind, "retry_in", time.Minute))
 			require.NoError(t, err)
 			require.Contains(t, line, "[redacted]", "the echoed token is scrubbed")
 			body := waitAdminTelegram(t, addr, "backing off after "+tc.kind, func(s telegram.BotStatus) bool {

@@ -1,5 +1,11 @@
 // Package logging builds ferry's *slog.Logger: tint (coloured, human) on a
-// terminal, JSON otherwise. It is the one place that choice is made.
+// terminal, JSON otherwise. It is the one place that choice is made, and
+// the one place log records are shaped:
+//
+//   - Durations are written as Go duration strings ("1m0s", "250ms") in
+//     every format, never as integer nanoseconds (ReplaceAttr).
+//   - River's own records go through River, which keeps River's chatter at
+//     debug level and drops the lines that repeat what ferry logs itself.
 package logging
 
 import (
@@ -41,39 +47,89 @@ func New(w io.Writer, format, level string) (*slog.Logger, error) {
 	if f, ok := w.(*os.File); ok {
 		tty = term.IsTerminal(int(f.Fd()))
 	}
+	text := func(timeFormat string) *slog.Logger {
+		return slog.New(tint.NewHandler(w, &tint.Options{Level: lvl, TimeFormat: timeFormat, NoColor: !tty, ReplaceAttr: ReplaceAttr}))
+	}
 	switch strings.ToLower(strings.TrimSpace(format)) {
 	case "", FormatAuto:
 		if tty {
-			return slog.New(tint.NewHandler(w, &tint.Options{Level: lvl, TimeFormat: time.TimeOnly})), nil
+			return text(time.TimeOnly), nil
 		}
-		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl})), nil
+		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl, ReplaceAttr: ReplaceAttr})), nil
 	case FormatText:
-		return slog.New(tint.NewHandler(w, &tint.Options{Level: lvl, TimeFormat: time.DateTime, NoColor: !tty})), nil
+		return text(time.DateTime), nil
 	case FormatJSON:
-		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl})), nil
+		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl, ReplaceAttr: ReplaceAttr})), nil
 	}
 	return nil, fmt.Errorf("log format %q is not one of auto, text, json", format)
 }
 
-// AtLeast returns a logger that drops records below min, whatever l's own
-// level: ferry's debug lines are worth having, River's are a firehose.
-func AtLeast(l *slog.Logger, min slog.Level) *slog.Logger {
-	return slog.New(&minLevel{Handler: l.Handler(), min: min})
+// ReplaceAttr is the slog.HandlerOptions.ReplaceAttr of every handler New
+// makes: it writes a time.Duration as a Go duration string ("1m0s"), where
+// slog's JSON handler would write integer nanoseconds. A handler of a
+// test's own making uses it to see what production writes.
+func ReplaceAttr(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
 }
 
-type minLevel struct {
-	slog.Handler
-	min slog.Level
+// River returns the logger to give River (river.Config.Logger) and River
+// UI: River's debug records are dropped (a firehose), its info records
+// are written at debug level ("Producer job counts" every few seconds is
+// not news), its warnings and errors as they are.
+//
+// River's lines about a job attempt's end are dropped at every level:
+// ferry's worker middleware logs each attempt once, with more fields
+// ("job: failed" at warn, "job: interrupted" at info), and River's error
+// line "panic recovery; possible bug with Worker" already reports a panic.
+func River(l *slog.Logger) *slog.Logger {
+	return slog.New(&riverHandler{next: l.Handler()})
 }
 
-func (h *minLevel) Enabled(ctx context.Context, l slog.Level) bool {
-	return l >= h.min && h.Handler.Enabled(ctx, l)
+// riverDuplicates end the messages of River's info records that repeat a
+// line ferry writes itself. River prefixes them with the service's name
+// ("jobexecutor.JobExecutor: Job errored").
+var riverDuplicates = []string{
+	": Job errored",
+	": Job errored; retrying",
+	": Job panicked",
+	": Job stopped due to client shutdown; retrying",
 }
 
-func (h *minLevel) WithAttrs(as []slog.Attr) slog.Handler {
-	return &minLevel{Handler: h.Handler.WithAttrs(as), min: h.min}
+type riverHandler struct {
+	next slog.Handler
 }
 
-func (h *minLevel) WithGroup(name string) slog.Handler {
-	return &minLevel{Handler: h.Handler.WithGroup(name), min: h.min}
+// Enabled reports whether a record of River's at l may be written: River's
+// info records are written at debug level.
+func (h *riverHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	switch {
+	case l < slog.LevelInfo:
+		return false
+	case l < slog.LevelWarn:
+		return h.next.Enabled(ctx, slog.LevelDebug)
+	}
+	return h.next.Enabled(ctx, l)
+}
+
+func (h *riverHandler) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level < slog.LevelWarn {
+		for _, suffix := range riverDuplicates {
+			if strings.HasSuffix(r.Message, suffix) {
+				return nil
+			}
+		}
+		r.Level = slog.LevelDebug
+	}
+	return h.next.Handle(ctx, r)
+}
+
+func (h *riverHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return &riverHandler{next: h.next.WithAttrs(as)}
+}
+
+func (h *riverHandler) WithGroup(name string) slog.Handler {
+	return &riverHandler{next: h.next.WithGroup(name)}
 }

@@ -15,6 +15,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ferryq/ferry/internal/logging"
 )
 
 // Recorder keeps log output in memory. Its zero value is ready; it is safe
@@ -39,9 +41,10 @@ func (r *Recorder) String() string {
 }
 
 // Logger returns a logger that writes JSON records at debug level and above
-// to r.
+// to r, shaped as production's are (logging.ReplaceAttr: durations as Go
+// duration strings).
 func (r *Recorder) Logger() *slog.Logger {
-	return slog.New(slog.NewJSONHandler(r, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	return slog.New(slog.NewJSONHandler(r, &slog.HandlerOptions{Level: slog.LevelDebug, ReplaceAttr: logging.ReplaceAttr}))
 }
 
 // All returns every record whose message is msg, in the order written.
