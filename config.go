@@ -54,9 +54,11 @@ type Config struct {
 	// Unless it sets pool_max_conns (which then wins, whatever its value),
 	// the server's pool has max(DefaultPoolMaxConns, held + PoolHeadroom)
 	// connections. held counts the workers that may each hold a connection
-	// for as long as their job runs: the outbox queue's workers when a route
-	// is a Go handler (a handler runs inside its delivery's transaction, up
-	// to the route's timeout; a Telegram command router is one). The
+	// for as long as their job runs: the outbox queue's workers for each
+	// route that is a Go handler (each route is delivered from a queue of
+	// its own with the outbox queue's workers, and a handler runs inside its
+	// delivery's transaction, up to the route's timeout; a Telegram command
+	// router is one). The
 	// headroom is for everything else that needs a connection meanwhile:
 	// River's fetches, completions, notifier and maintenance, the outbox
 	// relay, the scheduler, the Telegram pollers, metrics, the admin console
@@ -131,6 +133,11 @@ type Config struct {
 	// OutboxMaxAttempts bounds each delivery (FERRY_OUTBOX_MAX_ATTEMPTS);
 	// 0 takes the config file's outbox.max_attempts, else 24.
 	OutboxMaxAttempts int
+	// OutboxRouteGrace is how long a message whose topic no live worker
+	// routes waits for a route ("waiting for a route") before it is stuck
+	// with "no route for topic" (FERRY_OUTBOX_ROUTE_GRACE); default
+	// outbox.DefaultRouteGrace, 5m.
+	OutboxRouteGrace time.Duration
 	// OutboxRetention, when set, deletes delivered messages (and Go
 	// receivers' receive records) older than it, on the leader
 	// (FERRY_OUTBOX_RETENTION). Zero, the default, deletes nothing.
@@ -177,6 +184,7 @@ func (c Config) WithDefaults() Config {
 	c.LeaderTick = cmp.Or(c.LeaderTick, election.DefaultTick)
 	c.StandbyProbe = cmp.Or(c.StandbyProbe, election.DefaultProbe)
 	c.MaxOrphaned = cmp.Or(c.MaxOrphaned, liveness.DefaultMaxOrphaned)
+	c.OutboxRouteGrace = cmp.Or(c.OutboxRouteGrace, outbox.DefaultRouteGrace)
 	c.Version = cmp.Or(c.Version, Version())
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -242,6 +250,9 @@ func (c Config) check() error {
 	}
 	if c.OutboxMaxAttempts < 0 || c.OutboxMaxAttempts > 1000 {
 		errs = append(errs, fmt.Errorf("outbox max attempts %d is not between 1 and 1000", c.OutboxMaxAttempts))
+	}
+	if c.OutboxRouteGrace < 0 {
+		errs = append(errs, fmt.Errorf("outbox route grace %s is negative", c.OutboxRouteGrace))
 	}
 	if c.OutboxRetention < 0 || (c.OutboxRetention > 0 && c.OutboxRetention < time.Hour) {
 		errs = append(errs, fmt.Errorf("outbox retention %s: 0 (keep everything) or at least 1h", c.OutboxRetention))

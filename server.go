@@ -42,17 +42,20 @@ const hardStopBudget = 15 * time.Second
 // Server is one ferry process: a River client working every registered kind,
 // and the admin HTTP server.
 type Server struct {
-	cfg       Config
-	pool      *pgxpool.Pool
-	river     *river.Client[pgx.Tx]
-	registry  *jobs.Registry
-	migrator  *migrations.Migrator
-	metrics   *metrics.Metrics
-	admin     *admin.Server
-	riverUI   *riverui.Handler
-	elector   *election.Elector
-	sched     *periodic.Scheduler
-	relay     *outbox.Relay
+	cfg      Config
+	pool     *pgxpool.Pool
+	river    *river.Client[pgx.Tx]
+	registry *jobs.Registry
+	migrator *migrations.Migrator
+	metrics  *metrics.Metrics
+	admin    *admin.Server
+	riverUI  *riverui.Handler
+	elector  *election.Elector
+	sched    *periodic.Scheduler
+	relay    *outbox.Relay
+	// routes are the outbox routes this process delivers (none when it
+	// does not work the outbox queue), published at start.
+	routes    *outbox.Routes
 	botStatus []func() telegram.BotStatus
 	// outboxMaxAttempts is what relayed and reset deliveries get.
 	outboxMaxAttempts int
@@ -141,13 +144,25 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, &configError{err: err}
 	}
 	maxAttempts := cmp.Or(cfg.OutboxMaxAttempts, file.OutboxMaxAttempts, outbox.DefaultMaxAttempts)
+	// A process that works the outbox queue delivers its routes, each from
+	// a queue of its own with as many workers as the outbox queue has; one
+	// that does not delivers (and declares) none.
+	delivered := routes
+	if cfg.Queues[outbox.Queue] == 0 {
+		delivered, _ = outbox.NewRoutes()
+	}
+	for _, q := range delivered.Queues() {
+		if _, taken := cfg.Queues[q]; taken {
+			return nil, &configError{err: fmt.Errorf("queues: %q is the queue of an outbox route; name yours otherwise", q)}
+		}
+	}
 
 	clientID := newClientID()
-	pool, err := openPool(ctx, cfg.DatabaseURL, "ferry-worker", poolMaxConns(cfg.Queues, routes), clientID)
+	pool, err := openPool(ctx, cfg.DatabaseURL, "ferry-worker", poolMaxConns(cfg.Queues, delivered), clientID)
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, pool: pool, registry: registry, outboxMaxAttempts: maxAttempts, started: make(chan struct{})}
+	s := &Server{cfg: cfg, pool: pool, registry: registry, routes: delivered, outboxMaxAttempts: maxAttempts, started: make(chan struct{})}
 	fail := func(err error) (*Server, error) { pool.Close(); return nil, err }
 
 	deliver := outbox.NewDeliverWorker(outbox.DeliverConfig{Pool: pool, Routes: routes, MaxAttempts: maxAttempts, Logger: cfg.Logger})
@@ -178,6 +193,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	queues := make(map[string]river.QueueConfig, len(cfg.Queues))
 	for name, n := range cfg.Queues {
 		queues[name] = river.QueueConfig{MaxWorkers: n}
+	}
+	for _, q := range delivered.Queues() {
+		queues[q] = river.QueueConfig{MaxWorkers: cfg.Queues[outbox.Queue]}
 	}
 	// The unique-key middleware makes jobs.WithUniqueKey hold on every
 	// insert through this client (the scheduler's, the relay's, Telegram's,
@@ -246,7 +264,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return fail(err)
 	}
 	s.elector.Register("rescue", rescuer.Run)
-	s.relay = outbox.NewRelay(outbox.RelayConfig{Pool: pool, Inserter: s.river, Routes: routes, MaxAttempts: maxAttempts, Logger: cfg.Logger})
+	s.relay = outbox.NewRelay(outbox.RelayConfig{Pool: pool, Inserter: s.river, Routes: delivered, RouteGrace: cfg.OutboxRouteGrace, MaxAttempts: maxAttempts, Logger: cfg.Logger})
 	s.services = []service{s.elector, s.sched, s.relay}
 	if err := s.metrics.Registry.Register(outbox.NewCollector(pool, cfg.Logger)); err != nil {
 		return fail(err)
@@ -309,12 +327,15 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 // poolMaxConns is the size of the server's pool unless DATABASE_URL sets
 // pool_max_conns: max(DefaultPoolMaxConns, held + PoolHeadroom), where held
 // is the number of workers that may hold a connection for as long as their
-// job runs (see Config.DatabaseURL).
+// job runs (see Config.DatabaseURL). routes are the routes this process
+// delivers, each from its own queue with the outbox queue's workers.
 func poolMaxConns(queues map[string]int, routes *outbox.Routes) int32 {
 	held := 0
-	if slices.ContainsFunc(routes.All(), func(r outbox.Route) bool { return r.Handler != nil }) {
-		// A Go handler runs inside its delivery's transaction.
-		held += queues[outbox.Queue]
+	for _, r := range routes.All() {
+		if r.Handler != nil {
+			// A Go handler runs inside its delivery's transaction.
+			held += queues[outbox.Queue]
+		}
 	}
 	return int32(max(DefaultPoolMaxConns, held+PoolHeadroom))
 }
@@ -451,6 +472,12 @@ func (s *Server) Run(ctx context.Context) error {
 		return err
 	}
 	defer s.liveness.Stop()
+	// The routes this worker delivers count for every relay while its
+	// liveness lock is held; they are declared before its River client
+	// fetches their queues.
+	if err := outbox.Publish(ctx, s.pool, s.liveness.ClientID(), s.routes); err != nil {
+		return err
+	}
 	// River's work contexts must outlive ctx: stopRiver is what ends them,
 	// after the grace period. From here on every return stops River.
 	if err := s.river.Start(context.WithoutCancel(ctx)); err != nil {

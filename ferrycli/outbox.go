@@ -73,7 +73,7 @@ func enqueueOutbox() *cli.Command {
    enqueue outbox list --topic order.placed --limit 20 --json`,
 				Flags: []cli.Flag{
 					databaseURLFlag(),
-					&cli.StringFlag{Name: "status", Usage: "pending, relayed, delivered or stuck"},
+					&cli.StringFlag{Name: "status", Usage: "pending, relayed, delivered, stuck, or waiting (for a route)"},
 					&cli.StringFlag{Name: "topic", Usage: "only this topic"},
 					&cli.IntFlag{Name: "limit", Value: 100, Usage: "at most this many rows (1 to 10000)"},
 					jsonFlag(),
@@ -140,9 +140,9 @@ func runOutboxAdd(c *cli.Context) error {
 func runOutboxList(c *cli.Context) error {
 	f := outbox.ListFilter{Status: c.String("status"), Topic: c.String("topic"), Limit: c.Int("limit")}
 	switch f.Status {
-	case "", "pending", "relayed", "delivered", "stuck":
+	case "", "pending", "relayed", "delivered", "stuck", "waiting":
 	default:
-		return usageErrorf("--status %q: want pending, relayed, delivered or stuck", f.Status)
+		return usageErrorf("--status %q: want pending, relayed, delivered, stuck or waiting", f.Status)
 	}
 	if f.Limit < 1 || f.Limit > 10000 {
 		return usageErrorf("--limit %d: must be 1 to 10000", f.Limit)

@@ -51,11 +51,17 @@ const (
 	SignatureHeader = "Ferry-Signature"
 )
 
-// ErrRouteNotConfigured is why a delivery whose route this worker does not
-// know (the configuration changed since the relay routed the message) is
-// stuck: its text is the delivery's last_error, and the job's error wraps
-// it.
+// ErrRouteNotConfigured is what a worker says of a delivery whose route it
+// does not know, found in the route's own queue (a worker works the queues
+// of its own routes only, so this takes a misconfiguration, such as a River
+// client of one's own working a route's queue): the delivery waits for a
+// worker that has the route, with last_error "waiting for a route: route
+// not configured on this worker", and is never stuck for it.
 var ErrRouteNotConfigured = errors.New("route not configured on this worker")
+
+// routeSnooze is how long a delivery found on a worker without its route
+// waits before it is tried again.
+const routeSnooze = time.Minute
 
 // retryBackoff is the delay after the failed attempt n (1-based) at index
 // n-1; later attempts wait as long as the last entry.
@@ -91,7 +97,7 @@ type DeliverConfig struct {
 	// Pool is the database of ferry_outbox. Required.
 	Pool *pgxpool.Pool
 	// Routes is this process's routing table; nil is no route (every
-	// delivery is then stuck with ErrRouteNotConfigured).
+	// delivery is then forwarded to its route's queue, or waits there).
 	Routes *Routes
 	// MaxAttempts after which a failing delivery is stuck; default
 	// DefaultMaxAttempts (FERRY_OUTBOX_MAX_ATTEMPTS). A job inserted with a
@@ -116,9 +122,14 @@ type DeliverConfig struct {
 // and retried on the backoff table 5, 15, 60, 300, 900, 3600 s with ±10%
 // jitter (408, 429, 5xx, transport errors, timeouts, a handler's error or
 // panic); stuck at once (any other status, a handler returning
-// river.JobCancel, a route this worker does not know) or after MaxAttempts.
-// A stuck delivery ends its job and marks the message stuck; Reset puts it
-// back.
+// river.JobCancel) or after MaxAttempts. A stuck delivery ends its job and
+// marks the message stuck; Reset puts it back.
+//
+// A delivery found in the shared queue Queue, or in another queue than its
+// route's while this worker lacks the route, is forwarded to its route's
+// queue (QueueFor); one found in its route's queue on a worker without the
+// route (a misconfiguration) is snoozed, waiting for a worker that has it.
+// Neither is an attempt, and neither is ever stuck.
 //
 // A Go handler route completes its job with river.JobCompleteTx, so it
 // needs River's work context: Work called outside a River client fails
@@ -247,9 +258,6 @@ type attempt struct {
 	outcome outcome
 	status  int // HTTP status; 0 for a Go handler or a transport error
 	err     error
-	// none: no attempt was made (a route this worker does not know), so
-	// attempts is not counted.
-	none bool
 }
 
 // Work implements river.Worker.
@@ -275,8 +283,11 @@ func (w *DeliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) e
 	}
 
 	route, ok := w.routes.Get(a.Route)
-	if !ok {
-		return w.finish(ctx, job, msg, attempt{outcome: stuck, err: ErrRouteNotConfigured, none: true}, 0)
+	switch {
+	case job.Queue == Queue || (!ok && job.Queue != QueueFor(a.Route)):
+		return w.forward(ctx, job, msg)
+	case !ok:
+		return w.waitForRoute(ctx, job, msg)
 	}
 	if route.Handler != nil {
 		return w.workHandler(ctx, job, route, msg)
@@ -284,6 +295,56 @@ func (w *DeliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) e
 	start := time.Now()
 	res := w.post(ctx, route, msg)
 	return w.finish(ctx, job, msg, res, time.Since(start))
+}
+
+// forward moves a delivery to its route's queue (QueueFor), where only
+// workers that have the route fetch it: in one transaction, a new
+// outbox.deliver job there, recorded as the delivery's job, and this job
+// completed. No attempt is made or counted. It is how deliveries relayed
+// into the shared queue Queue (by a version of ferry before routes had
+// queues, by hand) reach a worker with their route.
+func (w *DeliverWorker) forward(ctx context.Context, job *river.Job[DeliverArgs], msg Message) error {
+	a := job.Args
+	client, err := river.ClientFromContextSafely[pgx.Tx](ctx)
+	if err != nil {
+		return fmt.Errorf("outbox: forward message %d to route %s's queue: %w", a.MessageID, a.Route, err)
+	}
+	queue := QueueFor(a.Route)
+	var newID int64
+	err = pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
+		res, err := client.InsertTx(ctx, tx, a, &river.InsertOpts{Queue: queue, MaxAttempts: cmp.Or(job.MaxAttempts, w.maxAttempts)})
+		if err != nil {
+			return fmt.Errorf("insert the job: %w", err)
+		}
+		newID = res.Job.ID
+		if _, err := tx.Exec(ctx, `UPDATE ferry_outbox_delivery SET job_id = $3, updated_at = now()
+			WHERE message_id = $1 AND route = $2 AND status <> 'delivered'`, a.MessageID, a.Route, newID); err != nil {
+			return fmt.Errorf("record the job: %w", err)
+		}
+		if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {
+			return fmt.Errorf("complete this job: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("outbox: forward message %d to route %s's queue %s: %w", a.MessageID, a.Route, queue, err)
+	}
+	w.log.Info("outbox: delivery forwarded to its route's queue", "message_id", a.MessageID, "route", a.Route, "topic", msg.Topic, "queue", queue, "job_id", newID)
+	return nil
+}
+
+// waitForRoute snoozes a delivery found in its route's queue on a worker
+// without the route, and says so in its last_error: it is never stuck for
+// what another worker can do.
+func (w *DeliverWorker) waitForRoute(ctx context.Context, job *river.Job[DeliverArgs], msg Message) error {
+	a := job.Args
+	lastErr := ErrWaitingForRoute.Error() + ": " + ErrRouteNotConfigured.Error()
+	if _, err := w.pool.Exec(ctx, `UPDATE ferry_outbox_delivery SET last_error = $3, updated_at = now()
+		WHERE message_id = $1 AND route = $2 AND status = 'pending'`, a.MessageID, a.Route, lastErr); err != nil {
+		return fmt.Errorf("outbox: deliver message %d to route %s: record the wait: %w", a.MessageID, a.Route, err)
+	}
+	w.log.Warn("outbox: delivery waits for a worker with its route", "message_id", a.MessageID, "route", a.Route, "topic", msg.Topic, "queue", job.Queue, "retry_in", routeSnooze)
+	return river.JobSnooze(routeSnooze)
 }
 
 // load reads the message and the status of its delivery to the job's route
@@ -493,7 +554,7 @@ func (w *DeliverWorker) finish(ctx context.Context, job *river.Job[DeliverArgs],
 		}
 		lastErr = truncate(fmt.Sprintf("%s (attempt %d, the last)", res.err, job.Attempt), maxLastError)
 		err := wrap(fmt.Errorf("%w (attempt %d, the last)", res.err, job.Attempt))
-		if rerr := recordStuck(rctx, w.pool, a.MessageID, a.Route, lastErr, true); rerr != nil {
+		if rerr := recordStuck(rctx, w.pool, a.MessageID, a.Route, lastErr); rerr != nil {
 			err = errors.Join(err, wrap(rerr))
 		}
 		w.log.Error("outbox: delivery stuck", append(attrs, "error", lastErr)...)
@@ -507,7 +568,7 @@ func (w *DeliverWorker) finish(ctx context.Context, job *river.Job[DeliverArgs],
 	default: // stuck
 		lastErr := truncate(res.err.Error(), maxLastError)
 		err := wrap(res.err)
-		if rerr := recordStuck(rctx, w.pool, a.MessageID, a.Route, lastErr, !res.none); rerr != nil && !errors.Is(rerr, errMessageGone) {
+		if rerr := recordStuck(rctx, w.pool, a.MessageID, a.Route, lastErr); rerr != nil && !errors.Is(rerr, errMessageGone) {
 			err = errors.Join(err, wrap(rerr))
 		}
 		w.log.Error("outbox: delivery stuck", append(attrs, "error", lastErr)...)
@@ -549,7 +610,7 @@ const (
 		last_error = $3, next_attempt_at = $4, updated_at = now()
 		WHERE message_id = $1 AND route = $2 AND status <> 'delivered'`
 
-	sqlStuck = `UPDATE ferry_outbox_delivery SET status = 'stuck', attempts = attempts + $4,
+	sqlStuck = `UPDATE ferry_outbox_delivery SET status = 'stuck', attempts = attempts + 1,
 		last_error = $3, next_attempt_at = NULL, updated_at = now()
 		WHERE message_id = $1 AND route = $2 AND status <> 'delivered'`
 
@@ -595,18 +656,14 @@ func recordFailed(ctx context.Context, pool *pgxpool.Pool, id int64, route, last
 	return nil
 }
 
-// recordStuck records the delivery stuck and the message with it (its
-// last_error names the route). attempted says whether an attempt was made.
-func recordStuck(ctx context.Context, pool *pgxpool.Pool, id int64, route, lastErr string, attempted bool) error {
-	n := 0
-	if attempted {
-		n = 1
-	}
+// recordStuck records the attempt, the delivery stuck and the message with
+// it (its last_error names the route).
+func recordStuck(ctx context.Context, pool *pgxpool.Pool, id int64, route, lastErr string) error {
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if err := lockMessage(ctx, tx, id); err != nil {
 			return err
 		}
-		tag, err := tx.Exec(ctx, sqlStuck, id, route, lastErr, n)
+		tag, err := tx.Exec(ctx, sqlStuck, id, route, lastErr)
 		if err != nil {
 			return err
 		}

@@ -534,23 +534,6 @@ func TestDeliverWorker_Webhook(t *testing.T) {
 		require.Contains(t, err.Error(), "message not found")
 	})
 
-	t.Run("RouteNotConfiguredStuck", func(t *testing.T) {
-		t.Parallel()
-		b := deliverSetup(t)
-		srv := statusHook(t, http.StatusOK, "")
-		w := b.worker(t, DeliverConfig{Client: srv.Client()}, hookRoute(srv, "billing"))
-		id := b.seed(t, testTopic, `{}`, "retired")
-
-		err := w.Work(ctx, deliverJob(id, "retired", 1, 24))
-		requireJobCancel(t, err)
-		require.ErrorIs(t, err, ErrRouteNotConfigured)
-		d := b.delivery(t, id, "retired")
-		require.Equal(t, "stuck", d.Status)
-		require.Equal(t, 0, d.Attempts, "nothing was attempted")
-		require.Equal(t, ErrRouteNotConfigured.Error(), *d.LastError)
-		require.Equal(t, "stuck", b.message(t, id).Status)
-	})
-
 	t.Run("AlreadyDeliveredSkipped", func(t *testing.T) {
 		t.Parallel()
 		b := deliverSetup(t)

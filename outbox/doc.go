@@ -22,9 +22,56 @@
 // UPDATE SKIP LOCKED, in batches, and in the same transaction records one
 // delivery per (message, route) in ferry_outbox_delivery, inserts the
 // outbox.deliver jobs (River's InsertManyTx) and marks the messages relayed.
-// Relays on many replicas share the work; none relays a message twice. A
-// topic with no route is an error made visible: the message is stuck with
-// "no route for topic", never a silent wait.
+// Relays on many replicas share the work; none relays a message twice.
+//
+// # Routes across replicas
+//
+// Replicas may differ in their routes: during a rolling deploy that adds a
+// route, some workers have it and some do not yet. Were each relay to use
+// its own configuration only, a message would reach the new route or not
+// depending on which replica relayed it, and a delivery would fail on a
+// worker that lacks its route. So:
+//
+//   - Each worker declares the routes it delivers (Publish) in
+//     ferry_outbox_route at start, keyed by its River client id, the key of
+//     its ferry_worker row. A declaration counts while the worker is alive,
+//     judged as internal/liveness judges it: some session holds the worker's
+//     lock (911000003, ferry_worker.id) and the rescuer has not declared it
+//     dead. Never a heartbeat's age: a worker that stops, is killed or is
+//     cut off loses its routes when its session ends. Publish deletes the
+//     declarations of stopped and dead workers.
+//   - The relay routes each message to the union, by route name, of its own
+//     routes and those of every live worker (LiveRoutes), whichever replica
+//     it runs on; it needs only the names.
+//   - Each delivery job goes to its route's own River queue, QueueFor(name),
+//     and a worker's River client works the queues of exactly the routes it
+//     has (with the outbox queue's worker count each). A delivery therefore
+//     runs only where its route is configured; it waits in its queue, never
+//     stuck, while no such worker runs. A derived queue name is
+//     deterministic, valid for River (64 characters of [a-z0-9] with single
+//     _ or -) and, through 80 bits of SHA-256, unique in practice; it keeps a
+//     readable form of the name for River UI.
+//   - Jobs in the shared queue Queue ("outbox": relayed by ferry before
+//     routes had queues, or inserted by hand) are forwarded to their
+//     route's queue in one transaction (a new job, recorded as the
+//     delivery's job, and the old one completed), not attempted there; so a
+//     rolling upgrade leaves none behind. A delivery that a worker without
+//     its route still fetches from the route's own queue (only a River
+//     client configured by hand can) is snoozed with last_error "waiting for
+//     a route: route not configured on this worker", never stuck.
+//   - A message whose topic no live worker routes waits: it stays pending
+//     with last_error "waiting for a route" (ErrWaitingForRoute) from
+//     route_wait_since, Stats counts it as "waiting for a route", and it is
+//     relayed as soon as a worker declares a route for its topic (Publish
+//     notifies the relays). After RouteGrace (FERRY_OUTBOX_ROUTE_GRACE,
+//     default 5m) without one it is stuck with "no route for topic": visible,
+//     never a silent wait. Waiting messages are out of the relay's claim
+//     index, so a backlog of them never slows the relaying of others.
+//   - Reset puts a stuck delivery back in its route's queue, and a message
+//     stuck for want of a route back to the relay, with a new grace.
+//
+// The union is taken at relay time: a message relayed before a route
+// appeared does not get a delivery to it later.
 //
 // # Delivering
 //

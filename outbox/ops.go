@@ -7,6 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
+
+	"github.com/ferryq/ferry/internal/liveness"
 )
 
 // Querier is what the read-side functions run on (a pool, a conn, a tx).
@@ -23,15 +25,28 @@ type Stat struct {
 	Count  int64  `json:"count"`
 }
 
+// StatusWaiting is the state Stats reports for a pending message whose
+// topic no live worker routes, while it waits for one (its last_error is
+// ErrWaitingForRoute); ListFilter.Status "waiting" selects these messages.
+const StatusWaiting = "waiting for a route"
+
 // Stats counts messages by topic and status, and deliveries by topic, route
-// and status.
+// and status. Pending messages that wait for a route, and pending
+// deliveries whose route no live worker declares (they wait in the route's
+// queue for a worker that has it: a worker stopped, or a route removed by a
+// deploy), are counted apart, with the status StatusWaiting.
 func Stats(ctx context.Context, q Querier) ([]Stat, error) {
-	rows, err := q.Query(ctx, `
-		SELECT topic, '' AS route, status, count(*) FROM ferry_outbox GROUP BY topic, status
+	rows, err := q.Query(ctx, `WITH live AS (`+sqlLive+`)
+		SELECT topic, '' AS route,
+		       CASE WHEN status = 'pending' AND route_wait_since IS NOT NULL THEN $2 ELSE status END AS status, count(*)
+		FROM ferry_outbox GROUP BY 1, 2, 3
 		UNION ALL
-		SELECT o.topic, d.route, d.status, count(*) FROM ferry_outbox_delivery d JOIN ferry_outbox o ON o.id = d.message_id
-		GROUP BY o.topic, d.route, d.status
-		ORDER BY 1, 2, 3`)
+		SELECT o.topic, d.route,
+		       CASE WHEN d.status = 'pending' AND NOT EXISTS (SELECT 1 FROM live WHERE live.route = d.route) THEN $2 ELSE d.status END,
+		       count(*)
+		FROM ferry_outbox_delivery d JOIN ferry_outbox o ON o.id = d.message_id
+		GROUP BY 1, 2, 3
+		ORDER BY 1, 2, 3`, liveness.Namespace, StatusWaiting)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: stats: %w", err)
 	}
@@ -59,7 +74,10 @@ type Delivery struct {
 
 // ListFilter narrows List.
 type ListFilter struct {
-	Status string // rows whose message or delivery has this status; "" for any
+	// Status selects rows whose message or delivery has this status
+	// (pending, relayed, delivered, stuck), or "waiting": messages that
+	// wait for a route; "" for any.
+	Status string
 	Topic  string // "" for any
 	Limit  int    // default 100
 }
@@ -75,7 +93,8 @@ func List(ctx context.Context, q Querier, f ListFilter) ([]Delivery, error) {
 		SELECT o.id, o.topic, o.status, d.route, d.status, d.attempts, coalesce(d.last_error, o.last_error),
 		       d.next_attempt_at, d.job_id, coalesce(d.delivered_at, o.delivered_at), o.created_at
 		FROM ferry_outbox o LEFT JOIN ferry_outbox_delivery d ON d.message_id = o.id
-		WHERE ($1 = '' OR o.status = $1 OR d.status = $1) AND ($2 = '' OR o.topic = $2)
+		WHERE ($1 = '' OR o.status = $1 OR d.status = $1 OR ($1 = 'waiting' AND o.status = 'pending' AND o.route_wait_since IS NOT NULL))
+		  AND ($2 = '' OR o.topic = $2)
 		ORDER BY o.id DESC, d.route LIMIT $3`, f.Status, f.Topic, f.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: list: %w", err)
@@ -88,9 +107,12 @@ func List(ctx context.Context, q Querier, f ListFilter) ([]Delivery, error) {
 }
 
 // Reset puts stuck messages back: their stuck deliveries become pending
-// with a new delivery job each (attempts kept, as history), and a message
-// stuck for want of a route goes back to pending for the relay to route
-// again. It returns how many deliveries and messages it reset.
+// with a new delivery job each, in the route's own queue (QueueFor), which
+// only workers that have the route work (attempts kept, as history); a
+// message stuck for want of a route goes back to pending for the relay to
+// route again, to the routes live workers declare then, or to wait for one
+// for a new grace period. It returns how many deliveries and messages it
+// reset.
 func Reset(ctx context.Context, tx pgx.Tx, inserter Inserter, ids []int64, maxAttempts int) (deliveries, messages int, err error) {
 	if maxAttempts <= 0 {
 		maxAttempts = DefaultMaxAttempts
@@ -111,7 +133,7 @@ func Reset(ctx context.Context, tx pgx.Tx, inserter Inserter, ids []int64, maxAt
 		msgIDs, routes = append(msgIDs, msgID), append(routes, route)
 		params = append(params, river.InsertManyParams{
 			Args:       DeliverArgs{MessageID: msgID, Route: route},
-			InsertOpts: &river.InsertOpts{Queue: Queue, MaxAttempts: maxAttempts},
+			InsertOpts: &river.InsertOpts{Queue: QueueFor(route), MaxAttempts: maxAttempts},
 		})
 		return nil
 	})
@@ -135,7 +157,7 @@ func Reset(ctx context.Context, tx pgx.Tx, inserter Inserter, ids []int64, maxAt
 	}
 	tag, err := tx.Exec(ctx, `UPDATE ferry_outbox o SET
 			status = CASE WHEN EXISTS (SELECT 1 FROM ferry_outbox_delivery d WHERE d.message_id = o.id) THEN 'relayed' ELSE 'pending' END,
-			last_error = NULL
+			last_error = NULL, route_wait_since = NULL
 		WHERE id = ANY($1) AND status = 'stuck'`, ids)
 	if err != nil {
 		return 0, 0, fmt.Errorf("outbox: reset messages: %w", err)

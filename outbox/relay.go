@@ -25,15 +25,28 @@ const (
 	DefaultBatchSize    = 1000
 	DefaultPollInterval = time.Second
 	DefaultMaxAttempts  = 24
-	// Queue is the River queue of outbox.deliver jobs.
+	// DefaultRouteGrace is how long a message whose topic no live worker
+	// routes waits for a route before it is stuck
+	// (FERRY_OUTBOX_ROUTE_GRACE).
+	DefaultRouteGrace = 5 * time.Minute
+	// Queue is the River queue of outbox.deliver jobs inserted without a
+	// route's own queue: by ferry before version 007 of the schema, by
+	// hand, or by `enqueue job outbox.deliver`. The relay puts each
+	// delivery in its route's queue (QueueFor); a delivery job found in
+	// Queue is forwarded there.
 	Queue = "outbox"
-	// NotifyChannel is what the insert trigger of ferry_outbox notifies.
+	// NotifyChannel is what the insert trigger of ferry_outbox notifies,
+	// and what Publish notifies when a worker declares its routes.
 	NotifyChannel = "ferry_outbox"
 )
 
 // ErrNoRoute is why a message whose topic has no route is stuck: its text
 // is the message's last_error.
 var ErrNoRoute = errors.New("no route for topic")
+
+// ErrWaitingForRoute is the last_error of a pending message whose topic no
+// live worker routes, while it waits for one (RelayConfig.RouteGrace).
+var ErrWaitingForRoute = errors.New("waiting for a route")
 
 // Inserter inserts River jobs in a transaction; *river.Client[pgx.Tx]
 // implements it.
@@ -45,7 +58,14 @@ type Inserter interface {
 type RelayConfig struct {
 	Pool     *pgxpool.Pool
 	Inserter Inserter
-	Routes   *Routes
+	// Routes are this process's own routes, those it delivers. The relay
+	// routes each message to these and to every route a live worker has
+	// published (Publish, LiveRoutes), by name.
+	Routes *Routes
+	// RouteGrace is how long a message whose topic no route covers waits
+	// (pending, last_error "waiting for a route") before it is stuck with
+	// "no route for topic"; default DefaultRouteGrace.
+	RouteGrace time.Duration
 	// BatchSize is how many messages one transaction claims.
 	BatchSize int
 	// PollInterval is the fallback when no notification arrives (a lost
@@ -73,6 +93,7 @@ func NewRelay(cfg RelayConfig) *Relay {
 	cfg.BatchSize = cmp.Or(cfg.BatchSize, DefaultBatchSize)
 	cfg.PollInterval = cmp.Or(cfg.PollInterval, DefaultPollInterval)
 	cfg.MaxAttempts = cmp.Or(cfg.MaxAttempts, DefaultMaxAttempts)
+	cfg.RouteGrace = cmp.Or(cfg.RouteGrace, DefaultRouteGrace)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -118,58 +139,101 @@ func (r *Relay) run(ctx context.Context) {
 // Drain relays batches until none is full.
 func (r *Relay) Drain(ctx context.Context) error {
 	for {
-		n, err := r.RelayOnce(ctx)
-		if err != nil {
+		_, full, err := r.relayOnce(ctx)
+		if err != nil || !full {
 			return err
-		}
-		if n < r.cfg.BatchSize {
-			return nil
 		}
 	}
 }
 
-// RelayOnce claims up to BatchSize pending messages, oldest first, and in
-// the same transaction records one delivery per (message, route), inserts
-// their outbox.deliver jobs and marks the messages relayed; a message whose
-// topic has no route is marked stuck with ErrNoRoute. It returns how many
-// messages it claimed.
+// SQL of the relay.
+const (
+	// sqlClaimNew claims messages the relay has not looked at yet.
+	sqlClaimNew = `SELECT id, topic, false FROM ferry_outbox
+		WHERE status = 'pending' AND route_wait_since IS NULL
+		ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`
+	// sqlClaimWaiting claims waiting messages that are due: their topic
+	// has a route now ($2), or their grace ($3 seconds) is over.
+	sqlClaimWaiting = `SELECT id, topic, true FROM ferry_outbox
+		WHERE status = 'pending' AND route_wait_since IS NOT NULL
+		  AND (topic = ANY($2) OR route_wait_since <= now() - make_interval(secs => $3))
+		ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`
+)
+
+// RelayOnce claims up to BatchSize new pending messages, oldest first, and
+// up to BatchSize waiting ones that are due, and in the same transaction
+// records one delivery per (message, route) for the routes of this process
+// and of every live worker, inserts their outbox.deliver jobs, each in its
+// route's queue (QueueFor), and marks the messages relayed. A new message
+// whose topic has no route waits: it stays pending with last_error
+// ErrWaitingForRoute until a route appears or RouteGrace has passed, and
+// then it is stuck with ErrNoRoute. It returns how many messages it
+// claimed.
 func (r *Relay) RelayOnce(ctx context.Context) (int, error) {
-	var n int
-	err := pgx.BeginFunc(ctx, r.cfg.Pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT id, topic FROM ferry_outbox WHERE status = 'pending'
-			ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`, r.cfg.BatchSize)
+	n, _, err := r.relayOnce(ctx)
+	return n, err
+}
+
+// relayOnce is RelayOnce; full says whether a claim filled its batch.
+func (r *Relay) relayOnce(ctx context.Context) (n int, full bool, err error) {
+	err = pgx.BeginFunc(ctx, r.cfg.Pool, func(tx pgx.Tx) error {
+		live, err := LiveRoutes(ctx, tx)
 		if err != nil {
-			return fmt.Errorf("claim messages: %w", err)
+			return err
+		}
+		routes := union(live, r.cfg.Routes)
+		routed := make([]string, 0, len(routes))
+		for topic := range routes {
+			routed = append(routed, topic)
 		}
 		var (
-			id       int64
-			topic    string
-			routed   []int64
-			unrouted []int64
-			msgIDs   []int64
-			names    []string
-			params   []river.InsertManyParams
+			id      int64
+			topic   string
+			waiting bool
+			relayed []int64
+			waitNow []int64
+			noRoute []int64
+			msgIDs  []int64
+			names   []string
+			params  []river.InsertManyParams
 		)
-		_, err = pgx.ForEachRow(rows, []any{&id, &topic}, func() error {
-			routes := r.cfg.Routes.For(topic)
-			if len(routes) == 0 {
-				unrouted = append(unrouted, id)
+		claim := func(sql string, args ...any) error {
+			rows, err := tx.Query(ctx, sql, args...)
+			if err != nil {
+				return fmt.Errorf("claim messages: %w", err)
+			}
+			c, err := pgx.ForEachRow(rows, []any{&id, &topic, &waiting}, func() error {
+				rs := routes[topic]
+				switch {
+				case len(rs) == 0 && waiting:
+					noRoute = append(noRoute, id) // its grace is over
+				case len(rs) == 0:
+					waitNow = append(waitNow, id)
+				default:
+					relayed = append(relayed, id)
+					for _, name := range rs {
+						msgIDs, names = append(msgIDs, id), append(names, name)
+						params = append(params, river.InsertManyParams{
+							Args:       DeliverArgs{MessageID: id, Route: name},
+							InsertOpts: &river.InsertOpts{Queue: QueueFor(name), MaxAttempts: r.cfg.MaxAttempts},
+						})
+					}
+				}
 				return nil
+			})
+			if err != nil {
+				return fmt.Errorf("claim messages: %w", err)
 			}
-			routed = append(routed, id)
-			for _, rt := range routes {
-				msgIDs, names = append(msgIDs, id), append(names, rt.Name)
-				params = append(params, river.InsertManyParams{
-					Args:       DeliverArgs{MessageID: id, Route: rt.Name},
-					InsertOpts: &river.InsertOpts{Queue: Queue, MaxAttempts: r.cfg.MaxAttempts},
-				})
-			}
+			n += int(c.RowsAffected())
+			full = full || int(c.RowsAffected()) >= r.cfg.BatchSize
 			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("claim messages: %w", err)
 		}
-		n = len(routed) + len(unrouted)
+		if err := claim(sqlClaimNew, r.cfg.BatchSize); err != nil {
+			return err
+		}
+		if err := claim(sqlClaimWaiting, r.cfg.BatchSize, routed, r.cfg.RouteGrace.Seconds()); err != nil {
+			return err
+		}
 		if len(params) > 0 {
 			res, err := r.cfg.Inserter.InsertManyTx(ctx, tx, params)
 			if err != nil {
@@ -183,22 +247,28 @@ func (r *Relay) RelayOnce(ctx context.Context) (int, error) {
 				SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[])`, msgIDs, names, jobIDs); err != nil {
 				return fmt.Errorf("record deliveries: %w", err)
 			}
-			if _, err := tx.Exec(ctx, `UPDATE ferry_outbox SET status = 'relayed', relayed_at = now() WHERE id = ANY($1)`, routed); err != nil {
+			if _, err := tx.Exec(ctx, `UPDATE ferry_outbox SET status = 'relayed', relayed_at = now(), last_error = NULL WHERE id = ANY($1)`, relayed); err != nil {
 				return fmt.Errorf("mark relayed: %w", err)
 			}
 		}
-		if len(unrouted) > 0 {
-			if _, err := tx.Exec(ctx, `UPDATE ferry_outbox SET status = 'stuck', last_error = $2 WHERE id = ANY($1)`, unrouted, ErrNoRoute.Error()); err != nil {
+		if len(waitNow) > 0 {
+			if _, err := tx.Exec(ctx, `UPDATE ferry_outbox SET route_wait_since = now(), last_error = $2 WHERE id = ANY($1)`, waitNow, ErrWaitingForRoute.Error()); err != nil {
+				return fmt.Errorf("mark waiting for a route: %w", err)
+			}
+			r.cfg.Logger.Warn("outbox: messages wait for a route: no live worker routes their topic", "count", len(waitNow), "first_id", waitNow[0], "grace", r.cfg.RouteGrace)
+		}
+		if len(noRoute) > 0 {
+			if _, err := tx.Exec(ctx, `UPDATE ferry_outbox SET status = 'stuck', last_error = $2 WHERE id = ANY($1)`, noRoute, ErrNoRoute.Error()); err != nil {
 				return fmt.Errorf("mark unrouted: %w", err)
 			}
-			r.cfg.Logger.Warn("outbox: messages with no route for their topic are stuck", "count", len(unrouted), "first_id", unrouted[0])
+			r.cfg.Logger.Warn("outbox: messages with no route for their topic are stuck", "count", len(noRoute), "first_id", noRoute[0], "grace", r.cfg.RouteGrace)
 		}
 		return nil
 	})
 	if err != nil {
-		return 0, fmt.Errorf("outbox: relay: %w", err)
+		return 0, false, fmt.Errorf("outbox: relay: %w", err)
 	}
-	return n, nil
+	return n, full, nil
 }
 
 // listen keeps a LISTEN session on NotifyChannel and wakes the loop on

@@ -185,27 +185,23 @@ func TestRelay_RelayOnce(t *testing.T) {
 	require.NoError(t, b.pool.QueryRow(ctx, "SELECT status FROM ferry_outbox WHERE id = $1", placed).Scan(&status))
 	require.Equal(t, "relayed", status)
 	require.Equal(t, 2, count(t, b.pool, "SELECT count(*) FROM ferry_outbox_delivery WHERE message_id = $1 AND status = 'pending'", placed))
-	require.Equal(t, 2, count(t, b.pool, `SELECT count(*) FROM river_job WHERE kind = 'outbox.deliver' AND queue = 'outbox'
-		AND (args->>'message_id')::bigint = $1 AND max_attempts = 24`, placed))
+	require.Equal(t, 2, count(t, b.pool, `SELECT count(*) FROM river_job WHERE kind = 'outbox.deliver'
+		AND queue = CASE args->>'route' WHEN 'billing' THEN $2 WHEN 'crm' THEN $3 END
+		AND (args->>'message_id')::bigint = $1 AND max_attempts = 24`, placed, QueueFor("billing"), QueueFor("crm")),
+		"each in its route's queue")
 	require.Equal(t, 0, count(t, b.pool, "SELECT count(*) FROM ferry_outbox_delivery d LEFT JOIN river_job j ON j.id = d.job_id WHERE j.id IS NULL"))
 
 	var lastErr string
 	require.NoError(t, b.pool.QueryRow(ctx, "SELECT status, last_error FROM ferry_outbox WHERE id = $1", orphan).Scan(&status, &lastErr))
-	require.Equal(t, "stuck", status, "a topic with no route is visible, not a silent wait")
-	require.Equal(t, ErrNoRoute.Error(), lastErr)
+	require.Equal(t, "pending", status, "a topic with no route waits for one (TestRelay_WaitingForRoute)")
+	require.Equal(t, ErrWaitingForRoute.Error(), lastErr, "visibly")
 
 	n, err = r.RelayOnce(ctx)
 	require.NoError(t, err)
 	require.Zero(t, n, "nothing is relayed twice")
 
-	// Reset routes the orphan again once a route exists.
+	// A relay that has a route for the orphan relays it.
 	r2 := b.relay(t, webhook("nobody.listens", "late"))
-	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-		d, m, err := Reset(ctx, tx, b.client, []int64{orphan}, 0)
-		require.Zero(t, d)
-		require.Equal(t, 1, m)
-		return err
-	}))
 	n, err = r2.RelayOnce(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)

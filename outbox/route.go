@@ -2,12 +2,15 @@ package outbox
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
 	"regexp"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -143,3 +146,58 @@ func (rs *Routes) Get(name string) (Route, bool) {
 
 // All returns every route.
 func (rs *Routes) All() []Route { return slices.Clone(rs.routes) }
+
+// Queues returns the River queues of every route (QueueFor), sorted: the
+// queues a process that delivers these routes works.
+func (rs *Routes) Queues() []string {
+	qs := make([]string, 0, len(rs.routes))
+	for _, r := range rs.routes {
+		qs = append(qs, QueueFor(r.Name))
+	}
+	slices.Sort(qs)
+	return qs
+}
+
+// RouteQueuePrefix begins the name of every route's River queue.
+const RouteQueuePrefix = "outbox_"
+
+// QueueFor is the River queue of the deliveries to the route named name:
+// "outbox_", a readable form of the name (lowercase letters and digits,
+// anything else a single "-", at most 36 characters), "_", and 20 hex
+// digits of the name's SHA-256. River allows 64 lowercase letters and
+// digits separated by single _ or -; route names allow 128 characters of
+// either case and _.:-, so a readable form alone could not be unique. The
+// same name gives the same queue on every worker and every version; two
+// names meet on a queue only if their hashes' first 80 bits do.
+func QueueFor(name string) string {
+	var b strings.Builder
+	dash := false
+	for _, c := range strings.ToLower(name) {
+		if c >= 'a' && c <= 'z' || c >= '0' && c <= '9' {
+			if dash && b.Len() > 0 {
+				b.WriteByte('-')
+			}
+			dash = false
+			b.WriteRune(c)
+		} else {
+			dash = true
+		}
+		if b.Len() >= 35 {
+			break
+		}
+	}
+	slug := strings.TrimSuffix(b.String(), "-")
+	sum := sha256.Sum256([]byte(name))
+	if slug == "" {
+		return RouteQueuePrefix + hex.EncodeToString(sum[:10])
+	}
+	return RouteQueuePrefix + slug + "_" + hex.EncodeToString(sum[:10])
+}
+
+// kind is what ferry_outbox_route.kind says of the route.
+func (r Route) kind() string {
+	if r.Handler != nil {
+		return "handler"
+	}
+	return "webhook"
+}

@@ -345,11 +345,15 @@ func TestRouter_RouteThroughRiver(t *testing.T) {
 	workers := river.NewWorkers()
 	river.AddWorker(workers, outbox.NewDeliverWorker(outbox.DeliverConfig{Pool: pool, Routes: routes, Logger: quiet}))
 	river.AddWorker(workers, NewSendWorker(map[string]*Client{"support": fakeClient(api)}, quiet))
+	queues := map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 2}}
+	for _, q := range routes.Queues() { // each route's deliveries have a queue of their own
+		queues[q] = river.QueueConfig{MaxWorkers: 2}
+	}
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		FetchCooldown:     5 * time.Millisecond,
 		FetchPollInterval: 50 * time.Millisecond,
 		Logger:            quiet,
-		Queues:            map[string]river.QueueConfig{outbox.Queue: {MaxWorkers: 2}, river.QueueDefault: {MaxWorkers: 2}},
+		Queues:            queues,
 		TestOnly:          true,
 		Workers:           workers,
 	})
