@@ -13,7 +13,13 @@
 //
 // (the test creates it) inside the delivery's transaction, with a plain
 // INSERT: a second effect for the same event fails loudly instead of being
-// skipped. Two environment variables make it misbehave:
+// skipped. HANDLER_AUDIT=1 adds a second route, topic order.audited to the
+// handler "audit", which writes the table
+//
+//	audits (event_id text PRIMARY KEY)
+//
+// the same way: a deploy that adds a route. Two environment variables make
+// it misbehave:
 //
 //   - HANDLER_HOLD: after the insert, log "handler: effect written" (with
 //     event_id) and block until the handler's context ends (or 60 s), so the
@@ -58,6 +64,10 @@ func run(ctx context.Context, log *slog.Logger) error {
 		failAfterEffect: os.Getenv("HANDLER_FAIL_AFTER_EFFECT") != "",
 		failed:          map[string]bool{},
 	}
+	routes := []outbox.Route{{Topic: "order.placed", Name: "effects", Handler: h.handle}}
+	if os.Getenv("HANDLER_AUDIT") != "" {
+		routes = append(routes, outbox.Route{Topic: "order.audited", Name: "audit", Handler: audit})
+	}
 	srv, err := ferry.New(ctx, ferry.Config{
 		DatabaseURL:       os.Getenv("DATABASE_URL"),
 		AdminAddr:         "off",
@@ -66,13 +76,21 @@ func run(ctx context.Context, log *slog.Logger) error {
 		ShutdownGrace:     5 * time.Second,
 		LeaderTick:        time.Second,
 		StandbyProbe:      time.Second,
-		OutboxRoutes:      []outbox.Route{{Topic: "order.placed", Name: "effects", Handler: h.handle}},
+		OutboxRoutes:      routes,
 		Logger:            log,
 	})
 	if err != nil {
 		return err
 	}
 	return srv.Run(ctx)
+}
+
+// audit is the Go receiver of order.audited (HANDLER_AUDIT).
+func audit(ctx context.Context, tx pgx.Tx, msg outbox.Message) error {
+	if _, err := tx.Exec(ctx, `INSERT INTO audits (event_id) VALUES ($1)`, msg.EventID()); err != nil {
+		return fmt.Errorf("write the audit of event %s: %w", msg.EventID(), err)
+	}
+	return nil
 }
 
 // handler is the Go receiver of order.placed.
