@@ -23,20 +23,27 @@ func enqueueDead() *cli.Command {
 	selectFlags := func() []cli.Flag {
 		return []cli.Flag{
 			databaseURLFlag(),
-			&cli.StringSliceFlag{Name: "kind", Usage: "every discarded job of this kind (repeatable)"},
-			&cli.StringSliceFlag{Name: "queue", Usage: "every discarded job in this queue (repeatable)"},
-			&cli.BoolFlag{Name: "all", Usage: "every discarded job"},
+			&cli.StringSliceFlag{Name: "kind", Usage: "every dead letter of this kind (repeatable)"},
+			&cli.StringSliceFlag{Name: "queue", Usage: "every dead letter in this queue (repeatable)"},
+			&cli.BoolFlag{Name: "all", Usage: "every dead letter"},
 			&cli.BoolFlag{Name: "yes", Aliases: []string{"y"}, Usage: "do not ask for confirmation (required when stdin is not a terminal)"},
 			jsonFlag(),
 		}
 	}
 	return &cli.Command{
 		Name:  "dead",
-		Usage: "list, retry or discard dead letters (discarded jobs)",
-		Description: `A job is discarded when its last attempt fails (attempt reached max_attempts).
-Discarded jobs stay in river_job, with every attempt's error, until River's
-job cleaner removes them (after 7 days by default): these are the dead
-letters.
+		Usage: "list, retry or discard dead letters (jobs that failed for good)",
+		Description: `A dead letter is a job that will not run again because it failed:
+
+   discarded   its last attempt failed (attempt reached max_attempts), or its
+               worker died under it FERRY_MAX_ORPHANED times
+   cancelled   its worker cancelled it for a permanent failure (river.JobCancel:
+               http.request answered 404, say), with the reason in its errors
+
+A job cancelled by a person (enqueue jobs cancel, River UI, River's JobCancel
+from Go) is not a dead letter: River marks it with cancel_attempted_at in its
+metadata. Dead letters stay in river_job, with every attempt's error, until
+River's job cleaner removes them (after 7 days by default).
 
 retry and discard take job ids, or a filter: --kind and --queue (combined
 with AND), or --all. They print how many jobs match and, on a terminal, ask
@@ -51,7 +58,7 @@ Examples:
 		Subcommands: []*cli.Command{
 			{
 				Name:  "list",
-				Usage: "list discarded jobs, newest first, with their last error",
+				Usage: "list dead letters, newest first, with their state and last error (the reason)",
 				Description: `Same filters as enqueue jobs list, without --state.
 
 Examples:
@@ -60,16 +67,18 @@ Examples:
    enqueue dead list --queue reports --json`,
 				Flags: jobListFlags(false),
 				Action: func(c *cli.Context) error {
-					return runJobsList(c, []rivertype.JobState{rivertype.JobStateDiscarded})
+					return runJobsList(c, true)
 				},
 			},
 			{
 				Name:      "retry",
-				Usage:     "make discarded jobs available again, keeping their errors",
+				Aliases:   []string{"requeue"},
+				Usage:     "make dead letters available again, keeping their errors",
 				ArgsUsage: "[ID…]",
 				Description: `Each job goes back to available with River's JobRetry: its errors and attempt
-count are kept (as history), and it gets one more attempt. All matching jobs
-are retried in one transaction.
+count are kept (as history), and it gets one more attempt if it had used them
+all. All matching jobs are retried in one transaction. requeue is the same
+command.
 
 Examples:
    enqueue dead retry 1042 1043
@@ -81,10 +90,10 @@ Examples:
 			},
 			{
 				Name:      "discard",
-				Usage:     "delete discarded jobs for good",
+				Usage:     "delete dead letters for good",
 				ArgsUsage: "[ID…]",
-				Description: `Deletes the matching discarded jobs (River's JobDeleteMany, limited to the
-discarded state) in one transaction.
+				Description: `Deletes the matching dead letters (River's JobDeleteMany, limited to them) in
+one transaction.
 
 Examples:
    enqueue dead discard 1042
@@ -101,7 +110,7 @@ Examples:
 type deadResult struct {
 	Count   int            `json:"count"` // jobs retried or discarded
 	IDs     []int64        `json:"ids"`
-	Skipped []actionResult `json:"skipped"` // given ids that were not discarded jobs
+	Skipped []actionResult `json:"skipped"` // given ids that were not dead letters
 }
 
 func runDead(c *cli.Context, verb, done string) error {
@@ -120,7 +129,7 @@ func runDead(c *cli.Context, verb, done string) error {
 	case all && filtered:
 		return usageErrorf("--all with --kind or --queue: give one or the other")
 	case !all && !filtered:
-		return usageErrorf("%s which discarded jobs? give job ids, --kind, --queue or --all", verb)
+		return usageErrorf("%s which dead letters? give job ids, --kind, --queue or --all", verb)
 	}
 	for _, q := range queues {
 		if err := jobs.ValidateQueueName(q); err != nil {
@@ -138,30 +147,30 @@ func runDead(c *cli.Context, verb, done string) error {
 		var err error
 		targets := ids
 		if ids != nil {
-			targets, res.Skipped, err = discardedOf(ctx, pool, ids)
+			targets, res.Skipped, err = deadOf(ctx, pool, ids)
 		} else {
-			targets, err = discardedMatching(ctx, pool, kinds, queues)
+			targets, err = deadMatching(ctx, pool, kinds, queues)
 		}
 		if err != nil || len(targets) == 0 {
 			return err
 		}
 		if !yes {
-			ok, err := confirm(c, fmt.Sprintf("%s %d discarded %s? [y/N] ", verb, len(targets), plural(len(targets), "job", "jobs")))
+			ok, err := confirm(c, fmt.Sprintf("%s %d %s? [y/N] ", verb, len(targets), plural(len(targets), "dead letter", "dead letters")))
 			if err != nil || !ok {
 				aborted = true
 				return err
 			}
 		}
 		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			// Only jobs still discarded now: a job retried or cleaned since
-			// the count is left alone.
-			rows, err := tx.Query(ctx, sqlLockDiscarded, targets)
+			// Only jobs still dead letters now: a job retried or cleaned
+			// since the count is left alone.
+			rows, err := tx.Query(ctx, sqlLockDead, targets)
 			if err != nil {
-				return fmt.Errorf("lock discarded jobs: %w", err)
+				return fmt.Errorf("lock dead letters: %w", err)
 			}
 			locked, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 			if err != nil {
-				return fmt.Errorf("lock discarded jobs: %w", err)
+				return fmt.Errorf("lock dead letters: %w", err)
 			}
 			if verb == "retry" {
 				for _, id := range locked {
@@ -173,9 +182,9 @@ func runDead(c *cli.Context, verb, done string) error {
 			} else {
 				for chunk := range slices.Chunk(locked, deadBatch) {
 					del, err := client.JobDeleteManyTx(ctx, tx, river.NewJobDeleteManyParams().
-						IDs(chunk...).States(rivertype.JobStateDiscarded).First(deadBatch))
+						IDs(chunk...).States(rivertype.JobStateDiscarded, rivertype.JobStateCancelled).First(deadBatch))
 					if err != nil {
-						return fmt.Errorf("delete discarded jobs: %w", err)
+						return fmt.Errorf("delete dead letters: %w", err)
 					}
 					for _, j := range del.Jobs {
 						res.IDs = append(res.IDs, j.ID)
@@ -186,7 +195,7 @@ func runDead(c *cli.Context, verb, done string) error {
 			res.Count = len(res.IDs)
 			for _, id := range targets {
 				if _, found := slices.BinarySearch(res.IDs, id); !found {
-					res.Skipped = append(res.Skipped, actionResult{ID: id, Error: "no longer discarded"})
+					res.Skipped = append(res.Skipped, actionResult{ID: id, Error: "no longer a dead letter"})
 				}
 			}
 			return nil
@@ -202,7 +211,7 @@ func runDead(c *cli.Context, verb, done string) error {
 	if out.json {
 		err = out.JSON(res)
 	} else {
-		_, err = fmt.Fprintf(out.w, "%s %d discarded %s\n", done, res.Count, plural(res.Count, "job", "jobs"))
+		_, err = fmt.Fprintf(out.w, "%s %d %s\n", done, res.Count, plural(res.Count, "dead letter", "dead letters"))
 		for _, s := range res.Skipped {
 			if err == nil {
 				_, err = fmt.Fprintf(out.w, "job %d: %s\n", s.ID, s.Error)
@@ -218,19 +227,23 @@ func runDead(c *cli.Context, verb, done string) error {
 	return nil
 }
 
-// discardedOf splits ids into the discarded jobs and the others (not found,
-// or in another state).
-func discardedOf(ctx context.Context, pool *pgxpool.Pool, ids []int64) (discarded []int64, skipped []actionResult, err error) {
-	rows, err := pool.Query(ctx, sqlJobStates, ids)
+// deadOf splits ids into the dead letters and the others (not found, in
+// another state, or cancelled by a person).
+func deadOf(ctx context.Context, pool *pgxpool.Pool, ids []int64) (dead []int64, skipped []actionResult, err error) {
+	rows, err := pool.Query(ctx, sqlDeadStates, ids)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read job states: %w", err)
 	}
-	states := map[int64]string{}
+	type jobState struct {
+		state string
+		dead  bool
+	}
+	states := map[int64]jobState{}
 	var (
 		id    int64
-		state string
+		state jobState
 	)
-	_, err = pgx.ForEachRow(rows, []any{&id, &state}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&id, &state.state, &state.dead}, func() error {
 		states[id] = state
 		return nil
 	})
@@ -242,29 +255,31 @@ func discardedOf(ctx context.Context, pool *pgxpool.Pool, ids []int64) (discarde
 		switch st, ok := states[id]; {
 		case !ok:
 			skipped = append(skipped, actionResult{ID: id, Error: "not found"})
-		case st != string(rivertype.JobStateDiscarded):
-			skipped = append(skipped, actionResult{ID: id, State: st, Error: st + ", not discarded"})
+		case st.dead:
+			dead = append(dead, id)
+		case st.state == string(rivertype.JobStateCancelled):
+			skipped = append(skipped, actionResult{ID: id, State: st.state, Error: "cancelled by a person, not a dead letter"})
 		default:
-			discarded = append(discarded, id)
+			skipped = append(skipped, actionResult{ID: id, State: st.state, Error: st.state + ", not a dead letter"})
 		}
 	}
-	return discarded, skipped, nil
+	return dead, skipped, nil
 }
 
-func discardedMatching(ctx context.Context, pool *pgxpool.Pool, kinds, queues []string) ([]int64, error) {
+func deadMatching(ctx context.Context, pool *pgxpool.Pool, kinds, queues []string) ([]int64, error) {
 	if kinds == nil {
 		kinds = []string{}
 	}
 	if queues == nil {
 		queues = []string{}
 	}
-	rows, err := pool.Query(ctx, sqlDiscardedIDs, kinds, queues)
+	rows, err := pool.Query(ctx, sqlDeadIDs, kinds, queues)
 	if err != nil {
-		return nil, fmt.Errorf("list discarded jobs: %w", err)
+		return nil, fmt.Errorf("list dead letters: %w", err)
 	}
 	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	if err != nil {
-		return nil, fmt.Errorf("list discarded jobs: %w", err)
+		return nil, fmt.Errorf("list dead letters: %w", err)
 	}
 	return ids, nil
 }

@@ -25,7 +25,8 @@ func enqueueJobs() *cli.Command {
 		Name:  "jobs",
 		Usage: "list, inspect, retry, cancel, rescue and delete jobs",
 		Description: `Works on River's river_job table through River's client, as a worker would.
-Dead letters (discarded jobs) have their own commands: see enqueue dead --help.
+Dead letters (jobs that failed for good) have their own commands: see
+enqueue dead --help.
 
 Examples:
    enqueue jobs list --state retryable --since 2h
@@ -50,7 +51,7 @@ Examples:
    enqueue jobs list --state retryable --kind http.request --since 2h
    enqueue jobs list --queue reports --tag nightly --limit 500 --json`,
 				Flags:  jobListFlags(true),
-				Action: func(c *cli.Context) error { return runJobsList(c, nil) },
+				Action: func(c *cli.Context) error { return runJobsList(c, false) },
 			},
 			{
 				Name:      "get",
@@ -67,8 +68,10 @@ Examples:
 				Usage:     "make jobs available to run now (River's JobRetry)",
 				ArgsUsage: "ID…",
 				Description: `A retried job keeps its errors and attempt count; if it had used all its
-attempts it gets one more. A running job is left alone (reported as failed).
-Each id is reported; the exit code is 1 if any could not be retried.
+attempts it gets one more. A running job is left alone (reported as failed,
+naming its worker; when that worker is dead, enqueue jobs rescue takes the
+job back). Each id is reported; the exit code is 1 if any could not be
+retried.
 
 Examples:
    enqueue jobs retry 1042
@@ -80,11 +83,14 @@ Examples:
 				Name:      "cancel",
 				Usage:     "cancel jobs (River's JobCancel)",
 				ArgsUsage: "ID…",
-				Description: `A queued job is cancelled at once. A running job's worker is told to stop
-(its context is cancelled) and the job ends cancelled unless it completes
-first. A finished job (completed, discarded) is left alone and reported as
-failed. Each id is reported; the exit code is 1 if any could not be
-cancelled.
+				Description: `A queued job is cancelled at once. For a running job the cancellation is
+requested: its worker must see the request (its context is cancelled), and
+the job ends cancelled unless it completes first; it is reported as "cancel
+requested", still running. When that worker is dead (its liveness lock is
+free: see enqueue workers), it will never see the request: the job is
+reported as failed, and enqueue jobs rescue takes it back and cancels it. A
+finished job (completed, discarded) is left alone and reported as failed.
+Each id is reported; the exit code is 1 if any could not be cancelled.
 
 Examples:
    enqueue jobs cancel 1042
@@ -103,7 +109,9 @@ is dead, the worker is declared dead and all its running jobs are taken
 back: available again with the attempt counted, or discarded when out of
 attempts, or as poison at the FERRY_MAX_ORPHANED-th death. A job last
 attempted by a River client that is not a ferry worker is taken back
-alone. Each id is reported; the exit code is 1 if any was not rescued.
+alone. A running job whose cancellation was requested (enqueue jobs cancel)
+is cancelled, not made available. Each id is reported; the exit code is 1
+if any was not rescued.
 
 Examples:
    enqueue jobs rescue 1042
@@ -131,21 +139,33 @@ Examples:
 
 // Ferry's own SQL on river_job, for what River's client has no call for.
 const (
-	// sqlJobStates reads the state of the given jobs.
-	sqlJobStates = `SELECT id, state::text FROM river_job WHERE id = any($1::bigint[])`
+	// sqlDeadLetter is the predicate of a dead letter: a job that will not
+	// run again because it failed. Either discarded (its last attempt
+	// failed), or cancelled by a failure: its worker returned
+	// river.JobCancel (http.request on a 4xx, say), River recorded that
+	// attempt's error, and nobody asked for the cancellation. A person's
+	// cancel (River's JobCancel: enqueue jobs cancel, River UI, Go) stamps
+	// metadata.cancel_attempted_at, and River's JobRetry removes it: a job
+	// cancelled by a person is never a dead letter.
+	sqlDeadLetter = `(state = 'discarded' OR (state = 'cancelled'
+		AND metadata->'cancel_attempted_at' IS NULL AND coalesce(cardinality(errors), 0) > 0))`
 
-	// sqlDiscardedIDs lists discarded jobs matching optional kinds and queues.
-	sqlDiscardedIDs = `
+	// sqlDeadStates reads the state of the given jobs, and whether each is
+	// a dead letter.
+	sqlDeadStates = `SELECT id, state::text, ` + sqlDeadLetter + ` FROM river_job WHERE id = any($1::bigint[])`
+
+	// sqlDeadIDs lists the dead letters matching optional kinds and queues.
+	sqlDeadIDs = `
 		SELECT id FROM river_job
-		WHERE state = 'discarded'
+		WHERE ` + sqlDeadLetter + `
 		  AND (cardinality($1::text[]) = 0 OR kind = any($1::text[]))
 		  AND (cardinality($2::text[]) = 0 OR queue = any($2::text[]))
 		ORDER BY id`
 
-	// sqlLockDiscarded locks the given jobs that are still discarded.
-	sqlLockDiscarded = `
+	// sqlLockDead locks the given jobs that are still dead letters.
+	sqlLockDead = `
 		SELECT id FROM river_job
-		WHERE id = any($1::bigint[]) AND state = 'discarded'
+		WHERE id = any($1::bigint[]) AND ` + sqlDeadLetter + `
 		ORDER BY id
 		FOR UPDATE`
 )
@@ -318,18 +338,27 @@ func withClient(c *cli.Context, fn func(context.Context, *pgxpool.Pool, *river.C
 	})
 }
 
-// runJobsList lists jobs; states, when given, replace --state (dead list).
-func runJobsList(c *cli.Context, states []rivertype.JobState) error {
+// runJobsList lists jobs, or only the dead letters (dead list, which has
+// no --state).
+func runJobsList(c *cli.Context, dead bool) error {
 	if c.NArg() > 0 {
 		return usageErrorf("list takes no arguments, got %q", c.Args().First())
+	}
+	var states []rivertype.JobState
+	if dead {
+		states = []rivertype.JobState{rivertype.JobStateDiscarded, rivertype.JobStateCancelled}
 	}
 	f, err := jobFilterFrom(c, states)
 	if err != nil {
 		return err
 	}
+	params := f.params()
+	if dead {
+		params = params.Where(sqlDeadLetter)
+	}
 	var rows []*rivertype.JobRow
 	err = withClient(c, func(ctx context.Context, _ *pgxpool.Pool, client *river.Client[pgx.Tx]) error {
-		res, err := client.JobList(ctx, f.params())
+		res, err := client.JobList(ctx, params)
 		if err != nil {
 			return fmt.Errorf("list jobs: %w", err)
 		}
@@ -348,12 +377,12 @@ func runJobsList(c *cli.Context, states []rivertype.JobState) error {
 		return out.JSON(views)
 	}
 	table := make([][]string, 0, len(rows))
-	if states != nil { // dead letters: when and why
+	if dead { // dead letters: when and why
 		for _, j := range rows {
-			table = append(table, []string{strconv.FormatInt(j.ID, 10), j.Kind, j.Queue, attempts(j),
+			table = append(table, []string{strconv.FormatInt(j.ID, 10), j.Kind, j.Queue, string(j.State), attempts(j),
 				fmtTimePtr(j.FinalizedAt), truncate(oneLineText(lastError(j)), 80)})
 		}
-		return out.Table([]string{"ID", "KIND", "QUEUE", "ATTEMPT", "DISCARDED", "LAST ERROR"}, table)
+		return out.Table([]string{"ID", "KIND", "QUEUE", "STATE", "ATTEMPT", "FINALIZED", "LAST ERROR"}, table)
 	}
 	for _, j := range rows {
 		table = append(table, []string{strconv.FormatInt(j.ID, 10), j.Kind, j.Queue, string(j.State), attempts(j),
@@ -460,14 +489,43 @@ func runJobsGet(c *cli.Context) error {
 	return out.Table([]string{"ATTEMPT", "AT", "ERROR"}, rows)
 }
 
-// jobAction is retry, cancel or delete of one job.
+// jobAction is retry, cancel, rescue or delete of one job.
 type jobAction struct {
 	verb, done string
 	do         func(ctx context.Context, pool *pgxpool.Pool, client *river.Client[pgx.Tx], id int64) (*rivertype.JobRow, error)
-	// failed says why a call that returned a row did nothing ("" when it
-	// did what was asked).
-	failed func(j *rivertype.JobRow) string
+	// outcome says what a call that returned a row did: a note to print
+	// instead of done, or why it did nothing (failure; "" when it did what
+	// was asked). w is the job's worker when the row is running.
+	outcome func(j *rivertype.JobRow, w runningWorker) (note, failure string)
 }
+
+// runningWorker is the worker of a running job, as internal/liveness sees
+// it: alive while its liveness lock is held.
+type runningWorker struct {
+	clientID string // River client id of the job's latest attempt; "" when the job is not running
+	state    string // liveness.StateAlive, StateLost …; "" for a River client that is not a ferry worker
+}
+
+// gone reports whether the worker will never act on the job again.
+func (w runningWorker) gone() bool {
+	switch w.state {
+	case liveness.StateLost, liveness.StateDead, liveness.StateStopped:
+		return true
+	}
+	return false
+}
+
+func (w runningWorker) String() string {
+	switch {
+	case w.clientID == "":
+		return "its worker"
+	case w.state == "":
+		return "River client " + w.clientID
+	}
+	return w.state + " worker " + w.clientID
+}
+
+func noOutcome(*rivertype.JobRow, runningWorker) (string, string) { return "", "" }
 
 var (
 	actionRetry = jobAction{
@@ -475,11 +533,14 @@ var (
 		do: func(ctx context.Context, _ *pgxpool.Pool, c *river.Client[pgx.Tx], id int64) (*rivertype.JobRow, error) {
 			return c.JobRetry(ctx, id)
 		},
-		failed: func(j *rivertype.JobRow) string {
-			if j.State == rivertype.JobStateRunning {
-				return "running: not retried"
+		outcome: func(j *rivertype.JobRow, w runningWorker) (string, string) {
+			switch {
+			case j.State != rivertype.JobStateRunning:
+				return "", ""
+			case w.gone():
+				return "", fmt.Sprintf("running on %s, which will never finish it: not retried; take it back with `enqueue jobs rescue %d`", w, j.ID)
 			}
-			return ""
+			return "", fmt.Sprintf("running on %s: not retried", w)
 		},
 	}
 	actionCancel = jobAction{
@@ -487,12 +548,16 @@ var (
 		do: func(ctx context.Context, _ *pgxpool.Pool, c *river.Client[pgx.Tx], id int64) (*rivertype.JobRow, error) {
 			return c.JobCancel(ctx, id)
 		},
-		failed: func(j *rivertype.JobRow) string {
-			switch j.State {
-			case rivertype.JobStateCompleted, rivertype.JobStateDiscarded:
-				return "already " + string(j.State) + ": not cancelled"
+		outcome: func(j *rivertype.JobRow, w runningWorker) (string, string) {
+			switch {
+			case j.State == rivertype.JobStateCompleted, j.State == rivertype.JobStateDiscarded:
+				return "", "already " + string(j.State) + ": not cancelled"
+			case j.State != rivertype.JobStateRunning:
+				return "", ""
+			case w.gone():
+				return "", fmt.Sprintf("cancel requested, but the job runs on %s, which will never see it: `enqueue jobs rescue %d` takes it back and cancels it", w, j.ID)
 			}
-			return ""
+			return fmt.Sprintf("cancel requested: still running until %s sees it, then cancelled unless it completes first", w), ""
 		},
 	}
 	actionDelete = jobAction{
@@ -500,7 +565,7 @@ var (
 		do: func(ctx context.Context, _ *pgxpool.Pool, c *river.Client[pgx.Tx], id int64) (*rivertype.JobRow, error) {
 			return c.JobDelete(ctx, id)
 		},
-		failed: func(*rivertype.JobRow) string { return "" },
+		outcome: noOutcome,
 	}
 )
 
@@ -518,7 +583,7 @@ func actionRescue(maxOrphaned int) jobAction {
 			}
 			return c.JobGet(ctx, id)
 		},
-		failed: func(*rivertype.JobRow) string { return "" },
+		outcome: noOutcome,
 	}
 }
 
@@ -527,6 +592,7 @@ type actionResult struct {
 	ID    int64  `json:"id"`
 	OK    bool   `json:"ok"`
 	State string `json:"state,omitempty"` // after the action; "" when deleted or not found
+	Note  string `json:"note,omitempty"`  // what happened, when done alone would mislead (a cancel requested)
 	Error string `json:"error,omitempty"`
 }
 
@@ -539,12 +605,21 @@ func runJobsAction(c *cli.Context, a jobAction) error {
 	err = withClient(c, func(ctx context.Context, pool *pgxpool.Pool, client *river.Client[pgx.Tx]) error {
 		for _, id := range ids {
 			j, err := a.do(ctx, pool, client, id)
+			var w runningWorker
+			if (err == nil && j != nil && j.State == rivertype.JobStateRunning) || errors.Is(err, rivertype.ErrJobRunning) {
+				var werr error
+				if w.clientID, w.state, werr = liveness.RunningOn(ctx, pool, id); werr != nil {
+					return werr
+				}
+			}
 			r := actionResult{ID: id}
 			switch {
 			case errors.Is(err, rivertype.ErrNotFound):
 				r.Error = "not found"
+			case errors.Is(err, rivertype.ErrJobRunning) && w.gone():
+				r.Error = fmt.Sprintf("running on %s, which will never finish it: take it back with `enqueue jobs rescue %d` first", w, id)
 			case errors.Is(err, rivertype.ErrJobRunning):
-				r.Error = "running: cancel it first"
+				r.Error = fmt.Sprintf("running on %s: cancel it first", w)
 			case errors.Is(err, liveness.ErrJobNotRunning), errors.As(err, new(*liveness.WorkerAliveError)):
 				r.Error = err.Error()
 			case err != nil:
@@ -556,7 +631,7 @@ func runJobsAction(c *cli.Context, a jobAction) error {
 				if a.verb != "delete" {
 					r.State = string(j.State)
 				}
-				r.Error = a.failed(j)
+				r.Note, r.Error = a.outcome(j, w)
 				r.OK = r.Error == ""
 			}
 			results = append(results, r)
@@ -575,6 +650,9 @@ func runJobsAction(c *cli.Context, a jobAction) error {
 			res := a.done
 			if r.State != "" {
 				res += " (" + r.State + ")"
+			}
+			if r.Note != "" {
+				res = r.Note
 			}
 			if !r.OK {
 				res = "failed: " + r.Error

@@ -41,6 +41,7 @@ type actionOut struct {
 	ID    int64  `json:"id"`
 	OK    bool   `json:"ok"`
 	State string `json:"state"`
+	Note  string `json:"note"`
 	Error string `json:"error"`
 }
 
@@ -383,8 +384,8 @@ func TestDead(t *testing.T) {
 		require.Zero(t, code, stderr)
 		lines := strings.Split(strings.TrimSpace(stdout), "\n")
 		require.Len(t, lines, 2)
-		require.Equal(t, []string{"ID", "KIND", "QUEUE", "ATTEMPT", "DISCARDED", "LAST", "ERROR"}, strings.Fields(lines[0]))
-		require.Regexp(t, fmt.Sprintf(`^%d\s+ferry.noop\s+reports\s+2/2\s+\S+ \S+\s+job 4: last failure$`, ids[4]), lines[1])
+		require.Equal(t, []string{"ID", "KIND", "QUEUE", "STATE", "ATTEMPT", "FINALIZED", "LAST", "ERROR"}, strings.Fields(lines[0]))
+		require.Regexp(t, fmt.Sprintf(`^%d\s+ferry.noop\s+reports\s+discarded\s+2/2\s+\S+ \S+\s+job 4: last failure$`, ids[4]), lines[1])
 
 		requireBadInput(t, url, "flag provided but not defined", "dead", "list", "--state", "available")
 	})
@@ -410,7 +411,7 @@ func TestDead(t *testing.T) {
 
 		stdout, stderr, code := enqueue(t, url, nil, "dead", "retry", "--kind", "http.request", "--yes")
 		require.Zero(t, code, stderr)
-		require.Equal(t, "retried 2 discarded jobs", oneLine(t, stdout))
+		require.Equal(t, "retried 2 dead letters", oneLine(t, stdout))
 		require.Equal(t, []string{"discarded", "discarded", "available", "available", "discarded", "retryable"}, states(t, pool, ids))
 	})
 
@@ -421,7 +422,7 @@ func TestDead(t *testing.T) {
 		stdout, stderr, code := enqueue(t, url, nil, "dead", "retry", "-y", strconv.FormatInt(ids[1], 10), strconv.FormatInt(ids[5], 10), "999999")
 		require.Equal(t, 1, code, stderr)
 		require.Equal(t, "enqueue: 2 of 3 jobs not retried", oneLine(t, stderr))
-		require.Equal(t, fmt.Sprintf("retried 1 discarded job\njob %d: retryable, not discarded\njob 999999: not found\n", ids[5]), stdout)
+		require.Equal(t, fmt.Sprintf("retried 1 dead letter\njob %d: retryable, not a dead letter\njob 999999: not found\n", ids[5]), stdout)
 		require.Equal(t, []string{"discarded", "available", "discarded", "discarded", "discarded", "retryable"}, states(t, pool, ids))
 	})
 
@@ -452,12 +453,12 @@ func TestDead(t *testing.T) {
 
 		stdout, stderr, code := enqueue(t, url, nil, "dead", "discard", "--all", "--yes")
 		require.Zero(t, code, stderr)
-		require.Equal(t, "discarded 5 discarded jobs", oneLine(t, stdout))
+		require.Equal(t, "discarded 5 dead letters", oneLine(t, stdout))
 		require.Equal(t, []string{"gone", "gone", "gone", "gone", "gone", "retryable"}, states(t, pool, ids))
 
 		stdout, stderr, code = enqueue(t, url, nil, "dead", "discard", "--all", "--yes")
 		require.Zero(t, code, stderr)
-		require.Equal(t, "discarded 0 discarded jobs", oneLine(t, stdout), "nothing left is not a failure")
+		require.Equal(t, "discarded 0 dead letters", oneLine(t, stdout), "nothing left is not a failure")
 	})
 
 	t.Run("BadInput", func(t *testing.T) {

@@ -34,8 +34,11 @@
 // (FERRY_MAX_ORPHANED, default 5) discards the job with the error
 // "ferry: the worker died running this job N times": a job that kills its
 // worker is poison, and goes to the dead letters instead of killing the
-// next one. It logs "rescue: orphaned jobs rescued" (worker, count) and
-// counts ferry_jobs_rescued_total{reason}.
+// next one. A job whose cancellation was requested (River's JobCancel
+// stamps cancel_attempted_at in its metadata, and only its worker could act
+// on it) is cancelled instead, as River's own rescuer does. It logs
+// "rescue: orphaned jobs rescued" (worker, count) and counts
+// ferry_jobs_rescued_total{reason}.
 //
 // A job running on a live worker is never rescued, however long it runs
 // and however slow or busy the worker is: liveness is the lock, not a

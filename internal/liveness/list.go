@@ -52,20 +52,15 @@ type Querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
-// listSQL reads every worker alive or lost, and those dead or stopped
-// within $2 seconds: alive first, oldest first; then lost; then dead and
-// stopped, latest first. A worker is alive while some session holds its
-// lock (Namespace, id) in this database, as the rescuer sees it; one the
-// rescuer has declared dead is dead whatever it holds (it stops as soon as
-// it learns it).
-const listSQL = `WITH held AS (
+// workersSQL starts a statement with the CTE worker: every row of
+// ferry_worker with its state. A worker is alive while some session holds
+// its lock ($1 = Namespace, id) in this database, as the rescuer sees it;
+// one the rescuer has declared dead is dead whatever it holds (it stops as
+// soon as it learns it).
+const workersSQL = `WITH held AS (
     SELECT l.objid::bigint AS id FROM pg_locks l
     WHERE l.locktype = 'advisory' AND l.classid = $1::int::oid AND l.objsubid = 2 AND l.granted
       AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-), running AS (
-    SELECT attempted_by[cardinality(attempted_by)] AS client_id, count(*)::int AS n
-    FROM river_job WHERE state = 'running'
-    GROUP BY 1
 ), worker AS (
     SELECT w.*, CASE
         WHEN w.dead_at IS NULL AND EXISTS (SELECT 1 FROM held h WHERE h.id = w.id) THEN 'alive'
@@ -73,6 +68,15 @@ const listSQL = `WITH held AS (
         WHEN w.dead_at IS NOT NULL THEN 'dead'
         ELSE 'lost' END AS state
     FROM ferry_worker w
+)`
+
+// listSQL reads every worker alive or lost, and those dead or stopped
+// within $2 seconds: alive first, oldest first; then lost; then dead and
+// stopped, latest first.
+const listSQL = workersSQL + `, running AS (
+    SELECT attempted_by[cardinality(attempted_by)] AS client_id, count(*)::int AS n
+    FROM river_job WHERE state = 'running'
+    GROUP BY 1
 )
 SELECT w.id, w.client_id, w.hostname, w.pid, w.state, w.started_at, w.last_seen_at,
     coalesce(r.n, 0), w.stopped_at, w.dead_at, w.rescued_jobs
@@ -98,4 +102,28 @@ func List(ctx context.Context, q Querier, since time.Duration) ([]WorkerInfo, er
 		return nil, fmt.Errorf("liveness: list workers: %w", err)
 	}
 	return out, nil
+}
+
+// runningOnSQL reads the River client of running job $2's latest attempt,
+// and that worker's state (empty when the client is not a ferry worker).
+const runningOnSQL = workersSQL + `
+SELECT j.attempted_by[cardinality(j.attempted_by)], coalesce(w.state, '')
+FROM river_job j LEFT JOIN worker w ON w.client_id = j.attempted_by[cardinality(j.attempted_by)]
+WHERE j.id = $2 AND j.state = 'running' AND cardinality(j.attempted_by) > 0`
+
+// RunningOn returns the River client id that runs job id (its latest
+// attempt's) and that worker's state as List sees it: StateAlive,
+// StateLost, StateDead or StateStopped, or "" when the client is not a
+// ferry worker (liveness cannot see it). clientID is "" when the job is
+// not running.
+func RunningOn(ctx context.Context, q Querier, id int64) (clientID, state string, err error) {
+	rows, err := q.Query(ctx, runningOnSQL, Namespace, id)
+	if err != nil {
+		return "", "", fmt.Errorf("liveness: worker of job %d: %w", id, err)
+	}
+	_, err = pgx.ForEachRow(rows, []any{&clientID, &state}, func() error { return nil })
+	if err != nil {
+		return "", "", fmt.Errorf("liveness: worker of job %d: %w", id, err)
+	}
+	return clientID, state, nil
 }

@@ -61,7 +61,7 @@ func NewRescuer(cfg RescuerConfig) (*Rescuer, error) {
 	}
 	r := &Rescuer{cfg: cfg, mRescued: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ferry_jobs_rescued_total",
-		Help: "Running jobs of dead workers taken back by ferry's rescuer, by reason: orphaned (made available again), poison (discarded: its worker died running it FERRY_MAX_ORPHANED times), exhausted (discarded: no attempt left).",
+		Help: "Running jobs of dead workers taken back by ferry's rescuer, by reason: orphaned (made available again), poison (discarded: its worker died running it FERRY_MAX_ORPHANED times), exhausted (discarded: no attempt left), cancelled (its cancellation had been requested).",
 	}, []string{"reason"})}
 	if cfg.Registerer != nil {
 		if err := cfg.Registerer.Register(r.mRescued); err != nil {
@@ -99,10 +99,11 @@ type Rescue struct {
 	Available int // made available again, the attempt counted
 	Poison    int // discarded: died under its worker MaxOrphaned times
 	Exhausted int // discarded: no attempt left
+	Cancelled int // cancelled: someone had asked for it (River's JobCancel) before the worker died
 }
 
 // Total is every job taken back.
-func (r Rescue) Total() int { return r.Available + r.Poison + r.Exhausted }
+func (r Rescue) Total() int { return r.Available + r.Poison + r.Exhausted + r.Cancelled }
 
 // The SQL of a pass. A worker is alive while some session holds its lock
 // (Namespace, id) in this database.
@@ -118,7 +119,9 @@ ORDER BY w.id`
 	// dead worker's, as River's rescuer would (the attempt counts; no
 	// attempt left discards), but at once: available now, not retryable
 	// after a backoff. A job whose worker died under it for the
-	// MaxOrphaned-th time is poison and discarded.
+	// MaxOrphaned-th time is poison and discarded. A job whose cancellation
+	// was requested (River's JobCancel stamps cancel_attempted_at; the dead
+	// worker never saw it) is cancelled, as River's rescuer would.
 	rescueSQL = `WITH orphan AS (
     SELECT id, coalesce((metadata->>'ferry_orphaned')::int, 0) + 1 AS deaths
     FROM river_job
@@ -127,17 +130,19 @@ ORDER BY w.id`
     FOR UPDATE
 ), verdict AS (
     SELECT o.id, o.deaths,
-        CASE WHEN o.deaths >= $2 THEN 'poison' WHEN j.attempt >= j.max_attempts THEN 'exhausted' ELSE 'available' END AS reason
+        CASE WHEN j.metadata->'cancel_attempted_at' IS NOT NULL THEN 'cancelled'
+            WHEN o.deaths >= $2 THEN 'poison' WHEN j.attempt >= j.max_attempts THEN 'exhausted' ELSE 'available' END AS reason
     FROM orphan o JOIN river_job j USING (id)
 )
 UPDATE river_job j SET
-    state = CASE v.reason WHEN 'available' THEN 'available' ELSE 'discarded' END::river_job_state,
+    state = CASE v.reason WHEN 'available' THEN 'available' WHEN 'cancelled' THEN 'cancelled' ELSE 'discarded' END::river_job_state,
     scheduled_at = CASE v.reason WHEN 'available' THEN now() ELSE j.scheduled_at END,
     finalized_at = CASE v.reason WHEN 'available' THEN NULL ELSE now() END,
     errors = array_append(j.errors, jsonb_build_object(
         'at', now(), 'attempt', j.attempt, 'trace', '',
         'error', CASE v.reason
             WHEN 'poison' THEN format('ferry: the worker died running this job %s times', v.deaths)
+            WHEN 'cancelled' THEN format('ferry: the worker running this job died (%s) before it saw the cancellation; the job is cancelled', $1::text)
             ELSE format('ferry: the worker running this job died (%s); the job was rescued', $1::text) END)),
     metadata = j.metadata || jsonb_build_object('ferry_orphaned', v.deaths)
 FROM verdict v WHERE j.id = v.id
@@ -181,9 +186,10 @@ func (r *Rescuer) RescueOnce(ctx context.Context) ([]Rescue, error) {
 			r.mRescued.WithLabelValues("orphaned").Add(float64(res.Available))
 			r.mRescued.WithLabelValues("poison").Add(float64(res.Poison))
 			r.mRescued.WithLabelValues("exhausted").Add(float64(res.Exhausted))
+			r.mRescued.WithLabelValues("cancelled").Add(float64(res.Cancelled))
 			r.cfg.Logger.Warn("rescue: orphaned jobs rescued",
 				"worker", c.clientID, "worker_id", c.id, "count", res.Total(),
-				"available", res.Available, "poison", res.Poison, "exhausted", res.Exhausted)
+				"available", res.Available, "poison", res.Poison, "exhausted", res.Exhausted, "cancelled", res.Cancelled)
 		} else if !c.stopped {
 			r.cfg.Logger.Info("rescue: worker gone, no running job", "worker", c.clientID, "worker_id", c.id)
 		}
@@ -258,6 +264,8 @@ func takeBack(ctx context.Context, tx pgx.Tx, clientID string, jobID *int64, max
 			res.Poison++
 		case "exhausted":
 			res.Exhausted++
+		case "cancelled":
+			res.Cancelled++
 		default:
 			res.Available++
 		}
