@@ -75,6 +75,9 @@ func TestOutbox_RollingDeployAddsRoute(t *testing.T) {
 			return s.Topic == "order.audited" && s.Route == "" && s.Status == "waiting for a route" && s.Count >= 3
 		})
 	})
+	stdout, stderr, code := enqueue(t, url, nil, "outbox", "stats")
+	require.Zero(t, code, stderr)
+	require.Regexp(t, `(?m)^order\.audited\s+\(message\)\s+waiting for a route\s+\d+$`, stdout, "enqueue outbox stats shows the wait")
 	waiting := outboxList(t, url, "--status", "waiting", "--topic", "order.audited")
 	require.NotEmpty(t, waiting)
 	for _, d := range waiting {
