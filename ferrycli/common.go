@@ -51,8 +51,10 @@ func usageErrorf(format string, args ...any) error {
 // ExitOK, ExitUsage for bad input (a *UsageError, a flag's error, any
 // cli.ExitCoder), ExitFailure for anything else. A failure is printed as
 // one line on the app's ErrWriter, after the app's name, with database
-// passwords redacted. app may be one of this package's or an app of one's
-// own; Run installs the usage-error hook on it and on all its commands.
+// passwords redacted; when the command line has --json, that line is a
+// JSON object, {"error": "…", "exit_code": 1}. app may be one of this
+// package's or an app of one's own; Run installs the usage-error hook on
+// it and on all its commands.
 func Run(ctx context.Context, app *cli.App, args []string) int {
 	app.ExitErrHandler = func(*cli.Context, error) {} // exit codes are ours
 	app.OnUsageError = onUsageError
@@ -63,15 +65,59 @@ func Run(ctx context.Context, app *cli.App, args []string) int {
 	if err == nil {
 		return ExitOK
 	}
-	msg := redact.Postgres(strings.Join(strings.Fields(err.Error()), " "))
-	fmt.Fprintf(app.ErrWriter, "%s: %s\n", app.Name, msg)
+	code := ExitFailure
 	// A *UsageError, or urfave/cli's own (cli.Exit: "No help topic for
 	// …"): bad input either way.
 	var exitCoder cli.ExitCoder
 	if errors.As(err, &exitCoder) {
-		return ExitUsage
+		code = ExitUsage
 	}
-	return ExitFailure
+	msg := redact.Postgres(strings.Join(strings.Fields(err.Error()), " "))
+	if wantsJSON(args) {
+		writeJSONLine(app.ErrWriter, jsonError{Error: msg, ExitCode: code})
+	} else {
+		fmt.Fprintf(app.ErrWriter, "%s: %s\n", app.Name, msg)
+	}
+	return code
+}
+
+// jsonError is how Run reports a failure under --json: one line on stderr.
+type jsonError struct {
+	Error    string `json:"error"`
+	ExitCode int    `json:"exit_code"`
+}
+
+// wantsJSON reports whether the command line asks for JSON (--json before
+// any "--").
+func wantsJSON(args []string) bool {
+	for _, a := range args[min(1, len(args)):] {
+		switch {
+		case a == "--":
+			return false
+		case a == "--json", a == "-json", a == "--json=true", a == "-json=true":
+			return true
+		}
+	}
+	return false
+}
+
+// writeJSONLine writes v as one line of JSON, HTML characters unescaped.
+func writeJSONLine(w io.Writer, v any) {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+}
+
+// warnf writes a warning on stderr: one line after the app's name, or a
+// JSON object {"warning": …} under --json. A warning never changes the exit
+// code.
+func warnf(c *cli.Context, format string, args ...any) {
+	msg := redact.Postgres(fmt.Sprintf(format, args...))
+	if c.Bool("json") {
+		writeJSONLine(c.App.ErrWriter, map[string]string{"warning": msg})
+		return
+	}
+	fmt.Fprintf(c.App.ErrWriter, "%s: warning: %s\n", c.App.Name, msg)
 }
 
 func setUsageHandler(c *cli.Command) {

@@ -17,7 +17,8 @@ func enqueueLeader() *cli.Command {
 		Name:  "leader",
 		Usage: "show which process holds the leader lock",
 		Description: `Reads pg_locks (in this database only), pg_stat_activity and ferry_leader_term.
-Exit code 0 whether or not a leader exists; with no leader it says so.
+Exit code 0 when a process holds the lock; 1 when none does, with one line
+saying so on stderr (and, with --json, {"leader": null} on stdout).
 
 Examples:
    enqueue leader
@@ -36,12 +37,16 @@ Examples:
 				return err
 			}
 			out := outputFrom(c)
+			if h == nil {
+				if out.json {
+					if err := out.JSON(map[string]any{"leader": nil}); err != nil {
+						return err
+					}
+				}
+				return fmt.Errorf("no process holds the leader lock (key %d)", c.Int64("election-key"))
+			}
 			if out.json {
 				return out.JSON(map[string]any{"leader": h})
-			}
-			if h == nil {
-				_, err := fmt.Fprintf(out.w, "no process holds the leader lock (key %d)\n", c.Int64("election-key"))
-				return err
 			}
 			dash := func(p any) string {
 				switch v := p.(type) {

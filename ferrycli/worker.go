@@ -319,8 +319,16 @@ func versionCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "version",
 		Usage: "print the build's version",
+		Flags: []cli.Flag{jsonFlag()},
 		Action: func(c *cli.Context) error {
-			_, err := fmt.Fprintln(c.App.Writer, ferry.Version())
+			if c.NArg() > 0 {
+				return usageErrorf("version takes no arguments, got %q", c.Args().First())
+			}
+			out := outputFrom(c)
+			if out.json {
+				return out.JSON(map[string]string{"version": ferry.Version()})
+			}
+			_, err := fmt.Fprintln(out.w, ferry.Version())
 			return err
 		},
 	}

@@ -244,7 +244,8 @@ func TestBulk_BadInput(t *testing.T) {
 		stdout, stderr, code := enqueue(t, url, nil, "bulk", "--file", path, "--json")
 		require.Equal(t, 2, code, stderr)
 		require.Empty(t, stdout)
-		require.Equal(t, "enqueue: line 3: args must be a JSON object: got a JSON array; nothing inserted", oneLine(t, stderr))
+		require.JSONEq(t, `{"error": "line 3: args must be a JSON object: got a JSON array; nothing inserted", "exit_code": 2}`, oneLine(t, stderr),
+			"under --json, the error is a JSON object")
 		require.Zero(t, countJobs(t, pool))
 	})
 }

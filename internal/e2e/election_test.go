@@ -71,7 +71,6 @@ func leaderAndStandby(t *testing.T, url string, probe time.Duration) (*proctest.
 func leaderPID(t *testing.T, url string) int {
 	t.Helper()
 	stdout, stderr, code := enqueue(t, url, nil, "leader", "--json")
-	require.Zero(t, code, stderr)
 	var out struct {
 		Leader *struct {
 			PID             int    `json:"pid"`
@@ -80,8 +79,10 @@ func leaderPID(t *testing.T, url string) int {
 	}
 	require.NoError(t, json.Unmarshal([]byte(stdout), &out), stdout)
 	if out.Leader == nil {
+		require.Equal(t, 1, code, "no leader is exit code 1; stderr: %s", stderr)
 		return 0
 	}
+	require.Zero(t, code, stderr)
 	require.Contains(t, out.Leader.ApplicationName, ":"+strconv.Itoa(out.Leader.PID))
 	return out.Leader.PID
 }

@@ -308,7 +308,7 @@ func TestJobs_Actions(t *testing.T) {
 		id := enqueueID(t, url, "ferry.noop", "--queue", "notfound")
 		stdout, stderr, code := enqueue(t, url, nil, "jobs", "delete", "999999", strconv.FormatInt(id, 10), "--json")
 		require.Equal(t, 1, code, stderr)
-		require.Equal(t, "enqueue: 1 of 2 jobs not deleted", oneLine(t, stderr))
+		require.JSONEq(t, `{"error": "1 of 2 jobs not deleted", "exit_code": 1}`, oneLine(t, stderr))
 		var out []actionOut
 		require.NoError(t, json.Unmarshal([]byte(stdout), &out), stdout)
 		require.Equal(t, []actionOut{{ID: 999999, Error: "not found"}, {ID: id, OK: true}}, out)
