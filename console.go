@@ -2,6 +2,8 @@ package ferry
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -18,6 +20,45 @@ import (
 type console struct{ s *Server }
 
 var _ admin.Console = console{}
+
+// summarySQL counts what the summary shows, each on an index: running and
+// retryable jobs on River's fetch index (state first), discarded ones on
+// its finalized_at index, stuck deliveries on ferry's partial index.
+// Messages stuck without a route (stuck, with no delivery) are counted on
+// the outbox table itself.
+const summarySQL = `SELECT
+	(SELECT count(*) FROM river_job WHERE state = 'running'),
+	(SELECT count(*) FROM river_job WHERE state = 'retryable'),
+	(SELECT count(*) FROM river_job WHERE state = 'discarded' AND finalized_at > now() - make_interval(secs => $1)),
+	(SELECT count(*) FROM ferry_outbox_delivery WHERE status = 'stuck'),
+	(SELECT count(*) FROM ferry_outbox o WHERE o.status = 'stuck'
+		AND NOT EXISTS (SELECT 1 FROM ferry_outbox_delivery d WHERE d.message_id = o.id))`
+
+// lateSQL lists the schedules whose next run is more than $1 seconds past.
+const lateSQL = `SELECT id, name, next_run_at FROM ferry_schedule
+	WHERE next_run_at < now() - make_interval(secs => $1) ORDER BY next_run_at, id LIMIT 50`
+
+func (c console) Summary(ctx context.Context) (admin.Summary, error) {
+	st := c.s.elector.Status()
+	host, _ := os.Hostname()
+	v := admin.Summary{Replica: admin.Replica{Name: c.s.river.ID(), Hostname: host, PID: os.Getpid(), Role: string(st.State), Term: st.Term}}
+	var err error
+	if v.Leader, err = election.CurrentHolder(ctx, c.s.pool, c.s.cfg.ElectionKey); err != nil {
+		return v, err
+	}
+	if err := c.s.pool.QueryRow(ctx, summarySQL, admin.DiscardedWindow.Seconds()).Scan(
+		&v.Jobs.Running, &v.Jobs.Retryable, &v.Jobs.Discarded, &v.StuckDeliveries, &v.StuckMessages); err != nil {
+		return v, fmt.Errorf("ferry: count jobs and stuck deliveries: %w", err)
+	}
+	rows, err := c.s.pool.Query(ctx, lateSQL, admin.LateAfter.Seconds())
+	if err != nil {
+		return v, fmt.Errorf("ferry: list late schedules: %w", err)
+	}
+	if v.LateSchedules, err = pgx.CollectRows(rows, pgx.RowToStructByPos[admin.LateSchedule]); err != nil {
+		return v, fmt.Errorf("ferry: list late schedules: %w", err)
+	}
+	return v, nil
+}
 
 func (c console) Leader(ctx context.Context) (admin.LeaderView, error) {
 	v := admin.LeaderView{Key: c.s.cfg.ElectionKey}

@@ -311,6 +311,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.admin, err = admin.New(admin.Config{
 			Addr:     cfg.AdminAddr,
 			Token:    cfg.AdminToken,
+			Replica:  clientID,
 			Gatherer: s.metrics.Registry,
 			Ready:    s.ready,
 			Console:  console{s},

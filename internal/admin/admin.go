@@ -5,7 +5,6 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -27,8 +26,14 @@ import (
 type Config struct {
 	// Addr is host:port; port 0 picks a free one (see Server.Addr).
 	Addr string
-	// Token, when set, is required on every path but /healthz.
+	// Token, when set, is required on every path but /healthz: given once
+	// on the sign-in page (a session cookie follows), or on every request
+	// (Authorization: Bearer, for scripts).
 	Token string
+	// Replica names this process (its worker name); the pages and the
+	// Ferry-Replica header of every signed-in answer say which replica
+	// answered.
+	Replica string
 	// Gatherer is what /metrics exposes.
 	Gatherer prometheus.Gatherer
 	// Ready reports whether this process can do its work (database reachable,
@@ -46,12 +51,17 @@ type Config struct {
 // Server is the admin HTTP server.
 type Server struct {
 	cfg Config
-	// csrf is the token ferry's forms carry: HMAC-SHA256(key, "csrf") with a
-	// random key made in New, so it changes with every start and owes
-	// nothing to the admin token.
-	csrf  string
-	pages map[string]*template.Template
-	now   func() time.Time
+	// csrf is the token ferry's forms carry: HMAC-SHA256(key, "csrf") with
+	// a key derived from the admin token (HKDF; the same on every replica,
+	// and it reveals nothing of the token), or without a token a random key
+	// made in New.
+	csrf string
+	// sessionKey signs sign-in sessions; derived from Config.Token, so
+	// every replica with the same token accepts the same sessions (nil
+	// without a token).
+	sessionKey []byte
+	pages      map[string]*template.Template
+	now        func() time.Time
 	// handler is built once in New; each Start serves it on a new listener.
 	handler http.Handler
 
@@ -79,18 +89,27 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, now: time.Now}
+	// With a token, the CSRF key and the session key are derived from it,
+	// so a form or a session one replica made is good on every replica
+	// with the same token. Without one, the CSRF key is random.
 	key := make([]byte, 32)
-	if _, err := rand.Read(key); err != nil {
+	if cfg.Token != "" {
+		var err error
+		if key, err = deriveKey(cfg.Token, csrfInfo); err != nil {
+			return nil, err
+		}
+		if s.sessionKey, err = deriveKey(cfg.Token, sessionInfo); err != nil {
+			return nil, err
+		}
+	} else if _, err := rand.Read(key); err != nil {
 		return nil, fmt.Errorf("admin: make the CSRF key: %w", err)
 	}
 	mac := hmac.New(sha256.New, key)
 	mac.Write([]byte("csrf"))
 	s.csrf = hex.EncodeToString(mac.Sum(nil))
-	if cfg.Console != nil {
-		var err error
-		if s.pages, err = parsePages(); err != nil {
-			return nil, err
-		}
+	var err error
+	if s.pages, err = parsePages(); err != nil {
+		return nil, err
 	}
 	s.handler = s.Handler()
 	return s, nil
@@ -131,10 +150,25 @@ func (s *Server) Handler() http.Handler {
 		mux.Handle("/riverui/", s.cfg.RiverUI)
 		mux.Handle("/riverui", s.cfg.RiverUI) // River UI redirects to /riverui/
 	}
+	mux.HandleFunc("GET "+loginPath, s.login)
+	mux.HandleFunc("POST "+loginPath, s.login)
+	mux.HandleFunc("POST /admin/logout", s.logout)
 	if s.cfg.Console != nil {
 		s.routePages(mux)
 	}
-	return secure(s.auth(s.sameOrigin(mux)))
+	return secure(s.auth(s.sameOrigin(s.replica(mux))))
+}
+
+// replica names the replica that answered in the Ferry-Replica header, on
+// every answer that passed authentication.
+func (s *Server) replica(next http.Handler) http.Handler {
+	if s.cfg.Replica == "" {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Ferry-Replica", s.cfg.Replica)
+		next.ServeHTTP(w, r)
+	})
 }
 
 // secure sets the headers every answer carries: no framing (River UI's
@@ -168,6 +202,11 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 // requires a loopback Host instead: the server listens on loopback only
 // then, and a name that resolves there (DNS rebinding) must not let a web
 // page read or drive it.
+//
+// With a token, a request passes with a valid session cookie (a browser,
+// after the sign-in page) or with the token itself (a script: bearer, or
+// the password of basic auth). Any other request for a page from a browser
+// is sent to the sign-in page; the rest are answered 401.
 func (s *Server) auth(next http.Handler) http.Handler {
 	if s.cfg.Token == "" {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -178,21 +217,16 @@ func (s *Server) auth(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 		})
 	}
-	want := []byte(s.cfg.Token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/healthz" {
-			next.ServeHTTP(w, r)
+		switch {
+		case r.URL.Path == "/healthz" || r.URL.Path == loginPath:
+		case s.signedIn(r) || s.hasToken(r):
+		case wantsPage(r):
+			toLogin(w, r)
 			return
-		}
-		var got string
-		if b, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
-			got = b
-		} else if _, p, ok := r.BasicAuth(); ok {
-			got = p
-		}
-		if subtle.ConstantTimeCompare([]byte(got), want) != 1 {
-			w.Header().Set("WWW-Authenticate", `Basic realm="ferry admin", charset="UTF-8"`)
-			http.Error(w, "unauthorized", http.StatusUnauthorized)
+		default:
+			w.Header().Set("WWW-Authenticate", `Bearer realm="ferry admin"`)
+			http.Error(w, "unauthorized: sign in at "+loginPath+", or send the admin token as Authorization: Bearer", http.StatusUnauthorized)
 			return
 		}
 		next.ServeHTTP(w, r)

@@ -111,6 +111,7 @@ func TestServer_Token(t *testing.T) {
 			code, body := get(t, b.base+path, nil)
 			require.Equal(t, http.StatusUnauthorized, code)
 			require.NotContains(t, body, "s3cret")
+			require.Contains(t, body, "sign in at /admin/login")
 
 			code, _ = get(t, b.base+path, func(r *http.Request) { r.Header.Set("Authorization", "Bearer wrong") })
 			require.Equal(t, http.StatusUnauthorized, code)

@@ -2,6 +2,8 @@ package admin
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ferryq/ferry/election"
@@ -26,9 +28,68 @@ type OutboxView struct {
 	Stuck []outbox.Delivery `json:"stuck"`
 }
 
+// Summary is the console's first page (/admin/, /admin/api/summary): the
+// replica that answered, the leader, and what needs a look.
+type Summary struct {
+	// Replica is this process, the one that answered.
+	Replica Replica `json:"replica"`
+	// Leader is the session holding the leader lock, nil when none does.
+	Leader *election.Holder `json:"leader"`
+	// StuckDeliveries counts outbox deliveries that stopped retrying;
+	// StuckMessages counts messages stuck with no route for their topic.
+	StuckDeliveries int64     `json:"stuck_deliveries"`
+	StuckMessages   int64     `json:"stuck_messages"`
+	Jobs            JobCounts `json:"jobs"`
+	// LateSchedules are the schedules whose next run is more than
+	// LateAfter past: no leader ran them.
+	LateSchedules []LateSchedule `json:"late_schedules"`
+}
+
+// Replica is one worker process as the summary shows it.
+type Replica struct {
+	// Name is the worker's name (its River client id), as the workers page
+	// and River UI's attempted_by show it.
+	Name     string `json:"name"`
+	Hostname string `json:"hostname"`
+	PID      int    `json:"pid"`
+	// Role is its elector's state: leader, standby, deferred (holds the
+	// lock, waiting out a predecessor that did not resign), starting or
+	// stopped.
+	Role string `json:"role"`
+	// Term is its term while it holds the lock, else 0.
+	Term int64 `json:"term,omitempty"`
+}
+
+// JobCounts are River jobs by what an operator asks of them.
+type JobCounts struct {
+	Running int64 `json:"running"`
+	// Retryable failed their last attempt and wait for the next one.
+	Retryable int64 `json:"retryable"`
+	// Discarded failed for good within DiscardedWindow (the dead letters).
+	Discarded int64 `json:"discarded"`
+}
+
+// LateSchedule is a schedule whose next run is past.
+type LateSchedule struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name"`
+	NextRunAt time.Time `json:"next_run_at"`
+}
+
+// The summary's windows.
+const (
+	// LateAfter is how far past its next run a schedule is late: well
+	// beyond a crash failover at the default settings (20 s).
+	LateAfter = time.Minute
+	// DiscardedWindow is how far back the summary counts discarded jobs.
+	DiscardedWindow = 24 * time.Hour
+)
+
 // Console is what ferry's pages and their JSON API show and do. The root
 // package implements it over the database; tests may implement it too.
 type Console interface {
+	// Summary is the first page: see Summary.
+	Summary(ctx context.Context) (Summary, error)
 	Leader(ctx context.Context) (LeaderView, error)
 	Schedules(ctx context.Context) ([]periodic.Row, error)
 	Outbox(ctx context.Context) (OutboxView, error)
@@ -39,4 +100,65 @@ type Console interface {
 	// Workers lists the live and lost workers, and those dead or stopped
 	// within since (enqueue workers).
 	Workers(ctx context.Context, since time.Duration) ([]liveness.WorkerInfo, error)
+}
+
+// TermView is a term as the leader page and its JSON show it: the row, and
+// how it ended, read from the row and the lock.
+type TermView struct {
+	election.Term
+	// End is how the term ended: "leading" (its holder has the lock now),
+	// "resigned" (a graceful stop; the successor started at once),
+	// "abandoned" (stopped, but its singletons did not stop in time),
+	// "superseded" (it never resigned: a crash, a killed connection or a
+	// lost lock, and a successor has taken over after the deferral), or
+	// "crashed" (it never resigned, and no successor has yet).
+	End string `json:"end"`
+	// EndDetail says it for a person.
+	EndDetail string `json:"end_detail"`
+}
+
+// LeaderPage is the leader page and /admin/api/leader: LeaderView with
+// each term's end.
+type LeaderPage struct {
+	Key    int64            `json:"key"`
+	Holder *election.Holder `json:"holder"`
+	Terms  []TermView       `json:"terms"`
+}
+
+// leaderPage reads how each of v's terms ended. Terms come newest first;
+// a term's successor is the one before it.
+func leaderPage(v LeaderView) LeaderPage {
+	p := LeaderPage{Key: v.Key, Holder: v.Holder, Terms: make([]TermView, len(v.Terms))}
+	for i, t := range v.Terms {
+		tv := TermView{Term: t}
+		reason := ""
+		if t.EndedReason != nil {
+			reason = *t.EndedReason
+		}
+		successor := "a successor"
+		if i > 0 {
+			successor = "term " + strconv.FormatInt(v.Terms[i-1].Term, 10)
+		}
+		switch {
+		case t.ResignedAt != nil:
+			tv.End, tv.EndDetail = "resigned", "stopped gracefully; its successor started at once"
+		case strings.HasPrefix(reason, "abandoned"):
+			tv.End = "abandoned"
+			tv.EndDetail = "stopped, but its singletons did not stop in time, so its successor deferred"
+			if why, ok := strings.CutPrefix(reason, "abandoned: "); ok {
+				tv.EndDetail += ": " + why
+			}
+		case v.Holder != nil && v.Holder.Term != nil && *v.Holder.Term == t.Term:
+			tv.End, tv.EndDetail = "leading", "its holder has the lock"
+		case reason == "superseded" || i > 0:
+			tv.End = "superseded"
+			tv.EndDetail = "never resigned (a crash, a killed connection or a lost lock); " + successor + " took over after the deferral"
+		case reason != "":
+			tv.End, tv.EndDetail = reason, ""
+		default:
+			tv.End, tv.EndDetail = "crashed", "never resigned (a crash, a killed connection or a lost lock), and no successor has the lock yet"
+		}
+		p.Terms[i] = tv
+	}
+	return p
 }

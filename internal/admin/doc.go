@@ -4,8 +4,9 @@
 //	/readyz             database reachable and schema at head
 //	/metrics            Prometheus
 //	/riverui/           River UI (riverqueue.com/riverui), when Config.RiverUI is set
-//	/admin/             ferry's own pages: leader, workers, schedules, outbox, telegram
-//	/admin/api/NAME     the same data as JSON: leader, workers, schedules, outbox, telegram
+//	/admin/             ferry's own pages: the summary, leader, workers, schedules, outbox, telegram
+//	/admin/api/NAME     the same data as JSON: summary, leader, workers, schedules, outbox, telegram
+//	/admin/login        the sign-in page (with a token); POST /admin/logout signs out
 //
 // The pages and their JSON come from a Console, which the root package
 // implements over the database. They are rendered on the server with
@@ -13,13 +14,45 @@
 // front-end build, one small inline style block allowed by its hash in the
 // Content-Security-Policy.
 //
+// # The summary
+//
+// /admin/ opens on what an operator asks first (Summary): the replica that
+// answered (its worker name, host, pid and role in the election), the
+// leader, stuck outbox deliveries, running jobs, failed ones (waiting to
+// retry, and discarded within DiscardedWindow), and the schedules more than
+// LateAfter past their next run. Behind a load balancer each answer may come
+// from another replica: every page names the one that answered, and so does
+// the Ferry-Replica header of every signed-in answer. The leader page shows
+// how each term ended (TermView): resigned, abandoned, superseded (it never
+// resigned, and a successor took over), crashed (it never resigned, and no
+// successor has the lock yet), or leading.
+//
 // # Authentication
 //
-// FERRY_ADMIN_TOKEN (Config.Token) protects everything but /healthz, given as
-// a bearer token (Authorization: Bearer …) or as the password of HTTP basic
-// auth (any user name), so a browser can sign in: a 401 carries
-// WWW-Authenticate: Basic, and the browser prompts. A request without the
-// token gets 401 before any handler runs.
+// FERRY_ADMIN_TOKEN (Config.Token) protects everything but /healthz and the
+// sign-in page. A browser that opens a page without a session is sent to
+// /admin/login, which takes the token once, compares it in constant time,
+// and sets a session cookie (SessionCookie): HttpOnly, SameSite=Strict,
+// Path=/, Secure when the browser reached the server over TLS (a TLS
+// connection, or an https Origin on the sign-in form behind a proxy that
+// terminates TLS). River UI works after that: its own requests carry the
+// cookie. (A URL with basic-auth credentials in it does not: browsers refuse
+// the fetches of a page loaded that way.) POST /admin/logout clears the
+// cookie.
+//
+// The session is stateless: "v1.<expiry>.<HMAC-SHA256 of both>", with a key
+// derived from the token (HKDF-SHA256). So every replica with the same token
+// accepts a session another one made, behind a load balancer with no sticky
+// sessions and no shared store, a restart keeps it, and a new token ends every
+// session. The price of statelessness: signing out clears this browser's
+// cookie but cannot revoke a copy of it before it expires (SessionTTL); change
+// the token for that.
+//
+// Scripts send the token on every request instead, as a bearer token
+// (Authorization: Bearer …) or as the password of HTTP basic auth (any user
+// name). A request with neither a session nor the token gets 401 (with
+// WWW-Authenticate: Bearer, so a browser does not prompt), or, when a browser
+// opens a page, a redirect to the sign-in page. Nothing runs before that.
 //
 // Without a token the server refuses to listen anywhere but a loopback
 // address (ErrExposedWithoutToken), and it answers only requests whose Host
@@ -34,9 +67,11 @@
 // or none, or without that header an Origin whose host is not the request's
 // Host. A browser that sends neither header is judged by its Referer the
 // same way. This covers River UI's own API too. ferry's forms (POST
-// /admin/outbox/reset) also carry a CSRF token, HMAC-SHA256(key, "csrf") with
-// a random key made when the server starts, compared in constant time: a
-// request without it is refused even when its headers look same-origin. A
+// /admin/outbox/reset) also carry a CSRF token, HMAC-SHA256(key, "csrf"),
+// compared in constant time: a request without it is refused even when its
+// headers look same-origin. With a token the key is derived from it (HKDF),
+// so a form one replica rendered is accepted by any replica behind the same
+// load balancer; without one it is random, made when the server starts. A
 // reverse proxy in front of the server must pass the Host header through, or
 // the browser's Origin will not match it.
 //

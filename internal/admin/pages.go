@@ -61,7 +61,7 @@ func cspHash(s string) string {
 }
 
 // pageNames are ferry's pages: /admin/ is "index", the others /admin/NAME.
-var pageNames = []string{"index", "leader", "workers", "schedules", "outbox", "telegram"}
+var pageNames = []string{"index", "leader", "workers", "schedules", "outbox", "telegram", "login"}
 
 // parsePages parses each page with the layout.
 func parsePages() (map[string]*template.Template, error) {
@@ -81,10 +81,11 @@ func (s *Server) routePages(mux *http.ServeMux) {
 	mux.Handle("GET /{$}", http.RedirectHandler("/admin/", http.StatusSeeOther))
 	mux.Handle("GET /admin", http.RedirectHandler("/admin/", http.StatusMovedPermanently))
 	mux.HandleFunc("GET /admin/{$}", func(w http.ResponseWriter, r *http.Request) {
-		s.render(w, r, "index", "", nil)
+		v, err := call(r.Context(), s.summary)
+		s.page(w, r, "index", v, err)
 	})
 	mux.HandleFunc("GET /admin/leader", func(w http.ResponseWriter, r *http.Request) {
-		v, err := call(r.Context(), s.cfg.Console.Leader)
+		v, err := call(r.Context(), s.leader)
 		s.page(w, r, "leader", v, err)
 	})
 	mux.HandleFunc("GET /admin/workers", func(w http.ResponseWriter, r *http.Request) {
@@ -106,7 +107,8 @@ func (s *Server) routePages(mux *http.ServeMux) {
 	mux.HandleFunc("POST /admin/outbox/reset", s.resetOutbox)
 
 	api := map[string]func(ctx context.Context) (any, error){
-		"leader":    func(ctx context.Context) (any, error) { return s.cfg.Console.Leader(ctx) },
+		"summary":   func(ctx context.Context) (any, error) { return s.summary(ctx) },
+		"leader":    func(ctx context.Context) (any, error) { return s.leader(ctx) },
 		"workers":   func(ctx context.Context) (any, error) { return s.workers(ctx) },
 		"schedules": func(ctx context.Context) (any, error) { return s.schedules(ctx) },
 		"outbox":    func(ctx context.Context) (any, error) { return s.cfg.Console.Outbox(ctx) },
@@ -133,6 +135,22 @@ func call[T any](ctx context.Context, fn func(context.Context) (T, error)) (T, e
 	ctx, cancel := context.WithTimeout(ctx, consoleTimeout)
 	defer cancel()
 	return fn(ctx)
+}
+
+// summary is the Console's summary, with [] rather than null when no
+// schedule is late.
+func (s *Server) summary(ctx context.Context) (Summary, error) {
+	v, err := s.cfg.Console.Summary(ctx)
+	if v.LateSchedules == nil {
+		v.LateSchedules = []LateSchedule{}
+	}
+	return v, err
+}
+
+// leader is the Console's leader view with each term's end.
+func (s *Server) leader(ctx context.Context) (LeaderPage, error) {
+	v, err := s.cfg.Console.Leader(ctx)
+	return leaderPage(v), err
 }
 
 // schedules, telegram and workers answer [] rather than null when there is
@@ -174,6 +192,10 @@ type pageData struct {
 	CSRF    string
 	Now     time.Time
 	RiverUI bool
+	// Replica names the replica that answered (Config.Replica).
+	Replica string
+	// SignOut shows the sign-out button: a token is set.
+	SignOut bool
 	// Flash is a one-line notice (after a reset), FlashError says it
 	// reports a failure.
 	Flash      string
@@ -195,12 +217,27 @@ func (s *Server) page(w http.ResponseWriter, r *http.Request, name string, data 
 }
 
 func (s *Server) render(w http.ResponseWriter, r *http.Request, name, errMsg string, data any) {
+	status := http.StatusOK
+	if errMsg != "" {
+		status = http.StatusInternalServerError
+	}
+	s.renderPage(w, r, name, status, errMsg, data)
+}
+
+// renderStatus renders a page with its data and status.
+func (s *Server) renderStatus(w http.ResponseWriter, r *http.Request, name string, status int, data any) {
+	s.renderPage(w, r, name, status, "", data)
+}
+
+func (s *Server) renderPage(w http.ResponseWriter, r *http.Request, name string, status int, errMsg string, data any) {
 	d := pageData{
 		Page:    name,
 		CSS:     template.CSS(styleCSS), //nolint:gosec // a constant from the binary
 		CSRF:    s.csrf,
 		Now:     s.now().UTC(),
 		RiverUI: s.cfg.RiverUI != nil,
+		Replica: s.cfg.Replica,
+		SignOut: s.cfg.Token != "",
 		Error:   errMsg,
 		Data:    data,
 	}
@@ -217,9 +254,7 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, name, errMsg str
 	h.Set("Content-Type", "text/html; charset=utf-8")
 	h.Set("Content-Security-Policy", pageCSP)
 	h.Set("Cache-Control", "no-store")
-	if errMsg != "" {
-		w.WriteHeader(http.StatusInternalServerError)
-	}
+	w.WriteHeader(status)
 	_, _ = w.Write(buf.Bytes())
 }
 

@@ -33,6 +33,7 @@ type fakeConsole struct {
 	sched    []periodic.Row
 	stuck    []outbox.Delivery
 	workers  []liveness.WorkerInfo
+	late     []LateSchedule
 	since    atomic.Int64 // the last Workers call's since
 }
 
@@ -67,7 +68,27 @@ func (c *fakeConsole) Leader(context.Context) (LeaderView, error) {
 		Key: 911000001,
 		Holder: &election.Holder{Key: 911000001, BackendPID: 4321, ApplicationName: "ferry-leader:host-a:99", ClientAddr: "127.0.0.1:5555",
 			SessionState: "idle", Term: ptr(int64(3)), Hostname: "host-a", PID: ptr(99), AcquiredAt: &acquired, StartedAt: &acquired},
-		Terms: []election.Term{{Term: 3, Holder: "ferry-leader:host-a:99", Hostname: "host-a", PID: 99, BackendPID: 4321, AcquiredAt: acquired}},
+		Terms: []election.Term{
+			{Term: 3, Holder: "ferry-leader:host-a:99", Hostname: "host-a", PID: 99, BackendPID: 4321, AcquiredAt: acquired},
+			{Term: 2, Holder: "ferry-leader:host-b:42", Hostname: "host-b", PID: 42, BackendPID: 4000, AcquiredAt: acquired.Add(-time.Hour),
+				EndedReason: ptr("superseded")},
+			{Term: 1, Holder: "ferry-leader:host-a:7", Hostname: "host-a", PID: 7, BackendPID: 3000, AcquiredAt: acquired.Add(-2 * time.Hour),
+				ResignedAt: ptr(acquired.Add(-time.Hour)), EndedReason: ptr("resigned")},
+		},
+	}, c.fail
+}
+
+func (c *fakeConsole) Summary(context.Context) (Summary, error) {
+	c.calls.Add(1)
+	acquired := time.Now().Add(-3 * time.Hour)
+	return Summary{
+		Replica: Replica{Name: "host-a_99_20260101T000000.000000", Hostname: "host-a", PID: 99, Role: "leader", Term: 3},
+		Leader: &election.Holder{Key: 911000001, BackendPID: 4321, ApplicationName: "ferry-leader:host-a:99", Term: ptr(int64(3)),
+			Hostname: "host-a", PID: ptr(99), AcquiredAt: &acquired},
+		StuckDeliveries: 4,
+		StuckMessages:   1,
+		Jobs:            JobCounts{Running: 7, Retryable: 2, Discarded: 5},
+		LateSchedules:   c.late,
 	}, c.fail
 }
 
@@ -107,8 +128,8 @@ func (c *fakeConsole) Workers(_ context.Context, since time.Duration) ([]livenes
 
 // pages and apis are every GET that calls the Console.
 var (
-	pages = []string{"/admin/leader", "/admin/workers", "/admin/schedules", "/admin/outbox", "/admin/telegram"}
-	apis  = []string{"/admin/api/leader", "/admin/api/workers", "/admin/api/schedules", "/admin/api/outbox", "/admin/api/telegram"}
+	pages = []string{"/admin/", "/admin/leader", "/admin/workers", "/admin/schedules", "/admin/outbox", "/admin/telegram"}
+	apis  = []string{"/admin/api/summary", "/admin/api/leader", "/admin/api/workers", "/admin/api/schedules", "/admin/api/outbox", "/admin/api/telegram"}
 )
 
 // noRedirect is a client that returns redirects instead of following them.
@@ -155,7 +176,6 @@ func TestServer_PagesWithoutToken(t *testing.T) {
 	for _, p := range append(append([]string{"/riverui/"}, pages...), apis...) {
 		require.Contains(t, body, `href="`+p+`"`, "the index links to %s", p)
 	}
-	require.Zero(t, c.calls.Load(), "the index reads nothing")
 
 	for _, p := range pages {
 		t.Run(p, func(t *testing.T) {
@@ -192,6 +212,13 @@ func TestServer_PagesWithoutToken(t *testing.T) {
 	_, body = get(t, b.base+"/admin/leader", nil)
 	require.Contains(t, body, "ferry-leader:host-a:99")
 	require.Contains(t, body, "3h 0m ago")
+	require.Contains(t, body, `<tr data-term="3" data-end="leading">`)
+	require.Contains(t, body, `<tr data-term="2" data-end="superseded">`)
+	require.Contains(t, body, "term 3 took over after the deferral")
+	require.Contains(t, body, `<tr data-term="1" data-end="resigned">`)
+	_, body = get(t, b.base+"/admin/api/leader", nil)
+	require.Contains(t, body, `"term":2,"holder":"ferry-leader:host-b:42"`, "a term's fields stay where they were")
+	require.Contains(t, body, `"ended_reason":"superseded","end":"superseded","end_detail":"never resigned`)
 
 	_, body = get(t, b.base+"/admin/outbox", nil)
 	require.Contains(t, body, "503 Service Unavailable")
@@ -244,6 +271,11 @@ func TestServer_EmptyConsoleAnswersLists(t *testing.T) {
 	_, body = get(t, b.base+"/admin/outbox", nil)
 	require.Contains(t, body, "Nothing is stuck.")
 	require.NotContains(t, body, `href="/riverui/`, "no River UI link without River UI")
+	_, body = get(t, b.base+"/admin/", nil)
+	require.Contains(t, body, `id="no-late"`)
+	require.NotContains(t, body, `href="/riverui/`, "no River UI link without River UI")
+	_, body = get(t, b.base+"/admin/api/summary", nil)
+	require.Contains(t, body, `"late_schedules":[]`)
 }
 
 func TestServer_LoopbackHostOnlyWithoutToken(t *testing.T) {
@@ -288,7 +320,8 @@ func TestServer_TokenGuardsEverything(t *testing.T) {
 				body, _ := io.ReadAll(resp.Body)
 				resp.Body.Close()
 				require.Equal(t, http.StatusUnauthorized, resp.StatusCode, p)
-				require.Contains(t, resp.Header.Get("WWW-Authenticate"), "Basic", "a browser prompts")
+				require.Equal(t, `Bearer realm="ferry admin"`, resp.Header.Get("WWW-Authenticate"), "a browser does not prompt")
+				require.Empty(t, resp.Header.Get("Ferry-Replica"), "an unauthenticated caller is not told which replica")
 				require.NotContains(t, string(body), token)
 			}
 			form := url.Values{"csrf": {strings.Repeat("0", 64)}, "message_id": {"5"}}
@@ -296,6 +329,30 @@ func TestServer_TokenGuardsEverything(t *testing.T) {
 			require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
 		})
 	}
+	// A browser opening a page is sent to the sign-in page, which sends it
+	// back afterwards; its own fetches get 401.
+	for _, p := range []string{"/admin/", "/admin/outbox?reset_deliveries=1&reset_messages=1", "/riverui/jobs/7"} {
+		for _, hdr := range []map[string]string{
+			{"Sec-Fetch-Mode": "navigate", "Accept": "text/html"},
+			{"Accept": "text/html,application/xhtml+xml"}, // a browser without Fetch Metadata
+		} {
+			req, err := http.NewRequest(http.MethodGet, b.base+p, nil)
+			require.NoError(t, err)
+			for k, v := range hdr {
+				req.Header.Set(k, v)
+			}
+			resp, err := noRedirect.Do(req)
+			require.NoError(t, err)
+			resp.Body.Close()
+			require.Equal(t, http.StatusSeeOther, resp.StatusCode, p)
+			require.Equal(t, "/admin/login?next="+url.QueryEscape(p), resp.Header.Get("Location"))
+		}
+	}
+	code, _ := get(t, b.base+"/riverui/api/jobs", func(r *http.Request) {
+		r.Header.Set("Sec-Fetch-Mode", "cors")
+		r.Header.Set("Accept", "application/json, text/html")
+	})
+	require.Equal(t, http.StatusUnauthorized, code, "River UI's own fetches are not redirected")
 	require.Zero(t, c.calls.Load(), "nothing runs without the token")
 	require.Zero(t, uiCalls.Load(), "River UI is not reached without the token")
 
@@ -452,13 +509,27 @@ func TestServer_EscapesHostileStrings(t *testing.T) {
 	require.NotContains(t, body, "hello")
 }
 
-func TestServer_CSRFTokenIsPerStart(t *testing.T) {
+// With a token, every replica given it carries and accepts the same CSRF
+// token, so a form one rendered can be posted to another behind a load
+// balancer; without a token the key is random per start.
+func TestServer_CSRFToken(t *testing.T) {
 	t.Parallel()
 	a := setup(t, Config{Console: newFakeConsole(), Token: "same"})
 	b := setup(t, Config{Console: newFakeConsole(), Token: "same"})
+	other := setup(t, Config{Console: newFakeConsole(), Token: "other"})
 	require.Len(t, a.srv.csrf, 64)
-	require.NotEqual(t, a.srv.csrf, b.srv.csrf, "a random key per start")
+	require.Equal(t, a.srv.csrf, b.srv.csrf, "derived from the token")
+	require.NotEqual(t, a.srv.csrf, other.srv.csrf)
 	require.NotContains(t, a.srv.csrf, "same")
+
+	auth := func(r *http.Request) { r.Header.Set("Authorization", "Bearer same") }
+	resp, body := post(t, b.base+"/admin/outbox/reset", url.Values{"csrf": {csrfOf(t, a.base, auth)}, "message_id": {"5"}},
+		map[string]string{"Authorization": "Bearer same", "Origin": b.base})
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode, "a form from replica a, posted to replica b: %s", body)
+
+	x := setup(t, Config{Console: newFakeConsole()})
+	y := setup(t, Config{Console: newFakeConsole()})
+	require.NotEqual(t, x.srv.csrf, y.srv.csrf, "without a token, a random key per start")
 }
 
 func TestRelative(t *testing.T) {

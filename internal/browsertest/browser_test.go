@@ -21,14 +21,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chromedp/cdproto/fetch"
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferryq/ferry/internal/testkit/logtest"
 	"github.com/ferryq/ferry/internal/testkit/pgtest"
 	"github.com/ferryq/ferry/internal/testkit/proctest"
+	"github.com/ferryq/ferry/jobs"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -71,10 +73,12 @@ func secret(t *testing.T, what string) string {
 }
 
 // TestAdminConsole_Browser signs in to a real worker's admin console with
-// headless Chromium, reads a schedule's next run, resets a stuck outbox
-// delivery by clicking its button, waits until the page shows it delivered,
-// and keeps a screenshot. Then it reads every page and JSON answer for the
-// secrets the worker was given.
+// headless Chromium on the sign-in page, reads the summary, a schedule's
+// next run and the leader's terms, checks that long names keep to one line,
+// resets a stuck outbox delivery by clicking its button, waits until the
+// page shows it delivered, opens a job in River UI with the session, signs
+// out, and keeps screenshots. Then it reads every page and JSON answer for
+// the secrets the worker was given.
 func TestAdminConsole_Browser(t *testing.T) {
 	t.Parallel()
 	chrome := chromium(t)
@@ -143,7 +147,7 @@ telegram:
 		"FERRY_TELEGRAM_API_URL=" + botAPI.URL,
 		"HOOK_SECRET=" + hookSecret,
 		"DESK_BOT_TOKEN=" + botToken,
-	}, "run", "--admin-addr", "127.0.0.1:0", "--leader-tick", "1s", "--standby-probe", "1s")
+	}, "run", "--admin-addr", "127.0.0.1:0", "--leader-tick", "1s", "--standby-probe", "1s", "--shutdown-grace", "2s")
 	line, err := p.WaitForLineFunc(startTimeout, logtest.Logged("admin: listening"))
 	require.NoError(t, err)
 	var listening struct{ Addr string }
@@ -165,13 +169,34 @@ telegram:
 		return err == nil && n == 2
 	})
 
+	// For the summary: a job that runs for an hour, a job that fails for
+	// good (its one attempt calls a closed port), and a schedule whose next
+	// run is ten minutes past, as a scheduler that stalled leaves it.
+	ctx := context.Background()
+	ins, err := jobs.NewInserter(pool)
+	require.NoError(t, err)
+	sleeper, err := ins.Client().Insert(ctx, jobs.NoopArgs{Sleep: jobs.Duration(time.Hour)}, nil)
+	require.NoError(t, err)
+	closed := httptest.NewServer(http.NotFoundHandler())
+	closed.Close()
+	failing, err := ins.Client().Insert(ctx, jobs.HTTPRequestArgs{URL: closed.URL + "/gone"}, &river.InsertOpts{MaxAttempts: 1})
+	require.NoError(t, err)
+	waitFor(t, "one job running and one discarded", func() bool {
+		return jobState(t, pool, sleeper.Job.ID) == "running" && jobState(t, pool, failing.Job.ID) == "discarded"
+	})
+	_, err = pool.Exec(ctx, `INSERT INTO ferry_schedule (id, name, trigger, zone, kind, queue, next_run_at)
+		VALUES ('stalled-export', 'Stalled export', 'every 1h', 'UTC', 'ferry.noop', 'default', now() - interval '10 minutes')`)
+	require.NoError(t, err)
+	var clientID string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT client_id FROM ferry_worker WHERE pid = $1`, p.Pid()).Scan(&clientID))
+
 	artifacts := os.Getenv("FERRY_TEST_ARTIFACTS")
 	if artifacts == "" {
 		artifacts = t.TempDir()
 	}
 	require.NoError(t, os.MkdirAll(artifacts, 0o755))
 
-	b := newBrowser(t, chrome, adminToken)
+	b := newBrowser(t, chrome)
 	var pagesSeen []string
 	keep := func() {
 		html, err := chromedp.Run(b.step(), chromedp.OuterHTML(chromedp.CSS("html")))
@@ -179,15 +204,46 @@ telegram:
 		pagesSeen = append(pagesSeen, html)
 	}
 
-	// Sign in: the first page answers 401 with a basic-auth challenge, the
-	// browser prompts, and the prompt gets a wrong password, then the
-	// token.
-	b.do("open the console", chromedp.Navigate(base+"/admin/"))
+	// Sign in: the console sends the browser to the sign-in page, which
+	// refuses a wrong token and takes the right one once.
+	b.do("open the console", chromedp.Navigate(base+"/admin/"), chromedp.WaitVisible(chromedp.CSS("#login")))
+	require.Equal(t, base+"/admin/login?next=%2Fadmin%2F", b.location())
 	title, err := chromedp.Run(b.step(), chromedp.Title())
 	require.NoError(t, err)
-	require.Equal(t, "ferry admin — index", title)
-	require.GreaterOrEqual(t, b.challenges.Load(), int32(2), "a challenge refused the wrong password, the next took the token")
+	require.Equal(t, "ferry admin — login", title)
 	keep()
+	b.screenshot(filepath.Join(artifacts, "admin-login.png"))
+	b.do("sign in with a wrong token", chromedp.SendKeys(chromedp.CSS("#token"), "wrong-"+adminToken[:4]),
+		chromedp.Click(chromedp.CSS(`#login button[type="submit"]`)), chromedp.WaitVisible(chromedp.CSS("#login-failed")))
+	require.Empty(t, b.session(base), "no session after a wrong token")
+	b.do("sign in", chromedp.SendKeys(chromedp.CSS("#token"), adminToken),
+		chromedp.Click(chromedp.CSS(`#login button[type="submit"]`)), chromedp.WaitVisible(chromedp.CSS("#summary")))
+	require.Equal(t, base+"/admin/", b.location(), "back where the browser was going")
+	cookies := b.session(base)
+	require.Len(t, cookies, 1)
+	require.True(t, cookies[0].HTTPOnly)
+	require.Equal(t, network.CookieSameSiteStrict, cookies[0].SameSite)
+	require.Equal(t, "/", cookies[0].Path)
+	require.False(t, cookies[0].Secure, "plain HTTP")
+	jsCookies, err := chromedp.Run(b.step(), chromedp.Evaluate[string](`document.cookie`))
+	require.NoError(t, err)
+	require.NotContains(t, jsCookies, "ferry_admin_session", "the page's scripts cannot read the session")
+
+	// The summary: this worker, the leader, what needs a look.
+	require.Equal(t, clientID, b.text("#replica-name"))
+	require.Equal(t, "leader", b.text("#replica-role"))
+	require.Contains(t, b.text("#answered-by"), clientID)
+	require.Contains(t, b.text("#leader-name"), "ferry-leader:")
+	require.Equal(t, "1", b.text("#stuck-deliveries"))
+	noRoute, err := chromedp.Run(b.step(), chromedp.Evaluate[bool](`document.getElementById("stuck-messages") === null`))
+	require.NoError(t, err)
+	require.True(t, noRoute, "the stuck message has a route: it is not counted as one without")
+	require.GreaterOrEqual(t, b.count("#jobs-running"), 1, "the sleeping job")
+	require.GreaterOrEqual(t, b.count("#jobs-discarded"), 1, "the job that failed for good")
+	require.Contains(t, b.text(`#summary-late li[data-schedule="stalled-export"]`), "Stalled export")
+	require.NotContains(t, b.text("#summary-late"), scheduleID, "a schedule that is not late")
+	keep()
+	b.screenshot(filepath.Join(artifacts, "admin-summary.png"))
 
 	// A schedule and its next run.
 	b.do("open the schedules", chromedp.Click(chromedp.CSS(`nav a[href="/admin/schedules"]`)),
@@ -210,7 +266,15 @@ telegram:
 	// The leader and the bot.
 	b.do("open the leader page", chromedp.Navigate(base+"/admin/leader"), chromedp.WaitVisible(chromedp.CSS("#holder")))
 	require.Contains(t, b.text("#holder"), "ferry-leader:")
+	require.Contains(t, b.text(`#terms tr[data-end="leading"]`), strconv.Itoa(p.Pid()), "the worker's term is the live one")
 	keep()
+	// Long names keep to one line, on a narrow screen too.
+	b.do("narrow the window", chromedp.EmulateViewport(420, 900))
+	b.requireOneLine(".id")
+	b.do("open the summary, narrow", chromedp.Navigate(base+"/admin/"), chromedp.WaitVisible(chromedp.CSS("#summary")))
+	b.requireOneLine(".id")
+	b.do("widen the window", chromedp.EmulateViewport(1280, 900))
+	b.do("back to the leader page", chromedp.Navigate(base+"/admin/leader"), chromedp.WaitVisible(chromedp.CSS("#holder")))
 	b.screenshot(filepath.Join(artifacts, "admin-leader.png"))
 	b.do("open the telegram page", chromedp.Navigate(base+"/admin/telegram"), chromedp.WaitVisible(chromedp.CSS(`tr[data-bot="desk"]`)))
 	require.Contains(t, b.text(`tr[data-bot="desk"]`), "unauthorized", "the bot's last error kind")
@@ -255,12 +319,20 @@ telegram:
 	b.screenshot(shot)
 	t.Logf("screenshot of the outbox after the reset: %s", shot)
 
-	// River UI, from the schedule's job link.
+	// River UI, from the schedule's job link, with the session: its own
+	// fetches carry the cookie.
 	b.do("open the job in River UI", chromedp.Navigate(base+jobLink.Value))
 	_, err = chromedp.Run(b.step(), chromedp.Poll[bool](`document.body && document.body.innerText.includes("ferry.noop")`,
 		chromedp.WithPollingTimeout(stepTimeout)))
 	require.NoError(t, err, "River UI shows the schedule's job")
 	b.screenshot(filepath.Join(artifacts, "riverui-job.png"))
+
+	// Sign out: the cookie is gone, and the console asks for the token.
+	b.do("sign out", chromedp.Navigate(base+"/admin/"), chromedp.WaitVisible(chromedp.CSS("#logout")),
+		chromedp.Click(chromedp.CSS(`#logout button`)), chromedp.WaitVisible(chromedp.CSS("#login")))
+	require.Empty(t, b.session(base))
+	b.do("open the console signed out", chromedp.Navigate(base+"/admin/outbox"), chromedp.WaitVisible(chromedp.CSS("#login")))
+	require.Equal(t, base+"/admin/login?next=%2Fadmin%2Foutbox", b.location())
 
 	// No secret in anything the browser was shown.
 	for i, html := range pagesSeen {
@@ -282,41 +354,65 @@ telegram:
 }
 
 // checkNoSecrets reads every admin page and JSON answer, with the token and
-// without, and requires that no secret appears in a body or a header.
+// without (as a script and as a browser opening a page), and requires that
+// no secret appears in a body or a header.
 func checkNoSecrets(t *testing.T, base, token string, secrets []string) {
 	t.Helper()
-	client := &http.Client{Timeout: stepTimeout, Transport: &http.Transport{DisableKeepAlives: true}}
+	client := &http.Client{
+		Timeout:       stepTimeout,
+		Transport:     &http.Transport{DisableKeepAlives: true},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
 	paths := []string{
 		"/admin/", "/admin/leader", "/admin/workers", "/admin/schedules", "/admin/outbox", "/admin/telegram",
-		"/admin/api/leader", "/admin/api/workers", "/admin/api/schedules", "/admin/api/outbox", "/admin/api/telegram",
+		"/admin/api/summary", "/admin/api/leader", "/admin/api/workers", "/admin/api/schedules", "/admin/api/outbox", "/admin/api/telegram",
 		"/readyz", "/metrics", "/riverui/", "/riverui/api/jobs?state=completed", "/riverui/api/jobs?state=available",
+	}
+	read := func(path, auth, accept string) (*http.Response, string) {
+		req, err := http.NewRequest(http.MethodGet, base+path, nil)
+		require.NoError(t, err)
+		req.Header.Set("Accept", accept)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := client.Do(req)
+		require.NoError(t, err)
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.NoError(t, err)
+		headers := fmt.Sprint(resp.Header)
+		for _, s := range secrets {
+			require.NotContains(t, string(body), s, "GET %s (%q)", path, auth)
+			require.NotContains(t, headers, s, "GET %s (%q)", path, auth)
+		}
+		return resp, string(body)
 	}
 	for _, auth := range []string{"", "Bearer wrong", "Bearer " + token} {
 		for _, path := range paths {
-			req, err := http.NewRequest(http.MethodGet, base+path, nil)
-			require.NoError(t, err)
-			req.Header.Set("Accept", "text/html,application/json")
-			if auth != "" {
-				req.Header.Set("Authorization", auth)
-			}
-			resp, err := client.Do(req)
-			require.NoError(t, err)
-			body, err := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			require.NoError(t, err)
 			if auth == "Bearer "+token {
+				resp, body := read(path, auth, "text/html,application/json")
 				require.Equal(t, http.StatusOK, resp.StatusCode, "GET %s: %s", path, body)
-			} else {
-				require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "GET %s without the token", path)
-				require.Contains(t, resp.Header.Get("WWW-Authenticate"), "Basic")
+				continue
 			}
-			headers := fmt.Sprint(resp.Header)
-			for _, s := range secrets {
-				require.NotContains(t, string(body), s, "GET %s (%q)", path, auth)
-				require.NotContains(t, headers, s, "GET %s (%q)", path, auth)
-			}
+			resp, _ := read(path, auth, "application/json")
+			require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "GET %s without the token", path)
+			require.Equal(t, `Bearer realm="ferry admin"`, resp.Header.Get("WWW-Authenticate"))
+			resp, _ = read(path, auth, "text/html")
+			require.Equal(t, http.StatusSeeOther, resp.StatusCode, "a browser opening %s without a session", path)
+			require.True(t, strings.HasPrefix(resp.Header.Get("Location"), "/admin/login?next="), resp.Header.Get("Location"))
 		}
 	}
+	resp, _ := read("/admin/login", "", "text/html")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+}
+
+func jobState(t *testing.T, pool *pgxpool.Pool, id int64) string {
+	t.Helper()
+	var state string
+	if err := pool.QueryRow(context.Background(), `SELECT state::text FROM river_job WHERE id = $1`, id).Scan(&state); err != nil {
+		return "absent"
+	}
+	return state
 }
 
 func deliveryStatus(t *testing.T, pool *pgxpool.Pool, msgID int64) string {
@@ -342,22 +438,16 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 	}
 }
 
-// browser is one headless Chromium with one tab, signed in by answering
-// its basic-auth prompts.
+// browser is one headless Chromium with one tab.
 type browser struct {
-	t          *testing.T
-	ctx        context.Context
-	cancel     func()
-	wg         sync.WaitGroup
-	closeOnce  sync.Once
-	challenges atomic.Int32
+	t         *testing.T
+	ctx       context.Context
+	cancel    func()
+	closeOnce sync.Once
 }
 
-// newBrowser starts Chromium with a fresh profile. Every request of the tab
-// passes through the Fetch domain, so that the test answers the basic-auth
-// prompts as a person would: the first with a wrong password, the others
-// with the token.
-func newBrowser(t *testing.T, chrome, token string) *browser {
+// newBrowser starts Chromium with a fresh profile.
+func newBrowser(t *testing.T, chrome string) *browser {
 	t.Helper()
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chrome),
@@ -375,45 +465,67 @@ func newBrowser(t *testing.T, chrome, token string) *browser {
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelTab := chromedp.NewContext(allocCtx)
 	b := &browser{t: t, ctx: ctx}
-	b.cancel = func() { cancelTab(); cancelAlloc(); b.wg.Wait() }
+	b.cancel = func() { cancelTab(); cancelAlloc() }
 	t.Cleanup(b.close)
-
 	if err := chromedp.Do(ctx); err != nil { // starts the browser, bound to ctx
 		t.Fatalf("browsertest: start chromium %s: %v", chrome, err)
 	}
-	paused := chromedp.Events(ctx, fetch.RequestPaused)
-	auth := chromedp.Events(ctx, fetch.AuthRequired)
-	b.wg.Go(func() {
-		for ev, err := range paused {
-			if err != nil {
-				return
-			}
-			_, _ = chromedp.Call(ctx, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: ev.RequestID})
-		}
-	})
-	b.wg.Go(func() {
-		for ev, err := range auth {
-			if err != nil {
-				return
-			}
-			password := token
-			if b.challenges.Add(1) == 1 {
-				password = "wrong-" + token[:4]
-			}
-			_, _ = chromedp.Call(ctx, fetch.ContinueWithAuth, fetch.ContinueWithAuthParams{
-				RequestID: ev.RequestID,
-				AuthChallengeResponse: &fetch.AuthChallengeResponse{
-					Response: fetch.AuthChallengeResponseResponseProvideCredentials,
-					Username: "admin",
-					Password: password,
-				},
-			})
-		}
-	})
-	if _, err := chromedp.Call(ctx, fetch.Enable, fetch.EnableParams{HandleAuthRequests: new(true)}); err != nil {
-		t.Fatalf("browsertest: enable the Fetch domain: %v", err)
-	}
 	return b
+}
+
+// location is the tab's URL.
+func (b *browser) location() string {
+	b.t.Helper()
+	loc, err := chromedp.Run(b.step(), chromedp.Location())
+	if err != nil {
+		b.t.Fatalf("browser: location: %v", err)
+	}
+	return loc
+}
+
+// session returns the browser's session cookies for base.
+func (b *browser) session(base string) []*network.Cookie {
+	b.t.Helper()
+	res, err := chromedp.Call(b.step(), network.GetCookies, network.GetCookiesParams{URLs: []string{base + "/admin/"}})
+	if err != nil {
+		b.t.Fatalf("browser: read cookies: %v", err)
+	}
+	var out []*network.Cookie
+	for _, c := range res.Cookies {
+		if c.Name == "ferry_admin_session" {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// count reads an element's text as a number.
+func (b *browser) count(css string) int {
+	b.t.Helper()
+	n, err := strconv.Atoi(b.text(css))
+	if err != nil {
+		b.t.Fatalf("browser: %s is not a count: %v", css, err)
+	}
+	return n
+}
+
+// requireOneLine requires every element matching css to be laid out on one
+// line: its text's boxes all share one top.
+func (b *browser) requireOneLine(css string) {
+	b.t.Helper()
+	broken, err := chromedp.Run(b.step(), chromedp.Evaluate[[]string](`[...document.querySelectorAll(`+strconv.Quote(css)+`)].filter(e => {
+		const r = document.createRange(); r.selectNodeContents(e);
+		return new Set([...r.getClientRects()].filter(x => x.width > 0).map(x => Math.round(x.top))).size > 1;
+	}).map(e => e.textContent)`))
+	if err != nil {
+		b.t.Fatalf("browser: measure %s: %v", css, err)
+	}
+	n, err := chromedp.Run(b.step(), chromedp.Evaluate[int](`document.querySelectorAll(`+strconv.Quote(css)+`).length`))
+	if err != nil {
+		b.t.Fatalf("browser: count %s: %v", css, err)
+	}
+	require.Positive(b.t, n, "elements %s", css)
+	require.Empty(b.t, broken, "names wrapped over two lines")
 }
 
 // step is a context for one browser step.
@@ -451,5 +563,5 @@ func (b *browser) screenshot(path string) {
 	}
 }
 
-// close stops Chromium and the prompt answerers; it is safe to call twice.
+// close stops Chromium; it is safe to call twice.
 func (b *browser) close() { b.closeOnce.Do(b.cancel) }

@@ -518,7 +518,7 @@ func TestOutbox_StuckThenReset(t *testing.T) {
 		failing.Store(false)
 		stdout, stderr, code := enqueue(t, url, nil, "outbox", "reset", strconv.FormatInt(id, 10))
 		require.Zero(t, code, "enqueue outbox reset: %s", stderr)
-		require.Equal(t, "reset 1 stuck deliveries of 1 messages\n", stdout)
+		require.Equal(t, fmt.Sprintf("message %d: 1 stuck delivery back to pending, to be delivered again\n", id), stdout)
 
 		d := waitDelivery(t, pool, id, "hook", deliverTimeout, "delivered", isDelivered)
 		require.Equal(t, 3, d.Attempts, "the two failed attempts are kept as history")
