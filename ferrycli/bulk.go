@@ -2,12 +2,10 @@ package ferrycli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/urfave/cli/v2"
@@ -179,10 +177,6 @@ func (b *bulk) kind(ctx context.Context, name string) (*kindInfo, error) {
 	}
 	known, ok, err := jobs.Lookup(ctx, b.pool, name)
 	if err != nil {
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
-			return nil, errors.New("ferry's tables are missing: run `worker migrate up` first")
-		}
 		return nil, err
 	}
 	var k *kindInfo

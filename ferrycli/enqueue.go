@@ -2,7 +2,6 @@ package ferrycli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/urfave/cli/v2"
@@ -137,10 +135,6 @@ func insertJob(ctx context.Context, pool *pgxpool.Pool, args jobs.RawArgs, opts 
 	kind := args.Kind()
 	known, ok, err := jobs.Lookup(ctx, pool, kind)
 	if err != nil {
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
-			return jobResult{}, errors.New("ferry's tables are missing: run `worker migrate up` first")
-		}
 		return jobResult{}, err
 	}
 	if !ok {

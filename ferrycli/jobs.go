@@ -623,7 +623,7 @@ func runJobsAction(c *cli.Context, a jobAction) error {
 			case errors.Is(err, liveness.ErrJobNotRunning), errors.As(err, new(*liveness.WorkerAliveError)):
 				r.Error = err.Error()
 			case err != nil:
-				if ctx.Err() != nil {
+				if ctx.Err() != nil || schemaError(err) != nil {
 					return err
 				}
 				r.Error = err.Error()

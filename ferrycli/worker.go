@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/urfave/cli/v2"
 
@@ -253,7 +254,7 @@ func withMigrator(c *cli.Context, fn func(context.Context, *migrations.Migrator)
 	if c.NArg() > 0 {
 		return usageErrorf("%s takes no arguments, got %q", c.Command.Name, c.Args().First())
 	}
-	return withPool(c, func(ctx context.Context, pool *pgxpool.Pool) error {
+	return withDatabase(c, func(ctx context.Context, pool *pgxpool.Pool) error {
 		// The command prints what it applied; no log lines besides.
 		m, err := migrations.New(pool, nil)
 		if err != nil {
@@ -282,8 +283,32 @@ func printApplied(c *cli.Context, verb string, applied []migrations.Applied) err
 }
 
 // withPool connects to the command's database and runs fn under the
-// command's context.
+// command's context. An error of a table, column or type that does not
+// exist is a schema not migrated to this build: it says to run `worker
+// migrate up`.
 func withPool(c *cli.Context, fn func(context.Context, *pgxpool.Pool) error) error {
+	err := withDatabase(c, fn)
+	if pgErr := schemaError(err); pgErr != nil {
+		return &notMigratedError{err: pgErr}
+	}
+	return err
+}
+
+// schemaError returns the error in err's chain of a query on a table,
+// column or type that does not exist, or nil.
+func schemaError(err error) *pgconn.PgError {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "42P01", "42703", "42704": // undefined table, column, object (a type)
+			return pgErr
+		}
+	}
+	return nil
+}
+
+// withDatabase is withPool without the advice (for migrate itself).
+func withDatabase(c *cli.Context, fn func(context.Context, *pgxpool.Pool) error) error {
 	url, err := databaseURL(c)
 	if err != nil {
 		return err
@@ -296,6 +321,16 @@ func withPool(c *cli.Context, fn func(context.Context, *pgxpool.Pool) error) err
 	defer pool.Close()
 	return fn(ctx, pool)
 }
+
+// notMigratedError is a query's error on a database whose schema is
+// missing or behind this build.
+type notMigratedError struct{ err *pgconn.PgError }
+
+func (e *notMigratedError) Error() string {
+	return fmt.Sprintf("the database is not migrated to this build (%s): run `worker migrate up` first", e.err.Message)
+}
+
+func (e *notMigratedError) Unwrap() error { return e.err }
 
 func connect(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)

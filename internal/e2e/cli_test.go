@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -39,4 +40,31 @@ func TestCLI_JSON(t *testing.T) {
 	require.Equal(t, 1, code, "no leader")
 	require.JSONEq(t, `{"leader": null}`, stdout)
 	require.JSONEq(t, `{"error": "no process holds the leader lock (key 911000001)", "exit_code": 1}`, oneLine(t, stderr))
+}
+
+// TestCLI_NotMigrated: every command that reads or writes ferry's tables
+// says, on a database without migrations, to run `worker migrate up`.
+func TestCLI_NotMigrated(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t, false)
+
+	for _, args := range [][]string{
+		{"job", "ferry.noop"},
+		{"job", "app.report"},
+		{"jobs", "list"},
+		{"jobs", "cancel", "1"},
+		{"dead", "list"},
+		{"outbox", "add", "order.placed"},
+		{"outbox", "stats"},
+		{"schedule", "list"},
+		{"leader"},
+		{"workers"},
+	} {
+		stdout, stderr, code := enqueue(t, url, nil, args...)
+		require.Equal(t, 1, code, "enqueue %s: %s", strings.Join(args, " "), stderr)
+		require.Empty(t, stdout, "enqueue %s", strings.Join(args, " "))
+		line := oneLine(t, stderr)
+		require.Contains(t, line, "the database is not migrated to this build", "enqueue %s", strings.Join(args, " "))
+		require.Contains(t, line, "run `worker migrate up` first", "enqueue %s", strings.Join(args, " "))
+	}
 }
