@@ -39,7 +39,8 @@
 // Run returns ExitOK (0) on success, ExitUsage (2) on bad input, with one
 // line on stderr saying why and nothing written, and ExitFailure (1) on any
 // other failure. Under --json that line is a JSON object, {"error": "…",
-// "exit_code": 2}. An error of a query on a table that does not exist
+// "exit_code": 2}, and warnings (a job put in a queue no live worker works)
+// are {"warning": "…"}. An error of a query on a table that does not exist
 // says to run `worker migrate up`. An action of one's own reports bad input
 // as a *UsageError.
 //

@@ -56,6 +56,12 @@ func enqueueJob() *cli.Command {
 worker has registered (listed in ferry_job_kind). Args must be a JSON object of
 at most 64 KiB; for built-in kinds they are checked against the kind's fields.
 
+With --queue, a queue that no live worker works is accepted with a warning on
+stderr: no River client has reported it in river_queue in the last 11 minutes
+(River reports each worked queue at start and every 10 minutes, so a queue a
+running worker works is never warned about; one whose last worker died is
+warned about within 11 minutes).
+
 With --unique-key, a second insert of the same kind and key returns the
 existing job instead of a new one while that job is pending, scheduled,
 available, running, retryable or completed (completed jobs are cleaned after
@@ -109,13 +115,27 @@ func runEnqueueJob(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	var res jobResult
+	var (
+		res    jobResult
+		worked = true
+	)
 	err = withPool(c, func(ctx context.Context, pool *pgxpool.Pool) (err error) {
-		res, err = insertJob(ctx, pool, args, opts, c.String("unique-key"))
-		return err
+		if res, err = insertJob(ctx, pool, args, opts, c.String("unique-key")); err != nil {
+			return err
+		}
+		if c.IsSet("queue") {
+			// The job is in; whether anything works its queue is advice.
+			if err := pool.QueryRow(ctx, sqlQueueWorked, res.Queue).Scan(&worked); err != nil {
+				warnf(c, "could not tell whether a worker works queue %q: %v", res.Queue, err)
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		return err
+	}
+	if !worked {
+		warnf(c, "no live worker works queue %q (none has reported it in river_queue for %s): job %d waits until one does", res.Queue, queueReportWithin, res.ID)
 	}
 	out := outputFrom(c)
 	if out.json {
@@ -128,6 +148,18 @@ func runEnqueueJob(c *cli.Context) error {
 	_, err = fmt.Fprintf(out.w, "%d\n", res.ID)
 	return err
 }
+
+// queueReportWithin is how recently a River client must have reported a
+// queue in river_queue for it to count as worked: River's producers report
+// each of their queues at start and every 10 minutes (QueueReportInterval),
+// so a queue a running worker works is never older than that, and one whose
+// last worker died is noticed within this long.
+const queueReportWithin = 11 * time.Minute
+
+// sqlQueueWorked says whether some River client reported queue $1 within
+// queueReportWithin.
+var sqlQueueWorked = fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM river_queue
+	WHERE name = $1 AND updated_at > now() - interval '%d seconds')`, int(queueReportWithin.Seconds()))
 
 // insertJob checks the kind is known, fills the queue from it when unset,
 // and inserts the job in one transaction.

@@ -1,6 +1,8 @@
 package e2e_test
 
 import (
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -67,4 +69,31 @@ func TestCLI_NotMigrated(t *testing.T) {
 		require.Contains(t, line, "the database is not migrated to this build", "enqueue %s", strings.Join(args, " "))
 		require.Contains(t, line, "run `worker migrate up` first", "enqueue %s", strings.Join(args, " "))
 	}
+}
+
+// TestEnqueue_QueueNobodyWorks: a job put in a queue that no live worker
+// works is inserted with a warning; once a worker works the queue (it has
+// completed a job of it), there is none.
+func TestEnqueue_QueueNobodyWorks(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t, true)
+	pool := pgtest.PoolFor(t, url)
+
+	stdout, stderr, code := enqueue(t, url, nil, "job", "ferry.noop", "--queue", "reports")
+	require.Zero(t, code, stderr)
+	id, err := strconv.ParseInt(strings.TrimSpace(oneLine(t, stdout)), 10, 64)
+	require.NoError(t, err, stdout)
+	require.Equal(t, fmt.Sprintf(`enqueue: warning: no live worker works queue "reports" (none has reported it in river_queue for 11m0s): job %d waits until one does`, id),
+		oneLine(t, stderr))
+	require.Equal(t, "available", getJob(t, pool, id).State, "the insert stands")
+
+	w := startWorker(t, url, nil, "--queues", "reports=1")
+	waitJobState(t, pool, id, "completed", deadWatchdog)
+	stdout, stderr, code = enqueue(t, url, nil, "job", "ferry.noop", "--queue", "reports")
+	require.Zero(t, code, stderr)
+	require.Empty(t, stderr, "a live worker works reports")
+	id, err = strconv.ParseInt(strings.TrimSpace(oneLine(t, stdout)), 10, 64)
+	require.NoError(t, err, stdout)
+	waitJobState(t, pool, id, "completed", deadWatchdog)
+	stop(t, w, stopTimeout)
 }

@@ -207,7 +207,10 @@ func TestEnqueue_Job(t *testing.T) {
 		require.Equal(t, "app.report", e.Kind)
 		require.Equal(t, "reports", e.Queue, "the kind's queue is the default")
 
-		e = enqueueJSON(t, url, "app.report", "--queue", "urgent")
+		stdout, stderr, code := enqueue(t, url, nil, "job", "app.report", "--queue", "urgent", "--json")
+		require.Zero(t, code, stderr)
+		require.NoError(t, json.Unmarshal([]byte(stdout), &e), stdout)
 		require.Equal(t, "urgent", e.Queue, "--queue wins")
+		require.Contains(t, oneLine(t, stderr), `"warning":"no live worker works queue \"urgent\"`, "no worker runs here")
 	})
 }
