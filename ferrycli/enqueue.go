@@ -79,7 +79,7 @@ Examples:
 			&cli.IntFlag{Name: "priority", Value: 1, Usage: "1 (first) to 4 (last)"},
 			&cli.StringFlag{Name: "at", Usage: "run at this time (RFC 3339)"},
 			&cli.StringFlag{Name: "in", Usage: "run after this duration (e.g. 90s, 10m)"},
-			&cli.IntFlag{Name: "max-attempts", Value: 0, Usage: "attempts before the job is discarded (default River's 25)"},
+			&cli.IntFlag{Name: "max-attempts", Usage: "attempts before the job is discarded", DefaultText: "River's 25"},
 			&cli.StringFlag{Name: "unique-key", Usage: "insert at most one live job of this kind with this key"},
 			&cli.StringSliceFlag{Name: "tag", Usage: "tag the job (repeatable)"},
 			jsonFlag(),
@@ -218,6 +218,17 @@ func readDocument(flag, v string, stdin io.Reader, limit int) ([]byte, error) {
 	b, err := io.ReadAll(io.LimitReader(r, int64(limit)+1))
 	if err != nil {
 		return nil, usageErrorf("--%s: read %s: %v", flag, from, err)
+	}
+	if len(b) > limit {
+		// Only limit+1 bytes were read: the size is the file's, when it
+		// has one.
+		size := fmt.Sprintf("more than %d bytes", limit)
+		if f, ok := r.(*os.File); ok {
+			if st, err := f.Stat(); err == nil && st.Mode().IsRegular() {
+				size = fmt.Sprintf("%d bytes", st.Size())
+			}
+		}
+		return nil, usageErrorf("--%s: %s is %s, over the %d byte limit", flag, from, size, limit)
 	}
 	return b, nil
 }

@@ -5,6 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -80,14 +84,14 @@ func WorkerFlags() []cli.Flag {
 		&cli.StringFlag{Name: "admin-addr", Value: ferry.DefaultAdminAddr, Usage: "address of the admin console (/admin/, /riverui/), /healthz, /readyz and /metrics, or off", EnvVars: []string{"FERRY_ADMIN_ADDR"}},
 		&cli.StringFlag{Name: "admin-token", Usage: "token required on the admin surface (all but /healthz)", EnvVars: []string{"FERRY_ADMIN_TOKEN"}},
 		&cli.BoolFlag{Name: "migrate", Usage: "apply pending migrations before starting", EnvVars: []string{"FERRY_MIGRATE"}},
-		&cli.IntFlag{Name: "outbox-max-attempts", Usage: "attempts of each outbox delivery before it is stuck (default: the config file's, else 24)", EnvVars: []string{"FERRY_OUTBOX_MAX_ATTEMPTS"}},
+		&cli.IntFlag{Name: "outbox-max-attempts", Usage: "attempts of each outbox delivery before it is stuck", DefaultText: "the config file's, else 24", EnvVars: []string{"FERRY_OUTBOX_MAX_ATTEMPTS"}},
 		&cli.DurationFlag{Name: "outbox-route-grace", Value: outbox.DefaultRouteGrace, Usage: "how long a message whose topic no live worker routes waits for a route before it is stuck", EnvVars: []string{"FERRY_OUTBOX_ROUTE_GRACE"}},
 		&cli.DurationFlag{Name: "outbox-retention", Usage: "delete delivered outbox messages older than this (0 keeps everything)", EnvVars: []string{"FERRY_OUTBOX_RETENTION"}},
 		&cli.StringFlag{Name: "telegram-api-url", Usage: "Telegram Bot API server (default the public one); tests and air-gapped setups point elsewhere", EnvVars: []string{"FERRY_TELEGRAM_API_URL"}},
 		&cli.StringFlag{Name: "election-database-url", Usage: "Postgres for the leader lock, direct or session-mode (default: --database-url)", EnvVars: []string{"FERRY_ELECTION_DATABASE_URL"}},
 		electionKeyFlag(),
 		&cli.DurationFlag{Name: "leader-tick", Value: election.DefaultTick, Usage: "how often the leader proves it still holds the lock", EnvVars: []string{"FERRY_LEADER_TICK"}},
-		&cli.DurationFlag{Name: "leader-tick-timeout", Usage: "bound of each ownership check (default a third of the tick, at most 5s)", EnvVars: []string{"FERRY_LEADER_TICK_TIMEOUT"}},
+		&cli.DurationFlag{Name: "leader-tick-timeout", Usage: "bound of each ownership check", DefaultText: "a third of the tick, at most 5s", EnvVars: []string{"FERRY_LEADER_TICK_TIMEOUT"}},
 		&cli.DurationFlag{Name: "standby-probe", Value: election.DefaultProbe, Usage: "most a standby backs off after a failed wait on the lock (a freed lock is taken at once)", EnvVars: []string{"FERRY_STANDBY_PROBE"}},
 	}, logFlags()...)
 }
@@ -345,9 +349,46 @@ func connect(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("connect to database: %s", redact.Postgres(err.Error()))
+		return nil, fmt.Errorf("connect to database %s: %s", net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))),
+			redact.Postgres(connectReason(err)))
 	}
 	return pool, nil
+}
+
+// connectReason says once why a connection failed. pgconn's error names
+// the user and database, then each attempt (address, TLS or not) with the
+// whole chain of its cause, every layer repeating the one below: this keeps
+// the innermost cause of each attempt (connection refused, an i/o timeout,
+// the server's FATAL), each distinct one once.
+func connectReason(err error) string {
+	var ce *pgconn.ConnectError
+	if !errors.As(err, &ce) {
+		return err.Error()
+	}
+	var reasons []string
+	var walk func(error)
+	walk = func(e error) {
+		for {
+			switch u := e.(type) {
+			case interface{ Unwrap() []error }: // one error per attempt
+				for _, e := range u.Unwrap() {
+					walk(e)
+				}
+				return
+			case interface{ Unwrap() error }:
+				if next := u.Unwrap(); next != nil {
+					e = next
+					continue
+				}
+			}
+			if !slices.Contains(reasons, e.Error()) {
+				reasons = append(reasons, e.Error())
+			}
+			return
+		}
+	}
+	walk(ce.Unwrap())
+	return strings.Join(reasons, "; ")
 }
 
 func versionCommand() *cli.Command {

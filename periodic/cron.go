@@ -29,6 +29,15 @@ import (
 // entry fires at W minus the offset in force before the transition (an hour
 // later for a one-hour shift), others do not fire.
 
+// ZoneError is ParseCron's error for a zone that is not an IANA time zone
+// this machine knows: the zone is at fault, not the expression.
+type ZoneError struct {
+	Zone   string
+	Reason string // "unknown time zone", or what to give instead
+}
+
+func (e *ZoneError) Error() string { return fmt.Sprintf("cron zone %q: %s", e.Zone, e.Reason) }
+
 // Cron is a five-field cron expression evaluated in an IANA time zone; make
 // one with ParseCron. A Cron is immutable and safe for concurrent use.
 type Cron struct {
@@ -123,7 +132,8 @@ const (
 //
 // Errors are one line naming the field and the problem:
 // `cron "61 * * * *": minute field: 61 is out of range 0-59`. An expression
-// that can never fire ("0 0 31 2 *") is an error, as is an unknown zone.
+// that can never fire ("0 0 31 2 *") is an error, as is an unknown zone (a
+// *ZoneError).
 func ParseCron(expr, zone string) (*Cron, error) {
 	written := strings.TrimSpace(expr)
 	fields := strings.Fields(written)
@@ -167,11 +177,11 @@ func ParseCron(expr, zone string) (*Cron, error) {
 		c.zone, c.loc = "UTC", time.UTC
 	case "Local":
 		// Local is whatever the machine is set to: replicas could disagree.
-		return nil, fmt.Errorf("cron zone %q: want an IANA name such as Europe/Madrid", zone)
+		return nil, &ZoneError{Zone: zone, Reason: "want an IANA name such as Europe/Madrid"}
 	default:
 		loc, err := time.LoadLocation(zone)
 		if err != nil {
-			return nil, fmt.Errorf("cron zone %q: unknown time zone", zone)
+			return nil, &ZoneError{Zone: zone, Reason: "unknown time zone"}
 		}
 		c.zone, c.loc = zone, loc
 	}

@@ -14,6 +14,7 @@ import (
 	"io"
 	"os"
 	"reflect"
+	"regexp"
 	"strings"
 	"time"
 
@@ -299,6 +300,9 @@ func (e ScheduleEntry) schedule(where string, kinds Kinds) (periodic.Schedule, e
 		}
 	case e.Cron != "":
 		if s.Trigger, err = periodic.ParseCron(e.Cron, e.Zone); err != nil {
+			if ze := (*periodic.ZoneError)(nil); errors.As(err, &ze) {
+				return s, fieldErrorf(where, "zone", "%q: %s", ze.Zone, ze.Reason)
+			}
 			return s, &FieldError{Entry: where, Field: "cron", Err: err}
 		}
 	default:
@@ -350,13 +354,13 @@ func decode(b []byte) (File, error) {
 		if errors.Is(err, io.EOF) {
 			return f, nil // an empty file
 		}
-		return f, yamlError(err)
+		return f, yamlError(b, err)
 	}
 	check(&doc, reflect.TypeFor[File](), &problems)
 	if err := doc.Decode(&f); err != nil {
 		var te *yaml.TypeError
 		if !errors.As(err, &te) {
-			return f, yamlError(err) // the decoder gave up: that is the problem
+			return f, yamlError(b, err) // the decoder gave up: that is the problem
 		}
 		if len(problems) == 0 { // any the walk does not see
 			problems = typeErrors(te)
@@ -372,11 +376,31 @@ func decode(b []byte) (File, error) {
 }
 
 // yamlError is an error of the YAML parser on one line, without the
-// decoder's "yaml: " prefix: the parser's errors have no type to read the
-// position from.
-func yamlError(err error) error {
-	return errors.New(strings.Join(strings.Fields(strings.TrimPrefix(err.Error(), "yaml: ")), " "))
+// decoder's "yaml: " prefix, at the line at fault. The parser's errors have
+// no type to read the position from, and the line they name is where the
+// enclosing block began when there is one (a key indented wrong on line 4
+// of a list item is reported at the item's line): the line at fault is the
+// first at which the document, cut after it, fails the same way.
+func yamlError(b []byte, err error) error {
+	msg := strings.Join(strings.Fields(strings.TrimPrefix(err.Error(), "yaml: ")), " ")
+	m := yamlLineRE.FindStringSubmatch(msg)
+	if m == nil {
+		return errors.New(msg)
+	}
+	what := m[2]
+	lines := bytes.SplitAfter(b, []byte("\n"))
+	for k := 1; k <= len(lines); k++ {
+		var n yaml.Node
+		err := yaml.Unmarshal(bytes.Join(lines[:k], nil), &n)
+		if err != nil && strings.HasSuffix(strings.Join(strings.Fields(err.Error()), " "), what) {
+			return fmt.Errorf("line %d: %s", k, what)
+		}
+	}
+	return errors.New(msg)
 }
+
+// yamlLineRE reads a YAML parser error: "line N: what".
+var yamlLineRE = regexp.MustCompile(`^line (\d+): (.*)$`)
 
 // check appends to problems what the YAML decoder refuses in strict mode
 // when it decodes n into a value of type t, in the order it meets them: a

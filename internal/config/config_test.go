@@ -86,7 +86,8 @@ func TestParse_Errors(t *testing.T) {
 		"both triggers":         {entry("every: 1m", `cron: "* * * * *"`, "kind: ferry.noop"), "every, cron: give one, not both"},
 		"bad every":             {entry("every: often", "kind: ferry.noop"), `schedules[0] (id "x"): every:`},
 		"bad cron":              {entry(`cron: "61 * * * *"`, "kind: ferry.noop"), "cron: " + `cron "61 * * * *": minute field`},
-		"bad zone":              {entry(`cron: "0 6 * * *"`, "zone: Mars/Olympus", "kind: ferry.noop"), "Mars/Olympus"},
+		"bad zone":              {entry(`cron: "0 6 * * *"`, "zone: Mars/Olympus", "kind: ferry.noop"), `schedules[0] (id "x"): zone: "Mars/Olympus": unknown time zone`},
+		"local zone":            {entry(`cron: "0 6 * * *"`, "zone: Local", "kind: ferry.noop"), `schedules[0] (id "x"): zone: "Local": want an IANA name`},
 		"zone with every":       {entry("every: 1m", "zone: UTC", "kind: ferry.noop"), "zone: only for cron"},
 		"unknown kind":          {entry("every: 1m", "kind: email.send"), `kind: "email.send" is not a job kind this worker runs`},
 		"no kind":               {entry("every: 1m"), "kind: missing"},
@@ -119,6 +120,25 @@ func TestParse_Errors(t *testing.T) {
 			require.Error(t, err)
 			require.Contains(t, err.Error(), tc.want)
 			require.NotContains(t, err.Error(), "\n", "one line")
+		})
+	}
+}
+
+// TestParse_YAMLErrorLine: a document the YAML parser refuses is reported
+// at the line at fault, not at the line where the enclosing block began.
+func TestParse_YAMLErrorLine(t *testing.T) {
+	t.Parallel()
+	for name, tc := range map[string]struct{ doc, want string }{
+		"key indented less": {"schedules:\n  - id: a\n    every: 1m\n   kind: ferry.noop\n", "line 4: did not find expected '-' indicator"},
+		"key out of item":   {"schedules:\n  - id: a\n    every: 1m\n  kind: ferry.noop\n", "line 4: did not find expected '-' indicator"},
+		"tab":               {"schedules:\n  - id: a\n    every: 1m\n\tkind: ferry.noop\n", "line 4: found a tab character that violates indentation"},
+		"key indented more": {"schedules:\n  - id: a\n    every: 1m\n      kind: ferry.noop\n", "line 4: mapping values are not allowed in this context"},
+		"no colon":          {"schedules:\n  - id: a\n    every: 1m\n    kind: ferry.noop\n  x\n", "line 5: could not find expected ':'"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			_, err := Parse([]byte(tc.doc), registry(t))
+			require.EqualError(t, err, tc.want)
 		})
 	}
 }

@@ -97,3 +97,31 @@ func TestEnqueue_QueueNobodyWorks(t *testing.T) {
 	waitJobState(t, pool, id, "completed", deadWatchdog)
 	stop(t, w, stopTimeout)
 }
+
+// TestCLI_ErrorTexts: an oversized args file is reported with its size; a
+// refused connection is said once, without the password.
+func TestCLI_ErrorTexts(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t, true)
+	pool := pgtest.PoolFor(t, url)
+
+	big := writeFile(t, "big.json", `{"x":"`+strings.Repeat("a", 200_004)+`"}`)
+	stdout, stderr, code := enqueue(t, url, nil, "job", "ferry.noop", "--args", "@"+big)
+	require.Equal(t, 2, code, stderr)
+	require.Empty(t, stdout)
+	require.Equal(t, fmt.Sprintf("enqueue: --args: %s is 200012 bytes, over the 65536 byte limit", big), oneLine(t, stderr))
+
+	stdout, stderr, code = enqueue(t, url, strings.NewReader(`{"x":"`+strings.Repeat("a", 200_004)+`"}`), "job", "ferry.noop", "--args", "-")
+	require.Equal(t, 2, code, stderr)
+	require.Empty(t, stdout)
+	require.Equal(t, "enqueue: --args: stdin is more than 65536 bytes, over the 65536 byte limit", oneLine(t, stderr))
+	require.Zero(t, countJobs(t, pool), "nothing written")
+
+	// sslmode=prefer: pgx tries twice (TLS, then plain), both refused.
+	port := freePort(t)
+	refused := fmt.Sprintf("postgres://ferry:s3cretpw@127.0.0.1:%d/ferry", port)
+	stdout, stderr, code = enqueue(t, refused, nil, "jobs", "list")
+	require.Equal(t, 1, code, stderr)
+	require.Empty(t, stdout)
+	require.Equal(t, fmt.Sprintf("enqueue: connect to database 127.0.0.1:%d: connection refused", port), oneLine(t, stderr))
+}
