@@ -365,7 +365,7 @@ func openPool(ctx context.Context, url, role string, maxConns int32, clientID st
 	defer cancel()
 	if err := pool.Ping(pctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("ferry: connect to database %s: %s", redact.Postgres(pcfg.ConnConfig.Host+"/"+pcfg.ConnConfig.Database), redact.Postgres(err.Error()))
+		return nil, fmt.Errorf("ferry: connect to database %s: %s", redact.Postgres(pcfg.ConnConfig.Host+"/"+pcfg.ConnConfig.Database), redact.PostgresConnect(err))
 	}
 	return pool, nil
 }

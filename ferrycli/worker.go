@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
-	"slices"
 	"strconv"
-	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -350,45 +348,9 @@ func connect(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("connect to database %s: %s", net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))),
-			redact.Postgres(connectReason(err)))
+			redact.PostgresConnect(err))
 	}
 	return pool, nil
-}
-
-// connectReason says once why a connection failed. pgconn's error names
-// the user and database, then each attempt (address, TLS or not) with the
-// whole chain of its cause, every layer repeating the one below: this keeps
-// the innermost cause of each attempt (connection refused, an i/o timeout,
-// the server's FATAL), each distinct one once.
-func connectReason(err error) string {
-	var ce *pgconn.ConnectError
-	if !errors.As(err, &ce) {
-		return err.Error()
-	}
-	var reasons []string
-	var walk func(error)
-	walk = func(e error) {
-		for {
-			switch u := e.(type) {
-			case interface{ Unwrap() []error }: // one error per attempt
-				for _, e := range u.Unwrap() {
-					walk(e)
-				}
-				return
-			case interface{ Unwrap() error }:
-				if next := u.Unwrap(); next != nil {
-					e = next
-					continue
-				}
-			}
-			if !slices.Contains(reasons, e.Error()) {
-				reasons = append(reasons, e.Error())
-			}
-			return
-		}
-	}
-	walk(ce.Unwrap())
-	return strings.Join(reasons, "; ")
 }
 
 func versionCommand() *cli.Command {

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferryq/ferry/internal/testkit/pgtest"
+	"github.com/ferryq/ferry/internal/testkit/proctest"
 )
 
 // TestCLI_JSON: version answers --json; under --json a failure is a JSON
@@ -124,4 +125,9 @@ func TestCLI_ErrorTexts(t *testing.T) {
 	require.Equal(t, 1, code, stderr)
 	require.Empty(t, stdout)
 	require.Equal(t, fmt.Sprintf("enqueue: connect to database 127.0.0.1:%d: connection refused", port), oneLine(t, stderr))
+
+	stdout, stderr, code = proctest.Run(t, bins(t).worker, env(refused), nil, "run", "--admin-addr", "off")
+	require.Equal(t, 1, code, stderr)
+	require.Empty(t, stdout)
+	require.Equal(t, "worker: ferry: connect to database 127.0.0.1/ferry: connection refused", oneLine(t, stderr))
 }

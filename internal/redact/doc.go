@@ -33,6 +33,13 @@
 // other secret parameters (sslkey, passfile name files, not secrets); the
 // host, port, user and database names.
 //
+// PostgresConnect(err) is how a failed connection is said: pgconn's error
+// names the user and database, then each attempt (an address, with TLS or
+// without) with the whole chain of its cause, each layer repeating the one
+// below. It keeps the innermost cause of each attempt, each distinct one
+// once ("connection refused"), scrubbed as Postgres scrubs; the caller
+// names the host. Any other error is its message, scrubbed.
+//
 // # URLs
 //
 // URL(raw) is how a URL is quoted: without userinfo and fragment, with a
