@@ -360,8 +360,12 @@ func (e *Elector) run(ctx context.Context) {
 			}
 			return
 		}
-		e.setError(err)
 		led := false
+		if conn == nil {
+			e.standby(err)
+		} else {
+			e.setError(nil)
+		}
 		if conn != nil {
 			led = e.lead(ctx, conn, backendPID)
 			if ctx.Err() != nil {
@@ -378,7 +382,7 @@ func (e *Elector) run(ctx context.Context) {
 		}
 		// The wait failed or the term could not be recorded: back off, so a
 		// persistent failure cannot spin.
-		e.standby()
+		e.standby(nil)
 		if !sleep(ctx, retry) {
 			return
 		}
@@ -386,12 +390,20 @@ func (e *Elector) run(ctx context.Context) {
 	}
 }
 
-// standby records the standby state, logging the transition once.
-func (e *Elector) standby() {
-	if e.Status().State == StateStandby {
+// standby records the standby state, logging the transition once, and
+// err, when not nil, as the last error: both in one step, so that a
+// Status showing the error shows the standby state too.
+func (e *Elector) standby(err error) {
+	e.mu.Lock()
+	if err != nil {
+		e.status.LastError = redact.Postgres(err.Error())
+	}
+	if e.status.State == StateStandby {
+		e.mu.Unlock()
 		return
 	}
-	e.setState(StateStandby, 0, 0)
+	e.status.State, e.status.Term, e.status.BackendPID, e.status.Since = StateStandby, 0, 0, time.Now()
+	e.mu.Unlock()
 	e.mTransitions.WithLabelValues("standby").Inc()
 	e.log().Info("election: standby")
 }
@@ -444,7 +456,7 @@ func (e *Elector) acquire(ctx context.Context) (*pgx.Conn, int, error) {
 		return fail(ErrPooler)
 	}
 	if !got {
-		e.standby()
+		e.standby(nil)
 		if err := e.wait(ctx, conn, &pidAfter); err != nil {
 			return fail(err)
 		}
@@ -572,9 +584,9 @@ func (e *Elector) lead(ctx context.Context, conn *pgx.Conn, backendPID int) bool
 	term, prevTerm, resigned, err := e.beginTerm(qctx, conn)
 	if err != nil {
 		// Fail closed: no term, no runnables. Let another process try.
-		e.setError(err)
 		e.log().Error("election: could not record the term; releasing the lock", "error", redact.Postgres(err.Error()))
 		e.release(conn, 0, nil)
+		e.standby(err)
 		return false
 	}
 	e.term.Store(term)
