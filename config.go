@@ -135,8 +135,9 @@ type Config struct {
 	OutboxMaxAttempts int
 	// OutboxRouteGrace is how long a message whose topic no live worker
 	// routes waits for a route ("waiting for a route") before it is stuck
-	// with "no route for topic" (FERRY_OUTBOX_ROUTE_GRACE); default
-	// outbox.DefaultRouteGrace, 5m.
+	// with "no route for topic" (FERRY_OUTBOX_ROUTE_GRACE), and how long a
+	// delivery whose route no live worker declares any more waits before
+	// it is stuck; default outbox.DefaultRouteGrace, 5m.
 	OutboxRouteGrace time.Duration
 	// OutboxRetention, when set, deletes delivered messages (and Go
 	// receivers' receive records) older than it, on the leader

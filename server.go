@@ -289,6 +289,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.botStatus = append(s.botStatus, p.Status)
 		s.elector.Register("telegram."+b.Name, p.Run)
 	}
+	// The deliveries of a route that no live worker declares any more wait
+	// for it, then are stuck, on the same grace as messages.
+	s.elector.Register("outbox-route-sweep", outbox.RouteSweeper{Pool: pool, Client: s.river, Grace: cfg.OutboxRouteGrace, Logger: cfg.Logger}.Run)
 	if cfg.OutboxRetention > 0 {
 		s.elector.Register("outbox-retention", outbox.Retention{Pool: pool, Keep: cfg.OutboxRetention, Logger: cfg.Logger}.Run)
 	}

@@ -83,7 +83,7 @@ func WorkerFlags() []cli.Flag {
 		&cli.StringFlag{Name: "admin-token", Usage: "token required on the admin surface (all but /healthz)", EnvVars: []string{"FERRY_ADMIN_TOKEN"}},
 		&cli.BoolFlag{Name: "migrate", Usage: "apply pending migrations before starting", EnvVars: []string{"FERRY_MIGRATE"}},
 		&cli.IntFlag{Name: "outbox-max-attempts", Usage: "attempts of each outbox delivery before it is stuck", DefaultText: "the config file's, else 24", EnvVars: []string{"FERRY_OUTBOX_MAX_ATTEMPTS"}},
-		&cli.DurationFlag{Name: "outbox-route-grace", Value: outbox.DefaultRouteGrace, Usage: "how long a message whose topic no live worker routes waits for a route before it is stuck", EnvVars: []string{"FERRY_OUTBOX_ROUTE_GRACE"}},
+		&cli.DurationFlag{Name: "outbox-route-grace", Value: outbox.DefaultRouteGrace, Usage: "how long a message whose topic no live worker routes, or a delivery whose route none declares, waits for one before it is stuck", EnvVars: []string{"FERRY_OUTBOX_ROUTE_GRACE"}},
 		&cli.DurationFlag{Name: "outbox-retention", Usage: "delete delivered outbox messages older than this (0 keeps everything)", EnvVars: []string{"FERRY_OUTBOX_RETENTION"}},
 		&cli.StringFlag{Name: "telegram-api-url", Usage: "Telegram Bot API server (default the public one); tests and air-gapped setups point elsewhere", EnvVars: []string{"FERRY_TELEGRAM_API_URL"}},
 		&cli.StringFlag{Name: "election-database-url", Usage: "Postgres for the leader lock, direct or session-mode (default: --database-url)", EnvVars: []string{"FERRY_ELECTION_DATABASE_URL"}},

@@ -67,6 +67,12 @@
 //     default 5m) without one it is stuck with "no route for topic": visible,
 //     never a silent wait. Waiting messages are out of the relay's claim
 //     index, so a backlog of them never slows the relaying of others.
+//   - A pending delivery whose route no live worker declares any more (a
+//     route removed from every worker by a deploy) waits in its route's
+//     queue for the same grace, from the first leader sweep that finds the
+//     route gone (RouteSweeper, route_wait_since on the delivery); then it
+//     is stuck with ErrRouteGone and its job cancelled in the same
+//     transaction.
 //   - Reset puts a stuck delivery back in its route's queue, and a message
 //     stuck for want of a route back to the relay, with a new grace.
 //

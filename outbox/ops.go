@@ -111,13 +111,14 @@ func List(ctx context.Context, q Querier, f ListFilter) ([]Delivery, error) {
 // only workers that have the route work (attempts kept, as history); a
 // message stuck for want of a route goes back to pending for the relay to
 // route again, to the routes live workers declare then, or to wait for one
-// for a new grace period. It returns how many deliveries and messages it
-// reset.
+// for a new grace period; a delivery stuck because no live worker declared
+// its route (RouteSweeper) gets a new grace period too. It returns how
+// many deliveries and messages it reset.
 func Reset(ctx context.Context, tx pgx.Tx, inserter Inserter, ids []int64, maxAttempts int) (deliveries, messages int, err error) {
 	if maxAttempts <= 0 {
 		maxAttempts = DefaultMaxAttempts
 	}
-	rows, err := tx.Query(ctx, `UPDATE ferry_outbox_delivery SET status = 'pending', next_attempt_at = NULL, updated_at = now()
+	rows, err := tx.Query(ctx, `UPDATE ferry_outbox_delivery SET status = 'pending', next_attempt_at = NULL, route_wait_since = NULL, updated_at = now()
 		WHERE message_id = ANY($1) AND status = 'stuck' RETURNING message_id, route`, ids)
 	if err != nil {
 		return 0, 0, fmt.Errorf("outbox: reset deliveries: %w", err)
