@@ -32,8 +32,15 @@ func (r Retention) Run(ctx context.Context) error {
 	if every == 0 {
 		every = min(max(r.Keep/10, time.Minute), time.Hour)
 	}
+	return runEvery(ctx, every, r.Clean)
+}
+
+// runEvery runs once now and every every after, until ctx ends (nil) or
+// once fails while ctx lives (its error): the loop of the outbox's leader
+// runnables.
+func runEvery(ctx context.Context, every time.Duration, once func(context.Context) error) error {
 	for {
-		if err := r.Clean(ctx); err != nil {
+		if err := once(ctx); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}

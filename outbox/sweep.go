@@ -75,22 +75,10 @@ const (
 
 // Run sweeps every Every until ctx ends; it is a leader runnable.
 func (s RouteSweeper) Run(ctx context.Context) error {
-	every := s.every()
-	for {
-		if _, _, err := s.SweepOnce(ctx); err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
-		}
-		t := time.NewTimer(every)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil
-		case <-t.C:
-		}
-	}
+	return runEvery(ctx, s.every(), func(ctx context.Context) error {
+		_, _, err := s.SweepOnce(ctx)
+		return err
+	})
 }
 
 func (s RouteSweeper) grace() time.Duration {
