@@ -720,6 +720,7 @@ func TestElector_Lifecycle(t *testing.T) {
 	stopped := e.Stopped()
 	waitLeader(t, 5*time.Second, e)
 	first := e.Term()
+	require.Eventually(t, func() bool { return b.act.starts.Load() >= 1 }, 5*time.Second, 10*time.Millisecond, "the term's runnable started")
 	require.Panics(t, func() { e.Register("late", b.act.runnable) })
 
 	e.Stop()
@@ -732,6 +733,9 @@ func TestElector_Lifecycle(t *testing.T) {
 	t.Cleanup(e.Stop)
 	waitLeader(t, 5*time.Second, e)
 	require.Greater(t, e.Term(), first, "a restarted elector campaigns for a new term")
+	// The leader flag is set before the runnables start: wait for the
+	// restarted term's runnable, then count.
+	require.Eventually(t, func() bool { return b.act.starts.Load() >= 2 }, 5*time.Second, 10*time.Millisecond)
 	require.EqualValues(t, 2, b.act.starts.Load(), "one campaign at a time: the second Start of the first run did nothing")
 }
 

@@ -226,7 +226,9 @@ func TestJobs_Get(t *testing.T) {
 		require.Equal(t, 2, j.Errors[1].Attempt)
 		require.Contains(t, j.Errors[1].Error, "timed out")
 		require.True(t, j.Errors[0].At.Before(j.Errors[1].At))
-		require.WithinDuration(t, time.Now(), j.CreatedAt, time.Minute)
+		var created time.Time
+		require.NoError(t, pool.QueryRow(context.Background(), `SELECT created_at FROM river_job WHERE id = $1`, id).Scan(&created))
+		require.True(t, created.Equal(j.CreatedAt), "created_at as stored: %s, got %s", created, j.CreatedAt)
 	})
 
 	t.Run("Human", func(t *testing.T) {
