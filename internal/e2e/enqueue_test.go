@@ -121,13 +121,14 @@ func TestEnqueue_Job(t *testing.T) {
 
 	t.Run("JSON", func(t *testing.T) {
 		t.Parallel()
+		before := time.Now()
 		e := enqueueJSON(t, url, "ferry.noop", "--priority", "3", "--max-attempts", "5")
 		require.Positive(t, e.ID)
 		require.Equal(t, "ferry.noop", e.Kind)
 		require.Equal(t, "default", e.Queue)
 		require.Equal(t, "available", e.State)
 		require.False(t, e.Duplicate)
-		require.WithinDuration(t, time.Now(), e.ScheduledAt, time.Minute)
+		requireBetween(t, before, e.ScheduledAt, "scheduled_at")
 		j := getJob(t, pool, e.ID)
 		require.Equal(t, 3, j.Priority)
 		require.Equal(t, 5, j.MaxAttempts)

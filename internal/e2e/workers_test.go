@@ -53,6 +53,7 @@ func TestWorkers(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewDatabase(t, true)
 	pool := pgtest.PoolFor(t, url)
+	begun := time.Now()
 
 	requireBadInput(t, url, `workers takes no arguments, got "extra"`, "workers", "extra")
 	requireBadInput(t, url, `invalid value "soon" for flag -since`, "workers", "--since", "soon")
@@ -80,7 +81,7 @@ func TestWorkers(t *testing.T) {
 		require.Equal(t, liveness.StateAlive, w.State, id)
 		require.Equal(t, p.Pid(), w.PID, id)
 		require.NotEmpty(t, w.Hostname, id)
-		require.WithinDuration(t, time.Now(), w.StartedAt, time.Minute, id)
+		requireBetween(t, begun, w.StartedAt, id)
 		require.Nil(t, w.DeadAt, id)
 		require.Nil(t, w.StoppedAt, id)
 	}
@@ -99,6 +100,7 @@ func TestWorkers(t *testing.T) {
 	require.Equal(t, []string{"alive", "0", "-", "-"}, rowTail(tableRow(t, stdout, aID)))
 
 	// kill -9: the leader declares b dead within a tick and takes its job back.
+	killed := time.Now()
 	require.NoError(t, b.Kill())
 	_, err = a.WaitForLineFunc(10*time.Second, logtest.Logged("rescue: orphaned jobs rescued", "worker", bID, "count", 1))
 	require.NoError(t, err)
@@ -109,7 +111,7 @@ func TestWorkers(t *testing.T) {
 	dead := ws[bID]
 	require.Equal(t, liveness.StateDead, dead.State)
 	require.NotNil(t, dead.DeadAt)
-	require.WithinDuration(t, time.Now(), *dead.DeadAt, time.Minute)
+	requireBetween(t, killed, *dead.DeadAt, "dead_at")
 	require.Equal(t, 1, dead.RescuedJobs)
 	require.Zero(t, dead.RunningJobs)
 
@@ -151,4 +153,12 @@ func TestWorkers(t *testing.T) {
 // running jobs, ended, rescued.
 func rowTail(f []string) []string {
 	return []string{f[3], f[8], strings.Join(f[9:len(f)-1], " "), f[len(f)-1]}
+}
+
+// requireBetween: at is a time of this test's, after since and not after
+// now (the test's own clock and the database's are the machine's).
+func requireBetween(t *testing.T, since, at time.Time, what string) {
+	t.Helper()
+	require.False(t, at.Before(since.Truncate(time.Microsecond)), "%s %s is before %s", what, at, since)
+	require.False(t, at.After(time.Now()), "%s %s is in the future", what, at)
 }
