@@ -39,6 +39,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
@@ -58,6 +59,17 @@ const connectTimeout = 10 * time.Second
 // in the server's maintenance connection, not in any ferry database, in the
 // two-int form so it cannot collide with ferry's single-key locks.
 const templateLockClass, templateLockObj = 911, 100
+
+// beforeClone, when set (by a test), runs between the template's check and
+// its clone.
+var beforeClone func(tmpl string)
+
+// sqlstateNoDatabase is invalid_catalog_name: here, the template is gone.
+const sqlstateNoDatabase = "3D000"
+
+// maxCloneAttempts bounds how often New builds the template again after
+// another run dropped it under it.
+const maxCloneAttempts = 5
 
 // templatePrefix starts the name of every template, of any migrations.
 const templatePrefix = "ferry_test_tmpl_"
@@ -80,15 +92,29 @@ func New(ctx context.Context, serverURL string, migrated bool) (url string, drop
 		return "", nil, err
 	}
 	create := "CREATE DATABASE " + pgx.Identifier{name}.Sanitize()
-	if migrated {
+	if !migrated {
+		if _, err := conn.Exec(ctx, create); err != nil {
+			return "", nil, fmt.Errorf("scratchdb: create database %s: %w", name, err)
+		}
+	}
+	// A run on a checkout with other migrations drops this template as
+	// stale (it keeps one template per server); the clone then finds it
+	// gone, builds it again and retries.
+	for attempt := 1; migrated; attempt++ {
 		tmpl := templateName()
 		if err := ensureTemplate(ctx, conn, serverURL, tmpl); err != nil {
 			return "", nil, err
 		}
-		create += " TEMPLATE " + pgx.Identifier{tmpl}.Sanitize()
-	}
-	if _, err := conn.Exec(ctx, create); err != nil {
-		return "", nil, fmt.Errorf("scratchdb: create database %s: %w", name, err)
+		if beforeClone != nil {
+			beforeClone(tmpl)
+		}
+		_, err := conn.Exec(ctx, create+" TEMPLATE "+pgx.Identifier{tmpl}.Sanitize())
+		if err == nil {
+			break
+		}
+		if pgErr, ok := errors.AsType[*pgconn.PgError](err); !ok || pgErr.Code != sqlstateNoDatabase || attempt == maxCloneAttempts {
+			return "", nil, fmt.Errorf("scratchdb: create database %s: %w", name, err)
+		}
 	}
 	drop = func() error {
 		ctx := context.WithoutCancel(ctx)

@@ -92,3 +92,30 @@ func TestNew(t *testing.T) {
 		require.NotContains(t, err.Error(), "secret")
 	})
 }
+
+// TestNew_TemplateDroppedUnderIt: a run of a checkout with other
+// migrations drops this one's template as stale between its check and its
+// clone; New builds it again and clones it.
+func TestNew_TemplateDroppedUnderIt(t *testing.T) {
+	// Not parallel: the hook is the package's.
+	ctx := context.Background()
+	drops := 0
+	scratchdb.SetBeforeClone(func(tmpl string) {
+		if drops > 0 {
+			return
+		}
+		drops++
+		conn, err := pgx.Connect(ctx, pgtest.ServerURL())
+		require.NoError(t, err)
+		defer conn.Close(ctx)
+		_, err = conn.Exec(ctx, "DROP DATABASE "+pgx.Identifier{tmpl}.Sanitize()+" WITH (FORCE)")
+		require.NoError(t, err)
+	})
+	t.Cleanup(func() { scratchdb.SetBeforeClone(nil) })
+
+	url, drop, err := scratchdb.New(ctx, pgtest.ServerURL(), true)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, drop()) })
+	require.Equal(t, 1, drops, "the template was dropped under it once")
+	require.Contains(t, tables(t, url), "ferry_migration", "a clone of the template built again")
+}
