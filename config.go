@@ -22,6 +22,7 @@ import (
 	"github.com/ferryq/ferry/jobs"
 	"github.com/ferryq/ferry/outbox"
 	"github.com/ferryq/ferry/periodic"
+	"github.com/ferryq/ferry/seal"
 	"github.com/ferryq/ferry/telegram"
 )
 
@@ -152,6 +153,16 @@ type Config struct {
 	// answers through the bot's client.
 	TelegramRouters map[string]*telegram.Router
 
+	// SealKeys seal every job this process inserts and verify every job it
+	// works (FERRY_SEAL_KEYS; parse with seal.ParseKeys). With keys, a job
+	// runs only if ferry sealed it; without, any row written to river_job
+	// runs, and the server warns so at start. See package seal.
+	SealKeys *seal.Keys
+	// SealReplayWindow: a sealed job due longer ago than this that never
+	// started is refused as stale (FERRY_SEAL_REPLAY_WINDOW); default
+	// seal.DefaultReplayWindow, 168h.
+	SealReplayWindow time.Duration
+
 	// Kinds are the caller's own job kinds (jobs.Define), worked beside
 	// ferry's built-in ones.
 	Kinds []jobs.Kind
@@ -186,6 +197,7 @@ func (c Config) WithDefaults() Config {
 	c.StandbyProbe = cmp.Or(c.StandbyProbe, election.DefaultProbe)
 	c.MaxOrphaned = cmp.Or(c.MaxOrphaned, liveness.DefaultMaxOrphaned)
 	c.OutboxRouteGrace = cmp.Or(c.OutboxRouteGrace, outbox.DefaultRouteGrace)
+	c.SealReplayWindow = cmp.Or(c.SealReplayWindow, seal.DefaultReplayWindow)
 	c.Version = cmp.Or(c.Version, Version())
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -268,6 +280,9 @@ func (c Config) check() error {
 	}
 	if c.LeaderTickTimeout < 0 {
 		errs = append(errs, fmt.Errorf("leader tick timeout %s must be above zero", c.LeaderTickTimeout))
+	}
+	if c.SealReplayWindow < time.Minute {
+		errs = append(errs, fmt.Errorf("seal replay window %s is under 1m", c.SealReplayWindow))
 	}
 	if c.MaxOrphaned < 1 {
 		errs = append(errs, fmt.Errorf("max orphaned %d is under 1", c.MaxOrphaned))

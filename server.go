@@ -17,7 +17,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
-	"github.com/riverqueue/river/rivertype"
 	"riverqueue.com/riverui"
 
 	"github.com/ferryq/ferry/election"
@@ -31,6 +30,7 @@ import (
 	"github.com/ferryq/ferry/migrations"
 	"github.com/ferryq/ferry/outbox"
 	"github.com/ferryq/ferry/periodic"
+	"github.com/ferryq/ferry/seal"
 	"github.com/ferryq/ferry/telegram"
 )
 
@@ -53,6 +53,8 @@ type Server struct {
 	elector  *election.Elector
 	sched    *periodic.Scheduler
 	relay    *outbox.Relay
+	// verifier refuses unsealed jobs; nil without seal keys.
+	verifier *seal.Verifier
 	// routes are the outbox routes this process delivers (none when it
 	// does not work the outbox queue), published at start.
 	routes    *outbox.Routes
@@ -199,7 +201,20 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	// The unique-key middleware makes jobs.WithUniqueKey hold on every
 	// insert through this client (the scheduler's, the relay's, Telegram's,
-	// an embedder's), as it does through a jobs.Inserter.
+	// an embedder's), as it does through a jobs.Inserter; with seal keys,
+	// the seal middleware seals each of those inserts, and the verifier
+	// refuses, before its worker, any job ferry did not seal.
+	middleware := jobs.Middleware(cfg.SealKeys)
+	if cfg.SealKeys.Len() > 0 {
+		s.verifier, err = seal.NewVerifier(seal.VerifierConfig{Keys: cfg.SealKeys, DB: pool, ReplayWindow: cfg.SealReplayWindow, Logger: cfg.Logger})
+		if err != nil {
+			return fail(err)
+		}
+		middleware = append(middleware, s.verifier)
+		if err := s.metrics.Registry.Register(sealCollector{s.verifier}); err != nil {
+			return fail(err)
+		}
+	}
 	s.river, err = river.NewClient(riverpgxv5.New(pool), &river.Config{
 		// The id is the worker's identity in attempted_by, in ferry_worker
 		// and in the fence on river_job (internal/liveness).
@@ -209,7 +224,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		FetchPollInterval:    cfg.FetchPollInterval,
 		JobTimeout:           cfg.JobTimeout,
 		Logger:               logging.River(cfg.Logger),
-		Middleware:           []rivertype.Middleware{jobs.UniqueKeyMiddleware(), s.metrics.Middleware()},
+		Middleware:           append(middleware, s.metrics.Middleware()),
 		Queues:               queues,
 		SoftStopTimeout:      cfg.ShutdownGrace,
 		Workers:              workers,
@@ -292,6 +307,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// The deliveries of a route that no live worker declares any more wait
 	// for it, then are stuck, on the same grace as messages.
 	s.elector.Register("outbox-route-sweep", outbox.RouteSweeper{Pool: pool, Client: s.river, Grace: cfg.OutboxRouteGrace, Logger: cfg.Logger}.Run)
+	if s.verifier != nil {
+		s.elector.Register("seal-claims", seal.Cleaner(pool, cfg.SealReplayWindow, cfg.Logger))
+	}
 	if cfg.OutboxRetention > 0 {
 		s.elector.Register("outbox-retention", outbox.Retention{Pool: pool, Keep: cfg.OutboxRetention, Logger: cfg.Logger}.Run)
 	}
@@ -413,7 +431,10 @@ func (s *Server) ready(ctx context.Context) error {
 	if err := s.pool.Ping(ctx); err != nil {
 		return fmt.Errorf("database unreachable: %s", redact.Postgres(err.Error()))
 	}
-	return s.migrator.Check(ctx)
+	if err := s.migrator.Check(ctx); err != nil {
+		return err
+	}
+	return s.sealReady()
 }
 
 // Run publishes the registered kinds, starts the admin server, the River
@@ -503,6 +524,7 @@ func (s *Server) Run(ctx context.Context) error {
 		defer svc.Stop()
 	}
 	close(s.started)
+	s.logSeal(ctx)
 	log.Info("ferry: started",
 		"version", s.cfg.Version,
 		"queues", queueSummary(s.cfg.Queues),

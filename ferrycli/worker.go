@@ -20,6 +20,7 @@ import (
 	"github.com/ferryq/ferry/migrations"
 	"github.com/ferryq/ferry/outbox"
 	"github.com/ferryq/ferry/periodic"
+	"github.com/ferryq/ferry/seal"
 	"github.com/ferryq/ferry/telegram"
 )
 
@@ -85,6 +86,8 @@ func WorkerFlags() []cli.Flag {
 		&cli.IntFlag{Name: "outbox-max-attempts", Usage: "attempts of each outbox delivery before it is stuck", DefaultText: "the config file's, else 24", EnvVars: []string{"FERRY_OUTBOX_MAX_ATTEMPTS"}},
 		&cli.DurationFlag{Name: "outbox-route-grace", Value: outbox.DefaultRouteGrace, Usage: "how long a message whose topic no live worker routes, or a delivery whose route none declares, waits for one before it is stuck", EnvVars: []string{"FERRY_OUTBOX_ROUTE_GRACE"}},
 		&cli.DurationFlag{Name: "outbox-retention", Usage: "delete delivered outbox messages older than this (0 keeps everything)", EnvVars: []string{"FERRY_OUTBOX_RETENTION"}},
+		&cli.StringFlag{Name: "seal-keys", Usage: "keys that seal and verify jobs: comma-separated base64, each at least 32 bytes; the first seals, all verify (set it in the environment, not on the command line)", EnvVars: []string{seal.EnvKeys}},
+		&cli.DurationFlag{Name: "seal-replay-window", Value: seal.DefaultReplayWindow, Usage: "a sealed job due longer ago than this that never started is refused as stale", EnvVars: []string{"FERRY_SEAL_REPLAY_WINDOW"}},
 		&cli.StringFlag{Name: "telegram-api-url", Usage: "Telegram Bot API server (default the public one); tests and air-gapped setups point elsewhere", EnvVars: []string{"FERRY_TELEGRAM_API_URL"}},
 		&cli.StringFlag{Name: "election-database-url", Usage: "Postgres for the leader lock, direct or session-mode (default: --database-url)", EnvVars: []string{"FERRY_ELECTION_DATABASE_URL"}},
 		electionKeyFlag(),
@@ -113,6 +116,10 @@ func WorkerConfig(c *cli.Context) (ferry.Config, error) {
 	if err != nil {
 		return ferry.Config{}, &UsageError{Err: err}
 	}
+	sealKeys, err := seal.ParseKeys(c.String("seal-keys"))
+	if err != nil {
+		return ferry.Config{}, &UsageError{Err: err}
+	}
 	return ferry.Config{
 		DatabaseURL:         url,
 		Queues:              queues,
@@ -128,6 +135,8 @@ func WorkerConfig(c *cli.Context) (ferry.Config, error) {
 		OutboxMaxAttempts:   c.Int("outbox-max-attempts"),
 		OutboxRouteGrace:    c.Duration("outbox-route-grace"),
 		OutboxRetention:     c.Duration("outbox-retention"),
+		SealKeys:            sealKeys,
+		SealReplayWindow:    c.Duration("seal-replay-window"),
 		TelegramAPIURL:      c.String("telegram-api-url"),
 		ElectionDatabaseURL: c.String("election-database-url"),
 		ElectionKey:         c.Int64("election-key"),

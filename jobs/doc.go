@@ -30,4 +30,13 @@
 // commits. WithUniqueKey gives an insert a caller-chosen idempotency key;
 // UniqueKeyMiddleware, installed on every River client ferry builds (an
 // Inserter's and the server's), is what enforces it.
+//
+// # Sealing
+//
+// With seal keys (FERRY_SEAL_KEYS, or WithSealKeys), an Inserter seals
+// every job it inserts, on every insert path of its client, COPY included
+// (package seal); workers with keys refuse jobs without a seal. Middleware
+// is the list every River client ferry builds installs: the unique key,
+// then the seal. A River client of your own inserting for ferry's workers
+// needs it too.
 package jobs

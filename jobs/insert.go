@@ -17,6 +17,8 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivershared/uniquestates"
 	"github.com/riverqueue/river/rivertype"
+
+	"github.com/ferryq/ferry/seal"
 )
 
 // DBTX is what ferry's SQL runs on: a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx.
@@ -53,16 +55,44 @@ type Inserter struct {
 	client *river.Client[pgx.Tx]
 }
 
+// InserterOption configures an Inserter.
+type InserterOption func(*inserterOptions)
+
+type inserterOptions struct {
+	keys    *seal.Keys
+	keysSet bool
+}
+
+// WithSealKeys makes the Inserter seal every job with keys' first key
+// (package seal), instead of with the keys of FERRY_SEAL_KEYS. nil keys
+// seal nothing.
+func WithSealKeys(keys *seal.Keys) InserterOption {
+	return func(o *inserterOptions) { o.keys, o.keysSet = keys, true }
+}
+
 // NewInserter returns an Inserter over pool (used only for Insert without a
-// transaction; InsertTx uses the caller's tx).
-func NewInserter(pool *pgxpool.Pool) (*Inserter, error) {
+// transaction; InsertTx uses the caller's tx). It seals every job it
+// inserts with the keys of FERRY_SEAL_KEYS (seal.EnvKeys), or those of
+// WithSealKeys; a bad FERRY_SEAL_KEYS is an error.
+func NewInserter(pool *pgxpool.Pool, opts ...InserterOption) (*Inserter, error) {
+	var o inserterOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if !o.keysSet {
+		keys, err := seal.FromEnv()
+		if err != nil {
+			return nil, fmt.Errorf("jobs: new inserter: %w", err)
+		}
+		o.keys = keys
+	}
 	c, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		// An inserting client NOTIFYs workers at most once per FetchCooldown
 		// per queue. River's default (100 ms) leaves jobs inserted in between
 		// waiting for the workers' poll: pickup p99 ~94 ms measured, against
 		// ~7 ms with 5 ms (README, "Tuning").
 		FetchCooldown: InsertNotifyCooldown,
-		Middleware:    []rivertype.Middleware{UniqueKeyMiddleware()},
+		Middleware:    Middleware(o.keys),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("jobs: new inserter: %w", err)
@@ -219,6 +249,17 @@ func WithUniqueKey(opts *river.InsertOpts, key string) *river.InsertOpts {
 	meta[uniqueKeyMeta] = key
 	o.Metadata, _ = json.Marshal(meta)
 	return &o
+}
+
+// Middleware is the insert middleware every River client ferry builds
+// installs: UniqueKeyMiddleware, then, with keys, the seal's (seal.Middleware),
+// which seals what the unique key step leaves.
+func Middleware(keys *seal.Keys) []rivertype.Middleware {
+	mw := []rivertype.Middleware{UniqueKeyMiddleware()}
+	if m := seal.Middleware(keys); m != nil {
+		mw = append(mw, m)
+	}
+	return mw
 }
 
 // UniqueKeyMiddleware returns the River insert middleware that makes

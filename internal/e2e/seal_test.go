@@ -1,0 +1,192 @@
+package e2e_test
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ferryq/ferry/internal/testkit/logtest"
+	"github.com/ferryq/ferry/internal/testkit/pgtest"
+	"github.com/ferryq/ferry/internal/testkit/proctest"
+)
+
+// Sealed jobs with real processes: a worker with FERRY_SEAL_KEYS works the
+// http.request jobs `enqueue job` sealed (with its key, or the key it
+// rotates out), and refuses every planted, altered, moved, copied or stale
+// one: discarded with a `ferry: seal:` error, logged, counted, visible in
+// /readyz, and its request never sent.
+
+// effects is an HTTP server that counts the requests of http.request jobs
+// by path: a job's effect.
+type effects struct {
+	srv  *httptest.Server
+	mu   sync.Mutex
+	hits map[string]int
+}
+
+func newEffects(t *testing.T) *effects {
+	e := &effects{hits: map[string]int{}}
+	e.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		e.mu.Lock()
+		e.hits[r.URL.Path]++
+		e.mu.Unlock()
+	}))
+	t.Cleanup(e.srv.Close)
+	return e
+}
+
+func (e *effects) snapshot() map[string]int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := map[string]int{}
+	for k, v := range e.hits {
+		out[k] = v
+	}
+	return out
+}
+
+func sealKey(t *testing.T) string {
+	t.Helper()
+	b := make([]byte, 32)
+	_, err := rand.Read(b)
+	require.NoError(t, err)
+	return base64.StdEncoding.EncodeToString(b)
+}
+
+func TestSeal(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t, true)
+	pool := pgtest.PoolFor(t, url)
+	fx := newEffects(t)
+	oldKey, newKey := sealKey(t), sealKey(t)
+	workerKeys := "FERRY_SEAL_KEYS=" + newKey + "," + oldKey
+
+	w := startWorker(t, url, append(debug, workerKeys), "--queues", "default=4,other=2")
+	started, err := w.WaitForLineFunc(0, logtest.Logged("ferry: started"))
+	require.NoError(t, err)
+	var startRec struct {
+		AdminAddr string `json:"admin_addr"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(started), &startRec))
+	_, err = w.WaitForLineFunc(0, logtest.Logged("seal: jobs are sealed and verified", "unsealed_waiting", 0))
+	require.NoError(t, err)
+
+	// enqueueSealed runs `enqueue job http.request` to path with key.
+	enqueueSealed := func(key, path string, extra ...string) int64 {
+		t.Helper()
+		args := append([]string{"job", "http.request", "--args", fmt.Sprintf(`{"url": %q}`, fx.srv.URL+path)}, extra...)
+		stdout, stderr, code := proctest.Run(t, bins(t).enqueue, env(url, "FERRY_SEAL_KEYS="+key), nil, args...)
+		require.Zero(t, code, stderr)
+		var id int64
+		_, err := fmt.Sscan(strings.TrimSpace(stdout), &id)
+		require.NoError(t, err, stdout)
+		return id
+	}
+	// copyOf writes a copy of job id back to river_job with set applied
+	// (an UPDATE's SET list, or "") and returns its id.
+	copyOf := func(id int64, set string) int64 {
+		t.Helper()
+		var copyID int64
+		require.NoError(t, pool.QueryRow(t.Context(), `
+			INSERT INTO river_job (args, kind, max_attempts, metadata, queue, priority, state)
+			SELECT args, kind, max_attempts, metadata, queue, priority, 'available' FROM river_job WHERE id = $1
+			RETURNING id`, id).Scan(&copyID))
+		if set != "" {
+			_, err := pool.Exec(t.Context(), "UPDATE river_job SET "+set+" WHERE id = $1", copyID)
+			require.NoError(t, err)
+		}
+		return copyID
+	}
+	requireRefused := func(id int64, reason string) {
+		t.Helper()
+		_, err := w.WaitForLineFunc(10*time.Second, logtest.Logged("seal: job refused", "job_id", id, "kind", "http.request", "reason", reason))
+		require.NoError(t, err)
+		j := waitJobState(t, pool, id, "discarded", 5*time.Second)
+		require.Equal(t, 1, j.Errors, "discarded at its first attempt, never retried")
+		var last string
+		require.NoError(t, pool.QueryRow(t.Context(), `SELECT errors[array_length(errors, 1)]->>'error' FROM river_job WHERE id = $1`, id).Scan(&last))
+		require.True(t, strings.HasPrefix(last, "ferry: seal: job refused ("+reason+")"), last)
+	}
+
+	// Sealed with the new key, and with the old one it still verifies.
+	sealed := enqueueSealed(newKey, "/sealed")
+	waitJobState(t, pool, sealed, "completed", 10*time.Second)
+	rotated := enqueueSealed(oldKey, "/rotated")
+	waitJobState(t, pool, rotated, "completed", 10*time.Second)
+
+	// A job planted with plain SQL.
+	var planted int64
+	require.NoError(t, pool.QueryRow(t.Context(), `
+		INSERT INTO river_job (args, kind, max_attempts, queue, priority, state)
+		VALUES (jsonb_build_object('url', $1::text), 'http.request', 25, 'default', 1, 'available')
+		RETURNING id`, fx.srv.URL+"/planted").Scan(&planted))
+	requireRefused(planted, "missing")
+
+	requireRefused(copyOf(sealed, ""), "replayed")
+	requireRefused(copyOf(sealed, fmt.Sprintf(`args = jsonb_build_object('url', '%s/altered')`, fx.srv.URL)), "invalid")
+	requireRefused(copyOf(sealed, `queue = 'other'`), "queue")
+	requireRefused(enqueueSealed(newKey, "/stale", "--at", time.Now().Add(-200*time.Hour).UTC().Format(time.RFC3339)), "stale")
+	// Sealed with a key the worker does not have.
+	requireRefused(enqueueSealed(sealKey(t), "/foreign"), "invalid")
+
+	// Nothing refused ran its effect; the sealed jobs ran once each.
+	require.Equal(t, map[string]int{"/sealed": 1, "/rotated": 1}, fx.snapshot())
+
+	// /readyz says an unsealed job arrived; /metrics counts the refusals.
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + startRec.AdminAddr + path)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, string(b)
+	}
+	code, body := get("/readyz")
+	require.Equal(t, http.StatusServiceUnavailable, code, body)
+	require.Contains(t, body, "seal: 1 jobs refused for a missing seal")
+	_, body = get("/metrics")
+	for reason, n := range map[string]int{"missing": 1, "replayed": 1, "invalid": 2, "queue": 1, "stale": 1} {
+		require.Contains(t, body, fmt.Sprintf(`ferry_seal_refused_total{reason=%q} %d`, reason, n))
+	}
+
+	stop(t, w, stopTimeout)
+	for _, key := range []string{oldKey, newKey} {
+		require.NotContains(t, w.Stderr()+w.Stdout(), key, "a key is never logged")
+		require.NotContains(t, body, key)
+	}
+}
+
+func TestSeal_Config(t *testing.T) {
+	t.Parallel()
+
+	t.Run("BadKeyExits2", func(t *testing.T) {
+		t.Parallel()
+		url := pgtest.NewDatabase(t, true)
+		short := base64.StdEncoding.EncodeToString([]byte("too short a key"))
+		stdout, stderr, code := proctest.Run(t, bins(t).worker, env(url, "FERRY_SEAL_KEYS="+sealKey(t)+","+short), nil, "run", "--admin-addr", "off")
+		require.Equal(t, 2, code, stderr)
+		require.Empty(t, stdout)
+		line := oneLine(t, stderr)
+		require.Contains(t, line, "FERRY_SEAL_KEYS: key 2 of 2 decodes to 15 bytes")
+		require.NotContains(t, line, short)
+	})
+
+	t.Run("NoKeysWarns", func(t *testing.T) {
+		t.Parallel()
+		url := pgtest.NewDatabase(t, true)
+		w := startWorker(t, url, nil)
+		_, err := w.WaitForLineFunc(0, logtest.Logged("seal: jobs are not sealed; whoever can write river_job can run any registered kind with any args"))
+		require.NoError(t, err)
+		stop(t, w, stopTimeout)
+	})
+}

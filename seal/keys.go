@@ -1,0 +1,139 @@
+package seal
+
+import (
+	"crypto/hkdf"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+)
+
+// EnvKeys is the environment variable that holds the seal keys: comma-separated,
+// base64 (standard or URL alphabet, padded or not), each at least MinKeyBytes
+// decoded. The first seals; all verify.
+const EnvKeys = "FERRY_SEAL_KEYS"
+
+// MinKeyBytes is the least length of a decoded key.
+const MinKeyBytes = 32
+
+// Keys are the seal keys of a process. The zero value and nil hold none. Keys
+// never print their bytes: String, GoString and Format say only how many
+// there are, so a Keys that ends up in a log line or an error gives nothing
+// away.
+type Keys struct {
+	keys []key // keys[0] seals
+}
+
+// key is one configured key, as derived keys: the raw key is kept nowhere.
+type key struct {
+	id  string // short hash of the key, in every seal it makes
+	mac []byte // HMAC-SHA256 key
+	enc []byte // AES-256-GCM key
+}
+
+// ParseKeys reads a FERRY_SEAL_KEYS value. An empty value is no keys (nil,
+// nil). An error names the key by its position, never by its value.
+func ParseKeys(s string) (*Keys, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	parts := strings.Split(s, ",")
+	ks := &Keys{}
+	seen := map[string]bool{}
+	for i, p := range parts {
+		p = strings.TrimSpace(p)
+		where := fmt.Sprintf("%s: key %d of %d", EnvKeys, i+1, len(parts))
+		if p == "" {
+			return nil, fmt.Errorf("%s is empty", where)
+		}
+		raw, err := decodeBase64(p)
+		if err != nil {
+			return nil, fmt.Errorf("%s is not base64", where)
+		}
+		if len(raw) < MinKeyBytes {
+			return nil, fmt.Errorf("%s decodes to %d bytes; a key needs at least %d (e.g. `openssl rand -base64 32`)", where, len(raw), MinKeyBytes)
+		}
+		k, err := derive(raw)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", where, err)
+		}
+		if seen[k.id] {
+			return nil, fmt.Errorf("%s repeats an earlier key", where)
+		}
+		seen[k.id] = true
+		ks.keys = append(ks.keys, k)
+	}
+	return ks, nil
+}
+
+// FromEnv reads EnvKeys (ParseKeys of its value).
+func FromEnv() (*Keys, error) { return ParseKeys(os.Getenv(EnvKeys)) }
+
+func decodeBase64(s string) ([]byte, error) {
+	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawStdEncoding, base64.URLEncoding, base64.RawURLEncoding} {
+		if b, err := enc.DecodeString(s); err == nil {
+			return b, nil
+		}
+	}
+	return nil, errors.New("not base64")
+}
+
+// derive makes the key id and the MAC and encryption keys of raw with HKDF,
+// so that neither use of the key, nor its id, tells anything of the other.
+func derive(raw []byte) (key, error) {
+	mac, err := hkdf.Key(sha256.New, raw, nil, "ferry seal v1 mac", 32)
+	if err != nil {
+		return key{}, err
+	}
+	enc, err := hkdf.Key(sha256.New, raw, nil, "ferry seal v1 enc", 32)
+	if err != nil {
+		return key{}, err
+	}
+	id, err := hkdf.Key(sha256.New, raw, nil, "ferry seal v1 key id", 6)
+	if err != nil {
+		return key{}, err
+	}
+	return key{id: hex.EncodeToString(id), mac: mac, enc: enc}, nil
+}
+
+// Len is the number of keys.
+func (k *Keys) Len() int {
+	if k == nil {
+		return 0
+	}
+	return len(k.keys)
+}
+
+// IDs are the key ids, the sealing key's first: short hashes that say which
+// key sealed a job, safe to show.
+func (k *Keys) IDs() []string {
+	if k == nil {
+		return nil
+	}
+	ids := make([]string, len(k.keys))
+	for i, key := range k.keys {
+		ids[i] = key.id
+	}
+	return ids
+}
+
+func (k *Keys) byID(id string) (key, bool) {
+	for _, key := range k.keys {
+		if key.id == id {
+			return key, true
+		}
+	}
+	return key{}, false
+}
+
+// String says how many keys there are, and never shows one.
+func (k Keys) String() string { return fmt.Sprintf("seal.Keys(%d keys, redacted)", len(k.keys)) }
+
+// GoString is String, for %#v.
+func (k Keys) GoString() string { return k.String() }
+
+// Format is String for every verb, so that no verb prints the derived keys.
+func (k Keys) Format(f fmt.State, _ rune) { _, _ = f.Write([]byte(k.String())) }
