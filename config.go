@@ -158,6 +158,11 @@ type Config struct {
 	// runs only if ferry sealed it; without, any row written to river_job
 	// runs, and the server warns so at start. See package seal.
 	SealKeys *seal.Keys
+	// SealEncrypt makes this process's seals encrypt the args too
+	// (FERRY_SEAL_ENCRYPT): AES-256-GCM, so River UI and `enqueue jobs get`
+	// show an envelope, not the args. Workers decrypt whatever was sealed
+	// encrypted with one of their keys, whatever this says. Needs SealKeys.
+	SealEncrypt bool
 	// SealReplayWindow: a sealed job due longer ago than this that never
 	// started is refused as stale (FERRY_SEAL_REPLAY_WINDOW); default
 	// seal.DefaultReplayWindow, 168h.
@@ -280,6 +285,9 @@ func (c Config) check() error {
 	}
 	if c.LeaderTickTimeout < 0 {
 		errs = append(errs, fmt.Errorf("leader tick timeout %s must be above zero", c.LeaderTickTimeout))
+	}
+	if c.SealEncrypt && c.SealKeys.Len() == 0 {
+		errs = append(errs, errors.New("seal encrypt needs seal keys: set FERRY_SEAL_KEYS"))
 	}
 	if c.SealReplayWindow < time.Minute {
 		errs = append(errs, fmt.Errorf("seal replay window %s is under 1m", c.SealReplayWindow))

@@ -204,7 +204,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// an embedder's), as it does through a jobs.Inserter; with seal keys,
 	// the seal middleware seals each of those inserts, and the verifier
 	// refuses, before its worker, any job ferry did not seal.
-	middleware := jobs.Middleware(cfg.SealKeys)
+	middleware := jobs.Middleware(cfg.SealKeys.WithEncryption(cfg.SealEncrypt))
 	if cfg.SealKeys.Len() > 0 {
 		s.verifier, err = seal.NewVerifier(seal.VerifierConfig{Keys: cfg.SealKeys, DB: pool, ReplayWindow: cfg.SealReplayWindow, Logger: cfg.Logger})
 		if err != nil {

@@ -92,6 +92,31 @@ func TestInserter_Seals(t *testing.T) {
 		check(t, insertAll(t, ins), nil)
 	})
 
+	t.Run("EncryptFromEnvironment", func(t *testing.T) {
+		t.Setenv(seal.EnvKeys, key)
+		t.Setenv(seal.EnvEncrypt, "true")
+		ins, err := jobs.NewInserter(pool)
+		require.NoError(t, err)
+		ids := insertAll(t, ins)
+		for _, id := range ids {
+			var args string
+			require.NoError(t, pool.QueryRow(t.Context(), `SELECT args::text FROM river_job WHERE id = $1`, id).Scan(&args))
+			require.Contains(t, args, seal.EnvelopeKey, "job %d", id)
+		}
+		check(t, ids, nil)
+	})
+
+	t.Run("BadEncrypt", func(t *testing.T) {
+		t.Setenv(seal.EnvKeys, key)
+		t.Setenv(seal.EnvEncrypt, "maybe")
+		_, err := jobs.NewInserter(pool)
+		require.ErrorContains(t, err, `FERRY_SEAL_ENCRYPT="maybe": not true or false`)
+		t.Setenv(seal.EnvKeys, "")
+		t.Setenv(seal.EnvEncrypt, "true")
+		_, err = jobs.NewInserter(pool)
+		require.ErrorContains(t, err, "FERRY_SEAL_ENCRYPT=true needs FERRY_SEAL_KEYS")
+	})
+
 	t.Run("NoKeys", func(t *testing.T) {
 		t.Setenv(seal.EnvKeys, "")
 		ins, err := jobs.NewInserter(pool)

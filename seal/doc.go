@@ -29,6 +29,24 @@
 // dead retry`, River's JobRetry) keeps the job's row, id and seal: the job
 // passes its own claim again.
 //
+// # Encryption
+//
+// With FERRY_SEAL_ENCRYPT=true (Keys.WithEncryption), sealing also
+// encrypts: the args are replaced by an envelope,
+//
+//	{"ferry_sealed": "<base64 of a 12-byte nonce and AES-256-GCM ciphertext>"}
+//
+// under a key derived (HKDF) from the sealing key, with the kind, queue,
+// run id and due time as additional data, so that an envelope opens only in
+// the job it was made for. The seal then has "e": true, the MAC covers the
+// envelope (and that flag), and the verifier decrypts after the MAC, queue
+// and claim checks hold, putting the args back in the job row before River
+// decodes them for the kind's worker. An envelope that does not open is
+// invalid. Anyone reading river_job (River UI, `enqueue jobs get`, `enqueue
+// dead list`) sees the envelope, not the args. A worker decrypts whatever
+// was sealed encrypted with one of its keys, whether or not it encrypts
+// itself, so inserters may turn encryption on before or after the workers.
+//
 // River stores args as jsonb, which gives back its own text of them (keys
 // reordered, spaces dropped, numbers as numeric: 1.50e1 becomes 15.0, the
 // last of repeated keys kept). The MAC therefore covers a canonical form of
@@ -91,7 +109,7 @@
 // keys the server warns at start: `seal: jobs are not sealed; whoever can
 // write river_job can run any registered kind with any args`.
 //
-// What a seal does not do: hide args (anyone who can read river_job reads
-// them), or stop a writer of river_job from deleting, delaying or
+// What a seal does not do: hide args without FERRY_SEAL_ENCRYPT (anyone who
+// can read river_job reads them), or stop a writer of river_job from deleting, delaying or
 // cancelling jobs. Sealed is "ran only as ferry inserted it", no more.
 package seal

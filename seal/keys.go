@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 )
 
@@ -24,7 +25,8 @@ const MinKeyBytes = 32
 // there are, so a Keys that ends up in a log line or an error gives nothing
 // away.
 type Keys struct {
-	keys []key // keys[0] seals
+	keys    []key // keys[0] seals
+	encrypt bool  // seal with the args encrypted
 }
 
 // key is one configured key, as derived keys: the raw key is kept nowhere.
@@ -69,8 +71,43 @@ func ParseKeys(s string) (*Keys, error) {
 	return ks, nil
 }
 
-// FromEnv reads EnvKeys (ParseKeys of its value).
-func FromEnv() (*Keys, error) { return ParseKeys(os.Getenv(EnvKeys)) }
+// EnvEncrypt is the environment variable that makes sealing encrypt the
+// args too: true or false (strconv.ParseBool).
+const EnvEncrypt = "FERRY_SEAL_ENCRYPT"
+
+// FromEnv reads EnvKeys (ParseKeys of its value) and EnvEncrypt. Encryption
+// without keys is an error.
+func FromEnv() (*Keys, error) {
+	keys, err := ParseKeys(os.Getenv(EnvKeys))
+	if err != nil {
+		return nil, err
+	}
+	encrypt := false
+	if v := strings.TrimSpace(os.Getenv(EnvEncrypt)); v != "" {
+		if encrypt, err = strconv.ParseBool(v); err != nil {
+			return nil, fmt.Errorf("%s=%q: not true or false", EnvEncrypt, v)
+		}
+	}
+	if encrypt && keys.Len() == 0 {
+		return nil, fmt.Errorf("%s=true needs %s", EnvEncrypt, EnvKeys)
+	}
+	return keys.WithEncryption(encrypt), nil
+}
+
+// WithEncryption returns keys that, when they seal, also encrypt the args
+// (on) or do not (off). Verification decrypts whatever was sealed
+// encrypted, whichever this says. nil stays nil.
+func (k *Keys) WithEncryption(on bool) *Keys {
+	if k == nil {
+		return nil
+	}
+	c := *k
+	c.encrypt = on
+	return &c
+}
+
+// Encrypts says whether sealing with k encrypts the args.
+func (k *Keys) Encrypts() bool { return k != nil && k.encrypt }
 
 func decodeBase64(s string) ([]byte, error) {
 	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawStdEncoding, base64.URLEncoding, base64.RawURLEncoding} {

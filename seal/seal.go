@@ -3,6 +3,8 @@ package seal
 import (
 	"bytes"
 	"context"
+	"crypto/aes"
+	"crypto/cipher"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -30,12 +32,17 @@ const version = 1
 // stamp is a seal as stored in metadata.ferry_seal.
 type stamp struct {
 	V int    `json:"v"`
-	K string `json:"k"` // id of the key that sealed (a hash, never the key)
-	R string `json:"r"` // run id: 128 random bits, base64url
-	Q string `json:"q"` // the queue it was sealed for
-	D int64  `json:"d"` // due: unix seconds of its scheduled time at insert
-	M string `json:"m"` // HMAC-SHA256, base64url
+	K string `json:"k"`           // id of the key that sealed (a hash, never the key)
+	R string `json:"r"`           // run id: 128 random bits, base64url
+	Q string `json:"q"`           // the queue it was sealed for
+	D int64  `json:"d"`           // due: unix seconds of its scheduled time at insert
+	E bool   `json:"e,omitempty"` // the args are an envelope (FERRY_SEAL_ENCRYPT)
+	M string `json:"m"`           // HMAC-SHA256, base64url
 }
+
+// EnvelopeKey is the one key of the args of a job sealed encrypted:
+// {"ferry_sealed": "<base64 of nonce and AES-256-GCM ciphertext>"}.
+const EnvelopeKey = "ferry_sealed"
 
 // Middleware returns the River insert middleware that seals every job its
 // client inserts with keys' first key, on every insert path of the client
@@ -63,36 +70,101 @@ func (m *sealMiddleware) InsertMany(ctx context.Context, params []*rivertype.Job
 		if p.ScheduledAt != nil {
 			due = *p.ScheduledAt
 		}
-		meta, err := Seal(m.keys, p.Kind, p.Queue, p.EncodedArgs, p.Metadata, due)
+		args, meta, err := Seal(m.keys, p.Kind, p.Queue, p.EncodedArgs, p.Metadata, due)
 		if err != nil {
 			return nil, err
 		}
-		p.Metadata = meta
+		p.EncodedArgs, p.Metadata = args, meta
 	}
 	return doInner(ctx)
 }
 
-// Seal returns metadata with a new seal of a job of kind in queue with args
-// (its encoded args), due at due, made with keys' first key: a fresh run id
-// and a MAC over the kind, the queue, the run id, the due time and the
-// canonical form of args. Inserters that bypass River's insert middleware
-// call it for each job.
-func Seal(keys *Keys, kind, queue string, args, metadata []byte, due time.Time) ([]byte, error) {
+// Seal seals a job of kind in queue with args (its encoded args), due at
+// due, with keys' first key: a fresh run id and a MAC over the kind, the
+// queue, the run id, the due time and the canonical form of the args. It
+// returns the args to store (args, or when keys encrypt, an envelope of
+// them) and metadata with the seal. Inserters that bypass River's insert
+// middleware call it for each job.
+func Seal(keys *Keys, kind, queue string, args, metadata []byte, due time.Time) (sealedArgs, sealedMeta []byte, err error) {
 	if keys.Len() == 0 {
-		return nil, errors.New("ferry: seal: no keys to seal with")
-	}
-	canon, err := canonical(args)
-	if err != nil {
-		return nil, fmt.Errorf("ferry: seal: %s args: %w", kind, err)
+		return nil, nil, errors.New("ferry: seal: no keys to seal with")
 	}
 	var run [16]byte
 	if _, err := rand.Read(run[:]); err != nil {
-		return nil, fmt.Errorf("ferry: seal: run id: %w", err)
+		return nil, nil, fmt.Errorf("ferry: seal: run id: %w", err)
 	}
 	k := keys.keys[0]
-	st := stamp{V: version, K: k.id, R: base64.RawURLEncoding.EncodeToString(run[:]), Q: queue, D: due.Unix()}
+	st := stamp{V: version, K: k.id, R: base64.RawURLEncoding.EncodeToString(run[:]), Q: queue, D: due.Unix(), E: keys.encrypt}
+	if st.E {
+		if args, err = st.encrypt(k.enc, kind, args); err != nil {
+			return nil, nil, err
+		}
+	}
+	canon, err := canonical(args)
+	if err != nil {
+		return nil, nil, fmt.Errorf("ferry: seal: %s args: %w", kind, err)
+	}
 	st.M = base64.RawURLEncoding.EncodeToString(st.mac(k.mac, kind, canon))
-	return withStamp(metadata, st)
+	meta, err := withStamp(metadata, st)
+	return args, meta, err
+}
+
+// encrypt returns the envelope of args: AES-256-GCM under key, with a
+// random nonce, and the kind, queue, run id and due time as additional
+// data, so that an envelope moved to another job does not open.
+func (st stamp) encrypt(key []byte, kind string, args []byte) ([]byte, error) {
+	aead, err := newAEAD(key)
+	if err != nil {
+		return nil, err
+	}
+	nonce := make([]byte, aead.NonceSize(), aead.NonceSize()+len(args)+aead.Overhead())
+	if _, err := rand.Read(nonce); err != nil {
+		return nil, fmt.Errorf("ferry: seal: nonce: %w", err)
+	}
+	box := aead.Seal(nonce, nonce, args, st.additionalData(kind))
+	return json.Marshal(map[string]string{EnvelopeKey: base64.StdEncoding.EncodeToString(box)})
+}
+
+// decrypt opens the envelope args sealed by encrypt.
+func (st stamp) decrypt(key []byte, kind string, args []byte) ([]byte, error) {
+	var env map[string]string
+	if err := json.Unmarshal(args, &env); err != nil || len(env) != 1 || env[EnvelopeKey] == "" {
+		return nil, errors.New("the args are not an envelope")
+	}
+	box, err := base64.StdEncoding.DecodeString(env[EnvelopeKey])
+	if err != nil {
+		return nil, errors.New("the envelope is not base64")
+	}
+	aead, err := newAEAD(key)
+	if err != nil {
+		return nil, err
+	}
+	if len(box) < aead.NonceSize() {
+		return nil, errors.New("the envelope is too short")
+	}
+	plain, err := aead.Open(nil, box[:aead.NonceSize()], box[aead.NonceSize():], st.additionalData(kind))
+	if err != nil {
+		return nil, errors.New("the envelope does not open")
+	}
+	return plain, nil
+}
+
+func newAEAD(key []byte) (cipher.AEAD, error) {
+	block, err := aes.NewCipher(key)
+	if err != nil {
+		return nil, fmt.Errorf("ferry: seal: cipher: %w", err)
+	}
+	return cipher.NewGCM(block)
+}
+
+// additionalData binds an envelope to its job: kind, queue, run id, due.
+func (st stamp) additionalData(kind string) []byte {
+	var ad []byte
+	for _, f := range []string{"ferry seal v" + strconv.Itoa(st.V), kind, st.Q, st.R, strconv.FormatInt(st.D, 10)} {
+		ad = binary.AppendUvarint(ad, uint64(len(f)))
+		ad = append(ad, f...)
+	}
+	return ad
 }
 
 // withStamp sets metadata.ferry_seal to st, keeping the rest.
@@ -130,6 +202,9 @@ func (st stamp) mac(key []byte, kind string, canonArgs []byte) []byte {
 	field([]byte(st.Q))
 	field([]byte(st.R))
 	field(strconv.AppendInt(nil, st.D, 10))
+	if st.E {
+		field([]byte("encrypted"))
+	}
 	field(canonArgs)
 	return h.Sum(nil)
 }

@@ -77,7 +77,7 @@ func TestSeal_JSONBRoundTrip(t *testing.T) {
 func TestSeal_KeepsMetadata(t *testing.T) {
 	t.Parallel()
 	keys := mustKeys(t, newKey(t))
-	meta, err := seal.Seal(keys, "k", "q", []byte(`{}`), []byte(`{"ferry_unique_key":"x"}`), time.Now())
+	_, meta, err := seal.Seal(keys, "k", "q", []byte(`{}`), []byte(`{"ferry_unique_key":"x"}`), time.Now())
 	require.NoError(t, err)
 	var m map[string]any
 	require.NoError(t, json.Unmarshal(meta, &m))

@@ -160,9 +160,10 @@ func (v *Verifier) Work(ctx context.Context, job *rivertype.JobRow, doInner func
 	return doInner(ctx)
 }
 
-// Check verifies job's seal and, when it holds, claims its run id for job.
-// It returns the refusal (nil when the job may run), or an error when the
-// claim could not be made.
+// Check verifies job's seal and, when it holds, claims its run id for job
+// and, for a job sealed encrypted, replaces job.EncodedArgs with the
+// decrypted args. It returns the refusal (nil when the job may run), or an
+// error when the claim could not be made.
 func (v *Verifier) Check(ctx context.Context, job *rivertype.JobRow) (*RefusedError, error) {
 	refuse := func(r Reason, format string, args ...any) (*RefusedError, error) {
 		return &RefusedError{Reason: r, JobID: job.ID, Kind: job.Kind, Detail: fmt.Sprintf(format, args...)}, nil
@@ -200,6 +201,14 @@ func (v *Verifier) Check(ctx context.Context, job *rivertype.JobRow) (*RefusedEr
 	if st.Q != job.Queue {
 		return refuse(ReasonQueue, "sealed for queue %q, found in queue %q", st.Q, job.Queue)
 	}
+	plain := job.EncodedArgs
+	if st.E {
+		if plain, err = st.decrypt(k.enc, job.Kind, job.EncodedArgs); err != nil {
+			return refuse(ReasonInvalid, "%v", err)
+		}
+	}
+	// open gives the kind's worker the args as they were sealed.
+	open := func() (*RefusedError, error) { job.EncodedArgs = plain; return nil, nil }
 	due := time.Unix(st.D, 0)
 	if v.cfg.Now().After(due.Add(v.cfg.ReplayWindow)) {
 		// A job that started within the window and is retried after it
@@ -214,7 +223,7 @@ func (v *Verifier) Check(ctx context.Context, job *rivertype.JobRow) (*RefusedEr
 		case owner != job.ID:
 			return refuse(ReasonReplayed, "its run id was claimed by job %d", owner)
 		}
-		return nil, nil
+		return open()
 	}
 	// The claim commits before the worker runs: once any job has started
 	// with this run id, no other job id can take it.
@@ -229,7 +238,7 @@ func (v *Verifier) Check(ctx context.Context, job *rivertype.JobRow) (*RefusedEr
 	if owner != job.ID {
 		return refuse(ReasonReplayed, "its run id was claimed by job %d", owner)
 	}
-	return nil, nil
+	return open()
 }
 
 // DeleteExpiredClaims deletes run-id claims made longer than window ago. A

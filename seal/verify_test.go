@@ -33,15 +33,23 @@ func (effectArgs) Kind() string { return "seal_test.effect" }
 
 type effectWorker struct {
 	river.WorkerDefaults[effectArgs]
-	mu  sync.Mutex
-	ran map[int64]int
+	mu   sync.Mutex
+	ran  map[int64]int
+	args map[int64]effectArgs // as the worker saw them
 }
 
 func (w *effectWorker) Work(_ context.Context, job *river.Job[effectArgs]) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.ran[job.ID]++
+	w.args[job.ID] = job.Args
 	return nil
+}
+
+func (w *effectWorker) argsOf(id int64) effectArgs {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.args[id]
 }
 
 func (w *effectWorker) runs(id int64) int {
@@ -86,7 +94,7 @@ func setup(t *testing.T, keys, verifyKeys *seal.Keys) *testBundle {
 		pool:   pool,
 		keys:   keys,
 		queue:  fmt.Sprintf("seal_%d", queueSeq.Add(1)),
-		worker: &effectWorker{ran: map[int64]int{}},
+		worker: &effectWorker{ran: map[int64]int{}, args: map[int64]effectArgs{}},
 		logs:   &logtest.Recorder{},
 	}
 	var err error
@@ -136,6 +144,14 @@ func (b *testBundle) wait(t *testing.T, id int64) *rivertype.JobRow {
 			t.Fatalf("job %d did not finish an attempt", id)
 		}
 	}
+}
+
+// get returns job id as stored now.
+func (b *testBundle) get(t *testing.T, id int64) *rivertype.JobRow {
+	t.Helper()
+	job, err := b.client.JobGet(t.Context(), id)
+	require.NoError(t, err)
+	return job
 }
 
 // requireRefused checks that job was discarded for reason, never worked,
@@ -253,6 +269,32 @@ func TestVerifier(t *testing.T) {
 		forger, err := river.NewClient(riverpgxv5.New(b.pool), &river.Config{Middleware: []rivertype.Middleware{seal.Middleware(other)}})
 		require.NoError(t, err)
 		id := b.insertTx(t, forger, effectArgs{N: 1}, &river.InsertOpts{Queue: b.queue}, "")
+		b.requireRefused(t, b.wait(t, id), seal.ReasonInvalid)
+	})
+
+	t.Run("EncryptedRoundTrip", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, mustKeys(t, newKey(t)).WithEncryption(true), nil)
+		want := effectArgs{N: 42, Note: "personal: é <&>", F: 2.5}
+		id := b.insertTx(t, b.client, want, &river.InsertOpts{Queue: b.queue}, "")
+		var stored string
+		require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT args::text FROM river_job WHERE id = $1`, id).Scan(&stored))
+		require.Contains(t, stored, seal.EnvelopeKey)
+		require.NotContains(t, stored, "personal", "the args are stored encrypted")
+		require.Equal(t, rivertype.JobStateCompleted, b.wait(t, id).State)
+		require.Equal(t, want, b.worker.argsOf(id), "the worker sees the args as inserted")
+		require.Equal(t, true, sealOf(t, b.get(t, id))["e"])
+	})
+
+	t.Run("EncryptedEnvelopeSwapped", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, mustKeys(t, newKey(t)).WithEncryption(true), nil)
+		// Another job's envelope in this one's args: its MAC fails first;
+		// and were the MAC's args forged, the envelope's additional data
+		// (kind, queue, run id) would not open.
+		other := b.insertTx(t, b.client, effectArgs{N: 666}, &river.InsertOpts{Queue: b.queue + "_parked"}, "")
+		id := b.insertTx(t, b.client, effectArgs{N: 1}, &river.InsertOpts{Queue: b.queue},
+			fmt.Sprintf(`UPDATE river_job SET args = (SELECT args FROM river_job WHERE id = %d) WHERE id = $1`, other))
 		b.requireRefused(t, b.wait(t, id), seal.ReasonInvalid)
 	})
 

@@ -81,11 +81,12 @@ func TestSeal(t *testing.T) {
 	_, err = w.WaitForLineFunc(0, logtest.Logged("seal: jobs are sealed and verified", "unsealed_waiting", 0))
 	require.NoError(t, err)
 
-	// enqueueSealed runs `enqueue job http.request` to path with key.
+	// enqueueSealed runs `enqueue job http.request` to path with key (and
+	// more NAME=value lines after it).
 	enqueueSealed := func(key, path string, extra ...string) int64 {
 		t.Helper()
 		args := append([]string{"job", "http.request", "--args", fmt.Sprintf(`{"url": %q}`, fx.srv.URL+path)}, extra...)
-		stdout, stderr, code := proctest.Run(t, bins(t).enqueue, env(url, "FERRY_SEAL_KEYS="+key), nil, args...)
+		stdout, stderr, code := proctest.Run(t, bins(t).enqueue, env(url, strings.Split("FERRY_SEAL_KEYS="+key, "\n")...), nil, args...)
 		require.Zero(t, code, stderr)
 		var id int64
 		_, err := fmt.Sscan(strings.TrimSpace(stdout), &id)
@@ -120,6 +121,13 @@ func TestSeal(t *testing.T) {
 
 	// Sealed with the new key, and with the old one it still verifies.
 	sealed := enqueueSealed(newKey, "/sealed")
+	// Encrypted: stored as an envelope, worked with the args as given.
+	encrypted := enqueueSealed(newKey+"\nFERRY_SEAL_ENCRYPT=true", "/encrypted")
+	waitJobState(t, pool, encrypted, "completed", 10*time.Second)
+	var storedArgs string
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT args::text FROM river_job WHERE id = $1`, encrypted).Scan(&storedArgs))
+	require.Contains(t, storedArgs, "ferry_sealed")
+	require.NotContains(t, storedArgs, "/encrypted")
 	waitJobState(t, pool, sealed, "completed", 10*time.Second)
 	rotated := enqueueSealed(oldKey, "/rotated")
 	waitJobState(t, pool, rotated, "completed", 10*time.Second)
@@ -140,7 +148,7 @@ func TestSeal(t *testing.T) {
 	requireRefused(enqueueSealed(sealKey(t), "/foreign"), "invalid")
 
 	// Nothing refused ran its effect; the sealed jobs ran once each.
-	require.Equal(t, map[string]int{"/sealed": 1, "/rotated": 1}, fx.snapshot())
+	require.Equal(t, map[string]int{"/sealed": 1, "/rotated": 1, "/encrypted": 1}, fx.snapshot())
 
 	// /readyz says an unsealed job arrived; /metrics counts the refusals.
 	get := func(path string) (int, string) {
@@ -179,6 +187,14 @@ func TestSeal_Config(t *testing.T) {
 		line := oneLine(t, stderr)
 		require.Contains(t, line, "FERRY_SEAL_KEYS: key 2 of 2 decodes to 15 bytes")
 		require.NotContains(t, line, short)
+	})
+
+	t.Run("EncryptWithoutKeysExits2", func(t *testing.T) {
+		t.Parallel()
+		url := pgtest.NewDatabase(t, true)
+		_, stderr, code := proctest.Run(t, bins(t).worker, env(url, "FERRY_SEAL_ENCRYPT=true"), nil, "run", "--admin-addr", "off")
+		require.Equal(t, 2, code, stderr)
+		require.Contains(t, oneLine(t, stderr), "seal encrypt needs seal keys")
 	})
 
 	t.Run("NoKeysWarns", func(t *testing.T) {

@@ -1,9 +1,0 @@
-package broadcast_test
-
-import (
-	"testing"
-
-	"github.com/ferryq/ferry/internal/testkit/pgtest"
-)
-
-func TestMain(m *testing.M) { pgtest.Main(m) }

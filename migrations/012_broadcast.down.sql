@@ -1,1 +1,0 @@
-DROP TABLE IF EXISTS ferry_broadcast_message;
