@@ -1,0 +1,9 @@
+package broadcast_test
+
+import (
+	"testing"
+
+	"github.com/ferryq/ferry/internal/testkit/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }

@@ -1,0 +1,1 @@
+DROP TABLE IF EXISTS ferry_broadcast_message;
