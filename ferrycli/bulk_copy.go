@@ -10,6 +10,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/schollz/progressbar/v3"
+
+	"github.com/ferryq/ferry/jobs"
 )
 
 // bulkChunk is a run of lines inserted by one call: with COPY, or with
@@ -50,7 +52,7 @@ func (b *bulk) insert(ctx context.Context, pool *pgxpool.Pool, client *river.Cli
 			if ch.unique {
 				rs, err := client.InsertManyTx(ctx, tx, ch.params)
 				if err != nil {
-					return fmt.Errorf("bulk: insert jobs with unique keys: %w", err)
+					return fmt.Errorf("bulk: insert jobs with unique keys: %w; nothing inserted", jobs.AsQueueFull(err))
 				}
 				for _, r := range rs {
 					if r.UniqueSkippedAsDuplicate {
@@ -62,7 +64,7 @@ func (b *bulk) insert(ctx context.Context, pool *pgxpool.Pool, client *river.Cli
 			} else {
 				n, err := client.InsertManyFastTx(ctx, tx, ch.params)
 				if err != nil {
-					return fmt.Errorf("bulk: copy jobs: %w", err)
+					return fmt.Errorf("bulk: copy jobs: %w; nothing inserted", jobs.AsQueueFull(err))
 				}
 				res.Inserted += n
 			}

@@ -17,6 +17,7 @@ import (
 	"github.com/ferryq/ferry/election"
 	"github.com/ferryq/ferry/internal/logging"
 	"github.com/ferryq/ferry/internal/redact"
+	"github.com/ferryq/ferry/jobs"
 )
 
 // Exit codes of Run.
@@ -24,6 +25,9 @@ const (
 	ExitOK      = 0
 	ExitFailure = 1
 	ExitUsage   = 2
+	// ExitQueueFull is an insert refused because its queue is at its bound
+	// (jobs.ErrQueueFull); nothing was inserted.
+	ExitQueueFull = 3
 )
 
 // UsageError is bad input: a flag, an argument, a file. It exits 2
@@ -49,7 +53,8 @@ func usageErrorf(format string, args ...any) error {
 // Run runs app with args (os.Args: the program name first) under ctx,
 // which main cancels on SIGINT/SIGTERM, and returns the process exit code:
 // ExitOK, ExitUsage for bad input (a *UsageError, a flag's error, any
-// cli.ExitCoder), ExitFailure for anything else. A failure is printed as
+// cli.ExitCoder), ExitQueueFull for an insert into a full queue
+// (jobs.ErrQueueFull), ExitFailure for anything else. A failure is printed as
 // one line on the app's ErrWriter, after the app's name, with database
 // passwords redacted; when the command line has --json, that line is a
 // JSON object, {"error": "…", "exit_code": 1}. app may be one of this
@@ -71,6 +76,9 @@ func Run(ctx context.Context, app *cli.App, args []string) int {
 	var exitCoder cli.ExitCoder
 	if errors.As(err, &exitCoder) {
 		code = ExitUsage
+	}
+	if errors.Is(err, jobs.ErrQueueFull) {
+		code = ExitQueueFull
 	}
 	msg := redact.Postgres(strings.Join(strings.Fields(err.Error()), " "))
 	if wantsJSON(args) {

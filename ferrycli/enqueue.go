@@ -24,7 +24,8 @@ func EnqueueApp() *cli.App {
 	app := newApp("enqueue", "insert and inspect ferry jobs from a shell")
 	app.Description = `Every command reads DATABASE_URL (or --database-url), prints a table (or JSON
 with --json), and exits 0 on success, 2 on bad input (one line saying why;
-nothing written), 1 on any other failure.
+nothing written), 3 when an insert is refused because its queue is full
+(nothing written), 1 on any other failure.
 
 Examples:
    enqueue job ferry.noop

@@ -31,6 +31,49 @@
 // UniqueKeyMiddleware, installed on every River client ferry builds (an
 // Inserter's and the server's), is what enforces it.
 //
+// # Bounded queues
+//
+// A queue with a bound (ferry_queue.max_length, set by SetQueueBounds, which
+// a worker calls at start from its configuration) holds at most that many
+// jobs in the states available, scheduled, retryable, pending and running
+// together. A statement that would put it over is refused whole, with
+// SQLSTATE FR002 (ErrCodeQueueFull); AsQueueFull turns that error into a
+// *QueueFullError (errors.Is(err, ErrQueueFull)) with the queue, its bound
+// and its length. Inserter.InsertTx and InsertManyTx return it, and so does
+// every River client that installs UniqueKeyMiddleware (the server's: the
+// scheduler, the relay and Telegram insert through it).
+//
+// The bound is enforced in the database (migration 010), not in Go, so that
+// it holds on every path that writes river_job: plain-SQL inserts from other
+// services, River's own clients, `enqueue jobs retry` of a finalized job, a
+// job moved between queues. Statement-level AFTER triggers on river_job,
+// with transition tables, sum per bounded queue the rows that enter and
+// leave the counted states:
+//
+//   - entering rows add to ferry_queue.admitted under the queue row's lock,
+//     held until the inserting transaction ends, so concurrent inserters
+//     take turns on it and never overshoot the bound;
+//   - leaving rows (completed, cancelled, discarded, deleted) add to
+//     ferry_queue_released.released, a row of its own, so that River's
+//     completer never waits for an inserting transaction to commit.
+//
+// The length is admitted - released. An inserter reads released without a
+// lock, so it sees a committed value that only grows: it may refuse a
+// moment early (a completion not yet committed), never admit one too many.
+// Each trigger returns at once while no queue has a bound.
+//
+// Counters are exact only while a queue is bounded, so setting a bound on a
+// queue that had none counts its jobs in a transaction that first takes
+// LOCK TABLE river_job IN SHARE MODE: it waits for the transactions writing
+// river_job to end and holds new writers back for the moment the count
+// takes. Changing a bound that exists, or setting one that does not change,
+// takes no such lock. Two workers configured with different bounds for one
+// queue: the last one started wins, and logs `queues: bound changed` with
+// the old and new bound; keep one bound per queue in your deploys. A
+// REPEATABLE READ or SERIALIZABLE transaction whose snapshot predates a
+// bound being first set does not see the bound and is not counted; the
+// bound is exact for transactions that start after it.
+//
 // # Sealing
 //
 // With seal keys (FERRY_SEAL_KEYS, or WithSealKeys), an Inserter seals

@@ -112,7 +112,23 @@ func (i *Inserter) InsertTx(ctx context.Context, tx pgx.Tx, args river.JobArgs, 
 	}
 	res, err := i.client.InsertTx(ctx, tx, args, opts)
 	if err != nil {
-		return nil, fmt.Errorf("jobs: insert %s: %w", args.Kind(), err)
+		return nil, fmt.Errorf("jobs: insert %s: %w", args.Kind(), AsQueueFull(err))
+	}
+	return res, nil
+}
+
+// InsertManyTx inserts many jobs in tx in one statement, each checked as
+// InsertTx checks one. It inserts all of them or none: a queue that cannot
+// take them all refuses the whole statement (ErrQueueFull).
+func (i *Inserter) InsertManyTx(ctx context.Context, tx pgx.Tx, params []river.InsertManyParams) ([]*rivertype.JobInsertResult, error) {
+	for _, p := range params {
+		if err := CheckArgs(p.Args); err != nil {
+			return nil, err
+		}
+	}
+	res, err := i.client.InsertManyTx(ctx, tx, params)
+	if err != nil {
+		return nil, fmt.Errorf("jobs: insert %d jobs: %w", len(params), AsQueueFull(err))
 	}
 	return res, nil
 }
@@ -268,7 +284,8 @@ func Middleware(keys *seal.Keys) []rivertype.Middleware {
 // every insert path of the client (Insert, InsertTx, InsertMany,
 // InsertManyTx; the InsertManyFast paths refuse a duplicate with an error, as
 // River documents). Install it in river.Config.Middleware of every client
-// that may insert a job with a key.
+// that may insert a job with a key. It also turns an insert refused by a
+// queue's bound into a *QueueFullError (AsQueueFull).
 func UniqueKeyMiddleware() rivertype.Middleware { return &uniqueKeyMiddleware{} }
 
 type uniqueKeyMiddleware struct {
@@ -294,5 +311,10 @@ func (*uniqueKeyMiddleware) InsertMany(ctx context.Context, params []*rivertype.
 		p.UniqueKey = sum[:]
 		p.UniqueStates = uniquestates.UniqueStatesToBitmask(rivertype.UniqueOptsByStateDefault())
 	}
-	return doInner(ctx)
+	// The insert runs inside doInner: an insert refused by a queue's bound
+	// comes back as a *QueueFullError from every client that installs this
+	// middleware, so errors.Is(err, ErrQueueFull) holds on River's own
+	// Insert and InsertMany calls too.
+	res, err := doInner(ctx)
+	return res, AsQueueFull(err)
 }

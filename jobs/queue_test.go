@@ -1,0 +1,319 @@
+package jobs_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ferryq/ferry/internal/testkit/pgtest"
+	"github.com/ferryq/ferry/jobs"
+)
+
+type boundBundle struct {
+	pool  *pgxpool.Pool
+	ins   *jobs.Inserter
+	queue string
+}
+
+var boundSeq atomic.Int64
+
+// setupBound returns an inserter and a fresh queue bounded to maxLength.
+func setupBound(t *testing.T, maxLength int64) *boundBundle {
+	t.Helper()
+	pool := pgtest.Pool(t)
+	ins, err := jobs.NewInserter(pool, jobs.WithSealKeys(nil))
+	require.NoError(t, err)
+	queue := fmt.Sprintf("bounded_%d", boundSeq.Add(1))
+	_, err = jobs.SetQueueBounds(t.Context(), pool, []jobs.QueueBound{{Name: queue, MaxLength: maxLength}})
+	require.NoError(t, err)
+	return &boundBundle{pool: pool, ins: ins, queue: queue}
+}
+
+// insert inserts n no-op jobs into the bundle's queue in one transaction
+// through InsertManyTx (InsertTx for one).
+func (b *boundBundle) insert(t *testing.T, n int) error {
+	t.Helper()
+	return pgx.BeginFunc(t.Context(), b.pool, func(tx pgx.Tx) error {
+		if n == 1 {
+			_, err := b.ins.InsertTx(t.Context(), tx, jobs.NoopArgs{}, &river.InsertOpts{Queue: b.queue})
+			return err
+		}
+		params := make([]river.InsertManyParams, n)
+		for i := range params {
+			params[i] = river.InsertManyParams{Args: jobs.NoopArgs{}, InsertOpts: &river.InsertOpts{Queue: b.queue}}
+		}
+		_, err := b.ins.InsertManyTx(t.Context(), tx, params)
+		return err
+	})
+}
+
+func (b *boundBundle) count(t *testing.T) int64 {
+	t.Helper()
+	var n int64
+	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT count(*) FROM river_job WHERE queue = $1`, b.queue).Scan(&n))
+	return n
+}
+
+func requireQueueFull(t *testing.T, err error, queue string, maxLength, length int64) {
+	t.Helper()
+	require.ErrorIs(t, err, jobs.ErrQueueFull)
+	var qf *jobs.QueueFullError
+	require.ErrorAs(t, err, &qf)
+	require.Equal(t, queue, qf.Queue)
+	require.Equal(t, maxLength, qf.MaxLength)
+	require.Equal(t, length, qf.Length)
+	require.Contains(t, err.Error(), "queue full")
+}
+
+func TestQueueBound_ConcurrentInserters(t *testing.T) {
+	t.Parallel()
+
+	const bound, inserters, each = 40, 16, 6 // 96 attempts for 40 places
+	b := setupBound(t, bound)
+
+	var (
+		start    = make(chan struct{})
+		wg       sync.WaitGroup
+		inserted atomic.Int64
+		full     atomic.Int64
+		other    = make(chan error, inserters*each)
+	)
+	for range inserters {
+		wg.Go(func() {
+			<-start
+			for range each {
+				// Each insert in a transaction of its own that commits
+				// after the trigger has admitted the job, so that the
+				// inserters contend on the queue's row.
+				err := b.insert(t, 1)
+				switch {
+				case err == nil:
+					inserted.Add(1)
+				case errors.Is(err, jobs.ErrQueueFull):
+					full.Add(1)
+				default:
+					other <- err
+				}
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	close(other)
+	for err := range other {
+		require.NoError(t, err)
+	}
+	// No job leaves the queue during the test, so a refusal happens only
+	// when the queue holds its bound: exactly bound jobs, never more.
+	require.EqualValues(t, bound, inserted.Load())
+	require.EqualValues(t, inserters*each-bound, full.Load())
+	require.EqualValues(t, bound, b.count(t))
+}
+
+func TestQueueBound_Inserter(t *testing.T) {
+	t.Parallel()
+
+	t.Run("InsertTxAtAndOverTheBound", func(t *testing.T) {
+		t.Parallel()
+		b := setupBound(t, 3)
+		for range 3 {
+			require.NoError(t, b.insert(t, 1))
+		}
+		requireQueueFull(t, b.insert(t, 1), b.queue, 3, 3)
+		require.EqualValues(t, 3, b.count(t))
+	})
+
+	t.Run("InsertManyTxRefusedWhole", func(t *testing.T) {
+		t.Parallel()
+		b := setupBound(t, 5)
+		require.NoError(t, b.insert(t, 2))
+		requireQueueFull(t, b.insert(t, 4), b.queue, 5, 2)
+		require.EqualValues(t, 2, b.count(t), "none of the four inserted")
+		require.NoError(t, b.insert(t, 3), "exactly up to the bound fits")
+		require.EqualValues(t, 5, b.count(t))
+	})
+
+	t.Run("OtherQueuesUnaffected", func(t *testing.T) {
+		t.Parallel()
+		b := setupBound(t, 1)
+		require.NoError(t, b.insert(t, 1))
+		require.ErrorIs(t, b.insert(t, 1), jobs.ErrQueueFull)
+		other := &boundBundle{pool: b.pool, ins: b.ins, queue: b.queue + "_unbounded"}
+		require.NoError(t, other.insert(t, 10))
+	})
+
+	t.Run("ZeroBoundRefusesEverything", func(t *testing.T) {
+		t.Parallel()
+		b := setupBound(t, 1)
+		_, err := jobs.SetQueueBounds(t.Context(), b.pool, []jobs.QueueBound{{Name: b.queue, MaxLength: 0}})
+		require.NoError(t, err)
+		require.NoError(t, b.insert(t, 2), "0 is unbounded")
+	})
+}
+
+func TestQueueBound_PlainSQLRefused(t *testing.T) {
+	t.Parallel()
+	b := setupBound(t, 2)
+	insert := func(n int) error {
+		_, err := b.pool.Exec(t.Context(), `
+			INSERT INTO river_job (args, kind, max_attempts, queue, state)
+			SELECT '{}', 'ferry.noop', 25, $1, 'available' FROM generate_series(1, $2)`, b.queue, n)
+		return err
+	}
+	err := insert(3)
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, jobs.ErrCodeQueueFull, pgErr.Code)
+	requireQueueFull(t, jobs.AsQueueFull(err), b.queue, 2, 0)
+	require.EqualValues(t, 0, b.count(t))
+	require.NoError(t, insert(2))
+	require.ErrorIs(t, jobs.AsQueueFull(insert(1)), jobs.ErrQueueFull)
+	// Finalized jobs do not count.
+	_, err = b.pool.Exec(t.Context(), `
+		INSERT INTO river_job (args, kind, max_attempts, queue, state, finalized_at)
+		VALUES ('{}', 'ferry.noop', 25, $1, 'completed', now())`, b.queue)
+	require.NoError(t, err)
+}
+
+func TestQueueBound_Release(t *testing.T) {
+	t.Parallel()
+
+	t.Run("CompletionFreesRoom", func(t *testing.T) {
+		t.Parallel()
+		workers := river.NewWorkers()
+		river.AddWorker(workers, &jobs.NoopWorker{})
+		c := startClient(t, pgtest.Pool(t), workers)
+		b := setupBound(t, 2)
+		b.queue = c.queue
+		_, err := jobs.SetQueueBounds(t.Context(), b.pool, []jobs.QueueBound{{Name: b.queue, MaxLength: 2}})
+		require.NoError(t, err)
+
+		// Filling the queue, letting River's worker complete both jobs,
+		// and filling it again works only if the completions released
+		// their places.
+		for round := range 3 {
+			require.NoError(t, b.insert(t, 2), "round %d", round)
+			waitCompleted(t, c, 2)
+		}
+		require.NoError(t, b.insert(t, 2))
+		require.ErrorIs(t, b.insert(t, 1), jobs.ErrQueueFull)
+	})
+
+	t.Run("DeleteFreesRoom", func(t *testing.T) {
+		t.Parallel()
+		b := setupBound(t, 2)
+		require.NoError(t, b.insert(t, 2))
+		require.ErrorIs(t, b.insert(t, 1), jobs.ErrQueueFull)
+		_, err := b.pool.Exec(t.Context(), `DELETE FROM river_job WHERE id = (SELECT min(id) FROM river_job WHERE queue = $1)`, b.queue)
+		require.NoError(t, err)
+		require.NoError(t, b.insert(t, 1))
+	})
+
+	t.Run("RetryOfFinalizedJobRefused", func(t *testing.T) {
+		t.Parallel()
+		b := setupBound(t, 1)
+		require.NoError(t, b.insert(t, 1))
+		var id int64
+		require.NoError(t, b.pool.QueryRow(t.Context(), `
+			UPDATE river_job SET state = 'cancelled', finalized_at = now() WHERE queue = $1 RETURNING id`, b.queue).Scan(&id))
+		require.NoError(t, b.insert(t, 1), "the cancelled job freed its place")
+		_, err := b.ins.Client().JobRetry(t.Context(), id)
+		require.ErrorIs(t, jobs.AsQueueFull(err), jobs.ErrQueueFull)
+		var state string
+		require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT state FROM river_job WHERE id = $1`, id).Scan(&state))
+		require.Equal(t, "cancelled", state)
+	})
+
+	t.Run("MoveBetweenQueues", func(t *testing.T) {
+		t.Parallel()
+		b := setupBound(t, 1)
+		other := setupBound(t, 5)
+		require.NoError(t, b.insert(t, 1))
+		require.NoError(t, other.insert(t, 2))
+		_, err := b.pool.Exec(t.Context(), `UPDATE river_job SET queue = $1 WHERE queue = $2`, b.queue, other.queue)
+		require.ErrorIs(t, jobs.AsQueueFull(err), jobs.ErrQueueFull)
+		_, err = b.pool.Exec(t.Context(), `UPDATE river_job SET queue = $1 WHERE queue = $2`, other.queue, b.queue)
+		require.NoError(t, err)
+		require.NoError(t, b.insert(t, 1), "the moved job freed its place")
+	})
+}
+
+func TestSetQueueBounds(t *testing.T) {
+	t.Parallel()
+
+	t.Run("CountsTheJobsAlreadyThere", func(t *testing.T) {
+		t.Parallel()
+		b := setupBound(t, 0)
+		require.NoError(t, b.insert(t, 4))
+		changes, err := jobs.SetQueueBounds(t.Context(), b.pool, []jobs.QueueBound{{Name: b.queue, MaxLength: 5, Workers: 3}})
+		require.NoError(t, err)
+		require.Equal(t, []jobs.BoundChange{{Queue: b.queue, From: 0, To: 5}}, changes)
+		require.NoError(t, b.insert(t, 1))
+		requireQueueFull(t, b.insert(t, 1), b.queue, 5, 5)
+	})
+
+	t.Run("UnchangedBoundChangesNothing", func(t *testing.T) {
+		t.Parallel()
+		b := setupBound(t, 5)
+		changes, err := jobs.SetQueueBounds(t.Context(), b.pool, []jobs.QueueBound{{Name: b.queue, MaxLength: 5}})
+		require.NoError(t, err)
+		require.Empty(t, changes)
+	})
+
+	t.Run("LoweredBoundKeepsTheCount", func(t *testing.T) {
+		t.Parallel()
+		b := setupBound(t, 5)
+		require.NoError(t, b.insert(t, 3))
+		changes, err := jobs.SetQueueBounds(t.Context(), b.pool, []jobs.QueueBound{{Name: b.queue, MaxLength: 2}})
+		require.NoError(t, err)
+		require.Equal(t, []jobs.BoundChange{{Queue: b.queue, From: 5, To: 2}}, changes)
+		requireQueueFull(t, b.insert(t, 1), b.queue, 2, 3)
+	})
+}
+
+// waitCompleted waits for n completion events of the bundle's client.
+func waitCompleted(t *testing.T, c *clientBundle, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	for got := 0; got < n; {
+		select {
+		case ev := <-c.events:
+			if ev.Kind == river.EventKindJobCompleted {
+				got++
+			}
+		case <-ctx.Done():
+			t.Fatalf("%d of %d jobs completed", got, n)
+		}
+	}
+}
+
+// TestQueueBound_RiverClient: a River client with ferry's middleware (as
+// the server's is) returns ErrQueueFull from its own insert calls.
+func TestQueueBound_RiverClient(t *testing.T) {
+	t.Parallel()
+	b := setupBound(t, 1)
+	client, err := river.NewClient(riverpgxv5.New(b.pool), &river.Config{Middleware: []rivertype.Middleware{jobs.UniqueKeyMiddleware()}})
+	require.NoError(t, err)
+	_, err = client.Insert(t.Context(), jobs.NoopArgs{}, &river.InsertOpts{Queue: b.queue})
+	require.NoError(t, err)
+	_, err = client.Insert(t.Context(), jobs.NoopArgs{}, &river.InsertOpts{Queue: b.queue})
+	requireQueueFull(t, err, b.queue, 1, 1)
+	_, err = client.InsertMany(t.Context(), []river.InsertManyParams{{Args: jobs.NoopArgs{}, InsertOpts: &river.InsertOpts{Queue: b.queue}}})
+	require.ErrorIs(t, err, jobs.ErrQueueFull)
+	_, err = client.InsertManyFast(t.Context(), []river.InsertManyParams{{Args: jobs.NoopArgs{}, InsertOpts: &river.InsertOpts{Queue: b.queue}}})
+	require.ErrorIs(t, err, jobs.ErrQueueFull)
+	require.EqualValues(t, 1, b.count(t))
+}
