@@ -203,7 +203,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// insert through this client (the scheduler's, the relay's, Telegram's,
 	// an embedder's), as it does through a jobs.Inserter; with seal keys,
 	// the seal middleware seals each of those inserts, and the verifier
-	// refuses, before its worker, any job ferry did not seal.
+	// refuses, before its worker, any job ferry did not seal. Innermost, the
+	// error middleware bounds (or, for kinds with jobs.SensitiveErrors,
+	// withholds) an error's message before ferry logs it and River stores it.
 	middleware := jobs.Middleware(cfg.SealKeys.WithEncryption(cfg.SealEncrypt))
 	if cfg.SealKeys.Len() > 0 {
 		s.verifier, err = seal.NewVerifier(seal.VerifierConfig{Keys: cfg.SealKeys, DB: pool, ReplayWindow: cfg.SealReplayWindow, Logger: cfg.Logger})
@@ -224,7 +226,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		FetchPollInterval:    cfg.FetchPollInterval,
 		JobTimeout:           cfg.JobTimeout,
 		Logger:               logging.River(cfg.Logger),
-		Middleware:           append(middleware, s.metrics.Middleware()),
+		Middleware:           append(middleware, s.metrics.Middleware(), jobs.ErrorMiddleware(registry.Sensitive)),
 		Queues:               queues,
 		SoftStopTimeout:      cfg.ShutdownGrace,
 		Workers:              workers,

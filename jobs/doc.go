@@ -74,6 +74,16 @@
 // bound being first set does not see the bound and is not counted; the
 // bound is exact for transactions that start after it.
 //
+// # Errors
+//
+// ErrorMiddleware, innermost on the server's River client, cuts every
+// worker error's message to MaxErrorBytes before ferry logs it and River
+// stores it (river_job.errors, the dead letters' reason). A kind defined
+// with the SensitiveErrors option keeps only its errors' Go type (and a
+// panic's value's type, without River's trace): its messages may hold
+// personal data. The rewritten error (a *StoredError) unwraps to the
+// worker's, so cancellation, snoozing and shutdown work as before.
+//
 // # Sealing
 //
 // With seal keys (FERRY_SEAL_KEYS, or WithSealKeys), an Inserter seals

@@ -38,15 +38,16 @@ type neverRetrySoon struct{}
 
 func (neverRetrySoon) NextRetry(*rivertype.JobRow) time.Time { return time.Now().Add(time.Hour) }
 
-// startClient starts a River client on pool with workers, working a fresh
-// queue, and stops it when the test ends.
-func startClient(t *testing.T, pool *pgxpool.Pool, workers *river.Workers) *clientBundle {
+// startClient starts a River client on pool with workers and middleware,
+// working a fresh queue, and stops it when the test ends.
+func startClient(t *testing.T, pool *pgxpool.Pool, workers *river.Workers, middleware ...rivertype.Middleware) *clientBundle {
 	t.Helper()
 	queue := fmt.Sprintf("test_%d", queueSeq.Add(1))
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		FetchCooldown:     5 * time.Millisecond,
 		FetchPollInterval: 50 * time.Millisecond,
 		Logger:            slog.New(slog.DiscardHandler),
+		Middleware:        middleware,
 		Queues:            map[string]river.QueueConfig{queue: {MaxWorkers: 10}},
 		RetryPolicy:       neverRetrySoon{},
 		TestOnly:          true,

@@ -29,23 +29,30 @@ type Kind struct {
 	Name        string
 	Queue       string
 	Description string
+	// SensitiveErrors: only the type of the kind's errors is stored and
+	// logged (the SensitiveErrors option).
+	SensitiveErrors bool
 
 	register func(*river.Workers) error
 }
 
 // Define makes a Kind from a River worker. The name is the args type's
-// Kind(); the queue defaults to river.QueueDefault.
-func Define[T river.JobArgs](worker river.Worker[T], queue, description string) Kind {
+// Kind(); the queue defaults to river.QueueDefault. Options: SensitiveErrors.
+func Define[T river.JobArgs](worker river.Worker[T], queue, description string, opts ...KindOption) Kind {
 	var zero T
 	if queue == "" {
 		queue = river.QueueDefault
 	}
-	return Kind{
+	k := Kind{
 		Name:        zero.Kind(),
 		Queue:       queue,
 		Description: description,
 		register:    func(w *river.Workers) error { return river.AddWorkerSafely(w, worker) },
 	}
+	for _, opt := range opts {
+		opt(&k)
+	}
+	return k
 }
 
 // Registry is the set of kinds one process works. The root package fills it
@@ -81,6 +88,13 @@ func (r *Registry) Get(name string) (Kind, bool) {
 		return Kind{}, false
 	}
 	return r.kinds[i], true
+}
+
+// Sensitive says whether the kind named name declared its errors
+// sensitive (SensitiveErrors).
+func (r *Registry) Sensitive(name string) bool {
+	k, ok := r.Get(name)
+	return ok && k.SensitiveErrors
 }
 
 // Kinds returns the registered kinds in registration order.
