@@ -72,6 +72,16 @@ type Config struct {
 	// (FERRY_QUEUES, "default=100,outbox=20").
 	Queues map[string]int
 
+	// QueueMaxLength is the bound of every queue this process works (its
+	// Queues and its outbox routes' queues) that MaxLengths does not bound
+	// (FERRY_QUEUE_MAX_LENGTH); 0, the default, is unbounded. MaxLengths
+	// bounds queues one by one (0 is unbounded); the config file's
+	// `queues:` entries add to it. A worker records its bounds in
+	// ferry_queue at start, and the last worker started wins (see package
+	// jobs, "Bounded queues").
+	QueueMaxLength int64
+	MaxLengths     map[string]int64
+
 	// FetchCooldown is the least time between two fetches of one queue; it
 	// caps a queue at about MaxWorkers jobs per cooldown. FetchPollInterval is
 	// the fallback poll when no insert notification arrives.
@@ -239,6 +249,16 @@ func (c Config) check() error {
 	for _, q := range slices.Sorted(maps.Keys(c.Queues)) {
 		if err := validateQueue(q, c.Queues[q]); err != nil {
 			errs = append(errs, err)
+		}
+	}
+	if c.QueueMaxLength < 0 {
+		errs = append(errs, fmt.Errorf("queue max length %d is negative (0 is unbounded)", c.QueueMaxLength))
+	}
+	for _, q := range slices.Sorted(maps.Keys(c.MaxLengths)) {
+		if err := jobs.ValidateQueueName(q); err != nil {
+			errs = append(errs, err)
+		} else if c.MaxLengths[q] < 0 {
+			errs = append(errs, fmt.Errorf("queue %q: max length %d is negative (0 is unbounded)", q, c.MaxLengths[q]))
 		}
 	}
 	if c.FetchCooldown < river.FetchCooldownMin {

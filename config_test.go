@@ -58,6 +58,8 @@ func TestConfig_Validate(t *testing.T) {
 		"negative grace":      {func(c *Config) { c.ShutdownGrace = -time.Second }, "negative"},
 		"bad queue":           {func(c *Config) { c.Queues = map[string]int{"BAD": 1} }, "lowercase"},
 		"no queues":           {func(c *Config) { c.Queues = map[string]int{} }, "at least one queue"},
+		"negative max length": {func(c *Config) { c.QueueMaxLength = -1 }, "queue max length -1 is negative"},
+		"negative bound":      {func(c *Config) { c.MaxLengths = map[string]int64{"reports": -5} }, `queue "reports": max length -5 is negative`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

@@ -115,6 +115,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, &configError{err: err}
 	}
+	if err := applyFileQueues(&cfg, file.Queues); err != nil {
+		return nil, &configError{err: err}
+	}
 	// Telegram: a client per bot whose token is set; a bot whose token
 	// variable is unset stays off and says so, and nothing else changes.
 	clients := map[string]*telegram.Client{}
@@ -190,6 +193,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		return fail(err)
 	}
+
+	changes, err := jobs.SetQueueBounds(ctx, pool, queueBounds(cfg, delivered))
+	if err != nil {
+		return fail(err)
+	}
+	jobs.LogBoundChanges(cfg.Logger, changes)
 
 	s.metrics = metrics.New(pool, cfg.Version, cfg.Logger)
 	queues := make(map[string]river.QueueConfig, len(cfg.Queues))

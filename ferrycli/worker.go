@@ -75,6 +75,7 @@ func WorkerFlags() []cli.Flag {
 		databaseURLFlag(),
 		&cli.StringFlag{Name: "config", Usage: "YAML file of schedules, outbox routes and Telegram bots (see README)", EnvVars: []string{"FERRY_CONFIG"}},
 		&cli.StringFlag{Name: "queues", Value: ferry.DefaultQueues, Usage: "queues to work and their worker counts, name=workers,…", EnvVars: []string{"FERRY_QUEUES"}},
+		&cli.Int64Flag{Name: "queue-max-length", Usage: "the bound of every queue this process works that the config file's queues: does not bound; 0 is unbounded", EnvVars: []string{"FERRY_QUEUE_MAX_LENGTH"}},
 		&cli.DurationFlag{Name: "fetch-cooldown", Value: ferry.DefaultFetchCooldown, Usage: "least time between two fetches of one queue", EnvVars: []string{"FERRY_FETCH_COOLDOWN"}},
 		&cli.DurationFlag{Name: "fetch-poll-interval", Value: ferry.DefaultFetchPollInterval, Usage: "fallback poll of each queue when no insert notification arrives", EnvVars: []string{"FERRY_FETCH_POLL_INTERVAL"}},
 		&cli.DurationFlag{Name: "job-timeout", Value: ferry.DefaultJobTimeout, Usage: "default time a job may run before its context is cancelled", EnvVars: []string{"FERRY_JOB_TIMEOUT"}},
@@ -124,6 +125,7 @@ func WorkerConfig(c *cli.Context) (ferry.Config, error) {
 	return ferry.Config{
 		DatabaseURL:         url,
 		Queues:              queues,
+		QueueMaxLength:      c.Int64("queue-max-length"),
 		FetchCooldown:       c.Duration("fetch-cooldown"),
 		FetchPollInterval:   c.Duration("fetch-poll-interval"),
 		JobTimeout:          c.Duration("job-timeout"),

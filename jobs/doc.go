@@ -34,7 +34,8 @@
 // # Bounded queues
 //
 // A queue with a bound (ferry_queue.max_length, set by SetQueueBounds, which
-// a worker calls at start from its configuration) holds at most that many
+// a worker calls at start from its config file's `queues:` and
+// FERRY_QUEUE_MAX_LENGTH) holds at most that many
 // jobs in the states available, scheduled, retryable, pending and running
 // together. A statement that would put it over is refused whole, with
 // SQLSTATE FR002 (ErrCodeQueueFull); AsQueueFull turns that error into a

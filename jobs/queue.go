@@ -89,12 +89,12 @@ type BoundChange struct {
 // SetQueueBounds records each queue's bound and worker count in
 // ferry_queue, as a worker does at start from its configuration. The last
 // writer wins: a worker started with another bound for a queue replaces
-// the bound, and the change is returned (and logged by the worker). A
-// bound that does not change costs one upsert; one that does is set in a
-// transaction that takes LOCK TABLE river_job IN SHARE MODE, which waits
+// the bound, and the change is returned (and logged by the worker). An
+// unbounded queue, a bound that does not change, and a change of a bound
+// that exists cost an upsert. A bound set on a queue that had none is set in
+// a transaction that takes LOCK TABLE river_job IN SHARE MODE, which waits
 // out every transaction writing river_job and holds new writers back until
-// it commits, so that the queue's length is counted exactly when it is
-// first bounded.
+// it commits, so that the queue's length is counted exactly.
 func SetQueueBounds(ctx context.Context, pool *pgxpool.Pool, bounds []QueueBound) ([]BoundChange, error) {
 	var changes []BoundChange
 	for _, b := range bounds {
@@ -117,12 +117,37 @@ func setQueueBound(ctx context.Context, pool *pgxpool.Pool, b QueueBound) (*Boun
 	}
 	var current *int64
 	err := pool.QueryRow(ctx, `SELECT max_length FROM ferry_queue WHERE name = $1`, b.Name).Scan(&current)
+	exists := err == nil
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return nil, err
 	}
-	if err == nil && sameBound(current, want) {
-		_, err := pool.Exec(ctx, `UPDATE ferry_queue SET workers = coalesce($2, workers), updated_at = now() WHERE name = $1`, b.Name, workers)
-		return nil, err
+	// No bound, or a bound that stays, or one that changes on a queue that
+	// already has one (its counters are exact): no lock on river_job.
+	if want == nil || current != nil {
+		if exists && sameBound(current, want) {
+			_, err := pool.Exec(ctx, `UPDATE ferry_queue SET workers = coalesce($2, workers), updated_at = now() WHERE name = $1`, b.Name, workers)
+			return nil, err
+		}
+		tag, err := pool.Exec(ctx, `
+			INSERT INTO ferry_queue (name, max_length, workers) VALUES ($1, $2, $3)
+			ON CONFLICT (name) DO UPDATE SET max_length = excluded.max_length,
+				workers = coalesce(excluded.workers, ferry_queue.workers), updated_at = now()
+			WHERE (ferry_queue.max_length IS NULL) = (excluded.max_length IS NULL)`, b.Name, want, workers)
+		if err != nil {
+			return nil, err
+		}
+		if tag.RowsAffected() == 1 {
+			if !exists {
+				return nil, nil // a new unbounded queue
+			}
+			return &BoundChange{Queue: b.Name, From: derefBound(current), To: b.MaxLength}, nil
+		}
+		if want == nil {
+			// Bounded meanwhile by another worker: unbound it.
+			_, err := pool.Exec(ctx, `UPDATE ferry_queue SET max_length = NULL, workers = coalesce($2, workers), updated_at = now() WHERE name = $1`, b.Name, workers)
+			return &BoundChange{Queue: b.Name, To: 0}, err
+		}
+		// Unbounded meanwhile: count it, below.
 	}
 	var change *BoundChange
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
@@ -134,14 +159,14 @@ func setQueueBound(ctx context.Context, pool *pgxpool.Pool, b QueueBound) (*Boun
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return err
 		}
-		if err == nil && sameBound(before, want) {
-			_, err := tx.Exec(ctx, `UPDATE ferry_queue SET workers = coalesce($2, workers), updated_at = now() WHERE name = $1`, b.Name, workers)
-			return err
-		}
-		// A queue that was bounded has exact counters (every writer of
-		// river_job kept them under the bound); one that was not gets them
-		// counted now, while no writer runs.
-		if before == nil {
+		if before != nil {
+			// Bounded meanwhile by another worker: its counters are exact.
+			if _, err := tx.Exec(ctx, `UPDATE ferry_queue SET max_length = $2, workers = coalesce($3, workers), updated_at = now() WHERE name = $1`, b.Name, want, workers); err != nil {
+				return err
+			}
+		} else {
+			// The queue's counters start from its jobs now, while no
+			// writer of river_job runs.
 			if _, err := tx.Exec(ctx, `
 				INSERT INTO ferry_queue_released (name, released) VALUES ($1, 0)
 				ON CONFLICT (name) DO UPDATE SET released = 0`, b.Name); err != nil {
@@ -155,12 +180,10 @@ func setQueueBound(ctx context.Context, pool *pgxpool.Pool, b QueueBound) (*Boun
 					admitted = excluded.admitted, updated_at = now()`, b.Name, want, workers); err != nil {
 				return err
 			}
-		} else if _, err := tx.Exec(ctx, `
-				UPDATE ferry_queue SET max_length = $2, workers = coalesce($3, workers), updated_at = now()
-				WHERE name = $1`, b.Name, want, workers); err != nil {
-			return err
 		}
-		change = &BoundChange{Queue: b.Name, From: derefBound(before), To: b.MaxLength}
+		if !sameBound(before, want) {
+			change = &BoundChange{Queue: b.Name, From: derefBound(before), To: b.MaxLength}
+		}
 		return nil
 	})
 	if err != nil {
@@ -195,4 +218,61 @@ func sameBound(a, b *int64) bool {
 		return a == nil && b == nil
 	}
 	return *a == *b
+}
+
+// QueueInfo is one queue as `enqueue queues` lists it.
+type QueueInfo struct {
+	Name string `json:"queue"`
+	// Counts are the queue's jobs in each counted state (available,
+	// scheduled, retryable, pending, running), zeros included.
+	Counts map[string]int64 `json:"counts"`
+	// Length is the sum of Counts: what the bound limits.
+	Length int64 `json:"length"`
+	// MaxLength is the queue's bound; nil when it has none.
+	MaxLength *int64 `json:"max_length"`
+	// Workers is the worker count the last worker started with the queue
+	// recorded; nil when no worker has recorded it.
+	Workers *int `json:"workers"`
+}
+
+// CountedStates are the job states a queue's bound counts.
+var CountedStates = []string{"available", "scheduled", "retryable", "pending", "running"}
+
+// ListQueues returns every queue that has jobs in a counted state, a row in
+// ferry_queue or a River client working it, by name.
+func ListQueues(ctx context.Context, db DBTX) ([]QueueInfo, error) {
+	rows, err := db.Query(ctx, `
+		WITH counts AS (
+			SELECT queue, state::text AS state, count(*) AS n FROM river_job
+			WHERE ferry_queue_counted(state) GROUP BY queue, state
+		), names AS (
+			SELECT name FROM ferry_queue UNION SELECT queue FROM counts UNION SELECT name FROM river_queue
+		)
+		SELECT n.name, q.max_length, q.workers,
+			coalesce(jsonb_object_agg(c.state, c.n) FILTER (WHERE c.state IS NOT NULL), '{}')
+		FROM names n
+		LEFT JOIN ferry_queue q ON q.name = n.name
+		LEFT JOIN counts c ON c.queue = n.name
+		GROUP BY n.name, q.max_length, q.workers
+		ORDER BY n.name`)
+	if err != nil {
+		return nil, fmt.Errorf("jobs: list queues: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (QueueInfo, error) {
+		var q QueueInfo
+		if err := row.Scan(&q.Name, &q.MaxLength, &q.Workers, &q.Counts); err != nil {
+			return q, err
+		}
+		for _, s := range CountedStates {
+			if _, ok := q.Counts[s]; !ok {
+				q.Counts[s] = 0
+			}
+			q.Length += q.Counts[s]
+		}
+		return q, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("jobs: list queues: %w", err)
+	}
+	return out, nil
 }

@@ -1,5 +1,5 @@
 // Package config reads the worker's YAML file (FERRY_CONFIG): schedules,
-// outbox routes and Telegram bots. Unknown keys,
+// queues (worker counts and bounds), outbox routes and Telegram bots. Unknown keys,
 // unknown job kinds, bad expressions or zones and duplicate ids are refused
 // with one line naming the entry and the field: a *FieldError, or an
 // *UnknownKeyError for a key no setting has. Secrets are never written in
@@ -30,6 +30,7 @@ import (
 // File is the YAML document.
 type File struct {
 	Schedules []ScheduleEntry `yaml:"schedules"`
+	Queues    []QueueEntry    `yaml:"queues"`
 	Outbox    OutboxSection   `yaml:"outbox"`
 	Telegram  TelegramSection `yaml:"telegram"`
 }
@@ -73,9 +74,31 @@ type RouteEntry struct {
 	Headers   map[string]string `yaml:"headers"`
 }
 
+// QueueEntry is one `queues:` item: a queue's worker count in this
+// process and its bound.
+type QueueEntry struct {
+	Name string `yaml:"name"`
+	// Workers, when set, is the queue's worker count in this process, over
+	// FERRY_QUEUES'; a queue with workers is worked by this process.
+	Workers int `yaml:"workers"`
+	// MaxLength, when set, is the queue's bound, over
+	// FERRY_QUEUE_MAX_LENGTH; 0 is unbounded.
+	MaxLength *int64 `yaml:"max_length"`
+}
+
+// Queue is a configured queue: Workers 0 leaves the worker count (and
+// whether this process works the queue) to FERRY_QUEUES, a nil MaxLength
+// leaves the bound to FERRY_QUEUE_MAX_LENGTH.
+type Queue struct {
+	Name      string
+	Workers   int
+	MaxLength *int64
+}
+
 // Loaded is what a file configures.
 type Loaded struct {
 	Schedules         []periodic.Schedule
+	Queues            []Queue
 	Routes            []outbox.Route
 	OutboxMaxAttempts int // 0 when the file does not set it
 	Bots              []Bot
@@ -179,6 +202,10 @@ func Parse(b []byte, kinds Kinds) (Loaded, error) {
 	if err != nil {
 		return Loaded{}, err
 	}
+	queues, err := f.queues()
+	if err != nil {
+		return Loaded{}, err
+	}
 	routes, err := f.Outbox.routes()
 	if err != nil {
 		return Loaded{}, err
@@ -186,7 +213,37 @@ func Parse(b []byte, kinds Kinds) (Loaded, error) {
 	if f.Outbox.MaxAttempts < 0 || f.Outbox.MaxAttempts > 1000 {
 		return Loaded{}, fieldErrorf("outbox", "max_attempts", "%d is not between 1 and 1000", f.Outbox.MaxAttempts)
 	}
-	return Loaded{Schedules: schedules, Routes: routes, OutboxMaxAttempts: f.Outbox.MaxAttempts, Bots: bots}, nil
+	return Loaded{Schedules: schedules, Queues: queues, Routes: routes, OutboxMaxAttempts: f.Outbox.MaxAttempts, Bots: bots}, nil
+}
+
+// MaxQueueWorkers is the most workers a `queues:` entry may give a queue
+// (the root package's MaxWorkersPerQueue).
+const MaxQueueWorkers = 10_000
+
+func (f File) queues() ([]Queue, error) {
+	out := make([]Queue, 0, len(f.Queues))
+	seen := map[string]int{}
+	for i, e := range f.Queues {
+		where := fmt.Sprintf("queues[%d] (name %q)", i, e.Name)
+		if err := jobs.ValidateQueueName(e.Name); err != nil {
+			return nil, &FieldError{Entry: where, Field: "name", Err: err}
+		}
+		if j, dup := seen[e.Name]; dup {
+			return nil, fieldErrorf(where, "name", "already used by queues[%d]", j)
+		}
+		seen[e.Name] = i
+		if e.Workers < 0 || e.Workers > MaxQueueWorkers {
+			return nil, fieldErrorf(where, "workers", "%d is not between 1 and %d", e.Workers, MaxQueueWorkers)
+		}
+		if e.MaxLength != nil && *e.MaxLength < 0 {
+			return nil, fieldErrorf(where, "max_length", "%d is negative (0 is unbounded)", *e.MaxLength)
+		}
+		if e.Workers == 0 && e.MaxLength == nil {
+			return nil, fieldErrorf(where, "workers, max_length", "give one or both")
+		}
+		out = append(out, Queue(e))
+	}
+	return out, nil
 }
 
 func (t TelegramSection) bots() ([]Bot, error) {

@@ -111,6 +111,13 @@ func TestParse_Errors(t *testing.T) {
 		"bot token in file":     {"telegram:\n  bots:\n    - {name: desk, token: '123:abc'}\n", "unknown key token"},
 		"bot duplicate":         {"telegram:\n  bots:\n    - {name: desk, token_env: A}\n    - {name: desk, token_env: B}\n", `telegram.bots[1] (name "desk"): name: already used`},
 		"bot bad timeout":       {"telegram:\n  bots:\n    - {name: desk, token_env: A, timeout: 2m}\n", `timeout: "2m"`},
+		"queue bad name":        {"queues:\n  - {name: Bad Queue, max_length: 1}\n", `queues[0] (name "Bad Queue"): name`},
+		"queue negative bound":  {"queues:\n  - {name: reports, max_length: -1}\n", `queues[0] (name "reports"): max_length: -1 is negative`},
+		"queue bound not int":   {"queues:\n  - {name: reports, max_length: lots}\n", "cannot unmarshal"},
+		"queue bad workers":     {"queues:\n  - {name: reports, workers: -2}\n", `queues[0] (name "reports"): workers: -2 is not between 1 and`},
+		"queue empty":           {"queues:\n  - {name: reports}\n", "workers, max_length: give one or both"},
+		"queue duplicate":       {"queues:\n  - {name: reports, workers: 2}\n  - {name: reports, max_length: 5}\n", `queues[1] (name "reports"): name: already used by queues[0]`},
+		"queue unknown key":     {"queues:\n  - {name: reports, max_len: 5}\n", "unknown key max_len"},
 		"not yaml":              {"schedules: [", "did not find expected"},
 		"wrong type":            {"schedules: {id: x}\n", "cannot unmarshal"},
 	} {
@@ -305,4 +312,16 @@ telegram:
 	require.Len(t, loaded.Bots, 2)
 	require.Equal(t, Bot{Name: "desk", TokenEnv: "DESK_TELEGRAM_BOT_TOKEN", Token: "123:desk-token", AllowedUpdates: []string{"message", "callback_query"}, PollTimeout: 20 * time.Second}, loaded.Bots[0])
 	require.Empty(t, loaded.Bots[1].Token, "an unset token leaves the bot off, not the worker down")
+}
+
+func TestParse_Queues(t *testing.T) {
+	t.Parallel()
+	loaded, err := Parse([]byte("queues:\n  - {name: reports, workers: 4, max_length: 1000}\n  - {name: default, max_length: 0}\n  - {name: mail, workers: 2}\n"), registry(t))
+	require.NoError(t, err)
+	n1000, n0 := int64(1000), int64(0)
+	require.Equal(t, []Queue{
+		{Name: "reports", Workers: 4, MaxLength: &n1000},
+		{Name: "default", MaxLength: &n0},
+		{Name: "mail", Workers: 2},
+	}, loaded.Queues)
 }

@@ -38,6 +38,8 @@ func TestWorker_BadConfig(t *testing.T) {
 		{name: "QueuesFlag", args: []string{"--queues", "bogus"}, want: `"bogus" is not name=workers`},
 		{name: "QueuesEnvZeroWorkers", env: []string{"FERRY_QUEUES=default=0"}, want: "workers 0"},
 		{name: "ShutdownGraceEnv", env: []string{"FERRY_SHUTDOWN_GRACE=abc"}, want: "FERRY_SHUTDOWN_GRACE"},
+		{name: "QueueMaxLengthEnv", env: []string{"FERRY_QUEUE_MAX_LENGTH=lots"}, want: "FERRY_QUEUE_MAX_LENGTH"},
+		{name: "QueueMaxLengthNegative", env: []string{"FERRY_QUEUE_MAX_LENGTH=-1"}, want: "queue max length -1 is negative"},
 		{name: "LogLevel", args: []string{"--log-level", "loud"}, want: `log level "loud"`},
 		{name: "LogFormatEnv", env: []string{"FERRY_LOG_FORMAT=xml"}, want: `log format "xml"`},
 		{name: "Argument", args: []string{"extra"}, want: "run takes no arguments"},
