@@ -1,0 +1,512 @@
+package locks
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"regexp"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Channel is the NOTIFY channel a release signals, with the lock's name as
+// the payload.
+const Channel = "ferry_lock"
+
+// Forever, as Options.Wait, waits until the lock is acquired or ctx ends.
+const Forever time.Duration = -1
+
+// DefaultTTL is the ttl of Options that give none.
+const DefaultTTL = 30 * time.Second
+
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,128}$`)
+
+// ValidName reports whether name is 1 to 128 letters, digits and _.:-.
+func ValidName(name string) bool { return nameRE.MatchString(name) }
+
+// Observer is told of acquisitions, releases and losses (ferry's metrics
+// implement it). Its methods must not block.
+type Observer interface {
+	Acquired(name string)
+	Released(name string)
+	Lost(name string)
+}
+
+// Config configures a Client.
+type Config struct {
+	// Holder names this process in ferry_lock.holder (default
+	// hostname:pid).
+	Holder string
+	// PollInterval bounds how long a waiter sleeps between attempts when no
+	// notification comes (a notification sent while its listening
+	// connection was down is lost). Default 5s. Waiters also wake when the
+	// holder's lock expires.
+	PollInterval time.Duration
+	// Observer, if set, is told of acquisitions, releases and losses.
+	Observer Observer
+}
+
+// Client acquires named locks in one database.
+type Client struct {
+	pool   *pgxpool.Pool
+	holder string
+	poll   time.Duration
+	obs    Observer
+}
+
+// New returns a Client on pool. pool needs session semantics for waiting
+// (LISTEN): a direct connection or a session-mode pooler.
+func New(pool *pgxpool.Pool, cfg Config) *Client {
+	holder := cfg.Holder
+	if holder == "" {
+		host, _ := os.Hostname()
+		holder = fmt.Sprintf("%s:%d", cmp.Or(host, "unknown"), os.Getpid())
+	}
+	if len(holder) > 256 {
+		holder = holder[:256]
+	}
+	return &Client{pool: pool, holder: holder, poll: cmp.Or(cfg.PollInterval, 5*time.Second), obs: cfg.Observer}
+}
+
+// Options of one acquisition.
+type Options struct {
+	// TTL is how long the lock lives without renewal (default DefaultTTL;
+	// at least 100ms). The Lock renews it every TTL/3.
+	TTL time.Duration
+	// Wait is how long Acquire waits for a held lock: 0 tries once,
+	// Forever waits until ctx ends.
+	Wait time.Duration
+}
+
+const (
+	sqlAcquire = `INSERT INTO ferry_lock AS l (name, token, holder, acquired_at, expires_at)
+VALUES ($1, 1, $2, clock_timestamp(), clock_timestamp() + $3 * interval '1 microsecond')
+ON CONFLICT (name) DO UPDATE
+    SET token = l.token + 1, holder = excluded.holder,
+        acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
+    WHERE l.expires_at <= clock_timestamp()
+RETURNING token`
+
+	sqlHolder = `SELECT name, token, holder, acquired_at, expires_at,
+    (extract(epoch FROM expires_at - clock_timestamp()) * 1000000)::bigint
+FROM ferry_lock WHERE name = $1 AND expires_at > clock_timestamp()`
+
+	sqlList = `SELECT name, token, holder, acquired_at, expires_at,
+    (extract(epoch FROM expires_at - clock_timestamp()) * 1000000)::bigint
+FROM ferry_lock WHERE expires_at > clock_timestamp() ORDER BY name`
+
+	sqlRenew = `UPDATE ferry_lock SET expires_at = clock_timestamp() + $3 * interval '1 microsecond'
+WHERE name = $1 AND token = $2 AND expires_at > clock_timestamp()
+RETURNING token`
+
+	sqlRelease = `WITH r AS (
+    UPDATE ferry_lock SET expires_at = clock_timestamp()
+    WHERE name = $1 AND token = $2 AND expires_at > clock_timestamp()
+    RETURNING name)
+SELECT pg_notify('` + Channel + `', name) FROM r`
+
+	sqlFence = `SELECT token, expires_at > clock_timestamp() FROM ferry_lock WHERE name = $1 FOR SHARE`
+)
+
+// Acquire takes the lock name for opts.TTL, waiting up to opts.Wait while
+// another holder has it. It returns a *HeldError (ErrNotAcquired) naming
+// the holder when the wait runs out, ErrUnavailable when Postgres cannot be
+// reached, ErrInvalidName for a bad name, or ctx's error.
+func (c *Client) Acquire(ctx context.Context, name string, opts Options) (*Lock, error) {
+	if !ValidName(name) {
+		return nil, fmt.Errorf("%w: %q: use 1 to 128 letters, digits and _.:-", ErrInvalidName, name)
+	}
+	ttl := cmp.Or(opts.TTL, DefaultTTL)
+	if ttl < 100*time.Millisecond {
+		return nil, fmt.Errorf("locks: ttl %s is under 100ms", ttl)
+	}
+	if opts.Wait == 0 {
+		start := time.Now()
+		token, held, err := c.try(ctx, c.pool, name, ttl)
+		if err != nil {
+			return nil, err
+		}
+		if held != nil {
+			return nil, &HeldError{Holder: *held}
+		}
+		return c.newLock(name, token, ttl, start), nil
+	}
+	return c.wait(ctx, name, ttl, opts.Wait)
+}
+
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// try makes one attempt: the token on success, or the current holder.
+func (c *Client) try(ctx context.Context, q querier, name string, ttl time.Duration) (int64, *Holder, error) {
+	for {
+		var token int64
+		err := q.QueryRow(ctx, sqlAcquire, name, c.holder, ttl.Microseconds()).Scan(&token)
+		if err == nil {
+			return token, nil, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return 0, nil, translate(ctx, "acquire "+name, err)
+		}
+		h, err := holderOf(ctx, q, name)
+		if err != nil {
+			return 0, nil, translate(ctx, "read the holder of "+name, err)
+		}
+		if h != nil {
+			return 0, h, nil
+		}
+		// Released or expired between the two statements: try again.
+	}
+}
+
+func holderOf(ctx context.Context, q querier, name string) (*Holder, error) {
+	rows, err := q.Query(ctx, sqlHolder, name)
+	if err != nil {
+		return nil, err
+	}
+	hs, err := scanHolders(rows)
+	if err != nil || len(hs) == 0 {
+		return nil, err
+	}
+	return &hs[0], nil
+}
+
+func scanHolders(rows pgx.Rows) ([]Holder, error) {
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Holder, error) {
+		var (
+			h  Holder
+			us int64
+		)
+		err := row.Scan(&h.Name, &h.Token, &h.Holder, &h.AcquiredAt, &h.ExpiresAt, &us)
+		h.ExpiresIn = time.Duration(us) * time.Microsecond
+		return h, err
+	})
+}
+
+// wait listens for releases on a connection of its own, then tries until
+// the lock is free, the wait runs out or ctx ends. A try follows each
+// notification for name, the holder's expiry, and every PollInterval.
+func (c *Client) wait(ctx context.Context, name string, ttl, wait time.Duration) (*Lock, error) {
+	if wait > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, wait, errWaitOver)
+		defer cancel()
+	}
+	conn, err := c.pool.Acquire(ctx)
+	if err != nil {
+		return nil, translate(ctx, "acquire "+name, err)
+	}
+	defer func() {
+		// A connection given back must not keep listening.
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		if _, err := conn.Exec(uctx, "UNLISTEN "+Channel); err != nil {
+			_ = conn.Conn().Close(uctx)
+		}
+		conn.Release()
+	}()
+	if _, err := conn.Exec(ctx, "LISTEN "+Channel); err != nil {
+		return nil, translate(ctx, "listen for releases of "+name, err)
+	}
+	var last *Holder
+	for {
+		start := time.Now()
+		token, held, err := c.try(ctx, conn, name, ttl)
+		if err != nil {
+			if errors.Is(context.Cause(ctx), errWaitOver) && last != nil {
+				return nil, &HeldError{Holder: *last}
+			}
+			return nil, err
+		}
+		if held == nil {
+			return c.newLock(name, token, ttl, start), nil
+		}
+		last = held
+		// Sleep until a release of name, the holder's expiry, or the poll.
+		sleep := min(held.ExpiresIn+time.Millisecond, c.poll)
+		sleep = max(sleep, time.Millisecond)
+		if err := awaitRelease(ctx, conn.Conn(), name, sleep); err != nil {
+			if errors.Is(context.Cause(ctx), errWaitOver) {
+				return nil, &HeldError{Holder: *last}
+			}
+			if ctx.Err() != nil {
+				return nil, context.Cause(ctx)
+			}
+			return nil, translate(ctx, "wait for "+name, err)
+		}
+	}
+}
+
+var errWaitOver = errors.New("locks: wait over")
+
+// awaitRelease returns when a notification for name arrives or d passes
+// (nil either way), or with ctx's or the connection's error.
+func awaitRelease(ctx context.Context, conn *pgx.Conn, name string, d time.Duration) error {
+	wctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	for {
+		n, err := conn.WaitForNotification(wctx)
+		if err != nil {
+			if ctx.Err() == nil && wctx.Err() != nil {
+				return nil // d passed
+			}
+			return err
+		}
+		if n.Payload == name {
+			return nil
+		}
+	}
+}
+
+// translate makes a connection failure ErrUnavailable and names the
+// operation; errors of the database itself (a missing table, a check) and
+// of ctx stay what they are.
+func translate(ctx context.Context, op string, err error) error {
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		if pgErr.Code == "23514" {
+			return fmt.Errorf("%w: %s: %s", ErrInvalidName, op, pgErr.Message)
+		}
+		if pgErr.Code == "42P01" {
+			return fmt.Errorf("locks: %s: table ferry_lock is missing: run `worker migrate up`: %w", op, err)
+		}
+		return fmt.Errorf("locks: %s: %w", op, err)
+	}
+	return fmt.Errorf("%w: %s: %w", ErrUnavailable, op, err)
+}
+
+// List returns the locks held now (unexpired by the database's clock), by
+// name.
+func (c *Client) List(ctx context.Context) ([]Holder, error) { return List(ctx, c.pool) }
+
+// List returns the locks held now in the database q is connected to.
+func List(ctx context.Context, q interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}) ([]Holder, error) {
+	rows, err := q.Query(ctx, sqlList)
+	if err != nil {
+		return nil, translate(ctx, "list locks", err)
+	}
+	hs, err := scanHolders(rows)
+	if err != nil {
+		return nil, translate(ctx, "list locks", err)
+	}
+	return hs, nil
+}
+
+// Fence checks, inside tx, that token is the current, unexpired token of
+// name, and keeps it so until tx ends: it locks the lock's row FOR SHARE,
+// so a newer acquisition (and a renewal) waits for tx to end. A write made
+// in tx after Fence succeeded commits before any newer holder gets the
+// lock, or not at all. It returns an error wrapping ErrLost when the token
+// is stale or expired.
+//
+// Under READ COMMITTED the row lock reads the newest committed version; under
+// REPEATABLE READ or SERIALIZABLE a concurrent acquisition makes it fail
+// with a serialization error instead. Keep fenced transactions short: the
+// holder's own renewals wait for them too.
+func Fence(ctx context.Context, tx pgx.Tx, name string, token int64) error {
+	var (
+		current int64
+		live    bool
+	)
+	switch err := tx.QueryRow(ctx, sqlFence, name).Scan(&current, &live); {
+	case errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("%w: %s was never acquired", ErrLost, name)
+	case err != nil:
+		return translate(ctx, "fence "+name, err)
+	case current != token:
+		return fmt.Errorf("%w: %s: token %d superseded by %d", ErrLost, name, token, current)
+	case !live:
+		return fmt.Errorf("%w: %s: token %d expired or released", ErrLost, name, token)
+	}
+	return nil
+}
+
+// Lock is one acquisition of a named lock. Its goroutine renews it every
+// TTL/3 until Release or loss.
+type Lock struct {
+	c     *Client
+	name  string
+	token int64
+	ttl   time.Duration
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	done   chan struct{} // the renewer has returned
+
+	mu       sync.Mutex
+	deadline time.Time // local: past it, the lock is treated as lost
+	ended    error     // ErrLost or ErrReleased once ended
+	release  chan struct{}
+}
+
+// margin is how long before the server's expiry a holder whose renewals
+// fail stops acting: deadline = start of the last good renewal + ttl -
+// margin. Durations only, measured on this process's monotonic clock from
+// a moment before the database read its own clock, so no clock needs to
+// agree with another.
+func margin(ttl time.Duration) time.Duration { return ttl / 5 }
+
+func (c *Client) newLock(name string, token int64, ttl time.Duration, start time.Time) *Lock {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	l := &Lock{
+		c: c, name: name, token: token, ttl: ttl,
+		ctx: ctx, cancel: cancel, done: make(chan struct{}),
+		deadline: start.Add(ttl - margin(ttl)),
+		release:  make(chan struct{}),
+	}
+	if c.obs != nil {
+		c.obs.Acquired(name)
+	}
+	go l.renew()
+	return l
+}
+
+// Name is the lock's name.
+func (l *Lock) Name() string { return l.name }
+
+// Token is this acquisition's fencing token: larger than every earlier
+// acquisition's of the same name.
+func (l *Lock) Token() int64 { return l.token }
+
+// TTL is the lock's ttl.
+func (l *Lock) TTL() time.Duration { return l.ttl }
+
+// Held reports whether the lock is still held: not released, not lost, and
+// renewed recently enough that the database cannot have expired it.
+func (l *Lock) Held() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ended == nil && time.Now().Before(l.deadline)
+}
+
+// Lost returns a channel closed when the lock ends: lost or released.
+func (l *Lock) Lost() <-chan struct{} { return l.ctx.Done() }
+
+// Context returns a context that ends when the lock ends, with cause
+// ErrLost or ErrReleased (context.Cause).
+func (l *Lock) Context() context.Context { return l.ctx }
+
+// Fence checks inside tx that this lock is still held and its token
+// current (see the package function Fence).
+func (l *Lock) Fence(ctx context.Context, tx pgx.Tx) error {
+	if !l.Held() {
+		return fmt.Errorf("%w: %s: token %d", ErrLost, l.name, l.token)
+	}
+	return Fence(ctx, tx, l.name, l.token)
+}
+
+// Release gives the lock up and wakes the waiters. It returns an error
+// wrapping ErrLost if the lock had been lost, and is a no-op the second
+// time. After Release the Lock's context ends with ErrReleased.
+func (l *Lock) Release(ctx context.Context) error {
+	l.mu.Lock()
+	if l.ended != nil {
+		ended := l.ended
+		l.mu.Unlock()
+		<-l.done
+		if errors.Is(ended, ErrLost) {
+			return fmt.Errorf("%w: %s: token %d", ErrLost, l.name, l.token)
+		}
+		return nil
+	}
+	l.ended = ErrReleased
+	close(l.release)
+	l.mu.Unlock()
+	<-l.done
+	l.cancel(ErrReleased)
+	if l.c.obs != nil {
+		l.c.obs.Released(l.name)
+	}
+	rows, err := l.c.pool.Query(ctx, sqlRelease, l.name, l.token)
+	if err != nil {
+		return translate(ctx, "release "+l.name, err)
+	}
+	n := 0
+	for rows.Next() {
+		n++
+	}
+	if err := rows.Err(); err != nil {
+		return translate(ctx, "release "+l.name, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: %s: token %d had expired or was superseded", ErrLost, l.name, l.token)
+	}
+	return nil
+}
+
+// renew extends the lock every ttl/3; after a failed renewal it tries
+// again every ttl/10, until the local deadline passes (lost) or a renewal
+// finds that the database gave the lock to someone else (lost at once).
+func (l *Lock) renew() {
+	defer close(l.done)
+	every := l.ttl / 3
+	retry := l.ttl / 10
+	next := every
+	for {
+		t := time.NewTimer(next)
+		l.mu.Lock()
+		deadline := l.deadline
+		l.mu.Unlock()
+		lose := time.NewTimer(time.Until(deadline))
+		select {
+		case <-l.release:
+			t.Stop()
+			lose.Stop()
+			return
+		case <-lose.C:
+			t.Stop()
+			l.lose()
+			return
+		case <-t.C:
+			lose.Stop()
+		}
+		start := time.Now()
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		var token int64
+		err := l.c.pool.QueryRow(ctx, sqlRenew, l.name, l.token, l.ttl.Microseconds()).Scan(&token)
+		cancel()
+		switch {
+		case err == nil:
+			l.mu.Lock()
+			if l.ended == nil {
+				l.deadline = start.Add(l.ttl - margin(l.ttl))
+			}
+			l.mu.Unlock()
+			next = every
+		case errors.Is(err, pgx.ErrNoRows):
+			l.lose()
+			return
+		default:
+			// Unreachable, or too slow: keep trying until the deadline.
+			next = retry + rand.N(retry/4+1)
+		}
+	}
+}
+
+func (l *Lock) lose() {
+	l.mu.Lock()
+	if l.ended != nil {
+		l.mu.Unlock()
+		return
+	}
+	l.ended = ErrLost
+	l.mu.Unlock()
+	l.cancel(ErrLost)
+	if l.c.obs != nil {
+		l.c.obs.Lost(l.name)
+	}
+}

@@ -1,0 +1,341 @@
+package locks_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ferryq/ferry/internal/testkit/pgtest"
+	"github.com/ferryq/ferry/locks"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+type testBundle struct {
+	pool *pgxpool.Pool
+	obs  *countObserver
+	a, b *locks.Client
+}
+
+// setup gives each test a database of its own: waiters LISTEN, and the
+// channel is per database.
+func setup(t *testing.T) *testBundle {
+	t.Helper()
+	pool := pgtest.PoolFor(t, pgtest.NewDatabase(t, true))
+	obs := &countObserver{}
+	return &testBundle{
+		pool: pool,
+		obs:  obs,
+		// An hour's poll: a waiter that wakes does so for a notification
+		// or an expiry, never for the poll.
+		a: locks.New(pool, locks.Config{Holder: "a", PollInterval: time.Hour, Observer: obs}),
+		b: locks.New(pool, locks.Config{Holder: "b", PollInterval: time.Hour}),
+	}
+}
+
+type countObserver struct{ acquired, released, lost atomic.Int64 }
+
+func (o *countObserver) Acquired(string) { o.acquired.Add(1) }
+func (o *countObserver) Released(string) { o.released.Add(1) }
+func (o *countObserver) Lost(string)     { o.lost.Add(1) }
+
+func release(t *testing.T, l *locks.Lock) {
+	t.Helper()
+	t.Cleanup(func() { _ = l.Release(context.Background()) })
+}
+
+func TestClient_Acquire(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("OneHolderAndIncreasingTokens", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		l1, err := b.a.Acquire(ctx, "report", locks.Options{TTL: time.Minute})
+		require.NoError(t, err)
+		require.True(t, l1.Held())
+
+		_, err = b.b.Acquire(ctx, "report", locks.Options{TTL: time.Minute})
+		require.ErrorIs(t, err, locks.ErrNotAcquired)
+		var held *locks.HeldError
+		require.ErrorAs(t, err, &held)
+		require.Equal(t, "a", held.Holder.Holder)
+		require.Equal(t, l1.Token(), held.Holder.Token)
+		require.Positive(t, held.Holder.ExpiresIn)
+
+		require.NoError(t, l1.Release(ctx))
+		require.False(t, l1.Held())
+		require.ErrorIs(t, context.Cause(l1.Context()), locks.ErrReleased)
+		require.NoError(t, l1.Release(ctx), "a second release is a no-op")
+
+		l2, err := b.b.Acquire(ctx, "report", locks.Options{TTL: time.Minute})
+		require.NoError(t, err)
+		release(t, l2)
+		require.Greater(t, l2.Token(), l1.Token())
+		require.EqualValues(t, 1, b.obs.acquired.Load())
+		require.EqualValues(t, 1, b.obs.released.Load())
+	})
+
+	t.Run("InvalidName", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		for _, name := range []string{"", "a b", "ünï", string(make([]byte, 129))} {
+			_, err := b.a.Acquire(ctx, name, locks.Options{})
+			require.ErrorIs(t, err, locks.ErrInvalidName, name)
+		}
+		// The database checks the same, for plain-SQL writers.
+		_, err := b.pool.Exec(ctx, `INSERT INTO ferry_lock (name, token, holder, acquired_at, expires_at)
+			VALUES ('a b', 1, 'x', now(), now())`)
+		var pgErr *pgconn.PgError
+		require.ErrorAs(t, err, &pgErr)
+		require.Equal(t, "ferry_lock_name_format", pgErr.ConstraintName)
+		var n int
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM ferry_lock`).Scan(&n))
+		require.Zero(t, n)
+	})
+
+	t.Run("Unavailable", func(t *testing.T) {
+		t.Parallel()
+		// Nothing listens on port 1.
+		pool, err := pgxpool.New(ctx, "postgres://ferry:ferry@127.0.0.1:1/ferry?sslmode=disable&connect_timeout=2")
+		require.NoError(t, err)
+		defer pool.Close()
+		c := locks.New(pool, locks.Config{})
+		_, err = c.Acquire(ctx, "report", locks.Options{})
+		require.ErrorIs(t, err, locks.ErrUnavailable)
+		_, err = c.Acquire(ctx, "report", locks.Options{Wait: time.Second})
+		require.ErrorIs(t, err, locks.ErrUnavailable)
+	})
+
+	t.Run("ReleaseWakesWaiter", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		l1, err := b.a.Acquire(ctx, "report", locks.Options{TTL: time.Hour})
+		require.NoError(t, err)
+		got := make(chan *locks.Lock, 1)
+		go func() {
+			l, err := b.b.Acquire(ctx, "report", locks.Options{TTL: time.Hour, Wait: time.Minute})
+			if err != nil {
+				t.Errorf("waiter: %v", err)
+			}
+			got <- l
+		}()
+		waitForListener(t, b.pool)
+		require.NoError(t, l1.Release(ctx))
+		// The holder's ttl and the waiter's poll are an hour: only the
+		// release's NOTIFY can wake the waiter before the test times out.
+		l2 := <-got
+		require.NotNil(t, l2)
+		release(t, l2)
+		require.Equal(t, l1.Token()+1, l2.Token())
+	})
+
+	t.Run("WaitRunsOut", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		l1, err := b.a.Acquire(ctx, "report", locks.Options{TTL: time.Hour})
+		require.NoError(t, err)
+		release(t, l1)
+		_, err = b.b.Acquire(ctx, "report", locks.Options{TTL: time.Hour, Wait: 200 * time.Millisecond})
+		var held *locks.HeldError
+		require.ErrorAs(t, err, &held)
+		require.Equal(t, "a", held.Holder.Holder)
+		require.ErrorIs(t, err, locks.ErrNotAcquired)
+	})
+
+	t.Run("DeadHolderExpires", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		// A holder that died: its row, unrenewed, expiring in a second.
+		var deadExpiry time.Time
+		require.NoError(t, b.pool.QueryRow(ctx, `INSERT INTO ferry_lock (name, token, holder, acquired_at, expires_at)
+			VALUES ('report', 7, 'dead', clock_timestamp(), clock_timestamp() + interval '1 second')
+			RETURNING expires_at`).Scan(&deadExpiry))
+		l, err := b.b.Acquire(ctx, "report", locks.Options{TTL: time.Hour, Wait: locks.Forever})
+		require.NoError(t, err)
+		release(t, l)
+		require.EqualValues(t, 8, l.Token())
+		var acquiredAt time.Time
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT acquired_at FROM ferry_lock WHERE name = 'report'`).Scan(&acquiredAt))
+		require.False(t, acquiredAt.Before(deadExpiry), "taken only once the dead holder's lock expired")
+	})
+}
+
+// waitForListener waits until a waiter has made its first try and sleeps:
+// it LISTENs from before that try.
+func waitForListener(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		var n int
+		err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND state = 'idle'
+			  AND query LIKE 'SELECT name, token, holder%' AND pid <> pg_backend_pid()`).Scan(&n)
+		return err == nil && n > 0
+	}, 10*time.Second, 5*time.Millisecond)
+}
+
+func TestLock_Renewal(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("KeepsTheLockPastItsTTL", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		l, err := b.a.Acquire(ctx, "report", locks.Options{TTL: 300 * time.Millisecond})
+		require.NoError(t, err)
+		release(t, l)
+		var first time.Time
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT expires_at FROM ferry_lock WHERE name = 'report'`).Scan(&first))
+		// Renewals move expires_at past the first expiry, and the lock is
+		// still this holder's.
+		require.Eventually(t, func() bool {
+			var later bool
+			err := b.pool.QueryRow(ctx, `SELECT expires_at > $1::timestamptz + interval '300 milliseconds' FROM ferry_lock WHERE name = 'report'`, first).Scan(&later)
+			return err == nil && later
+		}, 10*time.Second, 10*time.Millisecond)
+		require.True(t, l.Held())
+		_, err = b.b.Acquire(ctx, "report", locks.Options{})
+		require.ErrorIs(t, err, locks.ErrNotAcquired)
+	})
+
+	t.Run("TakenRowIsLost", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		l, err := b.a.Acquire(ctx, "report", locks.Options{TTL: 300 * time.Millisecond})
+		require.NoError(t, err)
+		// Someone else acquired it (as after an expiry the holder missed).
+		_, err = b.pool.Exec(ctx, `UPDATE ferry_lock SET token = token + 1, holder = 'other' WHERE name = 'report'`)
+		require.NoError(t, err)
+		<-l.Lost()
+		require.False(t, l.Held())
+		require.ErrorIs(t, context.Cause(l.Context()), locks.ErrLost)
+		require.ErrorIs(t, l.Release(ctx), locks.ErrLost)
+		require.EqualValues(t, 1, b.obs.lost.Load())
+		var holder string
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT holder FROM ferry_lock WHERE name = 'report'`).Scan(&holder))
+		require.Equal(t, "other", holder, "the loser's release leaves the new holder alone")
+	})
+
+	t.Run("BlockedRenewalsLoseBeforeExpiry", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		l, err := b.a.Acquire(ctx, "report", locks.Options{TTL: 600 * time.Millisecond})
+		require.NoError(t, err)
+		// Renewals cannot get through: the table is locked.
+		tx, err := b.pool.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		_, err = tx.Exec(ctx, `LOCK TABLE ferry_lock IN ACCESS EXCLUSIVE MODE`)
+		require.NoError(t, err)
+		<-l.Lost()
+		// The holder gave up while the database still counts it as the
+		// holder: it stops acting before anyone else can start.
+		var live bool
+		require.NoError(t, tx.QueryRow(ctx, `SELECT expires_at > clock_timestamp() FROM ferry_lock WHERE name = 'report'`).Scan(&live))
+		require.True(t, live, "lost only after the database's expiry")
+		require.NoError(t, tx.Rollback(ctx))
+		require.ErrorIs(t, l.Release(ctx), locks.ErrLost)
+	})
+}
+
+func TestFence(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("StaleTokenFails", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		l1, err := b.a.Acquire(ctx, "report", locks.Options{TTL: time.Minute})
+		require.NoError(t, err)
+		require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error { return l1.Fence(ctx, tx) }))
+		require.NoError(t, l1.Release(ctx))
+		l2, err := b.b.Acquire(ctx, "report", locks.Options{TTL: time.Minute})
+		require.NoError(t, err)
+		release(t, l2)
+		err = pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error { return locks.Fence(ctx, tx, "report", l1.Token()) })
+		require.ErrorIs(t, err, locks.ErrLost)
+		require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error { return locks.Fence(ctx, tx, "report", l2.Token()) }))
+		err = pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error { return locks.Fence(ctx, tx, "never", 1) })
+		require.ErrorIs(t, err, locks.ErrLost)
+	})
+
+	t.Run("ExpiredTokenFails", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		_, err := b.pool.Exec(ctx, `INSERT INTO ferry_lock (name, token, holder, acquired_at, expires_at)
+			VALUES ('report', 3, 'dead', clock_timestamp(), clock_timestamp())`)
+		require.NoError(t, err)
+		err = pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error { return locks.Fence(ctx, tx, "report", 3) })
+		require.ErrorIs(t, err, locks.ErrLost)
+	})
+
+	t.Run("NewerAcquisitionWaitsForFencedWrite", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		// A holder whose lock expires while its fenced transaction is open.
+		_, err := b.pool.Exec(ctx, `INSERT INTO ferry_lock (name, token, holder, acquired_at, expires_at)
+			VALUES ('report', 1, 'slow', clock_timestamp(), clock_timestamp() + interval '300 milliseconds')`)
+		require.NoError(t, err)
+		_, err = b.pool.Exec(ctx, `CREATE TABLE fenced (token bigint, at timestamptz DEFAULT clock_timestamp())`)
+		require.NoError(t, err)
+		tx, err := b.pool.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		require.NoError(t, locks.Fence(ctx, tx, "report", 1))
+
+		got := make(chan *locks.Lock, 1)
+		go func() {
+			l, err := b.b.Acquire(ctx, "report", locks.Options{TTL: time.Minute, Wait: time.Minute})
+			if err != nil {
+				t.Errorf("acquire: %v", err)
+			}
+			got <- l
+		}()
+		// The acquirer is blocked on the fenced row, past the expiry.
+		require.Eventually(t, func() bool {
+			var n int
+			err := b.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+				WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'INSERT INTO ferry_lock%'`).Scan(&n)
+			return err == nil && n > 0
+		}, 10*time.Second, 5*time.Millisecond)
+		_, err = tx.Exec(ctx, `INSERT INTO fenced (token) VALUES (1)`)
+		require.NoError(t, err)
+		require.NoError(t, tx.Commit(ctx))
+
+		l := <-got
+		require.NotNil(t, l)
+		release(t, l)
+		require.EqualValues(t, 2, l.Token())
+		// The stale write committed before the new acquisition.
+		var before bool
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT (SELECT at FROM fenced) < acquired_at FROM ferry_lock WHERE name = 'report'`).Scan(&before))
+		require.True(t, before)
+		// And a write fenced by the old token now fails.
+		err = pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error { return locks.Fence(ctx, tx, "report", 1) })
+		require.ErrorIs(t, err, locks.ErrLost)
+	})
+}
+
+func TestList(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	l1, err := b.a.Acquire(ctx, "b-lock", locks.Options{TTL: time.Minute})
+	require.NoError(t, err)
+	release(t, l1)
+	l2, err := b.b.Acquire(ctx, "a-lock", locks.Options{TTL: time.Minute})
+	require.NoError(t, err)
+	require.NoError(t, l2.Release(ctx))
+	hs, err := b.a.List(ctx)
+	require.NoError(t, err)
+	require.Len(t, hs, 1, "a released lock is not listed")
+	require.Equal(t, "b-lock", hs[0].Name)
+	require.Equal(t, "a", hs[0].Holder)
+	require.Equal(t, l1.Token(), hs[0].Token)
+}

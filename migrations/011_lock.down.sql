@@ -1,0 +1,1 @@
+DROP TABLE ferry_lock;
