@@ -24,6 +24,19 @@
 // outbox.deliver jobs (River's InsertManyTx) and marks the messages relayed.
 // Relays on many replicas share the work; none relays a message twice.
 //
+// A route's queue may be bounded (package jobs, "Bounded queues"). A
+// message whose delivery jobs its route's queue refuses as full stays
+// pending, with last_error "waiting for room: queue full: …"
+// (ErrWaitingForRoom), and is relayed once the queue has room, at the
+// latest on the next poll; it is never stuck for this. A refused statement
+// aborts its transaction, so the relay inserts the batch's jobs in a
+// savepoint, and on a refusal each message's jobs in a savepoint of their
+// own: the messages to other queues go. Its claims leave out the topics of
+// routes whose queues ferry_queue shows at their bound, so waiting
+// messages never fill the batches that messages to other routes need. A
+// message is relayed whole: with two routes, one of them full, it waits
+// for both.
+//
 // # Routes across replicas
 //
 // Replicas may differ in their routes: during a rolling deploy that adds a

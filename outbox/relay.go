@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 
 	"github.com/ferryq/ferry/internal/pglisten"
 	"github.com/ferryq/ferry/internal/redact"
+	"github.com/ferryq/ferry/jobs"
 )
 
 // Relay defaults.
@@ -47,6 +49,12 @@ var ErrNoRoute = errors.New("no route for topic")
 // ErrWaitingForRoute is the last_error of a pending message whose topic no
 // live worker routes, while it waits for one (RelayConfig.RouteGrace).
 var ErrWaitingForRoute = errors.New("waiting for a route")
+
+// ErrWaitingForRoom begins the last_error of a pending message whose
+// delivery jobs a route's queue refused because it is at its bound
+// (jobs.ErrQueueFull): the message waits, pending, and is relayed once the
+// queue has room. It is never stuck for this.
+var ErrWaitingForRoom = errors.New("waiting for room")
 
 // Inserter inserts River jobs in a transaction; *river.Client[pgx.Tx]
 // implements it.
@@ -150,14 +158,20 @@ func (r *Relay) Drain(ctx context.Context) error {
 const (
 	// sqlClaimNew claims messages the relay has not looked at yet.
 	sqlClaimNew = `SELECT id, topic, false FROM ferry_outbox
-		WHERE status = 'pending' AND route_wait_since IS NULL
+		WHERE status = 'pending' AND route_wait_since IS NULL AND NOT (topic = ANY($2))
 		ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`
 	// sqlClaimWaiting claims waiting messages that are due: their topic
 	// has a route now ($2), or their grace ($3 seconds) is over.
 	sqlClaimWaiting = `SELECT id, topic, true FROM ferry_outbox
 		WHERE status = 'pending' AND route_wait_since IS NOT NULL
 		  AND (topic = ANY($2) OR route_wait_since <= now() - make_interval(secs => $3))
+		  AND NOT (topic = ANY($4))
 		ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`
+	// sqlFullQueues lists the bounded queues at their bound, read without
+	// a lock (see package jobs, "Bounded queues"): a hint, which the
+	// queue's own check makes exact.
+	sqlFullQueues = `SELECT q.name FROM ferry_queue q JOIN ferry_queue_released r USING (name)
+		WHERE q.max_length IS NOT NULL AND q.admitted - r.released >= q.max_length`
 )
 
 // RelayOnce claims up to BatchSize new pending messages, oldest first, and
@@ -167,8 +181,20 @@ const (
 // route's queue (QueueFor), and marks the messages relayed. A new message
 // whose topic has no route waits: it stays pending with last_error
 // ErrWaitingForRoute until a route appears or RouteGrace has passed, and
-// then it is stuck with ErrNoRoute. It returns how many messages it
+// then it is stuck with ErrNoRoute. A message whose deliveries a route's
+// queue refuses as full (jobs.ErrQueueFull) stays pending with last_error
+// ErrWaitingForRoom, and is relayed when the queue has room; messages to
+// other queues are relayed meanwhile. It returns how many messages it
 // claimed.
+//
+// A refused statement aborts its transaction, so the delivery jobs are
+// inserted in a savepoint; when a queue refuses them, each message's jobs
+// are inserted again in a savepoint of their own, and only the messages
+// of full queues stay behind. So that full queues do not fill every batch
+// with messages that cannot go (and keep the others waiting behind them),
+// the claims leave out the topics one of whose routes' queues is at its
+// bound, as ferry_queue says before the claim; such messages are claimed
+// again once their queues have room, at the latest on the next poll.
 func (r *Relay) RelayOnce(ctx context.Context) (int, error) {
 	n, _, err := r.relayOnce(ctx)
 	return n, err
@@ -185,6 +211,10 @@ func (r *Relay) relayOnce(ctx context.Context) (n int, full bool, err error) {
 		routed := make([]string, 0, len(routes))
 		for topic := range routes {
 			routed = append(routed, topic)
+		}
+		fullTopics, err := topicsOfFullQueues(ctx, tx, routes)
+		if err != nil {
+			return err
 		}
 		var (
 			id      int64
@@ -228,20 +258,39 @@ func (r *Relay) relayOnce(ctx context.Context) (n int, full bool, err error) {
 			full = full || int(c.RowsAffected()) >= r.cfg.BatchSize
 			return nil
 		}
-		if err := claim(sqlClaimNew, r.cfg.BatchSize); err != nil {
+		if err := claim(sqlClaimNew, r.cfg.BatchSize, fullTopics); err != nil {
 			return err
 		}
-		if err := claim(sqlClaimWaiting, r.cfg.BatchSize, routed, r.cfg.RouteGrace.Seconds()); err != nil {
+		if err := claim(sqlClaimWaiting, r.cfg.BatchSize, routed, r.cfg.RouteGrace.Seconds(), fullTopics); err != nil {
 			return err
 		}
 		if len(params) > 0 {
-			res, err := r.cfg.Inserter.InsertManyTx(ctx, tx, params)
+			jobIDs, waitRoom, err := r.insertDeliveries(ctx, tx, params, msgIDs)
 			if err != nil {
 				return fmt.Errorf("insert delivery jobs: %w", err)
 			}
-			jobIDs := make([]int64, len(res))
-			for i, jr := range res {
-				jobIDs[i] = jr.Job.ID
+			if len(waitRoom) > 0 {
+				relayed = slices.DeleteFunc(relayed, func(id int64) bool { _, ok := waitRoom[id]; return ok })
+				var k int
+				for i := range msgIDs {
+					if _, ok := waitRoom[msgIDs[i]]; !ok {
+						msgIDs[k], names[k], jobIDs[k] = msgIDs[i], names[i], jobIDs[i]
+						k++
+					}
+				}
+				msgIDs, names, jobIDs = msgIDs[:k], names[:k], jobIDs[:k]
+				ids, texts := make([]int64, 0, len(waitRoom)), make([]string, 0, len(waitRoom))
+				for id, text := range waitRoom {
+					ids, texts = append(ids, id), append(texts, text)
+				}
+				if _, err := tx.Exec(ctx, `UPDATE ferry_outbox o SET last_error = u.text
+					FROM unnest($1::bigint[], $2::text[]) AS u(id, text) WHERE o.id = u.id`, ids, texts); err != nil {
+					return fmt.Errorf("mark waiting for room: %w", err)
+				}
+				r.cfg.Logger.Warn("outbox: messages wait for room: a route's queue is full", "count", len(waitRoom), "error", texts[0])
+				// Drain no further: those messages would be claimed again
+				// at once. The next wake or poll tries them again.
+				full = false
 			}
 			if _, err := tx.Exec(ctx, `INSERT INTO ferry_outbox_delivery (message_id, route, job_id)
 				SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[])`, msgIDs, names, jobIDs); err != nil {
@@ -269,6 +318,70 @@ func (r *Relay) relayOnce(ctx context.Context) (n int, full bool, err error) {
 		return 0, false, fmt.Errorf("outbox: relay: %w", err)
 	}
 	return n, full, nil
+}
+
+// topicsOfFullQueues returns the topics one of whose routes' queues is at
+// its bound.
+func topicsOfFullQueues(ctx context.Context, tx pgx.Tx, routes map[string][]string) ([]string, error) {
+	rows, err := tx.Query(ctx, sqlFullQueues)
+	if err != nil {
+		return nil, fmt.Errorf("read full queues: %w", err)
+	}
+	full, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("read full queues: %w", err)
+	}
+	topics := []string{}
+	if len(full) == 0 {
+		return topics, nil
+	}
+	for topic, rs := range routes {
+		if slices.ContainsFunc(rs, func(name string) bool { return slices.Contains(full, QueueFor(name)) }) {
+			topics = append(topics, topic)
+		}
+	}
+	return topics, nil
+}
+
+// insertDeliveries inserts params (the delivery jobs of the messages
+// msgIDs, parallel to params, each message's jobs next to each other) in
+// a savepoint of tx, and returns their job ids. When a queue refuses them
+// as full, it inserts each message's jobs in a savepoint of their own and
+// returns, for each message refused, its last_error (ErrWaitingForRoom and
+// why); a refused message's job ids are 0.
+func (r *Relay) insertDeliveries(ctx context.Context, tx pgx.Tx, params []river.InsertManyParams, msgIDs []int64) ([]int64, map[int64]string, error) {
+	jobIDs := make([]int64, len(params))
+	insert := func(lo, hi int) error {
+		return pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error {
+			res, err := r.cfg.Inserter.InsertManyTx(ctx, sp, params[lo:hi])
+			if err != nil {
+				return jobs.AsQueueFull(err)
+			}
+			for i, jr := range res {
+				jobIDs[lo+i] = jr.Job.ID
+			}
+			return nil
+		})
+	}
+	err := insert(0, len(params))
+	if !errors.Is(err, jobs.ErrQueueFull) {
+		return jobIDs, nil, err
+	}
+	waitRoom := map[int64]string{}
+	for lo := 0; lo < len(params); {
+		hi := lo + 1
+		for hi < len(params) && msgIDs[hi] == msgIDs[lo] {
+			hi++
+		}
+		switch err := insert(lo, hi); {
+		case errors.Is(err, jobs.ErrQueueFull):
+			waitRoom[msgIDs[lo]] = fmt.Sprintf("%s: %s", ErrWaitingForRoom, err)
+		case err != nil:
+			return nil, nil, err
+		}
+		lo = hi
+	}
+	return jobIDs, waitRoom, nil
 }
 
 // listen keeps a LISTEN session on NotifyChannel and wakes the loop on

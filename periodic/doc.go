@@ -47,6 +47,16 @@
 // unfinished (available, scheduled, running, retryable, pending) is recorded
 // as skipped with the job named in the reason; OverlapAllow enqueues anyway.
 //
+// # Full queues
+//
+// A tick whose job its queue refuses because the queue is at its bound
+// (jobs.ErrQueueFull) is recorded as skipped with reason "queue full"
+// (ReasonQueueFull): not retried, and not an error of the leader's
+// runnable; the schedule's next tick tries again. The ticks claimed in one
+// transaction are inserted in one statement in a savepoint; when a queue
+// refuses it, each is inserted again in a savepoint of its own, so the
+// ticks of queues with room are enqueued.
+//
 // # Local schedules
 //
 // Local schedules (Local: true, Go code only) run a function in every

@@ -17,6 +17,8 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivershared/startstop"
 	"github.com/riverqueue/river/rivertype"
+
+	"github.com/ferryq/ferry/jobs"
 )
 
 // maxMissedRecorded bounds how many missed ticks of one schedule a new
@@ -372,21 +374,25 @@ func (s *Scheduler) claimBatch(ctx context.Context, reqs []claimReq) error {
 		}
 		var (
 			params  []river.InsertManyParams
-			enqueue []claimReq
+			enqueue []int // indices in claimed
 		)
-		for _, r := range claimed {
+		for i, r := range claimed {
 			if r.reason == "" {
 				params = append(params, river.InsertManyParams{Args: r.sc.Args, InsertOpts: s.insertOpts(r.sc, r.at)})
-				enqueue = append(enqueue, r)
+				enqueue = append(enqueue, i)
 			}
 		}
 		if len(params) > 0 {
-			res, err := s.inserter.InsertManyTx(ctx, tx, params)
+			ids, err := insertJobs(ctx, tx, s.inserter, params)
 			if err != nil {
 				return fmt.Errorf("insert jobs: %w", err)
 			}
-			for i, r := range enqueue {
-				jobIDs[key{r.sc.ID, r.at.UnixNano()}] = res[i].Job.ID
+			for j, i := range enqueue {
+				if ids[j] == 0 {
+					claimed[i].reason = ReasonQueueFull
+					continue
+				}
+				jobIDs[key{claimed[i].sc.ID, claimed[i].at.UnixNano()}] = ids[j]
 			}
 		}
 		n := len(claimed)
@@ -433,6 +439,46 @@ func (s *Scheduler) claimBatch(ctx context.Context, reqs []claimReq) error {
 		}
 	}
 	return nil
+}
+
+// ReasonQueueFull is the skip reason of a tick whose job its queue refused
+// because the queue is at its bound (jobs.ErrQueueFull). The tick is not
+// tried again; the schedule's next tick is.
+const ReasonQueueFull = "queue full"
+
+// insertJobs inserts params in tx and returns the jobs' ids, 0 for a job
+// its queue refused as full. All of them go in one statement, in a
+// savepoint; when a queue refuses that statement (which refuses it whole),
+// each job goes in a savepoint of its own, so that the ticks of queues
+// with room are enqueued and only the full queues' are skipped.
+func insertJobs(ctx context.Context, tx pgx.Tx, inserter Inserter, params []river.InsertManyParams) ([]int64, error) {
+	ids := make([]int64, len(params))
+	insert := func(params []river.InsertManyParams, ids []int64) error {
+		return pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error {
+			res, err := inserter.InsertManyTx(ctx, sp, params)
+			if err != nil {
+				return jobs.AsQueueFull(err)
+			}
+			for i, r := range res {
+				ids[i] = r.Job.ID
+			}
+			return nil
+		})
+	}
+	switch err := insert(params, ids); {
+	case err == nil:
+		return ids, nil
+	case !errors.Is(err, jobs.ErrQueueFull):
+		return nil, err
+	case len(params) == 1:
+		return ids, nil // ids[0] is 0
+	}
+	for i := range params {
+		if err := insert(params[i:i+1], ids[i:i+1]); err != nil && !errors.Is(err, jobs.ErrQueueFull) {
+			return nil, err
+		}
+	}
+	return ids, nil
 }
 
 // previousUnfinished maps each of ids whose last job is not finished yet

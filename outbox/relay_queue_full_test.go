@@ -1,0 +1,80 @@
+package outbox
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ferryq/ferry/jobs"
+)
+
+// TestRelay_QueueFull: a message whose route's queue is at its bound stays
+// pending, visibly, while messages to other queues are relayed, even when
+// the waiting messages are the oldest; it is relayed once the queue has
+// room.
+func TestRelay_QueueFull(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := relaySetup(t)
+	_, err := jobs.SetQueueBounds(ctx, b.pool, []jobs.QueueBound{{Name: QueueFor("billing"), MaxLength: 2}})
+	require.NoError(t, err)
+	routes, err := NewRoutes(webhook("order.placed", "billing"), webhook("user.signed", "crm"))
+	require.NoError(t, err)
+	relay := func(batch int) *Relay {
+		return NewRelay(RelayConfig{Pool: b.pool, Inserter: b.client, Routes: routes, BatchSize: batch, Logger: slog.New(slog.DiscardHandler)})
+	}
+	status := func(id int64) (string, *string) {
+		var (
+			s       string
+			lastErr *string
+		)
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT status, last_error FROM ferry_outbox WHERE id = $1", id).Scan(&s, &lastErr))
+		return s, lastErr
+	}
+
+	o1, o2, o3 := b.add(t, "order.placed", `{}`), b.add(t, "order.placed", `{}`), b.add(t, "order.placed", `{}`)
+	u1 := b.add(t, "user.signed", `{}`)
+
+	// One batch: the billing queue takes two of the three; the third and
+	// the crm message are not held back by the refusal.
+	n, err := relay(100).RelayOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 4, n)
+	for _, id := range []int64{o1, o2, u1} {
+		s, _ := status(id)
+		require.Equal(t, "relayed", s, "message %d", id)
+	}
+	s, lastErr := status(o3)
+	require.Equal(t, "pending", s)
+	require.NotNil(t, lastErr)
+	require.True(t, strings.HasPrefix(*lastErr, ErrWaitingForRoom.Error()+": "), *lastErr)
+	require.Contains(t, *lastErr, "queue full")
+	require.Equal(t, 2, count(t, b.pool, "SELECT count(*) FROM river_job WHERE queue = $1", QueueFor("billing")))
+	require.Zero(t, count(t, b.pool, "SELECT count(*) FROM ferry_outbox_delivery WHERE message_id = $1", o3), "no delivery recorded for a refused message")
+
+	// The waiting message is the oldest pending one, and a batch of one:
+	// the claim leaves out the full queue's topic, so the crm message
+	// behind it is relayed.
+	u2 := b.add(t, "user.signed", `{}`)
+	n, err = relay(1).RelayOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	s, _ = status(u2)
+	require.Equal(t, "relayed", s)
+	s, _ = status(o3)
+	require.Equal(t, "pending", s)
+
+	// Room again: a billing job completes, and the message is relayed.
+	_, err = b.pool.Exec(ctx, `UPDATE river_job SET state = 'completed', finalized_at = now()
+		WHERE id = (SELECT min(id) FROM river_job WHERE queue = $1)`, QueueFor("billing"))
+	require.NoError(t, err)
+	n, err = relay(1).RelayOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	s, lastErr = status(o3)
+	require.Equal(t, "relayed", s)
+	require.Nil(t, lastErr)
+}
