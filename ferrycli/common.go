@@ -77,6 +77,14 @@ func Run(ctx context.Context, app *cli.App, args []string) int {
 	if errors.As(err, &exitCoder) {
 		code = ExitUsage
 	}
+	// A command's own exit code (`lock run`); without an error, silent.
+	var exitErr *exitError
+	if errors.As(err, &exitErr) {
+		code = exitErr.Code
+		if exitErr.Err == nil {
+			return code
+		}
+	}
 	if errors.Is(err, jobs.ErrQueueFull) {
 		code = ExitQueueFull
 	}

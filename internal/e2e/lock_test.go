@@ -1,0 +1,135 @@
+package e2e_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ferryq/ferry/internal/testkit/pgtest"
+	"github.com/ferryq/ferry/internal/testkit/proctest"
+	"github.com/ferryq/ferry/locks"
+)
+
+// lockHolder starts `enqueue lock run name --ttl ttl -- sh -c script` and
+// waits for the script's "started" line.
+func lockHolder(t *testing.T, url, name, ttl, script string) *proctest.Proc {
+	t.Helper()
+	p := proctest.Start(t, bins(t).enqueue, env(url), "lock", "run", name, "--ttl", ttl, "--", "sh", "-c", script)
+	_, err := p.WaitForLine(startTimeout, "started")
+	require.NoError(t, err)
+	return p
+}
+
+func lockRows(t *testing.T, pool *pgxpool.Pool) int {
+	t.Helper()
+	var n int
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM ferry_lock`).Scan(&n))
+	return n
+}
+
+// enqueue lock run: the token reaches CMD, CMD's exit code is the CLI's,
+// bad input runs nothing and writes nothing.
+func TestLockRun(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t, true)
+	pool := pgtest.PoolFor(t, url)
+
+	requireBadInput(t, url, `lock name "bad name"`, "lock", "run", "bad name", "--", "true")
+	requireBadInput(t, url, "lock run takes NAME -- CMD", "lock", "run", "report")
+	requireBadInput(t, url, "--ttl 10ms: must be at least 1s", "lock", "run", "report", "--ttl", "10ms", "--", "true")
+	requireBadInput(t, url, "--wait -1s", "lock", "run", "report", "--wait", "-1s", "--", "true")
+	requireBadInput(t, url, `command "no-such-command-here"`, "lock", "run", "report", "--", "no-such-command-here")
+	require.Zero(t, lockRows(t, pool), "bad input writes nothing")
+
+	for i, code := range []int{0, 7} {
+		stdout, stderr, got := enqueue(t, url, nil, "lock", "run", "report", "--",
+			"sh", "-c", fmt.Sprintf(`echo "$FERRY_LOCK_NAME $FERRY_LOCK_TOKEN"; exit %d`, code))
+		require.Equal(t, code, got, "CMD's exit code; stderr: %s", stderr)
+		require.Empty(t, stderr, "nothing said when CMD fails on its own")
+		require.Equal(t, fmt.Sprintf("report %d\n", i+1), stdout, "one more token per acquisition")
+	}
+	// Released: nothing listed.
+	var list struct{ Locks []locks.Holder }
+	enqueueOK(t, url, &list, "lock", "list")
+	require.Empty(t, list.Locks)
+
+	// A signal that ends CMD: 128 + the signal, as a shell says.
+	_, _, got := enqueue(t, url, nil, "lock", "run", "report", "--", "sh", "-c", "kill -KILL $$")
+	require.Equal(t, 128+int(syscall.SIGKILL), got)
+}
+
+// A held lock: a second `lock run` exits 75 naming the holder; `lock list`
+// shows it; a waiter gets it when the holder's CMD ends, and when the
+// holder is killed -9 (its CMD gets SIGTERM, the lock expires).
+func TestLockRun_Held(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t, true)
+	pool := pgtest.PoolFor(t, url)
+
+	holder := lockHolder(t, url, "deploy:db", "2s", `trap 'echo got-term; exit 143' TERM; echo started; while :; do sleep 0.05; done`)
+	stdout, stderr, code := enqueue(t, url, nil, "lock", "run", "deploy:db", "--", "sh", "-c", "echo ran")
+	require.Equal(t, 75, code, stderr)
+	require.Empty(t, stdout, "CMD never ran")
+	line := oneLine(t, stderr)
+	require.Contains(t, line, "lock deploy:db is held by ")
+	require.Contains(t, line, fmt.Sprintf(":%d (token 1,", holder.Pid()), "names the holder: host:pid")
+
+	var list struct{ Locks []locks.Holder }
+	enqueueOK(t, url, &list, "lock", "list")
+	require.Len(t, list.Locks, 1)
+	require.Equal(t, "deploy:db", list.Locks[0].Name)
+	require.EqualValues(t, 1, list.Locks[0].Token)
+	require.True(t, strings.HasSuffix(list.Locks[0].Holder, fmt.Sprintf(":%d", holder.Pid())))
+	table, stderr, code := enqueue(t, url, nil, "lock", "list")
+	require.Zero(t, code, stderr)
+	require.Contains(t, table, "EXPIRES IN")
+	require.Contains(t, tableRow(t, table, "deploy:db"), "1")
+
+	// kill -9 of the CLI alone: its CMD is told (SIGTERM), and the lock,
+	// no longer renewed, expires; a waiter then takes it.
+	waiter := proctest.Start(t, bins(t).enqueue, env(url), "lock", "run", "deploy:db", "--wait", "1m", "--",
+		"sh", "-c", `echo "token $FERRY_LOCK_TOKEN"`)
+	require.NoError(t, syscall.Kill(holder.Pid(), syscall.SIGKILL))
+	_, err := holder.WaitForLine(startTimeout, "got-term")
+	require.NoError(t, err, "the dead CLI's CMD got SIGTERM")
+	code, err = waiter.Wait(time.Minute)
+	require.NoError(t, err)
+	require.Zero(t, code, waiter.Stderr())
+	require.Equal(t, "token 2\n", waiter.Stdout())
+	require.Equal(t, 1, lockRows(t, pool))
+}
+
+// A lock lost while CMD runs: CMD gets SIGTERM, the CLI exits 75 saying so.
+func TestLockRun_Lost(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t, true)
+	pool := pgtest.PoolFor(t, url)
+
+	holder := lockHolder(t, url, "report", "1s", `trap 'echo got-term; exit 0' TERM; echo started; while :; do sleep 0.05; done`)
+	// Another holder took the lock (as after an expiry the CLI missed):
+	// the CLI's next renewal finds its token gone.
+	_, err := pool.Exec(context.Background(), `UPDATE ferry_lock SET token = token + 1, holder = 'thief' WHERE name = 'report'`)
+	require.NoError(t, err)
+	code, err := holder.Wait(time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, 75, code)
+	require.Contains(t, holder.Stdout(), "got-term")
+	require.Contains(t, oneLine(t, holder.Stderr()), "lock report (token 1) lost while sh ran: it was sent SIGTERM")
+
+	// --json: a failure is one JSON object.
+	_, stderr, code := enqueue(t, url, nil, "lock", "list", "--json", "extra")
+	require.Equal(t, 2, code)
+	var jerr struct {
+		Error    string `json:"error"`
+		ExitCode int    `json:"exit_code"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(stderr), &jerr))
+	require.Equal(t, 2, jerr.ExitCode)
+}
