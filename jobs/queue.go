@@ -276,3 +276,24 @@ func ListQueues(ctx context.Context, db DBTX) ([]QueueInfo, error) {
 	}
 	return out, nil
 }
+
+// QueueLength is a bounded queue's length as its bound counts it.
+type QueueLength struct {
+	Queue  string
+	Length int64
+}
+
+// QueueLengths returns the length of every bounded queue from its
+// counters (admitted - released), which costs no count of river_job.
+func QueueLengths(ctx context.Context, db DBTX) ([]QueueLength, error) {
+	rows, err := db.Query(ctx, `SELECT q.name, q.admitted - r.released FROM ferry_queue q
+		JOIN ferry_queue_released r USING (name) WHERE q.max_length IS NOT NULL ORDER BY q.name`)
+	if err != nil {
+		return nil, fmt.Errorf("jobs: queue lengths: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[QueueLength])
+	if err != nil {
+		return nil, fmt.Errorf("jobs: queue lengths: %w", err)
+	}
+	return out, nil
+}

@@ -1,6 +1,7 @@
 // Package metrics holds ferry's Prometheus registry: build info, River jobs by
-// queue and state (read from river_job at scrape time, cached briefly), and
-// job durations by kind (a River worker middleware).
+// queue and state and the length of bounded queues (read at scrape time,
+// cached briefly), job durations by kind (a River worker middleware), and
+// the inserts refused by a full queue (a River insert middleware).
 package metrics
 
 import (
@@ -16,6 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
+
+	"github.com/ferryq/ferry/jobs"
 )
 
 // Metrics is one process's registry and the collectors ferry feeds.
@@ -23,6 +26,7 @@ type Metrics struct {
 	Registry *prometheus.Registry
 
 	jobDuration *prometheus.HistogramVec
+	queueFull   *prometheus.CounterVec
 	logger      *slog.Logger
 }
 
@@ -50,21 +54,37 @@ func New(pool *pgxpool.Pool, version string, logger *slog.Logger) *Metrics {
 			Help:    "Time this process spent working a job, by kind and outcome (completed, failed, cancelled, snoozed, interrupted).",
 			Buckets: []float64{.001, .005, .01, .05, .1, .5, 1, 5, 10, 30, 60, 300},
 		}, []string{"kind", "outcome"}),
+		queueFull: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ferry_queue_full_total",
+			Help: "Inserts through this process's River client (the scheduler's, the outbox relay's, an embedder's) refused because their queue was at its bound.",
+		}, []string{"queue"}),
 		logger: logger,
 	}
-	reg.MustRegister(build, m.jobDuration, &jobsCollector{pool: pool, logger: logger, ttl: 5 * time.Second})
+	reg.MustRegister(build, m.jobDuration, m.queueFull, &jobsCollector{pool: pool, logger: logger, ttl: 5 * time.Second})
 	return m
 }
 
-// Middleware returns the River worker middleware that times every job and
-// logs its outcome: completed at debug level (a busy queue works thousands a
+// Middleware returns the River middleware that times every job and logs
+// its outcome: completed at debug level (a busy queue works thousands a
 // second), snoozed and interrupted (cut off by shutdown) at info, failed and
-// cancelled at warn with the error.
+// cancelled at warn with the error. On inserts it counts those a full queue
+// refused (ferry_queue_full_total).
 func (m *Metrics) Middleware() rivertype.Middleware { return &workMiddleware{m: m} }
 
 type workMiddleware struct {
 	river.MiddlewareDefaults
 	m *Metrics
+}
+
+var _ rivertype.JobInsertMiddleware = (*workMiddleware)(nil)
+
+func (w *workMiddleware) InsertMany(ctx context.Context, params []*rivertype.JobInsertParams, doInner func(context.Context) ([]*rivertype.JobInsertResult, error)) ([]*rivertype.JobInsertResult, error) {
+	res, err := doInner(ctx)
+	var qf *jobs.QueueFullError
+	if errors.As(jobs.AsQueueFull(err), &qf) {
+		w.m.queueFull.WithLabelValues(qf.Queue).Inc()
+	}
+	return res, err
 }
 
 func (w *workMiddleware) Work(ctx context.Context, job *rivertype.JobRow, doInner func(context.Context) error) error {
@@ -109,6 +129,7 @@ func outcome(err error) string {
 
 var jobsDesc = prometheus.NewDesc("ferry_jobs", "River jobs in the database by queue and state (read at scrape time, cached for 5s).", []string{"queue", "state"}, nil)
 var jobsUpDesc = prometheus.NewDesc("ferry_jobs_scrape_ok", "1 when the last read of river_job for ferry_jobs succeeded.", nil, nil)
+var queueLengthDesc = prometheus.NewDesc("ferry_queue_length", "Jobs available, scheduled, retryable, pending and running in each bounded queue, as its bound counts them (read at scrape time, cached for 5s).", []string{"queue"}, nil)
 
 // jobsCollector counts river_job rows by queue and state. The count runs on
 // the state index; the cache keeps frequent scrapes from many replicas from
@@ -121,7 +142,9 @@ type jobsCollector struct {
 	mu     sync.Mutex
 	at     time.Time
 	counts []jobCount
-	ok     bool
+	// lengths are the bounded queues' lengths.
+	lengths []jobs.QueueLength
+	ok      bool
 }
 
 type jobCount struct {
@@ -132,6 +155,7 @@ type jobCount struct {
 func (c *jobsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- jobsDesc
 	ch <- jobsUpDesc
+	ch <- queueLengthDesc
 }
 
 func (c *jobsCollector) Collect(ch chan<- prometheus.Metric) {
@@ -142,6 +166,9 @@ func (c *jobsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, jc := range c.counts {
 		ch <- prometheus.MustNewConstMetric(jobsDesc, prometheus.GaugeValue, float64(jc.n), jc.queue, jc.state)
+	}
+	for _, ql := range c.lengths {
+		ch <- prometheus.MustNewConstMetric(queueLengthDesc, prometheus.GaugeValue, float64(ql.Length), ql.Queue)
 	}
 	up := 0.0
 	if c.ok {
@@ -168,8 +195,12 @@ func (c *jobsCollector) refresh() {
 		if err == nil {
 			err = rows.Err()
 		}
+		var lengths []jobs.QueueLength
 		if err == nil {
-			c.counts, c.ok = counts, true
+			lengths, err = jobs.QueueLengths(ctx, c.pool)
+		}
+		if err == nil {
+			c.counts, c.lengths, c.ok = counts, lengths, true
 			return
 		}
 	}
