@@ -1,6 +1,7 @@
 package seal
 
 import (
+	"cmp"
 	"context"
 	"crypto/hmac"
 	"encoding/base64"
@@ -8,6 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -63,6 +67,7 @@ func (e *RefusedError) Error() string {
 // DB is what the run-id claim runs on: a *pgxpool.Pool.
 type DB interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
@@ -86,6 +91,7 @@ type Verifier struct {
 	river.MiddlewareDefaults
 	cfg     VerifierConfig
 	refused [5]atomic.Int64 // by reasonIndex
+	claims  *claimer
 	// lastMissing is the unix nanoseconds of the last refusal for
 	// ReasonMissing.
 	lastMissing atomic.Int64
@@ -113,7 +119,7 @@ func NewVerifier(cfg VerifierConfig) (*Verifier, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Verifier{cfg: cfg}, nil
+	return &Verifier{cfg: cfg, claims: &claimer{db: cfg.DB}}, nil
 }
 
 // Refused is how many jobs this Verifier refused for reason since it was
@@ -227,11 +233,7 @@ func (v *Verifier) Check(ctx context.Context, job *rivertype.JobRow) (*RefusedEr
 	}
 	// The claim commits before the worker runs: once any job has started
 	// with this run id, no other job id can take it.
-	var owner int64
-	err = v.cfg.DB.QueryRow(ctx, `
-		INSERT INTO ferry_seal_run (run_id, job_id) VALUES ($1, $2)
-		ON CONFLICT (run_id) DO UPDATE SET run_id = excluded.run_id
-		RETURNING job_id`, st.R, job.ID).Scan(&owner)
+	owner, err := v.claims.claim(ctx, st.R, job.ID)
 	if err != nil {
 		return nil, fmt.Errorf("ferry: seal: claim run id: %w", err)
 	}
@@ -276,5 +278,111 @@ func Cleaner(db DB, window time.Duration, logger *slog.Logger) func(context.Cont
 			case <-t.C:
 			}
 		}
+	}
+}
+
+// claimer claims run ids in batches: the claims of jobs starting at the
+// same time share one statement and one commit (group commit), since a
+// commit per job would cap a worker near the disk's flush rate. The first
+// caller with no batch in flight runs one with every claim pending, then
+// hands the turn to the first claim that arrived meanwhile; no goroutine of
+// its own outlives a claim.
+type claimer struct {
+	db       DB
+	mu       sync.Mutex
+	pending  []*claimReq
+	flushing bool
+}
+
+type claimReq struct {
+	run   string
+	job   int64
+	owner int64
+	err   error
+	done  chan struct{} // closed with owner or err set
+	turn  chan struct{} // closed when this claim is to run the next batch
+}
+
+// claimTimeout bounds one batch's statement.
+const claimTimeout = 30 * time.Second
+
+// claim claims run for job and returns the job id holding it: job, or the
+// job that claimed it first.
+func (c *claimer) claim(ctx context.Context, run string, job int64) (int64, error) {
+	r := &claimReq{run: run, job: job, done: make(chan struct{}), turn: make(chan struct{})}
+	c.mu.Lock()
+	c.pending = append(c.pending, r)
+	lead := !c.flushing
+	c.flushing = true
+	c.mu.Unlock()
+	if !lead {
+		// A waiter does not give up on ctx: the batch it is in may be
+		// next, and whoever runs it returns within claimTimeout.
+		select {
+		case <-r.done:
+			return r.owner, r.err
+		case <-r.turn:
+		}
+	}
+	c.mu.Lock()
+	batch := c.pending
+	c.pending = nil
+	c.mu.Unlock()
+	c.run(context.WithoutCancel(ctx), batch)
+	c.mu.Lock()
+	if len(c.pending) > 0 {
+		close(c.pending[0].turn)
+	} else {
+		c.flushing = false
+	}
+	c.mu.Unlock()
+	return r.owner, r.err
+}
+
+// run claims batch in one statement, run ids in order so that batches of
+// several workers lock rows alike. Two claims of one run id in a batch
+// (a job and its copy starting together) are one row: the first holds it.
+func (c *claimer) run(ctx context.Context, batch []*claimReq) {
+	ctx, cancel := context.WithTimeout(ctx, claimTimeout)
+	defer cancel()
+	first := make(map[string]int64, len(batch))
+	for _, r := range batch {
+		if _, ok := first[r.run]; !ok {
+			first[r.run] = r.job
+		}
+	}
+	runs := slices.Sorted(maps.Keys(first))
+	ids := make([]int64, len(runs))
+	for i, run := range runs {
+		ids[i] = first[run]
+	}
+	owners := make(map[string]int64, len(runs))
+	err := func() error {
+		rows, err := c.db.Query(ctx, `
+			INSERT INTO ferry_seal_run (run_id, job_id)
+			SELECT * FROM unnest($1::text[], $2::bigint[])
+			ON CONFLICT (run_id) DO UPDATE SET run_id = excluded.run_id
+			RETURNING run_id, job_id`, runs, ids)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var run string
+			var owner int64
+			if err := rows.Scan(&run, &owner); err != nil {
+				return err
+			}
+			owners[run] = owner
+		}
+		return rows.Err()
+	}()
+	for _, r := range batch {
+		if owner, ok := owners[r.run]; ok && err == nil {
+			r.owner = owner
+		} else {
+			r.err = cmp.Or(err, errors.New("no row returned"))
+		}
+		close(r.done)
 	}
 }

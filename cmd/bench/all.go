@@ -21,10 +21,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/ferryq/ferry"
 	"github.com/ferryq/ferry/internal/testkit/fleet"
 	"github.com/ferryq/ferry/jobs"
+	"github.com/ferryq/ferry/seal"
 )
 
 // sizes of one bench run: full (go tool task bench) or quick (bench:quick).
@@ -71,6 +73,9 @@ type results struct {
 	OrphanRescueMSMax         *float64          `json:"orphan_rescue_ms_max"`
 	BulkJobsPerSec            *float64          `json:"bulk_jobs_per_sec"`
 	WorkerPeakRSSMB           *float64          `json:"worker_peak_rss_mb"`
+	UnsealedWorkerJobsPerSec  *float64          `json:"unsealed_worker_jobs_per_sec"`
+	SealedWorkerJobsPerSec    *float64          `json:"sealed_worker_jobs_per_sec"`
+	SealedWorkerRatio         *float64          `json:"sealed_worker_ratio"`
 	Notes                     map[string]string `json:"notes"`
 }
 
@@ -100,6 +105,12 @@ func runAll(ctx context.Context, serverURL, path string, quick bool) error {
 		note("worker", err)
 	} else {
 		res.WorkerRiverJobsPerSec, res.WorkerFerryJobsPerSec, res.WorkerRatio = ptr(river), ptr(ferryRate), ptr(ferryRate/river)
+	}
+	step("worker throughput, ferry without then with seal keys")
+	if r, err := sealedThroughput(ctx, serverURL, sz.backlog/2, 2); err != nil {
+		note("sealed", err)
+	} else {
+		res.UnsealedWorkerJobsPerSec, res.SealedWorkerJobsPerSec, res.SealedWorkerRatio = ptr(r.Unsealed), ptr(r.Sealed), ptr(r.Sealed/r.Unsealed)
 	}
 	step("insert-to-start latency at 500 jobs/s")
 	if p50, p99, err := ferryLatency(ctx, serverURL, 500, sz.latencyDur); err != nil {
@@ -182,6 +193,8 @@ func printTable(r results) {
 		{"worker jobs/s, bare River", f(r.WorkerRiverJobsPerSec, "/s"), ""},
 		{"worker jobs/s, ferry", f(r.WorkerFerryJobsPerSec, "/s"), ""},
 		{"worker ratio ferry / River", f(r.WorkerRatio, ""), "≥ 0.9"},
+		{"worker jobs/s, ferry sealed", f(r.SealedWorkerJobsPerSec, "/s"), ""},
+		{"sealed / unsealed worker ratio", f(r.SealedWorkerRatio, ""), "≥ 0.9"},
 		{"insert to start p50", f(r.LatencyInsertToStartP50MS, "ms"), "≤ 5 ms"},
 		{"insert to start p99", f(r.LatencyInsertToStartP99MS, "ms"), "≤ 10 ms"},
 		{"outbox relay", f(r.OutboxRelayMsgsPerSec, "msgs/s"), "≥ 10,000/s"},
@@ -222,7 +235,7 @@ func mapsKeys(m map[string]string) func(func(string) bool) {
 // client and with ferry's whole worker stack (middleware, metrics, logging,
 // election, relay, scheduler), with the same fetch settings and workers.
 func workerThroughput(ctx context.Context, serverURL string, n int) (riverRate, ferryRate float64, err error) {
-	backlog := func(pool *pgxpool.Pool) error { return noopBacklog(ctx, pool, n) }
+	backlog := func(pool *pgxpool.Pool) error { return noopBacklog(ctx, pool, n, nil) }
 	waitDone := func(pool *pgxpool.Pool, start time.Time) (float64, error) {
 		if err := waitWorked(ctx, pool, 20*time.Millisecond); err != nil {
 			return 0, err
@@ -262,31 +275,40 @@ func workerThroughput(ctx context.Context, serverURL string, n int) (riverRate, 
 		return 0, 0, err
 	}
 
-	// ferry's stack.
-	pool, drop, err = scratch(ctx, serverURL)
+	ferryRate, err = ferryThroughput(ctx, serverURL, n, nil)
+	return riverRate, ferryRate, err
+}
+
+// ferryThroughput works a backlog of n no-op jobs with ferry's whole worker
+// stack and returns its rate. With keys, the backlog is sealed with them and
+// the worker verifies every job.
+func ferryThroughput(ctx context.Context, serverURL string, n int, keys *seal.Keys) (float64, error) {
+	pool, drop, err := scratch(ctx, serverURL)
 	if err != nil {
-		return 0, 0, err
+		return 0, err
 	}
 	defer drop()
-	if err := backlog(pool); err != nil {
-		return 0, 0, err
+	if err := noopBacklog(ctx, pool, n, seal.Middleware(keys)); err != nil {
+		return 0, err
 	}
 	srv, err := ferry.New(ctx, ferry.Config{
 		DatabaseURL: pool.Config().ConnString(), AdminAddr: "off",
-		Queues: map[string]int{river.QueueDefault: 100, "outbox": 20},
-		Logger: slog.New(slog.NewJSONHandler(discard{}, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		Queues:   map[string]int{river.QueueDefault: 100, "outbox": 20},
+		SealKeys: keys,
+		Logger:   slog.New(slog.NewJSONHandler(discard{}, &slog.HandlerOptions{Level: slog.LevelInfo})),
 	})
 	if err != nil {
-		return 0, 0, err
+		return 0, err
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	start = time.Now()
+	start := time.Now()
 	go func() { done <- srv.Run(runCtx) }()
-	ferryRate, err = waitDone(pool, start)
+	err = waitWorked(ctx, pool, 20*time.Millisecond)
+	rate := float64(n) / time.Since(start).Seconds()
 	stop()
 	<-done
-	return riverRate, ferryRate, err
+	return rate, err
 }
 
 // discard is an io.Writer that drops what it is given, so the JSON handler
@@ -429,7 +451,7 @@ func workerPeakRSS(ctx context.Context, serverURL string, n int) (float64, error
 		return 0, err
 	}
 	defer drop()
-	if err := noopBacklog(ctx, pool, n); err != nil {
+	if err := noopBacklog(ctx, pool, n, nil); err != nil {
 		return 0, err
 	}
 	p, err := fleet.Start(bin, []string{"DATABASE_URL=" + pool.Config().ConnString(), "FERRY_LOG_FORMAT=json"}, nil, "run", "--admin-addr", "off")
@@ -483,9 +505,14 @@ func vmHWM(pid int) (float64, error) {
 	return 0, fmt.Errorf("no VmHWM in /proc/%d/status", pid)
 }
 
-// noopBacklog inserts n ferry.noop jobs with River's COPY insert.
-func noopBacklog(ctx context.Context, pool *pgxpool.Pool, n int) error {
-	ic, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
+// noopBacklog inserts n ferry.noop jobs with River's COPY insert, through
+// mw (a seal's middleware) when it is not nil.
+func noopBacklog(ctx context.Context, pool *pgxpool.Pool, n int, mw rivertype.Middleware) error {
+	cfg := &river.Config{}
+	if mw != nil {
+		cfg.Middleware = []rivertype.Middleware{mw}
+	}
+	ic, err := river.NewClient(riverpgxv5.New(pool), cfg)
 	if err != nil {
 		return err
 	}
