@@ -27,6 +27,7 @@ import (
 	"github.com/ferryq/ferry/internal/metrics"
 	"github.com/ferryq/ferry/internal/redact"
 	"github.com/ferryq/ferry/jobs"
+	"github.com/ferryq/ferry/locks"
 	"github.com/ferryq/ferry/migrations"
 	"github.com/ferryq/ferry/outbox"
 	"github.com/ferryq/ferry/periodic"
@@ -48,6 +49,7 @@ type Server struct {
 	registry *jobs.Registry
 	migrator *migrations.Migrator
 	metrics  *metrics.Metrics
+	locks    *locks.Client
 	admin    *admin.Server
 	riverUI  *riverui.Handler
 	elector  *election.Elector
@@ -201,6 +203,11 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	jobs.LogBoundChanges(cfg.Logger, changes)
 
 	s.metrics = metrics.New(pool, cfg.Version, cfg.Logger)
+	lockObserver, err := metrics.NewLockObserver(s.metrics.Registry)
+	if err != nil {
+		return fail(err)
+	}
+	s.locks = locks.New(pool, locks.Config{Observer: lockObserver})
 	queues := make(map[string]river.QueueConfig, len(cfg.Queues))
 	for name, n := range cfg.Queues {
 		queues[name] = river.QueueConfig{MaxWorkers: n}
@@ -408,6 +415,11 @@ func (s *Server) Pool() *pgxpool.Pool { return s.pool }
 // River is the server's River client (insert jobs with InsertTx). It
 // enforces jobs.WithUniqueKey, like a jobs.Inserter.
 func (s *Server) River() *river.Client[pgx.Tx] { return s.river }
+
+// Locks returns the named-lock client (package locks) on the server's
+// pool: the locks it acquires show in /metrics (ferry_locks_held,
+// ferry_lock_acquisitions_total, ferry_lock_losses_total by name).
+func (s *Server) Locks() *locks.Client { return s.locks }
 
 // TelegramStatus returns a snapshot of every configured bot (polling,
 // standby, backing off, or off), for the admin surface.

@@ -505,8 +505,10 @@ func (l *Lock) lose() {
 	}
 	l.ended = ErrLost
 	l.mu.Unlock()
-	l.cancel(ErrLost)
+	// Counted before the context ends, so that whoever sees the end sees
+	// the count.
 	if l.c.obs != nil {
 		l.c.obs.Lost(l.name)
 	}
+	l.cancel(ErrLost)
 }
