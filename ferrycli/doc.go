@@ -8,7 +8,7 @@
 //
 // WorkerApp returns the `worker` app (run, migrate, version); EnqueueApp
 // returns the operator's `enqueue` app (job, bulk, jobs, dead, outbox,
-// schedule, leader, workers, queues, version). Both are urfave/cli/v2
+// schedule, leader, workers, queues, broadcast, version). Both are urfave/cli/v2
 // apps: rename one, or add commands of your own, before running it with
 // Run. Each command documents itself: worker run --help, enqueue bulk
 // --help.
