@@ -76,6 +76,10 @@ type results struct {
 	UnsealedWorkerJobsPerSec  *float64          `json:"unsealed_worker_jobs_per_sec"`
 	SealedWorkerJobsPerSec    *float64          `json:"sealed_worker_jobs_per_sec"`
 	SealedWorkerRatio         *float64          `json:"sealed_worker_ratio"`
+	BoundedInsertRatio        *float64          `json:"bounded_insert_ratio"`
+	BoundedBulkRatio          *float64          `json:"bounded_bulk_ratio"`
+	TriggerInsertRatio        *float64          `json:"unbounded_trigger_insert_ratio"`
+	TriggerBulkRatio          *float64          `json:"unbounded_trigger_bulk_ratio"`
 	Notes                     map[string]string `json:"notes"`
 }
 
@@ -155,6 +159,13 @@ func runAll(ctx context.Context, serverURL, path string, quick bool) error {
 	} else {
 		res.OrphanRescueMSP99, res.OrphanRescueMSMax = ptr(r.P99MS), ptr(r.MaxMS)
 	}
+	step("bounded queues: inserts and bulk with a bound, without, and without the triggers")
+	if r, err := boundedBench(ctx, serverURL, sz.backlog/20, 2); err != nil {
+		note("bounded", err)
+	} else {
+		res.BoundedInsertRatio, res.BoundedBulkRatio = ptr(r.BoundedInsertRatio), ptr(r.BoundedBulkRatio)
+		res.TriggerInsertRatio, res.TriggerBulkRatio = ptr(r.UnboundedTriggerInsertCost), ptr(r.UnboundedTriggerBulkCost)
+	}
 	step("bulk enqueue")
 	if rate, err := bulkEnqueue(ctx, serverURL, sz.bulk); err != nil {
 		note("bulk", err)
@@ -209,6 +220,10 @@ func printTable(r results) {
 		{"crash failover max, defaults (15 s tick)", f(r.FailoverCrashDefaultMSMax, "ms"), "≤ 21 s (tick + timeout + 1 s)"},
 		{"orphan rescue p99, 100 jobs (1 s tick)", f(r.OrphanRescueMSP99, "ms"), "≤ 3 s"},
 		{"orphan rescue max, 100 jobs (1 s tick)", f(r.OrphanRescueMSMax, "ms"), ""},
+		{"bounded / unbounded inserts (jobs.Inserter)", f(r.BoundedInsertRatio, ""), "≥ 0.9"},
+		{"bounded / unbounded bulk (COPY)", f(r.BoundedBulkRatio, ""), "≥ 0.9"},
+		{"unbounded / no-trigger inserts", f(r.TriggerInsertRatio, ""), "≥ 0.97"},
+		{"unbounded / no-trigger bulk", f(r.TriggerBulkRatio, ""), "≥ 0.97"},
 		{"bulk enqueue", f(r.BulkJobsPerSec, "jobs/s"), "≥ 100,000/s"},
 		{"worker peak RSS", f(r.WorkerPeakRSSMB, "MB"), ""},
 	}

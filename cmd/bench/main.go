@@ -76,7 +76,7 @@ type result struct {
 
 func main() {
 	var (
-		mode     = flag.String("mode", "sweep", "all, quick, sweep, latency, throughput, failover, orphans, ticks, outbox or sealed")
+		mode     = flag.String("mode", "sweep", "all, quick, sweep, latency, throughput, failover, orphans, ticks, outbox, sealed or bounded")
 		out      = flag.String("out", "bench/results.json", "all and quick modes: where to write the results")
 		url      = flag.String("database-url", os.Getenv("TEST_DATABASE_URL"), "server to create scratch databases on")
 		cooldown = flag.Duration("cooldown", 5*time.Millisecond, "worker fetch cooldown")
@@ -126,6 +126,15 @@ func main() {
 		}
 		fmt.Fprintf(os.Stderr, "ferry worker, %d no-op jobs, best of 2: unsealed %.0f jobs/s, sealed %.0f jobs/s, ratio %.3f\n",
 			*backlog, r.Unsealed, r.Sealed, r.Sealed/r.Unsealed)
+		_ = json.NewEncoder(os.Stdout).Encode(r)
+		return
+	case "bounded":
+		r, err := boundedBench(ctx, *url, *backlog/10, 3)
+		if err != nil {
+			log.Fatalf("bench: bounded: %v", redact.Postgres(err.Error()))
+		}
+		fmt.Fprintf(os.Stderr, "jobs.Inserter, %d jobs one per transaction (8 goroutines), best of %d: bounded %.0f/s, unbounded %.0f/s, without the triggers %.0f/s; bulk COPY of %d: bounded %.0f/s, unbounded %.0f/s, without the triggers %.0f/s\n",
+			r.Jobs, r.Rounds, r.InsertBoundedPerSec, r.InsertUnboundedPerSec, r.InsertNoTriggersPerSec, 10*r.Jobs, r.BulkBoundedPerSec, r.BulkUnboundedPerSec, r.BulkNoTriggersPerSec)
 		_ = json.NewEncoder(os.Stdout).Encode(r)
 		return
 	case "outbox":
