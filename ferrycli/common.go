@@ -18,6 +18,7 @@ import (
 	"github.com/ferryq/ferry/internal/logging"
 	"github.com/ferryq/ferry/internal/redact"
 	"github.com/ferryq/ferry/jobs"
+	"github.com/ferryq/ferry/seal"
 )
 
 // Exit codes of Run.
@@ -53,9 +54,10 @@ func usageErrorf(format string, args ...any) error {
 // Run runs app with args (os.Args: the program name first) under ctx,
 // which main cancels on SIGINT/SIGTERM, and returns the process exit code:
 // ExitOK, ExitUsage for bad input (a *UsageError, a flag's error, any
-// cli.ExitCoder), ExitQueueFull for an insert into a full queue
-// (jobs.ErrQueueFull), ExitFailure for anything else. A failure is printed as
-// one line on the app's ErrWriter, after the app's name, with database
+// cli.ExitCoder, a bad FERRY_SEAL_KEYS or FERRY_SEAL_ENCRYPT),
+// ExitQueueFull for an insert into a full queue (jobs.ErrQueueFull),
+// ExitFailure for anything else. A failure is printed as one line on the
+// app's ErrWriter, after the app's name, with database
 // passwords redacted; when the command line has --json, that line is a
 // JSON object, {"error": "…", "exit_code": 1}. app may be one of this
 // package's or an app of one's own; Run installs the usage-error hook on
@@ -74,7 +76,7 @@ func Run(ctx context.Context, app *cli.App, args []string) int {
 	// A *UsageError, or urfave/cli's own (cli.Exit: "No help topic for
 	// …"): bad input either way.
 	var exitCoder cli.ExitCoder
-	if errors.As(err, &exitCoder) {
+	if errors.As(err, &exitCoder) || errors.Is(err, seal.ErrBadKeys) {
 		code = ExitUsage
 	}
 	// A command's own exit code (`lock run`); without an error, silent.

@@ -36,9 +36,27 @@ type key struct {
 	enc []byte // AES-256-GCM key
 }
 
+// ErrBadKeys marks an error of ParseKeys or FromEnv: bad input, which the
+// CLIs report with exit code 2. The error's message is its own.
+var ErrBadKeys = errors.New("bad seal keys")
+
+type keysError struct{ err error }
+
+func (e *keysError) Error() string   { return e.err.Error() }
+func (e *keysError) Unwrap() []error { return []error{e.err, ErrBadKeys} }
+
 // ParseKeys reads a FERRY_SEAL_KEYS value. An empty value is no keys (nil,
-// nil). An error names the key by its position, never by its value.
+// nil). An error names the key by its position, never by its value, and
+// is ErrBadKeys.
 func ParseKeys(s string) (*Keys, error) {
+	ks, err := parseKeys(s)
+	if err != nil {
+		return nil, &keysError{err: err}
+	}
+	return ks, nil
+}
+
+func parseKeys(s string) (*Keys, error) {
 	if strings.TrimSpace(s) == "" {
 		return nil, nil
 	}
@@ -85,11 +103,11 @@ func FromEnv() (*Keys, error) {
 	encrypt := false
 	if v := strings.TrimSpace(os.Getenv(EnvEncrypt)); v != "" {
 		if encrypt, err = strconv.ParseBool(v); err != nil {
-			return nil, fmt.Errorf("%s=%q: not true or false", EnvEncrypt, v)
+			return nil, &keysError{err: fmt.Errorf("%s=%q: not true or false", EnvEncrypt, v)}
 		}
 	}
 	if encrypt && keys.Len() == 0 {
-		return nil, fmt.Errorf("%s=true needs %s", EnvEncrypt, EnvKeys)
+		return nil, &keysError{err: fmt.Errorf("%s=true needs %s", EnvEncrypt, EnvKeys)}
 	}
 	return keys.WithEncryption(encrypt), nil
 }

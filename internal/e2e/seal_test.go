@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
@@ -97,15 +98,20 @@ func TestSeal(t *testing.T) {
 	// (an UPDATE's SET list, or "") and returns its id.
 	copyOf := func(id int64, set string) int64 {
 		t.Helper()
+		// One transaction: no worker sees the copy before it is altered.
+		tx, err := pool.Begin(t.Context())
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(context.Background()) }()
 		var copyID int64
-		require.NoError(t, pool.QueryRow(t.Context(), `
+		require.NoError(t, tx.QueryRow(t.Context(), `
 			INSERT INTO river_job (args, kind, max_attempts, metadata, queue, priority, state)
 			SELECT args, kind, max_attempts, metadata, queue, priority, 'available' FROM river_job WHERE id = $1
 			RETURNING id`, id).Scan(&copyID))
 		if set != "" {
-			_, err := pool.Exec(t.Context(), "UPDATE river_job SET "+set+" WHERE id = $1", copyID)
+			_, err := tx.Exec(t.Context(), "UPDATE river_job SET "+set+" WHERE id = $1", copyID)
 			require.NoError(t, err)
 		}
+		require.NoError(t, tx.Commit(t.Context()))
 		return copyID
 	}
 	requireRefused := func(id int64, reason string) {
@@ -195,6 +201,20 @@ func TestSeal_Config(t *testing.T) {
 		_, stderr, code := proctest.Run(t, bins(t).worker, env(url, "FERRY_SEAL_ENCRYPT=true"), nil, "run", "--admin-addr", "off")
 		require.Equal(t, 2, code, stderr)
 		require.Contains(t, oneLine(t, stderr), "seal encrypt needs seal keys")
+	})
+
+	t.Run("EnqueueBadKeyExits2", func(t *testing.T) {
+		t.Parallel()
+		url := pgtest.NewDatabase(t, true)
+		short := base64.StdEncoding.EncodeToString([]byte("too short a key"))
+		stdout, stderr, code := proctest.Run(t, bins(t).enqueue, env(url, "FERRY_SEAL_KEYS="+short), nil, "job", "ferry.noop")
+		require.Equal(t, 2, code, stderr)
+		require.Empty(t, stdout)
+		line := oneLine(t, stderr)
+		require.Contains(t, line, "FERRY_SEAL_KEYS: key 1 of 1 decodes to 15 bytes")
+		require.NotContains(t, line, short)
+		pool := pgtest.PoolFor(t, url)
+		require.Zero(t, countJobs(t, pool), "nothing inserted")
 	})
 
 	t.Run("NoKeysWarns", func(t *testing.T) {
