@@ -80,6 +80,8 @@ type results struct {
 	BoundedBulkRatio          *float64          `json:"bounded_bulk_ratio"`
 	TriggerInsertRatio        *float64          `json:"unbounded_trigger_insert_ratio"`
 	TriggerBulkRatio          *float64          `json:"unbounded_trigger_bulk_ratio"`
+	BroadcastP99MS            *float64          `json:"broadcast_p99_ms"`
+	BroadcastMsgsPerSec       *float64          `json:"broadcast_msgs_per_sec"`
 	Notes                     map[string]string `json:"notes"`
 }
 
@@ -166,6 +168,15 @@ func runAll(ctx context.Context, serverURL, path string, quick bool) error {
 		res.BoundedInsertRatio, res.BoundedBulkRatio = ptr(r.BoundedInsertRatio), ptr(r.BoundedBulkRatio)
 		res.TriggerInsertRatio, res.TriggerBulkRatio = ptr(r.UnboundedTriggerInsertCost), ptr(r.UnboundedTriggerBulkCost)
 	}
+	step("broadcast: 1,000 signed messages/s to 3 subscriber processes")
+	if r, err := broadcastBench(ctx, serverURL, 3, 1000, sz.latencyDur); err != nil {
+		note("broadcast", err)
+	} else {
+		res.BroadcastP99MS, res.BroadcastMsgsPerSec = ptr(r.P99MS), ptr(r.MsgsPerSec)
+		if lost := 3*r.Published - sum(r.Received); lost != 0 {
+			res.Notes["broadcast"] = fmt.Sprintf("%d of %d deliveries missing (gaps %v)", lost, 3*r.Published, r.Gaps)
+		}
+	}
 	step("bulk enqueue")
 	if rate, err := bulkEnqueue(ctx, serverURL, sz.bulk); err != nil {
 		note("bulk", err)
@@ -224,6 +235,8 @@ func printTable(r results) {
 		{"bounded / unbounded bulk (COPY)", f(r.BoundedBulkRatio, ""), "≥ 0.9"},
 		{"unbounded / no-trigger inserts", f(r.TriggerInsertRatio, ""), "≥ 0.97"},
 		{"unbounded / no-trigger bulk", f(r.TriggerBulkRatio, ""), "≥ 0.97"},
+		{"broadcast publish to delivery p99, 3 processes", f(r.BroadcastP99MS, "ms"), "≤ 5 ms"},
+		{"broadcast rate delivered to each of 3 processes", f(r.BroadcastMsgsPerSec, "msgs/s"), "1,000/s"},
 		{"bulk enqueue", f(r.BulkJobsPerSec, "jobs/s"), "≥ 100,000/s"},
 		{"worker peak RSS", f(r.WorkerPeakRSSMB, "MB"), ""},
 	}

@@ -9,6 +9,7 @@
 //	go run ./cmd/bench -mode sweep
 //	go run ./cmd/bench -mode latency -cooldown 5ms -poll 100ms -rate 500
 //	go run ./cmd/bench -mode orphans -trials 20   # kill -9 of a worker running 100 jobs
+//	go run ./cmd/bench -mode broadcast -duration 10s  # 1,000 signed messages/s to 3 subscriber processes
 package main
 
 import (
@@ -114,6 +115,20 @@ func main() {
 		results = append(results, r)
 	}
 	switch *mode {
+	case "broadcast":
+		r, err := broadcastBench(ctx, *url, 3, 1000, *dur)
+		if err != nil {
+			log.Fatalf("bench: broadcast: %v", redact.Postgres(err.Error()))
+		}
+		fmt.Fprintf(os.Stderr, "broadcast: %d signed messages at %.0f/s to %d subscriber processes: received %v, gaps %v; publish to delivery p50 %.2f ms, p99 %.2f ms, max %.2f ms\n",
+			r.Published, r.MsgsPerSec, r.Subscribers, r.Received, r.Gaps, r.P50MS, r.P99MS, r.MaxMS)
+		_ = json.NewEncoder(os.Stdout).Encode(r)
+		return
+	case "broadcast-sub": // a subscriber process of -mode broadcast
+		if err := broadcastSub(ctx); err != nil {
+			log.Fatalf("bench: broadcast subscriber: %v", redact.Postgres(err.Error()))
+		}
+		return
 	case "all", "quick":
 		if err := runAll(ctx, *url, *out, *mode == "quick"); err != nil {
 			log.Fatalf("bench: %v", redact.Postgres(err.Error()))
