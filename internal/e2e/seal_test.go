@@ -217,6 +217,18 @@ func TestSeal_Config(t *testing.T) {
 		require.Zero(t, countJobs(t, pool), "nothing inserted")
 	})
 
+	t.Run("UnsealedWaitingAtStart", func(t *testing.T) {
+		t.Parallel()
+		url := pgtest.NewDatabase(t, true)
+		// An inserter without keys beside workers with keys.
+		enqueueID(t, url, "ferry.noop")
+		enqueueID(t, url, "ferry.noop")
+		w := startWorker(t, url, []string{"FERRY_SEAL_KEYS=" + sealKey(t)})
+		_, err := w.WaitForLineFunc(0, logtest.Logged("seal: unsealed jobs are waiting and will be refused; an inserter runs without FERRY_SEAL_KEYS, or jobs were planted", "unsealed_waiting", 2))
+		require.NoError(t, err)
+		stop(t, w, stopTimeout)
+	})
+
 	t.Run("NoKeysWarns", func(t *testing.T) {
 		t.Parallel()
 		url := pgtest.NewDatabase(t, true)
