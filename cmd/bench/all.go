@@ -83,6 +83,7 @@ type results struct {
 	BroadcastP99MS            *float64          `json:"broadcast_p99_ms"`
 	BroadcastMsgsPerSec       *float64          `json:"broadcast_msgs_per_sec"`
 	Notes                     map[string]string `json:"notes"`
+	lockResults
 }
 
 func ptr(f float64) *float64 { return &f }
@@ -177,6 +178,15 @@ func runAll(ctx context.Context, serverURL, path string, quick bool) error {
 			res.Notes["broadcast"] = fmt.Sprintf("%d of %d deliveries missing (gaps %v)", lost, 3*r.Published, r.Gaps)
 		}
 	}
+	step("locks: 16 processes, fencing oracle with kill -9 and pg_terminate_backend of the holder")
+	if r, err := lockStep(ctx, serverURL, quick); err != nil {
+		note("locks", err)
+	} else {
+		res.lockResults = r
+		if *r.LockOverlaps > 0 {
+			note("lock_overlaps", fmt.Errorf("%.0f overlaps observed", *r.LockOverlaps))
+		}
+	}
 	step("bulk enqueue")
 	if rate, err := bulkEnqueue(ctx, serverURL, sz.bulk); err != nil {
 		note("bulk", err)
@@ -237,6 +247,9 @@ func printTable(r results) {
 		{"unbounded / no-trigger bulk", f(r.TriggerBulkRatio, ""), "≥ 0.97"},
 		{"broadcast publish to delivery p99, 3 processes", f(r.BroadcastP99MS, "ms"), "≤ 5 ms"},
 		{"broadcast rate delivered to each of 3 processes", f(r.BroadcastMsgsPerSec, "msgs/s"), "1,000/s"},
+		{"lock handover p99 (16 processes)", f(r.LockHandoverP99MS, "ms"), "≤ 10 ms"},
+		{"lock overlaps (fencing oracle, kills)", f(r.LockOverlaps, ""), "0"},
+		{"lock kill -9 to next holder max (1 s ttl)", f(r.LockKillFreeMSMax, "ms"), "≤ ttl"},
 		{"bulk enqueue", f(r.BulkJobsPerSec, "jobs/s"), "≥ 100,000/s"},
 		{"worker peak RSS", f(r.WorkerPeakRSSMB, "MB"), ""},
 	}

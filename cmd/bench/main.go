@@ -10,6 +10,7 @@
 //	go run ./cmd/bench -mode latency -cooldown 5ms -poll 100ms -rate 500
 //	go run ./cmd/bench -mode orphans -trials 20   # kill -9 of a worker running 100 jobs
 //	go run ./cmd/bench -mode broadcast -duration 10s  # 1,000 signed messages/s to 3 subscriber processes
+//	go run ./cmd/bench -mode locks -lock-procs 16 -lock-acquisitions 10000 # fencing oracle with kills
 package main
 
 import (
@@ -115,6 +116,15 @@ func main() {
 		results = append(results, r)
 	}
 	switch *mode {
+	case "locks":
+		r, err := lockBench(ctx, *url, *lockProcs, *lockAcquisitions, *lockKills)
+		if err != nil {
+			log.Fatalf("bench: locks: %v", redact.Postgres(err.Error()))
+		}
+		fmt.Fprintf(os.Stderr, "locks: %d processes, %d acquisitions, %d kill -9 and %d pg_terminate_backend of the holder: %d fenced writes, %d overlaps; handover p50 %.1f ms, p99 %.1f ms, max %.1f ms (%d handovers); kill to next holder %v ms (ttl %d ms)\n",
+			r.Procs, r.Acquisitions, r.Kills, r.Terminates, r.FencedWrites, r.Overlaps, r.HandoverP50MS, r.HandoverP99MS, r.HandoverMaxMS, r.Handovers, r.KillFreeMS, r.TTLMS)
+		_ = json.NewEncoder(os.Stdout).Encode(r)
+		return
 	case "broadcast":
 		r, err := broadcastBench(ctx, *url, 3, 1000, *dur)
 		if err != nil {
