@@ -11,6 +11,7 @@ import (
 	"github.com/ferryq/ferry/election"
 	"github.com/ferryq/ferry/internal/admin"
 	"github.com/ferryq/ferry/internal/liveness"
+	"github.com/ferryq/ferry/locks"
 	"github.com/ferryq/ferry/outbox"
 	"github.com/ferryq/ferry/periodic"
 	"github.com/ferryq/ferry/telegram"
@@ -100,4 +101,8 @@ func (c console) Telegram(context.Context) ([]telegram.BotStatus, error) {
 
 func (c console) Workers(ctx context.Context, since time.Duration) ([]liveness.WorkerInfo, error) {
 	return liveness.List(ctx, c.s.pool, since)
+}
+
+func (c console) Locks(ctx context.Context) ([]locks.Holder, error) {
+	return locks.List(ctx, c.s.pool)
 }

@@ -2,6 +2,7 @@ package ferry_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -12,7 +13,8 @@ import (
 	"github.com/ferryq/ferry/locks"
 )
 
-// The server's lock client reports its locks in /metrics.
+// The server's lock client reports its locks in /metrics, and the admin
+// console lists them.
 func TestServer_Locks(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -26,6 +28,10 @@ func TestServer_Locks(t *testing.T) {
 	m := httpGet(t, metricsURL)
 	require.Contains(t, m, `ferry_locks_held{name="nightly-report"} 1`)
 	require.Contains(t, m, `ferry_lock_acquisitions_total{name="nightly-report"} 1`)
+	// The console lists it, from ferry_lock.
+	api := httpGet(t, "http://"+srv.AdminAddr()+"/admin/api/locks")
+	require.Contains(t, api, `"name":"nightly-report"`)
+	require.Contains(t, api, fmt.Sprintf(`"token":%d`, l.Token()))
 
 	require.NoError(t, l.Release(ctx))
 	m = httpGet(t, metricsURL)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ferryq/ferry/election"
 	"github.com/ferryq/ferry/internal/liveness"
+	"github.com/ferryq/ferry/locks"
 	"github.com/ferryq/ferry/outbox"
 	"github.com/ferryq/ferry/periodic"
 	"github.com/ferryq/ferry/telegram"
@@ -97,6 +98,8 @@ type Console interface {
 	// outbox reset).
 	ResetOutbox(ctx context.Context, messageIDs []int64) (deliveries, messages int, err error)
 	Telegram(ctx context.Context) ([]telegram.BotStatus, error)
+	// Locks lists the named locks held now (enqueue lock list).
+	Locks(ctx context.Context) ([]locks.Holder, error)
 	// Workers lists the live and lost workers, and those dead or stopped
 	// within since (enqueue workers).
 	Workers(ctx context.Context, since time.Duration) ([]liveness.WorkerInfo, error)

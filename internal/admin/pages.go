@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/ferryq/ferry/internal/liveness"
+	"github.com/ferryq/ferry/locks"
 	"github.com/ferryq/ferry/periodic"
 	"github.com/ferryq/ferry/telegram"
 )
@@ -61,7 +62,7 @@ func cspHash(s string) string {
 }
 
 // pageNames are ferry's pages: /admin/ is "index", the others /admin/NAME.
-var pageNames = []string{"index", "leader", "workers", "schedules", "outbox", "telegram", "login"}
+var pageNames = []string{"index", "leader", "workers", "schedules", "outbox", "telegram", "locks", "login"}
 
 // parsePages parses each page with the layout.
 func parsePages() (map[string]*template.Template, error) {
@@ -104,6 +105,10 @@ func (s *Server) routePages(mux *http.ServeMux) {
 		v, err := call(r.Context(), s.telegram)
 		s.page(w, r, "telegram", v, err)
 	})
+	mux.HandleFunc("GET /admin/locks", func(w http.ResponseWriter, r *http.Request) {
+		v, err := call(r.Context(), s.heldLocks)
+		s.page(w, r, "locks", v, err)
+	})
 	mux.HandleFunc("POST /admin/outbox/reset", s.resetOutbox)
 
 	api := map[string]func(ctx context.Context) (any, error){
@@ -112,6 +117,7 @@ func (s *Server) routePages(mux *http.ServeMux) {
 		"workers":   func(ctx context.Context) (any, error) { return s.workers(ctx) },
 		"schedules": func(ctx context.Context) (any, error) { return s.schedules(ctx) },
 		"outbox":    func(ctx context.Context) (any, error) { return s.cfg.Console.Outbox(ctx) },
+		"locks":     func(ctx context.Context) (any, error) { return s.heldLocks(ctx) },
 		"telegram":  func(ctx context.Context) (any, error) { return s.telegram(ctx) },
 	}
 	for name, fn := range api {
@@ -161,6 +167,15 @@ func (s *Server) schedules(ctx context.Context) ([]periodic.Row, error) {
 		rows = []periodic.Row{}
 	}
 	return rows, err
+}
+
+// heldLocks is the Console's held locks, [] rather than null when none is.
+func (s *Server) heldLocks(ctx context.Context) ([]locks.Holder, error) {
+	hs, err := s.cfg.Console.Locks(ctx)
+	if hs == nil {
+		hs = []locks.Holder{}
+	}
+	return hs, err
 }
 
 func (s *Server) telegram(ctx context.Context) ([]telegram.BotStatus, error) {

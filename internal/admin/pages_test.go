@@ -18,6 +18,7 @@ import (
 
 	"github.com/ferryq/ferry/election"
 	"github.com/ferryq/ferry/internal/liveness"
+	"github.com/ferryq/ferry/locks"
 	"github.com/ferryq/ferry/outbox"
 	"github.com/ferryq/ferry/periodic"
 	"github.com/ferryq/ferry/telegram"
@@ -126,10 +127,15 @@ func (c *fakeConsole) Workers(_ context.Context, since time.Duration) ([]livenes
 	return c.workers, c.fail
 }
 
+func (c *fakeConsole) Locks(context.Context) ([]locks.Holder, error) {
+	c.calls.Add(1)
+	return []locks.Holder{{Name: "nightly-report", Token: 7, Holder: "web-1:4242", AcquiredAt: time.Now().Add(-time.Minute), ExpiresIn: 20 * time.Second}}, c.fail
+}
+
 // pages and apis are every GET that calls the Console.
 var (
-	pages = []string{"/admin/", "/admin/leader", "/admin/workers", "/admin/schedules", "/admin/outbox", "/admin/telegram"}
-	apis  = []string{"/admin/api/summary", "/admin/api/leader", "/admin/api/workers", "/admin/api/schedules", "/admin/api/outbox", "/admin/api/telegram"}
+	pages = []string{"/admin/", "/admin/leader", "/admin/workers", "/admin/schedules", "/admin/outbox", "/admin/locks", "/admin/telegram"}
+	apis  = []string{"/admin/api/summary", "/admin/api/leader", "/admin/api/workers", "/admin/api/schedules", "/admin/api/outbox", "/admin/api/locks", "/admin/api/telegram"}
 )
 
 // noRedirect is a client that returns redirects instead of following them.
