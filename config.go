@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
+	"github.com/ferryq/ferry/broadcast"
 	"github.com/ferryq/ferry/election"
 	"github.com/ferryq/ferry/internal/admin"
 	"github.com/ferryq/ferry/internal/liveness"
@@ -162,6 +163,11 @@ type Config struct {
 	// outbox route (named telegram-<bot>-commands) on the bot's topic, and
 	// answers through the bot's client.
 	TelegramRouters map[string]*telegram.Router
+
+	// BroadcastKeys sign and verify this process's broadcast messages
+	// (FERRY_BROADCAST_KEYS; parse with broadcast.ParseKeys): see
+	// Server.Broadcast and package broadcast.
+	BroadcastKeys broadcast.Keys
 
 	// SealKeys seal every job this process inserts and verify every job it
 	// works (FERRY_SEAL_KEYS; parse with seal.ParseKeys). With keys, a job

@@ -19,6 +19,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"riverqueue.com/riverui"
 
+	"github.com/ferryq/ferry/broadcast"
 	"github.com/ferryq/ferry/election"
 	"github.com/ferryq/ferry/internal/admin"
 	"github.com/ferryq/ferry/internal/config"
@@ -57,6 +58,8 @@ type Server struct {
 	relay    *outbox.Relay
 	// verifier refuses unsealed jobs; nil without seal keys.
 	verifier *seal.Verifier
+	// broadcast is this process's broadcast Broker (Broadcast).
+	broadcast *broadcast.Broker
 	// routes are the outbox routes this process delivers (none when it
 	// does not work the outbox queue), published at start.
 	routes    *outbox.Routes
@@ -203,6 +206,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	jobs.LogBoundChanges(cfg.Logger, changes)
 
 	s.metrics = metrics.New(pool, cfg.Version, cfg.Logger)
+	if s.broadcast, err = newBroadcast(cfg, pool, s.metrics.Registry); err != nil {
+		return fail(err)
+	}
 	lockObserver, err := metrics.NewLockObserver(s.metrics.Registry)
 	if err != nil {
 		return fail(err)
@@ -297,6 +303,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return fail(err)
 	}
 	s.elector.Register("rescue", rescuer.Run)
+	s.elector.Register("broadcast-leader", s.announceLeader)
 	s.relay = outbox.NewRelay(outbox.RelayConfig{Pool: pool, Inserter: s.river, Routes: delivered, RouteGrace: cfg.OutboxRouteGrace, MaxAttempts: maxAttempts, Logger: cfg.Logger})
 	s.services = []service{s.elector, s.sched, s.relay}
 	if err := s.metrics.Registry.Register(outbox.NewCollector(pool, cfg.Logger)); err != nil {
@@ -354,6 +361,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			Gatherer: s.metrics.Registry,
 			Ready:    s.ready,
 			Console:  console{s},
+			Events:   s.broadcast,
 			RiverUI:  s.riverUI,
 			Logger:   cfg.Logger,
 		})
@@ -657,6 +665,9 @@ func (s *Server) close() {
 		return
 	}
 	s.closed = true
+	if s.broadcast != nil {
+		s.broadcast.Close()
+	}
 	s.pool.Close()
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/ferryq/ferry"
+	"github.com/ferryq/ferry/broadcast"
 	"github.com/ferryq/ferry/election"
 	"github.com/ferryq/ferry/internal/liveness"
 	"github.com/ferryq/ferry/internal/redact"
@@ -87,6 +88,7 @@ func WorkerFlags() []cli.Flag {
 		&cli.IntFlag{Name: "outbox-max-attempts", Usage: "attempts of each outbox delivery before it is stuck", DefaultText: "the config file's, else 24", EnvVars: []string{"FERRY_OUTBOX_MAX_ATTEMPTS"}},
 		&cli.DurationFlag{Name: "outbox-route-grace", Value: outbox.DefaultRouteGrace, Usage: "how long a message whose topic no live worker routes, or a delivery whose route none declares, waits for one before it is stuck", EnvVars: []string{"FERRY_OUTBOX_ROUTE_GRACE"}},
 		&cli.DurationFlag{Name: "outbox-retention", Usage: "delete delivered outbox messages older than this (0 keeps everything)", EnvVars: []string{"FERRY_OUTBOX_RETENTION"}},
+		&cli.StringFlag{Name: "broadcast-keys", Usage: "keys that sign (the first) and verify (all) broadcast messages: comma-separated base64, each at least 32 bytes (set it in the environment, not on the command line)", EnvVars: []string{broadcast.EnvKeys}},
 		&cli.StringFlag{Name: "seal-keys", Usage: "keys that seal and verify jobs: comma-separated base64, each at least 32 bytes; the first seals, all verify (set it in the environment, not on the command line)", EnvVars: []string{seal.EnvKeys}},
 		&cli.BoolFlag{Name: "seal-encrypt", Usage: "seals also encrypt the args (AES-256-GCM): River UI then shows an envelope, not the args", EnvVars: []string{seal.EnvEncrypt}},
 		&cli.DurationFlag{Name: "seal-replay-window", Value: seal.DefaultReplayWindow, Usage: "a sealed job due longer ago than this that never started is refused as stale", EnvVars: []string{"FERRY_SEAL_REPLAY_WINDOW"}},
@@ -118,6 +120,10 @@ func WorkerConfig(c *cli.Context) (ferry.Config, error) {
 	if err != nil {
 		return ferry.Config{}, &UsageError{Err: err}
 	}
+	broadcastKeys, err := broadcast.ParseKeys(c.String("broadcast-keys"))
+	if err != nil {
+		return ferry.Config{}, &UsageError{Err: err}
+	}
 	sealKeys, err := seal.ParseKeys(c.String("seal-keys"))
 	if err != nil {
 		return ferry.Config{}, &UsageError{Err: err}
@@ -138,6 +144,7 @@ func WorkerConfig(c *cli.Context) (ferry.Config, error) {
 		OutboxMaxAttempts:   c.Int("outbox-max-attempts"),
 		OutboxRouteGrace:    c.Duration("outbox-route-grace"),
 		OutboxRetention:     c.Duration("outbox-retention"),
+		BroadcastKeys:       broadcastKeys,
 		SealKeys:            sealKeys,
 		SealEncrypt:         c.Bool("seal-encrypt"),
 		SealReplayWindow:    c.Duration("seal-replay-window"),

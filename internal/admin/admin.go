@@ -45,7 +45,10 @@ type Config struct {
 	// RiverUI, when set, is served under /riverui/. It must be built with
 	// the prefix "/riverui" (riverui.HandlerOpts.Prefix).
 	RiverUI http.Handler
-	Logger  *slog.Logger
+	// Events, when set, updates the pages live (/admin/events, server-sent
+	// events fed by EventsChannel).
+	Events Events
+	Logger *slog.Logger
 }
 
 // Server is the admin HTTP server.
@@ -155,6 +158,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /admin/logout", s.logout)
 	if s.cfg.Console != nil {
 		s.routePages(mux)
+		s.routeLive(mux)
 	}
 	return secure(s.auth(s.sameOrigin(s.replica(mux))))
 }

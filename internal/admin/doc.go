@@ -6,13 +6,26 @@
 //	/riverui/           River UI (riverqueue.com/riverui), when Config.RiverUI is set
 //	/admin/             ferry's own pages: the summary, leader, workers, schedules, outbox, telegram
 //	/admin/api/NAME     the same data as JSON: summary, leader, workers, schedules, outbox, telegram
+//	/admin/events       server-sent events: the pages' live updates (Config.Events)
+//	/admin/live.js      the script that applies them
 //	/admin/login        the sign-in page (with a token); POST /admin/logout signs out
 //
 // The pages and their JSON come from a Console, which the root package
 // implements over the database. They are rendered on the server with
-// html/template from templates embedded in the binary: no JavaScript, no
-// front-end build, one small inline style block allowed by its hash in the
-// Content-Security-Policy.
+// html/template from templates embedded in the binary: no front-end build,
+// one small inline style block allowed by its hash in the
+// Content-Security-Policy, and one small script file (/admin/live.js,
+// allowed as same-origin) that keeps the page current.
+//
+// # Live updates
+//
+// With Config.Events (the process's broadcast Broker), each page listens
+// to /admin/events, a stream of server-sent events fed by the broadcast
+// channel EventsChannel ("ferry.admin": the root package announces a
+// leader acquired or released there). On each event, and on each gap, the
+// script fetches the page again and swaps its <main>: the page changes
+// without a reload. Without Events, /admin/events answers 204 and the
+// pages stay as they were served.
 //
 // # The summary
 //

@@ -1,0 +1,86 @@
+package browsertest_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ferryq/ferry/internal/testkit/logtest"
+	"github.com/ferryq/ferry/internal/testkit/pgtest"
+	"github.com/ferryq/ferry/internal/testkit/proctest"
+)
+
+// The leader page of one worker shows the new leader when leadership moves
+// to another worker, without a reload: the new leader announces itself by
+// broadcast, the first worker's console streams it to the page
+// (server-sent events), and the page fetches its content again.
+func TestAdminConsole_LiveLeader(t *testing.T) {
+	t.Parallel()
+	chrome := chromium(t)
+	worker := proctest.Build(t, "./cmd/worker")["./cmd/worker"]
+	url := pgtest.NewDatabase(t, true)
+	pool := pgtest.PoolFor(t, url)
+	ctx := context.Background()
+	env := []string{"DATABASE_URL=" + url, "FERRY_LOG_FORMAT=json", "FERRY_BROADCAST_KEYS=" + secretKey(t)}
+	args := []string{"run", "--leader-tick", "1s", "--standby-probe", "1s", "--shutdown-grace", "2s"}
+
+	w1 := proctest.Start(t, worker, env, append(args, "--admin-addr", "127.0.0.1:0")...)
+	line, err := w1.WaitForLineFunc(startTimeout, logtest.Logged("admin: listening"))
+	require.NoError(t, err)
+	var listening struct{ Addr string }
+	require.NoError(t, json.Unmarshal([]byte(line), &listening))
+	base := "http://" + listening.Addr
+	_, err = w1.WaitForLineFunc(startTimeout, logtest.Logged("election: leader acquired"))
+	require.NoError(t, err)
+	w2 := proctest.Start(t, worker, env, append(args, "--admin-addr", "off")...)
+	_, err = w2.WaitForLineFunc(startTimeout, logtest.Logged("ferry: started"))
+	require.NoError(t, err)
+
+	b := newBrowser(t, chrome)
+	b.do("open the leader page", chromedp.Navigate(base+"/admin/leader"), chromedp.WaitVisible(chromedp.CSS("#holder")))
+	require.Contains(t, b.text("#holder"), fmt.Sprintf("pid %d", w1.Pid()))
+	_, err = chromedp.Run(b.step(), chromedp.Evaluate[bool](`window.notReloaded = true`))
+	require.NoError(t, err)
+	// The page's event stream made w1 open its LISTEN session.
+	waitFor(t, "w1's broadcast session", func() bool {
+		var n int
+		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+			AND application_name LIKE 'ferry-broadcast:%:' || $1::text`, fmt.Sprint(w1.Pid())).Scan(&n)
+		return err == nil && n == 1
+	})
+
+	// Leadership moves: w1's lock session is killed, w1 demotes itself,
+	// and w2, waiting on the lock, takes it.
+	var killed int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE datname = current_database() AND application_name LIKE 'ferry-leader:%:' || $1::text`, fmt.Sprint(w1.Pid())).Scan(&killed))
+	require.Equal(t, 1, killed)
+	_, err = w2.WaitForLineFunc(startTimeout, logtest.Logged("election: failover acquired"))
+	require.NoError(t, err)
+
+	want := fmt.Sprintf("pid %d", w2.Pid())
+	_, err = chromedp.Run(b.step(), chromedp.Poll[bool](
+		`document.getElementById("holder") !== null && document.getElementById("holder").innerText.includes(`+fmt.Sprintf("%q", want)+`)`,
+		chromedp.WithPollingInterval(pollEvery)))
+	require.NoError(t, err, "the page shows the new leader; it shows: %s", b.text("#holder"))
+	stayed, err := chromedp.Run(b.step(), chromedp.Evaluate[bool](`window.notReloaded === true && Number(document.body.dataset.live) > 0`))
+	require.NoError(t, err)
+	require.True(t, stayed, "the page changed in place: no reload, the live script swapped its content")
+	require.False(t, strings.Contains(b.text("#holder"), fmt.Sprintf("pid %d", w1.Pid())))
+}
+
+// secretKey is a broadcast key: 32 random bytes, base64.
+func secretKey(t *testing.T) string {
+	t.Helper()
+	k := make([]byte, 32)
+	_, err := rand.Read(k)
+	require.NoError(t, err)
+	return base64.StdEncoding.EncodeToString(k)
+}

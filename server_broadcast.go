@@ -1,0 +1,69 @@
+package ferry
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ferryq/ferry/broadcast"
+	"github.com/ferryq/ferry/internal/admin"
+)
+
+// Broadcast returns this process's broadcast Broker: publish and subscribe
+// on it (package broadcast) rather than opening another LISTEN session.
+// Its keys are Config.BroadcastKeys.
+func (s *Server) Broadcast() *broadcast.Broker { return s.broadcast }
+
+// newBroadcast opens nothing: the Broker's LISTEN session starts with its
+// first subscription (an admin console watching live), on the session URL
+// (FERRY_ELECTION_DATABASE_URL), which bypasses a transaction pooler.
+func newBroadcast(cfg Config, pool *pgxpool.Pool, reg prometheus.Registerer) (*broadcast.Broker, error) {
+	lc, err := pgx.ParseConfig(cfg.ElectionDatabaseURL)
+	if err != nil {
+		lc = pool.Config().ConnConfig
+	}
+	b, err := broadcast.New(broadcast.Config{Pool: pool, ListenConfig: lc, Keys: cfg.BroadcastKeys, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	if err := reg.Register(broadcastCollector{b}); err != nil {
+		b.Close()
+		return nil, err
+	}
+	return b, nil
+}
+
+// broadcastCollector exports ferry_broadcast_dropped_total{reason}.
+type broadcastCollector struct{ b *broadcast.Broker }
+
+var broadcastDroppedDesc = prometheus.NewDesc("ferry_broadcast_dropped_total",
+	"Broadcast messages this process received and dropped, by reason (unsigned, forged, malformed, overflow, expired).",
+	[]string{"reason"}, nil)
+
+func (c broadcastCollector) Describe(ch chan<- *prometheus.Desc) { ch <- broadcastDroppedDesc }
+
+func (c broadcastCollector) Collect(ch chan<- prometheus.Metric) {
+	d := c.b.Dropped()
+	for _, r := range broadcast.DropReasons {
+		ch <- prometheus.MustNewConstMetric(broadcastDroppedDesc, prometheus.CounterValue, float64(d[r]), r)
+	}
+}
+
+// announceLeader is a leader runnable: it tells the admin consoles of
+// every replica (admin.EventsChannel) when this process starts and stops
+// leading, so their pages show the new leader without a reload.
+func (s *Server) announceLeader(ctx context.Context) error {
+	if err := s.broadcast.Publish(ctx, admin.EventsChannel, map[string]any{"leader": "acquired", "term": s.elector.Term()}); err != nil {
+		s.cfg.Logger.Warn("broadcast: leader change not announced", "error", err)
+	}
+	<-ctx.Done()
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	if err := s.broadcast.Publish(pctx, admin.EventsChannel, map[string]any{"leader": "released"}); err != nil {
+		s.cfg.Logger.Debug("broadcast: leader release not announced", "error", err)
+	}
+	return nil
+}

@@ -1,0 +1,47 @@
+package ferry_test
+
+import (
+	"context"
+	"crypto/rand"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ferryq/ferry"
+	"github.com/ferryq/ferry/broadcast"
+	"github.com/ferryq/ferry/internal/admin"
+	"github.com/ferryq/ferry/internal/testkit/pgtest"
+)
+
+func TestServer_Broadcast(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.NewDatabase(t, true)
+	key := make([]byte, 32)
+	_, err := rand.Read(key)
+	require.NoError(t, err)
+	cfg := quietConfig(url)
+	cfg.BroadcastKeys = broadcast.Keys{key}
+	srv, err := ferry.New(ctx, cfg)
+	require.NoError(t, err)
+	sub, err := srv.Broadcast().Subscribe(t.Context(), admin.EventsChannel, "test")
+	require.NoError(t, err)
+	runServer(t, srv)
+
+	// The leader announces itself to the consoles.
+	ev, err := sub.Next(ctx)
+	require.NoError(t, err)
+	require.Equal(t, admin.EventsChannel, ev.Channel)
+	require.Contains(t, string(ev.Data), `"leader":"acquired"`)
+
+	// A message not signed with the server's keys is dropped and counted.
+	_, err = srv.Pool().Exec(ctx, `SELECT pg_notify('ferry_broadcast', '{"c":"test","t":1,"d":"forged","s":"AAAA"}')`)
+	require.NoError(t, err)
+	require.NoError(t, srv.Broadcast().Publish(ctx, "test", "fence"))
+	ev, err = sub.Next(ctx)
+	require.NoError(t, err)
+	require.Equal(t, `"fence"`, string(ev.Data))
+	body := httpGet(t, "http://"+srv.AdminAddr()+"/metrics")
+	require.Contains(t, body, `ferry_broadcast_dropped_total{reason="forged"} 1`)
+	require.Contains(t, body, `ferry_broadcast_dropped_total{reason="unsigned"} 0`)
+}
