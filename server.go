@@ -304,6 +304,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.elector.Register("rescue", rescuer.Run)
 	s.elector.Register("broadcast-leader", s.announceLeader)
+	s.elector.Register("broadcast-console", s.watchConsole)
 	s.relay = outbox.NewRelay(outbox.RelayConfig{Pool: pool, Inserter: s.river, Routes: delivered, RouteGrace: cfg.OutboxRouteGrace, MaxAttempts: maxAttempts, Logger: cfg.Logger})
 	s.services = []service{s.elector, s.sched, s.relay}
 	if err := s.metrics.Registry.Register(outbox.NewCollector(pool, cfg.Logger)); err != nil {

@@ -67,3 +67,51 @@ func (s *Server) announceLeader(ctx context.Context) error {
 	}
 	return nil
 }
+
+// consoleWatchEvery is how often the leader looks for console changes that
+// no single code path announces.
+const consoleWatchEvery = time.Second
+
+// sqlConsoleWatch fingerprints the stuck outbox deliveries (a partial
+// index covers them) and the named locks held now.
+const sqlConsoleWatch = `SELECT
+    (SELECT md5(coalesce(string_agg(message_id || '/' || route, ',' ORDER BY message_id, route), ''))
+       FROM ferry_outbox_delivery WHERE status = 'stuck'),
+    (SELECT md5(coalesce(string_agg(name || '#' || token, ',' ORDER BY name), ''))
+       FROM ferry_lock WHERE expires_at > now())`
+
+// watchConsole is a leader runnable: the deliveries that become stuck and
+// the named locks taken and released change in many places (a delivery
+// job on any worker, the route sweep, a reset, any process using package
+// locks, plain SQL), so the leader compares their fingerprint every
+// second and announces a change on admin.EventsChannel, once for all the
+// consoles.
+func (s *Server) watchConsole(ctx context.Context) error {
+	t := time.NewTicker(consoleWatchEvery)
+	defer t.Stop()
+	var last [2]string
+	have := false
+	for {
+		var now [2]string
+		if err := s.pool.QueryRow(ctx, sqlConsoleWatch).Scan(&now[0], &now[1]); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			s.cfg.Logger.Debug("broadcast: console watch failed", "error", err)
+		} else {
+			for i, what := range []string{"outbox_stuck", "locks"} {
+				if have && now[i] != last[i] {
+					if err := s.broadcast.Publish(ctx, admin.EventsChannel, map[string]string{"changed": what}); err != nil && ctx.Err() == nil {
+						s.cfg.Logger.Warn("broadcast: console change not announced", "changed", what, "error", err)
+					}
+				}
+			}
+			last, have = now, true
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -16,6 +17,9 @@ import (
 func TestServer_Broadcast(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
+	// wait bounds each wait for an event: a watchdog, not a measurement.
+	wait, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
 	url := pgtest.NewDatabase(t, true)
 	key := make([]byte, 32)
 	_, err := rand.Read(key)
@@ -29,7 +33,7 @@ func TestServer_Broadcast(t *testing.T) {
 	runServer(t, srv)
 
 	// The leader announces itself to the consoles.
-	ev, err := sub.Next(ctx)
+	ev, err := sub.Next(wait)
 	require.NoError(t, err)
 	require.Equal(t, admin.EventsChannel, ev.Channel)
 	require.Contains(t, string(ev.Data), `"leader":"acquired"`)
@@ -38,10 +42,24 @@ func TestServer_Broadcast(t *testing.T) {
 	_, err = srv.Pool().Exec(ctx, `SELECT pg_notify('ferry_broadcast', '{"c":"test","t":1,"d":"forged","s":"AAAA"}')`)
 	require.NoError(t, err)
 	require.NoError(t, srv.Broadcast().Publish(ctx, "test", "fence"))
-	ev, err = sub.Next(ctx)
+	ev, err = sub.Next(wait)
 	require.NoError(t, err)
 	require.Equal(t, `"fence"`, string(ev.Data))
 	body := httpGet(t, "http://"+srv.AdminAddr()+"/metrics")
 	require.Contains(t, body, `ferry_broadcast_dropped_total{reason="forged"} 1`)
 	require.Contains(t, body, `ferry_broadcast_dropped_total{reason="unsigned"} 0`)
+
+	// A delivery that becomes stuck, written by whoever: the leader's watch
+	// announces it to the consoles.
+	_, err = srv.Pool().Exec(ctx, `WITH m AS (INSERT INTO ferry_outbox (topic, payload, status) VALUES ('order.placed', '{}', 'relayed') RETURNING id)
+		INSERT INTO ferry_outbox_delivery (message_id, route, status) SELECT id, 'billing', 'stuck' FROM m`)
+	require.NoError(t, err)
+	for {
+		ev, err = sub.Next(wait)
+		require.NoError(t, err)
+		if string(ev.Data) == `{"changed":"outbox_stuck"}` {
+			break
+		}
+		require.Equal(t, admin.EventsChannel, ev.Channel, "nothing else on the test channel: %s", ev.Data)
+	}
 }

@@ -21,8 +21,9 @@
 //
 // With Config.Events (the process's broadcast Broker), each page listens
 // to /admin/events, a stream of server-sent events fed by the broadcast
-// channel EventsChannel ("ferry.admin": the root package announces a
-// leader acquired or released there). On each event, and on each gap, the
+// channel EventsChannel ("ferry.admin": the root package announces there
+// a leader acquired or released, and, from the leader's watch every
+// second, stuck outbox deliveries and named locks that changed). On each event, and on each gap, the
 // script fetches the page again and swaps its <main>: the page changes
 // without a reload. Without Events, /admin/events answers 204 and the
 // pages stay as they were served.

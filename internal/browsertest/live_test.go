@@ -20,7 +20,8 @@ import (
 // The leader page of one worker shows the new leader when leadership moves
 // to another worker, without a reload: the new leader announces itself by
 // broadcast, the first worker's console streams it to the page
-// (server-sent events), and the page fetches its content again.
+// (server-sent events), and the page fetches its content again. Then the
+// locks page shows a lock taken meanwhile, announced by the leader's watch.
 func TestAdminConsole_LiveLeader(t *testing.T) {
 	t.Parallel()
 	chrome := chromium(t)
@@ -74,6 +75,21 @@ func TestAdminConsole_LiveLeader(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, stayed, "the page changed in place: no reload, the live script swapped its content")
 	require.False(t, strings.Contains(b.text("#holder"), fmt.Sprintf("pid %d", w1.Pid())))
+
+	// A named lock taken anywhere (here with plain SQL) appears on the
+	// locks page: the leader sees the change and announces it.
+	b.do("open the locks page", chromedp.Navigate(base+"/admin/locks"), chromedp.WaitVisible(chromedp.CSS("main h1")))
+	_, err = chromedp.Run(b.step(), chromedp.Evaluate[bool](`window.notReloaded = true`))
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `INSERT INTO ferry_lock (name, token, holder, acquired_at, expires_at)
+		VALUES ('nightly-report', 1, 'browsertest', now(), now() + interval '1 hour')`)
+	require.NoError(t, err)
+	_, err = chromedp.Run(b.step(), chromedp.Poll[bool](`document.querySelector('tr[data-lock="nightly-report"]') !== null`,
+		chromedp.WithPollingInterval(pollEvery)))
+	require.NoError(t, err, "the locks page shows the new lock")
+	stayed, err = chromedp.Run(b.step(), chromedp.Evaluate[bool](`window.notReloaded === true`))
+	require.NoError(t, err)
+	require.True(t, stayed, "no reload")
 }
 
 // secretKey is a broadcast key: 32 random bytes, base64.
