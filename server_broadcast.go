@@ -2,14 +2,15 @@ package ferry
 
 import (
 	"context"
+	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ferryq/ferry/broadcast"
 	"github.com/ferryq/ferry/internal/admin"
+	"github.com/ferryq/ferry/internal/redact"
 )
 
 // Broadcast returns this process's broadcast Broker: publish and subscribe
@@ -21,11 +22,13 @@ func (s *Server) Broadcast() *broadcast.Broker { return s.broadcast }
 // first subscription (an admin console watching live), on the session URL
 // (FERRY_ELECTION_DATABASE_URL), which bypasses a transaction pooler.
 func newBroadcast(cfg Config, pool *pgxpool.Pool, reg prometheus.Registerer) (*broadcast.Broker, error) {
-	lc, err := pgx.ParseConfig(cfg.ElectionDatabaseURL)
+	// Parsed as a pool URL, so that pool settings (pool_max_conns …) are
+	// dropped rather than sent to the server; validate has checked it.
+	pc, err := pgxpool.ParseConfig(cfg.ElectionDatabaseURL)
 	if err != nil {
-		lc = pool.Config().ConnConfig
+		return nil, fmt.Errorf("ferry: broadcast: session URL: %s", redact.Postgres(err.Error()))
 	}
-	b, err := broadcast.New(broadcast.Config{Pool: pool, ListenConfig: lc, Keys: cfg.BroadcastKeys, Logger: cfg.Logger})
+	b, err := broadcast.New(broadcast.Config{Pool: pool, ListenConfig: pc.ConnConfig, Keys: cfg.BroadcastKeys, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package ferry_test
 import (
 	"context"
 	"crypto/rand"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,11 +25,16 @@ func TestServer_Broadcast(t *testing.T) {
 	key := make([]byte, 32)
 	_, err := rand.Read(key)
 	require.NoError(t, err)
-	cfg := quietConfig(url)
+	// Pool settings in the URL are the pool's: the LISTEN session drops them.
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	cfg := quietConfig(url + sep + "pool_max_conns=5")
 	cfg.BroadcastKeys = broadcast.Keys{key}
 	srv, err := ferry.New(ctx, cfg)
 	require.NoError(t, err)
-	sub, err := srv.Broadcast().Subscribe(t.Context(), admin.EventsChannel, "test")
+	sub, err := srv.Broadcast().Subscribe(wait, admin.EventsChannel, "test")
 	require.NoError(t, err)
 	runServer(t, srv)
 
