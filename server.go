@@ -330,6 +330,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.botStatus = append(s.botStatus, p.Status)
 		s.elector.Register("telegram."+b.Name, p.Run)
 	}
+	// Bounded queues: give back, every minute, the admissions of
+	// transactions that rolled back (package jobs, "Bounded queues").
+	s.elector.Register("queue-recount", jobs.QueueRecounter(pool, time.Minute, cfg.Logger))
 	// The deliveries of a route that no live worker declares any more wait
 	// for it, then are stuck, on the same grace as messages.
 	s.elector.Register("outbox-route-sweep", outbox.RouteSweeper{Pool: pool, Client: s.river, Grace: cfg.OutboxRouteGrace, Logger: cfg.Logger}.Run)

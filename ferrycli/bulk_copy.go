@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -83,6 +84,13 @@ func (b *bulk) insert(ctx context.Context, pool *pgxpool.Pool, client *river.Cli
 	})
 	cancel(err)
 	<-readDone
+	if errors.Is(err, jobs.ErrQueueFull) {
+		// The chunks copied before the refusal were counted by their
+		// queues' bounds, and a rollback does not give that back: the
+		// recount does (package jobs, "Bounded queues"), or the leader's
+		// within a minute if this one cannot have its lock.
+		_ = jobs.RecountQueues(context.WithoutCancel(parent), pool, time.Second)
+	}
 	if err != nil {
 		if parent.Err() != nil {
 			return bulkResult{}, fmt.Errorf("bulk: interrupted; nothing inserted: %w", context.Cause(parent))

@@ -2,10 +2,13 @@ package jobs
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -167,17 +170,7 @@ func setQueueBound(ctx context.Context, pool *pgxpool.Pool, b QueueBound) (*Boun
 		} else {
 			// The queue's counters start from its jobs now, while no
 			// writer of river_job runs.
-			if _, err := tx.Exec(ctx, `
-				INSERT INTO ferry_queue_released (name, released) VALUES ($1, 0)
-				ON CONFLICT (name) DO UPDATE SET released = 0`, b.Name); err != nil {
-				return err
-			}
-			if _, err := tx.Exec(ctx, `
-				INSERT INTO ferry_queue (name, max_length, workers, admitted)
-				VALUES ($1, $2, $3, (SELECT count(*) FROM river_job WHERE queue = $1 AND ferry_queue_counted(state)))
-				ON CONFLICT (name) DO UPDATE SET max_length = excluded.max_length,
-					workers = coalesce(excluded.workers, ferry_queue.workers),
-					admitted = excluded.admitted, updated_at = now()`, b.Name, want, workers); err != nil {
+			if err := startCounters(ctx, tx, b.Name, want, workers); err != nil {
 				return err
 			}
 		}
@@ -190,6 +183,93 @@ func setQueueBound(ctx context.Context, pool *pgxpool.Pool, b QueueBound) (*Boun
 		return nil, err
 	}
 	return change, nil
+}
+
+// startCounters makes the queue's sequences (admitted, refunded) if it has
+// none, sets them from its jobs in the counted states, and records its
+// bound; tx holds LOCK TABLE river_job IN SHARE MODE. setval is not
+// transactional: if tx rolls back, the queue stays unbounded and the
+// values are unused until the next start.
+func startCounters(ctx context.Context, tx pgx.Tx, name string, maxLength *int64, workers *int) error {
+	sum := sha256.Sum256([]byte(name))
+	h := hex.EncodeToString(sum[:8])
+	admitted, refunded := "ferry_queue_admitted_"+h, "ferry_queue_refunded_"+h
+	for _, seq := range []string{admitted, refunded} {
+		if _, err := tx.Exec(ctx, "CREATE SEQUENCE IF NOT EXISTS "+pgx.Identifier{seq}.Sanitize()+" MINVALUE 0"); err != nil {
+			return err
+		}
+	}
+	if _, err := tx.Exec(ctx, `
+		INSERT INTO ferry_queue_released (name, released) VALUES ($1, 0)
+		ON CONFLICT (name) DO UPDATE SET released = 0`, name); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `
+		SELECT setval($2::regclass, (SELECT count(*) FROM river_job WHERE queue = $1 AND ferry_queue_counted(state)), true),
+			setval($3::regclass, 0, true)`, name, admitted, refunded); err != nil {
+		return err
+	}
+	_, err := tx.Exec(ctx, `
+		INSERT INTO ferry_queue (name, max_length, workers, admitted, refunded)
+		VALUES ($1, $2, $3, $4::regclass, $5::regclass)
+		ON CONFLICT (name) DO UPDATE SET max_length = excluded.max_length,
+			workers = coalesce(excluded.workers, ferry_queue.workers),
+			admitted = excluded.admitted, refunded = excluded.refunded, updated_at = now()`,
+		name, maxLength, workers, admitted, refunded)
+	return err
+}
+
+// RecountQueues sets each bounded queue's admitted counter from its jobs,
+// giving back the admissions of transactions that rolled back after
+// admitting jobs (a sequence does not roll back). It takes LOCK TABLE
+// river_job IN SHARE MODE, which waits for the transactions writing
+// river_job and holds new writers back while the queues are counted, with
+// lockTimeout: when the lock is not had in time, it returns the error and
+// changes nothing. With no bounded queue it takes no lock.
+func RecountQueues(ctx context.Context, pool *pgxpool.Pool, lockTimeout time.Duration) error {
+	var bounded bool
+	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM ferry_queue WHERE max_length IS NOT NULL AND admitted IS NOT NULL)`).Scan(&bounded); err != nil || !bounded {
+		return err
+	}
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", max(1, lockTimeout.Milliseconds()))); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `LOCK TABLE river_job IN SHARE MODE`); err != nil {
+			return fmt.Errorf("jobs: recount queues: %w", err)
+		}
+		// No writer runs: refunded and released are stable, and every
+		// job in a counted state is committed.
+		_, err := tx.Exec(ctx, `
+			SELECT setval(q.admitted,
+				(SELECT count(*) FROM river_job j WHERE j.queue = q.name AND ferry_queue_counted(j.state))
+				+ coalesce(pg_sequence_last_value(q.refunded), 0)
+				+ coalesce((SELECT released FROM ferry_queue_released r WHERE r.name = q.name), 0), true)
+			FROM ferry_queue q WHERE q.max_length IS NOT NULL AND q.admitted IS NOT NULL`)
+		if err != nil {
+			return fmt.Errorf("jobs: recount queues: %w", err)
+		}
+		return nil
+	})
+}
+
+// QueueRecounter is the leader runnable that calls RecountQueues every
+// interval (with a lock timeout of a second), logging a failure.
+func QueueRecounter(pool *pgxpool.Pool, every time.Duration, logger *slog.Logger) func(context.Context) error {
+	return func(ctx context.Context) error {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.C:
+			}
+			if err := RecountQueues(ctx, pool, time.Second); err != nil && ctx.Err() == nil {
+				logger.Warn("queues: recount failed; retrying at the next interval", "error", err, "retry_in", every)
+			}
+		}
+	}
 }
 
 // LogBoundChanges logs each change as `queues: bound changed`.
@@ -284,10 +364,11 @@ type QueueLength struct {
 }
 
 // QueueLengths returns the length of every bounded queue from its
-// counters (admitted - released), which costs no count of river_job.
+// counters (admitted - refunded - released), which costs no count of
+// river_job. It includes the jobs of transactions still in flight.
 func QueueLengths(ctx context.Context, db DBTX) ([]QueueLength, error) {
-	rows, err := db.Query(ctx, `SELECT q.name, q.admitted - r.released FROM ferry_queue q
-		JOIN ferry_queue_released r USING (name) WHERE q.max_length IS NOT NULL ORDER BY q.name`)
+	rows, err := db.Query(ctx, `SELECT q.name, ferry_queue_length(q) FROM ferry_queue q
+		WHERE q.max_length IS NOT NULL AND q.admitted IS NOT NULL ORDER BY q.name`)
 	if err != nil {
 		return nil, fmt.Errorf("jobs: queue lengths: %w", err)
 	}

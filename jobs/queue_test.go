@@ -29,10 +29,14 @@ type boundBundle struct {
 
 var boundSeq atomic.Int64
 
-// setupBound returns an inserter and a fresh queue bounded to maxLength.
-func setupBound(t *testing.T, maxLength int64) *boundBundle {
+// setupBound returns an inserter and a fresh queue bounded to maxLength, on
+// the package's database or the pool given.
+func setupBound(t *testing.T, maxLength int64, pools ...*pgxpool.Pool) *boundBundle {
 	t.Helper()
 	pool := pgtest.Pool(t)
+	if len(pools) > 0 {
+		pool = pools[0]
+	}
 	ins, err := jobs.NewInserter(pool, jobs.WithSealKeys(nil))
 	require.NoError(t, err)
 	queue := fmt.Sprintf("bounded_%d", boundSeq.Add(1))
@@ -247,6 +251,46 @@ func TestQueueBound_Release(t *testing.T) {
 		_, err = b.pool.Exec(t.Context(), `UPDATE river_job SET queue = $1 WHERE queue = $2`, other.queue, b.queue)
 		require.NoError(t, err)
 		require.NoError(t, b.insert(t, 1), "the moved job freed its place")
+	})
+}
+
+func TestQueueBound_InFlight(t *testing.T) {
+	t.Parallel()
+
+	t.Run("UncommittedInsertCounts", func(t *testing.T) {
+		t.Parallel()
+		b := setupBound(t, 1)
+		tx, err := b.pool.Begin(t.Context())
+		require.NoError(t, err)
+		defer tx.Rollback(context.WithoutCancel(t.Context()))
+		_, err = b.ins.InsertTx(t.Context(), tx, jobs.NoopArgs{}, &river.InsertOpts{Queue: b.queue})
+		require.NoError(t, err)
+		// Another transaction does not wait for tx: tx's job holds the
+		// place until tx ends.
+		requireQueueFull(t, b.insert(t, 1), b.queue, 1, 1)
+		require.NoError(t, tx.Commit(t.Context()))
+		require.EqualValues(t, 1, b.count(t))
+	})
+
+	t.Run("RolledBackInsertGivenBackByRecount", func(t *testing.T) {
+		t.Parallel()
+		// A database of its own: the recount's LOCK TABLE would wait for,
+		// and hold back, the other tests' transactions.
+		b := setupBound(t, 2, pgtest.PoolFor(t, pgtest.NewDatabase(t, true)))
+		tx, err := b.pool.Begin(t.Context())
+		require.NoError(t, err)
+		_, err = b.ins.InsertTx(t.Context(), tx, jobs.NoopArgs{}, &river.InsertOpts{Queue: b.queue})
+		require.NoError(t, err)
+		require.NoError(t, tx.Rollback(t.Context()))
+		require.NoError(t, b.insert(t, 1))
+		// The rolled-back admission still counts: a refusal early, never
+		// an overshoot …
+		requireQueueFull(t, b.insert(t, 1), b.queue, 2, 2)
+		// … until the recount gives it back.
+		require.NoError(t, jobs.RecountQueues(t.Context(), b.pool, 10*time.Second))
+		require.NoError(t, b.insert(t, 1))
+		requireQueueFull(t, b.insert(t, 1), b.queue, 2, 2)
+		require.EqualValues(t, 2, b.count(t))
 	})
 }
 

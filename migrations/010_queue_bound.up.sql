@@ -3,20 +3,33 @@
 -- (available, scheduled, retryable, pending, running). The database enforces
 -- it, so every insert path is bounded, plain SQL included.
 --
--- The length of a bounded queue is admitted - released, kept in two rows:
--- statements that add jobs to a queue's counted states add to admitted under
--- the lock of the queue's ferry_queue row (held to commit, so concurrent
--- inserters take turns and never overshoot); statements that take jobs out
--- of them (River's completer, a delete, a cancel) add to released in
--- ferry_queue_released, a row of its own, so that a completion never waits
--- for an inserting transaction to commit. An inserter reads released
--- without a lock: a committed value that only grows, so it may refuse a
--- little early, never late.
+-- The length of a bounded queue is admitted - refunded - released:
+--
+--   - admitted is a sequence of the queue's own: a statement that adds n
+--     jobs to the counted states takes n values from it, and the last is
+--     the number of jobs ever admitted, those of every transaction still in
+--     flight included. Sequences are not transactional: inserters never
+--     wait for each other, and none can miss another's admission, so the
+--     bound is never overshot.
+--   - refunded, a second sequence, takes back the admissions of a statement
+--     refused as over the bound (the refusal aborts the transaction, but not
+--     the sequences).
+--   - released, a row of ferry_queue_released, counts the jobs that left the
+--     counted states (River's completer, a delete, a cancel) in committed
+--     transactions. An inserter reads it without a lock: a committed value
+--     that only grows.
+--
+-- Every error is on the side of a longer length: a refusal a little early,
+-- never an overshoot. A transaction that admits jobs and then rolls back
+-- leaves them in admitted until the leader's recount (jobs.RecountQueues)
+-- counts the queue again.
 CREATE TABLE ferry_queue (
     name       text        PRIMARY KEY,
     max_length bigint      CHECK (max_length IS NULL OR max_length >= 0),
     workers    integer,
-    admitted   bigint      NOT NULL DEFAULT 0,
+    -- The queue's sequences, made when it is first bounded.
+    admitted   regclass,
+    refunded   regclass,
     updated_at timestamptz NOT NULL DEFAULT now()
 );
 
@@ -31,31 +44,51 @@ CREATE FUNCTION ferry_queue_counted(s river_job_state) RETURNS boolean
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     RETURN s IN ('available', 'scheduled', 'retryable', 'pending', 'running');
 
--- ferry_queue_admit adds ns[i] jobs to queue names[i], for the bounded ones,
--- and refuses the statement (SQLSTATE FR002) if a queue is then over its
--- bound. Rows are locked in name order: two statements that fill the same
--- queues never deadlock on them.
+-- ferry_queue_take takes n values from sequence seq and returns the last.
+CREATE FUNCTION ferry_queue_take(seq regclass, n bigint) RETURNS bigint
+    LANGUAGE sql VOLATILE
+    RETURN (SELECT max(nextval(seq)) FROM generate_series(1, n));
+
+-- ferry_queue_length is a bounded queue's length from its counters.
+CREATE FUNCTION ferry_queue_length(q ferry_queue) RETURNS bigint
+    LANGUAGE sql STABLE
+    RETURN coalesce(pg_sequence_last_value(q.admitted), 0)
+         - coalesce(pg_sequence_last_value(q.refunded), 0)
+         - coalesce((SELECT released FROM ferry_queue_released r WHERE r.name = q.name), 0);
+
+-- ferry_queue_admit admits ns[i] jobs to queue names[i], for the bounded
+-- ones, and refuses the statement (SQLSTATE FR002) if a queue is then over
+-- its bound, after refunding what it admitted. refunded and released are
+-- read before admitted: a refund or a release read is then always of jobs
+-- that admitted already counts.
 CREATE FUNCTION ferry_queue_admit(names text[], ns bigint[]) RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
     q record;
-    rel bigint;
+    adm bigint;
+    len bigint;
+    took regclass[] := '{}';
+    tookn bigint[] := '{}';
 BEGIN
-    PERFORM 1 FROM ferry_queue
-        WHERE name = ANY (names) AND max_length IS NOT NULL
-        ORDER BY name FOR NO KEY UPDATE;
     FOR q IN
-        UPDATE ferry_queue f SET admitted = f.admitted + d.n
+        SELECT f.name, f.max_length, f.admitted, f.refunded, d.n,
+               coalesce(pg_sequence_last_value(f.refunded), 0)
+                 + coalesce((SELECT released FROM ferry_queue_released r WHERE r.name = f.name), 0) AS gone
         FROM unnest(names, ns) AS d(name, n)
-        WHERE f.name = d.name AND f.max_length IS NOT NULL
-        RETURNING f.name, f.max_length, f.admitted, d.n
+        JOIN ferry_queue f ON f.name = d.name
+        WHERE f.max_length IS NOT NULL AND f.admitted IS NOT NULL AND d.n > 0
+        ORDER BY f.name
     LOOP
-        SELECT r.released INTO rel FROM ferry_queue_released r WHERE r.name = q.name;
-        IF q.admitted - coalesce(rel, 0) > q.max_length THEN
+        adm := ferry_queue_take(q.admitted, q.n);
+        took := took || q.refunded;
+        tookn := tookn || q.n;
+        len := adm - q.gone;
+        IF len > q.max_length THEN
+            PERFORM ferry_queue_take(t.seq, t.n) FROM unnest(took, tookn) AS t(seq, n);
             RAISE EXCEPTION 'ferry: queue full: queue % holds % of at most % jobs; % more do not fit',
-                q.name, q.admitted - q.n - coalesce(rel, 0), q.max_length, q.n
+                q.name, len - q.n, q.max_length, q.n
                 USING ERRCODE = 'FR002',
                       DETAIL = json_build_object('queue', q.name, 'max_length', q.max_length,
-                          'length', q.admitted - q.n - coalesce(rel, 0), 'adding', q.n)::text;
+                          'length', len - q.n, 'adding', q.n)::text;
         END IF;
     END LOOP;
 END

@@ -170,8 +170,8 @@ const (
 	// sqlFullQueues lists the bounded queues at their bound, read without
 	// a lock (see package jobs, "Bounded queues"): a hint, which the
 	// queue's own check makes exact.
-	sqlFullQueues = `SELECT q.name FROM ferry_queue q JOIN ferry_queue_released r USING (name)
-		WHERE q.max_length IS NOT NULL AND q.admitted - r.released >= q.max_length`
+	sqlFullQueues = `SELECT q.name FROM ferry_queue q
+		WHERE q.max_length IS NOT NULL AND q.admitted IS NOT NULL AND ferry_queue_length(q) >= q.max_length`
 )
 
 // RelayOnce claims up to BatchSize new pending messages, oldest first, and
