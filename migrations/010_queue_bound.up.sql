@@ -122,7 +122,9 @@ BEGIN
         PERFORM ferry_queue_release(array_agg(queue), array_agg(n)) FROM (
             SELECT queue, count(*) AS n FROM ferry_old
             WHERE ferry_queue_counted(state) GROUP BY queue) d;
-    ELSE
+    ELSIF EXISTS (SELECT 1 FROM ferry_new) THEN
+        -- An UPDATE of no row returns here: River's inserts (INSERT … ON
+        -- CONFLICT DO UPDATE) fire this trigger for UPDATE too.
         -- Releases first: a move within one statement frees its places
         -- before it takes new ones.
         PERFORM ferry_queue_release(array_agg(queue), array_agg(n)) FROM (
