@@ -86,13 +86,25 @@ type Options struct {
 }
 
 const (
-	sqlAcquire = `INSERT INTO ferry_lock AS l (name, token, holder, acquired_at, expires_at)
-VALUES ($1, 1, $2, clock_timestamp(), clock_timestamp() + $3 * interval '1 microsecond')
-ON CONFLICT (name) DO UPDATE
-    SET token = l.token + 1, holder = excluded.holder,
-        acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
-    WHERE l.expires_at <= clock_timestamp()
-RETURNING token`
+	// sqlAcquire takes the lock when its row is new or expired, and
+	// otherwise returns the holder as the statement's snapshot has it, in
+	// one round trip (a waiter woken with many others makes one query).
+	// The snapshot may predate the row's latest version (a holder that
+	// committed meanwhile): then no holder row comes back, and try asks
+	// again.
+	sqlAcquire = `WITH acquired AS (
+    INSERT INTO ferry_lock AS l (name, token, holder, acquired_at, expires_at)
+    VALUES ($1, 1, $2, clock_timestamp(), clock_timestamp() + $3 * interval '1 microsecond')
+    ON CONFLICT (name) DO UPDATE
+        SET token = l.token + 1, holder = excluded.holder,
+            acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
+        WHERE l.expires_at <= clock_timestamp()
+    RETURNING name, token, holder, acquired_at, expires_at)
+SELECT true, name, token, holder, acquired_at, expires_at, 0::bigint FROM acquired
+UNION ALL
+SELECT false, name, token, holder, acquired_at, expires_at,
+    (extract(epoch FROM expires_at - clock_timestamp()) * 1000000)::bigint
+FROM ferry_lock WHERE name = $1 AND expires_at > clock_timestamp() AND NOT EXISTS (SELECT 1 FROM acquired)`
 
 	sqlHolder = `SELECT name, token, holder, acquired_at, expires_at,
     (extract(epoch FROM expires_at - clock_timestamp()) * 1000000)::bigint
@@ -149,22 +161,31 @@ type querier interface {
 // try makes one attempt: the token on success, or the current holder.
 func (c *Client) try(ctx context.Context, q querier, name string, ttl time.Duration) (int64, *Holder, error) {
 	for {
-		var token int64
-		err := q.QueryRow(ctx, sqlAcquire, name, c.holder, ttl.Microseconds()).Scan(&token)
-		if err == nil {
-			return token, nil, nil
-		}
-		if !errors.Is(err, pgx.ErrNoRows) {
+		var (
+			ok bool
+			h  Holder
+			us int64
+		)
+		err := q.QueryRow(ctx, sqlAcquire, name, c.holder, ttl.Microseconds()).
+			Scan(&ok, &h.Name, &h.Token, &h.Holder, &h.AcquiredAt, &h.ExpiresAt, &us)
+		switch {
+		case err == nil && ok:
+			return h.Token, nil, nil
+		case err == nil:
+			h.ExpiresIn = time.Duration(us) * time.Microsecond
+			return 0, &h, nil
+		case !errors.Is(err, pgx.ErrNoRows):
 			return 0, nil, translate(ctx, "acquire "+name, err)
 		}
-		h, err := holderOf(ctx, q, name)
+		// Not acquired, and the snapshot has no live holder: a holder
+		// committed after it, or released meanwhile. Read it afresh.
+		held, err := holderOf(ctx, q, name)
 		if err != nil {
 			return 0, nil, translate(ctx, "read the holder of "+name, err)
 		}
-		if h != nil {
-			return 0, h, nil
+		if held != nil {
+			return 0, held, nil
 		}
-		// Released or expired between the two statements: try again.
 	}
 }
 

@@ -175,7 +175,7 @@ func waitForListener(t *testing.T, pool *pgxpool.Pool) {
 		var n int
 		err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
 			WHERE datname = current_database() AND state = 'idle'
-			  AND query LIKE 'SELECT name, token, holder%' AND pid <> pg_backend_pid()`).Scan(&n)
+			  AND query LIKE 'WITH acquired AS%' AND pid <> pg_backend_pid()`).Scan(&n)
 		return err == nil && n > 0
 	}, 10*time.Second, 5*time.Millisecond)
 }
@@ -301,7 +301,7 @@ func TestFence(t *testing.T) {
 		require.Eventually(t, func() bool {
 			var n int
 			err := b.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-				WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'INSERT INTO ferry_lock%'`).Scan(&n)
+				WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'WITH acquired AS%'`).Scan(&n)
 			return err == nil && n > 0
 		}, 10*time.Second, 5*time.Millisecond)
 		_, err = tx.Exec(ctx, `INSERT INTO fenced (token) VALUES (1)`)

@@ -17,9 +17,10 @@
 // # Handover
 //
 // From a holder's rel row (written just before it releases) to the next
-// token's acq row, by the database's clock, for the releases the contender
-// saw succeed (it then writes a released row): release, wake-up, the next
-// acquisition and its first fenced write.
+// token's acquisition (its acq row carries ferry_lock.acquired_at), by the
+// database's clock, for the releases the contender saw succeed (it then
+// writes a released row): the rel row's commit, the release, the wake-up
+// and the next acquisition.
 package lockoracle
 
 import (

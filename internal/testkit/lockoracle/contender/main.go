@@ -1,8 +1,9 @@
 // Command contender is one process of the locks fencing oracle (package
-// internal/testkit/lockoracle): it acquires the lock LOCK_NAME (ttl LOCK_TTL,
-// waiting as long as it takes), writes two fenced rows to lock_oracle
-// under it (acq, then rel), releases it, records the release (an unfenced
-// released row), and starts again, until it is killed.
+// internal/testkit/lockoracle): it acquires the lock LOCK_NAME (ttl
+// LOCK_TTL, waiting as long as it takes), writes two fenced rows to
+// lock_oracle under it (acq, stamped with the acquisition's time, then
+// rel), releases it, records the release (an unfenced released row), and
+// starts again, until it is killed.
 package main
 
 import (
@@ -71,7 +72,12 @@ func fencedWrite(ctx context.Context, pool *pgxpool.Pool, l *locks.Lock, kind st
 		if err := l.Fence(ctx, tx); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, `INSERT INTO lock_oracle (token, pid, kind) VALUES ($1, $2, $3)`, l.Token(), os.Getpid(), kind)
+		// The acq row is stamped with the acquisition's own time (the row
+		// is this token's: the fence holds it), the others with the
+		// database's clock now.
+		_, err := tx.Exec(ctx, `INSERT INTO lock_oracle (token, pid, kind, at)
+			SELECT $1, $2, $3::text, CASE WHEN $3::text = 'acq' THEN acquired_at ELSE clock_timestamp() END
+			FROM ferry_lock WHERE name = $4`, l.Token(), os.Getpid(), kind, l.Name())
 		return err
 	})
 }
