@@ -538,6 +538,8 @@ func (s *Server) Run(ctx context.Context) error {
 	if err := outbox.Publish(ctx, s.pool, s.liveness.ClientID(), s.routes); err != nil {
 		return err
 	}
+	// Before River fetches: the unsealed jobs it counts are still waiting.
+	s.logSeal(ctx)
 	// River's work contexts must outlive ctx: stopRiver is what ends them,
 	// after the grace period. From here on every return stops River.
 	if err := s.river.Start(context.WithoutCancel(ctx)); err != nil {
@@ -559,7 +561,6 @@ func (s *Server) Run(ctx context.Context) error {
 		defer svc.Stop()
 	}
 	close(s.started)
-	s.logSeal(ctx)
 	log.Info("ferry: started",
 		"version", s.cfg.Version,
 		"queues", queueSummary(s.cfg.Queues),

@@ -1,8 +1,6 @@
 package jobs_test
 
 import (
-	"crypto/rand"
-	"encoding/base64"
 	"fmt"
 	"testing"
 
@@ -14,13 +12,7 @@ import (
 	"github.com/ferryq/ferry/seal"
 )
 
-func sealKey(t *testing.T) string {
-	t.Helper()
-	b := make([]byte, 32)
-	_, err := rand.Read(b)
-	require.NoError(t, err)
-	return base64.StdEncoding.EncodeToString(b)
-}
+func sealKey(*testing.T) string { return seal.GenerateKey() }
 
 // TestInserter_Seals: with keys, every insert path of an Inserter, COPY
 // included, seals the job so that a verifier with the keys passes it;

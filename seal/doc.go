@@ -5,8 +5,9 @@
 //
 // # Keys
 //
-// FERRY_SEAL_KEYS holds comma-separated base64 keys of at least 32 bytes.
-// The first seals, all verify: to rotate, put the new key first everywhere
+// FERRY_SEAL_KEYS holds comma-separated base64 keys of at least 32 bytes
+// (GenerateKey, or `openssl rand -base64 32`, makes one). The first seals,
+// all verify: to rotate, put the new key first everywhere
 // (inserters and workers), deploy, and drop the old key once nothing it
 // sealed is waiting. Keys are secrets: a Keys never prints them (String,
 // Format), errors name a key by its position, and a seal carries only a key

@@ -2,6 +2,7 @@ package seal
 
 import (
 	"crypto/hkdf"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -87,6 +88,14 @@ func parseKeys(s string) (*Keys, error) {
 		ks.keys = append(ks.keys, k)
 	}
 	return ks, nil
+}
+
+// GenerateKey returns a new random key of MinKeyBytes, base64: a value for
+// FERRY_SEAL_KEYS.
+func GenerateKey() string {
+	b := make([]byte, MinKeyBytes)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24)
+	return base64.StdEncoding.EncodeToString(b)
 }
 
 // EnvEncrypt is the environment variable that makes sealing encrypt the

@@ -13,13 +13,7 @@ import (
 )
 
 // newKey returns a fresh random key, base64.
-func newKey(t *testing.T) string {
-	t.Helper()
-	b := make([]byte, 32)
-	_, err := rand.Read(b)
-	require.NoError(t, err)
-	return base64.StdEncoding.EncodeToString(b)
-}
+func newKey(*testing.T) string { return seal.GenerateKey() }
 
 func mustKeys(t *testing.T, s string) *seal.Keys {
 	t.Helper()

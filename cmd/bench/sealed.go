@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 
 	"github.com/ferryq/ferry/seal"
 )
@@ -19,11 +17,7 @@ type sealedResult struct {
 // alternating unsealed and sealed so that drift in the machine's load hits
 // both, and keeps the best rate of each.
 func sealedThroughput(ctx context.Context, serverURL string, n, rounds int) (sealedResult, error) {
-	raw := make([]byte, 32)
-	if _, err := rand.Read(raw); err != nil {
-		return sealedResult{}, err
-	}
-	keys, err := seal.ParseKeys(base64.StdEncoding.EncodeToString(raw))
+	keys, err := seal.ParseKeys(seal.GenerateKey())
 	if err != nil {
 		return sealedResult{}, err
 	}

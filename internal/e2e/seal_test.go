@@ -2,7 +2,6 @@ package e2e_test
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -19,6 +18,7 @@ import (
 	"github.com/ferryq/ferry/internal/testkit/logtest"
 	"github.com/ferryq/ferry/internal/testkit/pgtest"
 	"github.com/ferryq/ferry/internal/testkit/proctest"
+	"github.com/ferryq/ferry/seal"
 )
 
 // Sealed jobs with real processes: a worker with FERRY_SEAL_KEYS works the
@@ -56,13 +56,7 @@ func (e *effects) snapshot() map[string]int {
 	return out
 }
 
-func sealKey(t *testing.T) string {
-	t.Helper()
-	b := make([]byte, 32)
-	_, err := rand.Read(b)
-	require.NoError(t, err)
-	return base64.StdEncoding.EncodeToString(b)
-}
+func sealKey(*testing.T) string { return seal.GenerateKey() }
 
 func TestSeal(t *testing.T) {
 	t.Parallel()
