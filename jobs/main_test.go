@@ -72,7 +72,7 @@ func (b *clientBundle) run(t *testing.T, args river.JobArgs) (*river.Event, *riv
 	ctx := t.Context()
 	res, err := b.client.Insert(ctx, args, &river.InsertOpts{Queue: b.queue})
 	require.NoError(t, err)
-	timeout := time.After(10 * time.Second)
+	timeout := time.After(time.Minute) // a watchdog: the attempt ends in milliseconds
 	for {
 		select {
 		case ev := <-b.events:

@@ -130,7 +130,7 @@ func setup(t *testing.T, keys, verifyKeys *seal.Keys) *testBundle {
 // stored.
 func (b *testBundle) wait(t *testing.T, id int64) *rivertype.JobRow {
 	t.Helper()
-	timeout := time.After(10 * time.Second)
+	timeout := time.After(time.Minute) // a watchdog: the attempt ends in milliseconds
 	for {
 		select {
 		case ev := <-b.events:
