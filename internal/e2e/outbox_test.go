@@ -41,6 +41,9 @@ const (
 	// deliverTimeout bounds a wait for a delivery that should happen at
 	// once (the relay is woken by NOTIFY, the worker polls every 100 ms).
 	deliverTimeout = 10 * time.Second
+	// retryTimeout stops a test whose retry never comes: the first retry
+	// waits the backoff's first step (5 s ±10 %) on River's schedule.
+	retryTimeout = deliverTimeout + 10*time.Second
 )
 
 // startHandlerWorker starts the handlerworker binary on database url with
@@ -143,18 +146,13 @@ func waitDelivery(t *testing.T, pool *pgxpool.Pool, msgID int64, route string, t
 
 func isDelivered(d delivery) bool { return d.Status == "delivered" }
 
-// retryNow waits until attempt number attempt of msgID's delivery to route
-// has failed and both sides have recorded it (ferry: attempts in
+// waitFailed waits until attempt number attempt of msgID's delivery to
+// route has failed and both sides have recorded it (ferry: attempts in
 // ferry_outbox_delivery; River: the job no longer running, with that
-// attempt), then brings the retry forward, and returns the delivery as it
-// was after the failure.
-//
-// The backoff's first step is 5 s ±10 %. River sets a failed job whose
-// retry falls within its scheduler's interval (5 s) straight to
-// `available` with a future scheduled_at, and any later one to `retryable`
-// for the scheduler to move when due. The UPDATE does what the passing of
-// time and the scheduler would: available, due now.
-func retryNow(t *testing.T, pool *pgxpool.Pool, msgID int64, route string, attempt int) delivery {
+// attempt), and returns the delivery as it was after the failure. The
+// retry then comes on River's own schedule, after the backoff's first step
+// (5 s ±10 %): wait for it with retryTimeout.
+func waitFailed(t *testing.T, pool *pgxpool.Pool, msgID int64, route string, attempt int) delivery {
 	t.Helper()
 	d := waitDelivery(t, pool, msgID, route, deliverTimeout, fmt.Sprintf("failed %d time(s)", attempt), func(d delivery) bool {
 		return d.Status == "pending" && d.Attempts == attempt
@@ -169,12 +167,6 @@ func retryNow(t *testing.T, pool *pgxpool.Pool, msgID int64, route string, attem
 			t.Fatalf("job %d: not waiting for its retry after attempt %d: %+v", d.JobID, attempt, j)
 		}
 		time.Sleep(pollEvery)
-	}
-	tag, err := pool.Exec(context.Background(), `UPDATE river_job SET state = 'available', scheduled_at = now()
-		WHERE id = $1 AND state IN ('retryable', 'available')`, d.JobID)
-	require.NoError(t, err)
-	if tag.RowsAffected() == 0 {
-		t.Logf("job %d was retried on its own before it could be brought forward", d.JobID)
 	}
 	return d
 }
@@ -352,14 +344,14 @@ func TestOutbox_GoHandlerFailsAfterEffect(t *testing.T) {
 	w := startHandlerWorker(t, url, "HANDLER_FAIL_AFTER_EFFECT=1")
 	id := insertMessage(t, pool, `{"order_id":2}`)
 
-	failed := retryNow(t, pool, id, "effects", 1)
+	failed := waitFailed(t, pool, id, "effects", 1)
 	require.NotNil(t, failed.LastError)
 	require.Contains(t, *failed.LastError, "failing after the effect")
 	require.Equal(t, "relayed", failed.MessageStatus)
 	require.Zero(t, count(t, pool, `SELECT count(*) FROM effects`), "the failed attempt's effect was rolled back")
 	require.Zero(t, count(t, pool, `SELECT count(*) FROM ferry_outbox_received`), "and so was its receipt")
 
-	d := waitDelivery(t, pool, id, "effects", deliverTimeout, "delivered", isDelivered)
+	d := waitDelivery(t, pool, id, "effects", retryTimeout, "delivered", isDelivered)
 	require.Equal(t, 2, d.Attempts)
 	require.Nil(t, d.LastError)
 	require.Equal(t, "delivered", d.MessageStatus)
@@ -411,11 +403,11 @@ func TestOutbox_WebhookTimesOutAfterCommit(t *testing.T) {
 	worker := startHookWorker(t, url, hookConfig(t, h.URL, "1s"), nil)
 
 	id := addMessage(t, url, `{"order_id":7}`)
-	failed := retryNow(t, pool, id, "hook", 1)
+	failed := waitFailed(t, pool, id, "hook", 1)
 	require.NotNil(t, failed.LastError)
 	require.Contains(t, *failed.LastError, "timed out after 1s")
 
-	d := waitDelivery(t, pool, id, "hook", deliverTimeout, "delivered", isDelivered)
+	d := waitDelivery(t, pool, id, "hook", retryTimeout, "delivered", isDelivered)
 	require.Equal(t, 2, d.Attempts)
 	require.Nil(t, d.LastError, "cleared on delivery")
 	require.Equal(t, "delivered", d.MessageStatus)
@@ -455,11 +447,11 @@ func TestOutbox_StuckThenReset(t *testing.T) {
 	t.Parallel()
 
 	// waitStuck waits for the delivery to be stuck after two attempts, the
-	// retry brought forward, and checks what `enqueue outbox list` says.
+	// retry on River's schedule, and checks what `enqueue outbox list` says.
 	waitStuck := func(t *testing.T, url string, pool *pgxpool.Pool, id int64, wantErr string) {
 		t.Helper()
-		retryNow(t, pool, id, "hook", 1)
-		d := waitDelivery(t, pool, id, "hook", deliverTimeout, "stuck", func(d delivery) bool { return d.Status == "stuck" })
+		waitFailed(t, pool, id, "hook", 1)
+		d := waitDelivery(t, pool, id, "hook", retryTimeout, "stuck", func(d delivery) bool { return d.Status == "stuck" })
 		require.Equal(t, 2, d.Attempts)
 		require.NotNil(t, d.LastError)
 		require.Contains(t, *d.LastError, wantErr)
