@@ -13,6 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/riverqueue/river/riverdriver"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferryq/ferry/internal/testkit/logtest"
@@ -75,13 +77,17 @@ func (b *testBundle) running(t *testing.T, clientID string, attempt, maxAttempts
 	return id
 }
 
-// refetch puts a rescued job back to running under clientID, as River's
-// fetch does: the attempt counted, the client appended.
+// refetch has the rescued job id fetched under clientID by River's own
+// fetch (the driver's JobGetAvailable, the query a River client's producer
+// runs): the attempt counted, the client appended.
 func (b *testBundle) refetch(t *testing.T, id int64, clientID string) {
 	t.Helper()
-	_, err := b.pool.Exec(context.Background(), `UPDATE river_job SET state = 'running', attempt = attempt + 1,
-		attempted_at = now(), attempted_by = array_append(attempted_by, $2) WHERE id = $1 AND state = 'available'`, id, clientID)
+	res, err := riverpgxv5.New(b.pool).GetExecutor().JobGetAvailable(context.Background(), &riverdriver.JobGetAvailableParams{
+		ClientID: clientID, MaxAttemptedBy: 100, MaxToLock: 1, Queue: "default",
+	})
 	require.NoError(t, err)
+	require.Len(t, res.Jobs, 1, "River fetched the rescued job")
+	require.Equal(t, id, res.Jobs[0].ID)
 }
 
 type jobRow struct {
