@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"runtime/debug"
 	"strconv"
@@ -21,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river/rivershared/startstop"
 
+	"github.com/ferryq/ferry/internal/lease"
 	"github.com/ferryq/ferry/internal/redact"
 )
 
@@ -238,29 +238,13 @@ func (e *Elector) connConfig(appName string, lock bool) (*pgx.ConnConfig, error)
 		return nil, fmt.Errorf("election: database URL: %s", redact.Postgres(err.Error()))
 	}
 	cc := pc.ConnConfig
-	cc.RuntimeParams["application_name"] = appName
-	keepIdle := max(1, int(e.cfg.Tick.Seconds()))
-	cc.RuntimeParams["tcp_keepalives_idle"] = strconv.Itoa(keepIdle)
-	cc.RuntimeParams["tcp_keepalives_interval"] = strconv.Itoa(max(1, keepIdle/3))
-	cc.RuntimeParams["tcp_keepalives_count"] = "3"
 	// The server's bound is the writes' (checks are cut short by their
 	// context, which sends the server a cancel request).
-	cc.RuntimeParams["statement_timeout"] = strconv.FormatInt(e.cfg.writeTimeout().Milliseconds(), 10)
+	lease.Configure(cc, appName, e.cfg.Tick, e.cfg.writeTimeout())
 	if lock {
 		// The standby's wait on the lock must not be cut short by a
 		// lock_timeout that the URL or the role may set.
 		cc.RuntimeParams["lock_timeout"] = "0"
-	}
-	dialer := &net.Dialer{
-		Timeout: 10 * time.Second,
-		KeepAliveConfig: net.KeepAliveConfig{
-			Enable: true, Idle: time.Duration(keepIdle) * time.Second,
-			Interval: time.Duration(max(1, keepIdle/3)) * time.Second, Count: 3,
-		},
-	}
-	cc.DialFunc = dialer.DialContext
-	cc.ConnectTimeout = 10 * time.Second
-	if lock {
 		// A cancelled context (Stop while a standby waits on the lock) asks
 		// the server to cancel the statement, so the wait leaves the lock's
 		// queue at once, before the connection is closed.

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"strconv"
 	"sync"
@@ -17,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river/rivershared/startstop"
 
+	"github.com/ferryq/ferry/internal/lease"
 	"github.com/ferryq/ferry/internal/redact"
 )
 
@@ -116,22 +116,7 @@ func New(cfg Config) (*Worker, error) {
 	}
 	hostname, _ := os.Hostname()
 	w := &Worker{cfg: cfg, connCfg: pc.ConnConfig, hostname: hostname, pid: os.Getpid()}
-	cc := w.connCfg
-	cc.RuntimeParams["application_name"] = fmt.Sprintf("ferry-liveness:%s:%d", hostname, w.pid)
-	keepIdle := max(1, int(cfg.Tick.Seconds()))
-	cc.RuntimeParams["tcp_keepalives_idle"] = strconv.Itoa(keepIdle)
-	cc.RuntimeParams["tcp_keepalives_interval"] = strconv.Itoa(max(1, keepIdle/3))
-	cc.RuntimeParams["tcp_keepalives_count"] = "3"
-	cc.RuntimeParams["statement_timeout"] = strconv.FormatInt(max(cfg.TickTimeout, 5*time.Second).Milliseconds(), 10)
-	dialer := &net.Dialer{
-		Timeout: 10 * time.Second,
-		KeepAliveConfig: net.KeepAliveConfig{
-			Enable: true, Idle: time.Duration(keepIdle) * time.Second,
-			Interval: time.Duration(max(1, keepIdle/3)) * time.Second, Count: 3,
-		},
-	}
-	cc.DialFunc = dialer.DialContext
-	cc.ConnectTimeout = 10 * time.Second
+	lease.Configure(w.connCfg, fmt.Sprintf("ferry-liveness:%s:%d", hostname, w.pid), cfg.Tick, max(cfg.TickTimeout, 5*time.Second))
 	return w, nil
 }
 
