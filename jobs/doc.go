@@ -44,7 +44,8 @@
 // every River client that installs UniqueKeyMiddleware (the server's: the
 // scheduler, the relay and Telegram insert through it).
 //
-// The bound is enforced in the database (migration 010), not in Go, so that
+// The bound is enforced in the database (migrations 010 and 013), not in
+// Go, so that
 // it holds on every path that writes river_job: plain-SQL inserts from other
 // services, River's own clients, `enqueue jobs retry` of a finalized job, a
 // job moved between queues. Statement-level AFTER triggers on river_job,
@@ -69,21 +70,33 @@
 // many. A transaction that inserts into a bounded queue and then rolls
 // back leaves its jobs counted (a sequence does not roll back) until the
 // leader's recount (RecountQueues, every minute) counts the queue again
-// under LOCK TABLE river_job IN SHARE MODE with a lock timeout of a second.
-// A job in an open transaction holds its place until the transaction ends.
-// Each trigger returns at once while no queue has a bound.
+// under LOCK TABLE river_job IN SHARE ROW EXCLUSIVE MODE with a lock
+// timeout of a second. A job in an open transaction holds its place until
+// the transaction ends.
+//
+// The triggers are on river_job only while some queue has a bound
+// (migration 013): setting the first bound puts them there, in the
+// transaction that counts the queue, and the leader's recount drops them
+// once no queue has one (ACCESS EXCLUSIVE for a moment, with its lock
+// timeout; it retries each minute), or puts them back, counting again, if
+// they went missing while a queue has a bound. A deployment that never
+// sets a bound runs no trigger of this design on any write.
 //
 // Why not a counter row: the first form of this design kept admitted in
 // the queue's row of ferry_queue, updated under its lock. That lock is held
 // until the inserting transaction commits, so inserts into one bounded
 // queue took turns on their commits: 0.23 of the unbounded throughput for
 // single-job transactions from 8 goroutines (cmd/bench -mode bounded);
-// 0.68 with the sequences, whose inserters never wait; what remains is the
-// triggers' work per statement.
+// 0.68 with the sequences, whose inserters never wait; 0.86 since a
+// statement whose jobs go to one queue (each single insert, each chunk of
+// a bulk insert) costs one query over its rows and the queue's counters.
+// What remains is that query, a nextval, and the UPDATE trigger that
+// River's INSERT … ON CONFLICT DO UPDATE fires as well.
 //
 // Counters are exact only while a queue is bounded, so setting a bound on a
 // queue that had none counts its jobs in a transaction that first takes
-// LOCK TABLE river_job IN SHARE MODE: it waits for the transactions writing
+// LOCK TABLE river_job IN SHARE ROW EXCLUSIVE MODE (SHARE would let two
+// workers bounding queues at once deadlock on CREATE TRIGGER's lock): it waits for the transactions writing
 // river_job to end and holds new writers back for the moment the count
 // takes. Changing a bound that exists, or setting one that does not change,
 // takes no such lock. Two workers configured with different bounds for one

@@ -95,7 +95,8 @@ type BoundChange struct {
 // the bound, and the change is returned (and logged by the worker). An
 // unbounded queue, a bound that does not change, and a change of a bound
 // that exists cost an upsert. A bound set on a queue that had none is set in
-// a transaction that takes LOCK TABLE river_job IN SHARE MODE, which waits
+// a transaction that takes LOCK TABLE river_job IN SHARE ROW EXCLUSIVE MODE
+// (and puts the counting triggers on river_job if they are not), which waits
 // out every transaction writing river_job and holds new writers back until
 // it commits, so that the queue's length is counted exactly.
 func SetQueueBounds(ctx context.Context, pool *pgxpool.Pool, bounds []QueueBound) ([]BoundChange, error) {
@@ -154,7 +155,10 @@ func setQueueBound(ctx context.Context, pool *pgxpool.Pool, b QueueBound) (*Boun
 	}
 	var change *BoundChange
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `LOCK TABLE river_job IN SHARE MODE`); err != nil {
+		// SHARE ROW EXCLUSIVE: writers wait, and so does another worker
+		// bounding a queue (it cannot then take the lock of CREATE TRIGGER
+		// while this one waits for it, a deadlock).
+		if _, err := tx.Exec(ctx, `LOCK TABLE river_job IN SHARE ROW EXCLUSIVE MODE`); err != nil {
 			return err
 		}
 		var before *int64
@@ -177,7 +181,10 @@ func setQueueBound(ctx context.Context, pool *pgxpool.Pool, b QueueBound) (*Boun
 		if !sameBound(before, want) {
 			change = &BoundChange{Queue: b.Name, From: derefBound(before), To: b.MaxLength}
 		}
-		return nil
+		// The counting triggers, if no queue had a bound: from the commit,
+		// every writer of river_job counts, from the counters set above.
+		_, err = tx.Exec(ctx, `SELECT ferry_queue_arm()`)
+		return err
 	})
 	if err != nil {
 		return nil, err
@@ -187,7 +194,7 @@ func setQueueBound(ctx context.Context, pool *pgxpool.Pool, b QueueBound) (*Boun
 
 // startCounters makes the queue's sequences (admitted, refunded) if it has
 // none, sets them from its jobs in the counted states, and records its
-// bound; tx holds LOCK TABLE river_job IN SHARE MODE. setval is not
+// bound; tx holds LOCK TABLE river_job IN SHARE ROW EXCLUSIVE MODE. setval is not
 // transactional: if tx rolls back, the queue stays unbounded and the
 // values are unused until the next start.
 func startCounters(ctx context.Context, tx pgx.Tx, name string, maxLength *int64, workers *int) error {
@@ -222,20 +229,44 @@ func startCounters(ctx context.Context, tx pgx.Tx, name string, maxLength *int64
 // RecountQueues sets each bounded queue's admitted counter from its jobs,
 // giving back the admissions of transactions that rolled back after
 // admitting jobs (a sequence does not roll back). It takes LOCK TABLE
-// river_job IN SHARE MODE, which waits for the transactions writing
+// river_job IN SHARE ROW EXCLUSIVE MODE, which waits for the transactions writing
 // river_job and holds new writers back while the queues are counted, with
 // lockTimeout: when the lock is not had in time, it returns the error and
-// changes nothing. With no bounded queue it takes no lock.
+// changes nothing. With no bounded queue it takes no lock, unless it has
+// triggers to drop.
+//
+// It also keeps the counting triggers of river_job (migration 013) in step
+// with the bounds: with no bounded queue it drops them once (an unbounded
+// deployment pays nothing for bounds on insert), and with one it puts them
+// back if they are missing, counting in the same transaction.
 func RecountQueues(ctx context.Context, pool *pgxpool.Pool, lockTimeout time.Duration) error {
-	var bounded bool
-	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM ferry_queue WHERE max_length IS NOT NULL AND admitted IS NOT NULL)`).Scan(&bounded); err != nil || !bounded {
+	var bounded, armed bool
+	err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM ferry_queue WHERE max_length IS NOT NULL AND admitted IS NOT NULL), ferry_queue_armed()`).Scan(&bounded, &armed)
+	if err != nil {
 		return err
+	}
+	if !bounded {
+		if !armed {
+			return nil
+		}
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", max(1, lockTimeout.Milliseconds()))); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `SELECT ferry_queue_disarm()`); err != nil {
+				return fmt.Errorf("jobs: drop the queue triggers (no queue has a bound): %w", err)
+			}
+			return nil
+		})
 	}
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", max(1, lockTimeout.Milliseconds()))); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `LOCK TABLE river_job IN SHARE MODE`); err != nil {
+		if _, err := tx.Exec(ctx, `LOCK TABLE river_job IN SHARE ROW EXCLUSIVE MODE`); err != nil {
+			return fmt.Errorf("jobs: recount queues: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `SELECT ferry_queue_arm()`); err != nil {
 			return fmt.Errorf("jobs: recount queues: %w", err)
 		}
 		// No writer runs: refunded and released are stable, and every

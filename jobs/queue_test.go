@@ -259,7 +259,10 @@ func TestQueueBound_InFlight(t *testing.T) {
 
 	t.Run("UncommittedInsertCounts", func(t *testing.T) {
 		t.Parallel()
-		b := setupBound(t, 1)
+		// A database of its own: while tx is open, another test bounding a
+		// queue waits for it in LOCK TABLE, and this test's second insert
+		// would queue behind that lock, waiting for tx.
+		b := setupBound(t, 1, pgtest.PoolFor(t, pgtest.NewDatabase(t, true)))
 		tx, err := b.pool.Begin(t.Context())
 		require.NoError(t, err)
 		defer tx.Rollback(context.WithoutCancel(t.Context()))
@@ -360,4 +363,92 @@ func TestQueueBound_RiverClient(t *testing.T) {
 	_, err = client.InsertManyFast(t.Context(), []river.InsertManyParams{{Args: jobs.NoopArgs{}, InsertOpts: &river.InsertOpts{Queue: b.queue}}})
 	require.ErrorIs(t, err, jobs.ErrQueueFull)
 	require.EqualValues(t, 1, b.count(t))
+}
+
+// TestQueueBound_StatementAcrossQueues: a statement that adds jobs to
+// several queues at once takes the general path of the insert trigger; it
+// is refused whole when one of its bounded queues would go over, and gives
+// back what it admitted to the others.
+func TestQueueBound_StatementAcrossQueues(t *testing.T) {
+	t.Parallel()
+	a := setupBound(t, 3)
+	b := setupBound(t, 2, a.pool)
+	free := a.queue + "_unbounded"
+	insert := func(na, nb, nfree int) error {
+		_, err := a.pool.Exec(t.Context(), `
+			INSERT INTO river_job (args, kind, max_attempts, queue, state)
+			SELECT '{}', 'ferry.noop', 25, q, 'available'
+			FROM (SELECT $1::text FROM generate_series(1, $2)
+			      UNION ALL SELECT $3 FROM generate_series(1, $4)
+			      UNION ALL SELECT $5 FROM generate_series(1, $6)) AS s(q)`,
+			a.queue, na, b.queue, nb, free, nfree)
+		return jobs.AsQueueFull(err)
+	}
+	require.NoError(t, insert(2, 1, 5))
+	requireQueueFull(t, insert(1, 2, 1), b.queue, 2, 1)
+	require.EqualValues(t, 2, a.count(t), "nothing of the refused statement inserted")
+	require.EqualValues(t, 1, b.count(t))
+	// The refused statement's admission to a was refunded: a still has room
+	// for exactly one more, b for one.
+	require.NoError(t, insert(1, 1, 0))
+	require.ErrorIs(t, insert(1, 0, 0), jobs.ErrQueueFull)
+	require.ErrorIs(t, insert(0, 1, 0), jobs.ErrQueueFull)
+}
+
+// TestQueueBound_TriggersOnlyWithABound: a database where no queue has a
+// bound has no counting trigger on river_job (inserts pay nothing for
+// bounds); the first bound puts them there, counting the jobs already
+// queued; the leader's recount drops them once no queue has a bound, and
+// puts them back, recounting, if they went missing while one has.
+func TestQueueBound_TriggersOnlyWithABound(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.PoolFor(t, pgtest.NewDatabase(t, true))
+	ctx := t.Context()
+	armed := func() bool {
+		t.Helper()
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, `
+			SELECT count(*) FROM pg_trigger WHERE tgrelid = 'river_job'::regclass AND tgname LIKE 'ferry_queue_%'`).Scan(&n))
+		require.Contains(t, []int{0, 3}, n, "all three counting triggers or none")
+		return n == 3
+	}
+	require.False(t, armed(), "a fresh database has no bound and no counting trigger")
+
+	b := setupBound(t, 0, pool)
+	require.NoError(t, b.insert(t, 3))
+	require.False(t, armed())
+	require.NoError(t, jobs.RecountQueues(ctx, pool, time.Second))
+	require.False(t, armed(), "the recount with no bound leaves them off")
+
+	_, err := jobs.SetQueueBounds(ctx, pool, []jobs.QueueBound{{Name: b.queue, MaxLength: 4}})
+	require.NoError(t, err)
+	require.True(t, armed(), "bounding a queue puts the triggers on")
+	require.NoError(t, b.insert(t, 1))
+	requireQueueFull(t, b.insert(t, 1), b.queue, 4, 4)
+
+	// Dropped by hand while a queue has a bound: inserts go uncounted
+	// until the recount puts them back and counts again.
+	_, err = pool.Exec(ctx, `DROP TRIGGER ferry_queue_insert ON river_job; DROP TRIGGER ferry_queue_update ON river_job; DROP TRIGGER ferry_queue_delete ON river_job`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `DELETE FROM river_job WHERE id IN (SELECT id FROM river_job WHERE queue = $1 LIMIT 2)`, b.queue)
+	require.NoError(t, err)
+	require.NoError(t, jobs.RecountQueues(ctx, pool, time.Second))
+	require.True(t, armed(), "the recount put the triggers back")
+	require.NoError(t, b.insert(t, 2), "the recount counted the two deleted jobs out")
+	requireQueueFull(t, b.insert(t, 1), b.queue, 4, 4)
+
+	// Unbounded: the triggers stay until the recount, which drops them.
+	_, err = jobs.SetQueueBounds(ctx, pool, []jobs.QueueBound{{Name: b.queue, MaxLength: 0}})
+	require.NoError(t, err)
+	require.NoError(t, b.insert(t, 1))
+	require.NoError(t, jobs.RecountQueues(ctx, pool, time.Second))
+	require.False(t, armed(), "the recount dropped the triggers once no queue has a bound")
+	require.NoError(t, b.insert(t, 5))
+
+	// Bounded again: counted from the jobs there now (10).
+	_, err = jobs.SetQueueBounds(ctx, pool, []jobs.QueueBound{{Name: b.queue, MaxLength: 11}})
+	require.NoError(t, err)
+	require.True(t, armed())
+	require.NoError(t, b.insert(t, 1))
+	requireQueueFull(t, b.insert(t, 1), b.queue, 11, 11)
 }

@@ -163,7 +163,7 @@ func runAll(ctx context.Context, serverURL, path string, quick bool) error {
 		res.OrphanRescueMSP99, res.OrphanRescueMSMax = ptr(r.P99MS), ptr(r.MaxMS)
 	}
 	step("bounded queues: inserts and bulk with a bound, without, and without the triggers")
-	if r, err := boundedBench(ctx, serverURL, sz.backlog/20, 2); err != nil {
+	if r, err := boundedBench(ctx, serverURL, sz.backlog/20, 5); err != nil {
 		note("bounded", err)
 	} else {
 		res.BoundedInsertRatio, res.BoundedBulkRatio = ptr(r.BoundedInsertRatio), ptr(r.BoundedBulkRatio)

@@ -154,11 +154,11 @@ func main() {
 		_ = json.NewEncoder(os.Stdout).Encode(r)
 		return
 	case "bounded":
-		r, err := boundedBench(ctx, *url, *backlog/10, 3)
+		r, err := boundedBench(ctx, *url, *backlog/10, 5)
 		if err != nil {
 			log.Fatalf("bench: bounded: %v", redact.Postgres(err.Error()))
 		}
-		fmt.Fprintf(os.Stderr, "jobs.Inserter, %d jobs one per transaction (8 goroutines), best of %d: bounded %.0f/s, unbounded %.0f/s, without the triggers %.0f/s; bulk COPY of %d: bounded %.0f/s, unbounded %.0f/s, without the triggers %.0f/s\n",
+		fmt.Fprintf(os.Stderr, "jobs.Inserter, %d jobs one per transaction (8 goroutines), best of %d rounds: bounded %.0f/s, unbounded %.0f/s, without the triggers %.0f/s; bulk COPY of %d: bounded %.0f/s, unbounded %.0f/s, without the triggers %.0f/s\n",
 			r.Jobs, r.Rounds, r.InsertBoundedPerSec, r.InsertUnboundedPerSec, r.InsertNoTriggersPerSec, 10*r.Jobs, r.BulkBoundedPerSec, r.BulkUnboundedPerSec, r.BulkNoTriggersPerSec)
 		_ = json.NewEncoder(os.Stdout).Encode(r)
 		return
