@@ -230,7 +230,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// withholds) an error's message before ferry logs it and River stores it.
 	middleware := jobs.Middleware(cfg.SealKeys.WithEncryption(cfg.SealEncrypt))
 	if cfg.SealKeys.Len() > 0 {
-		s.verifier, err = seal.NewVerifier(seal.VerifierConfig{Keys: cfg.SealKeys, DB: pool, ReplayWindow: cfg.SealReplayWindow, Logger: cfg.Logger})
+		s.verifier, err = seal.NewVerifier(seal.VerifierConfig{Keys: cfg.SealKeys, ReplayWindow: cfg.SealReplayWindow, Logger: cfg.Logger})
 		if err != nil {
 			return fail(err)
 		}
@@ -538,7 +538,18 @@ func (s *Server) Run(ctx context.Context) error {
 	if err := outbox.Publish(ctx, s.pool, s.liveness.ClientID(), s.routes); err != nil {
 		return err
 	}
-	// Before River fetches: the unsealed jobs it counts are still waiting.
+	// Before River fetches: the database claims the run ids of sealed jobs
+	// as they are written (the first worker with keys arms it), and the
+	// unsealed jobs counted are still waiting.
+	if s.verifier != nil {
+		armed, err := seal.Arm(ctx, s.pool)
+		if err != nil {
+			return err
+		}
+		if armed {
+			s.cfg.Logger.Info("seal: the database now claims the run ids of sealed jobs as they are written")
+		}
+	}
 	s.logSeal(ctx)
 	// River's work contexts must outlive ctx: stopRiver is what ends them,
 	// after the grace period. From here on every return stops River.

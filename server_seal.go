@@ -15,9 +15,9 @@ import (
 const sealNotReadyFor = 15 * time.Minute
 
 // logSeal says at start whether jobs are sealed. Without keys it is the
-// contract warning. With keys it counts the unsealed jobs waiting in this
-// worker's queues (up to 1000): each will be refused, and some inserter
-// then runs without FERRY_SEAL_KEYS.
+// contract warning. With keys it counts the unsealed jobs among the next
+// 1000 available jobs of each of this worker's queues: each will be
+// refused, and some inserter then runs without FERRY_SEAL_KEYS.
 func (s *Server) logSeal(ctx context.Context) {
 	log := s.cfg.Logger
 	if s.verifier == nil {
@@ -30,12 +30,16 @@ func (s *Server) logSeal(ctx context.Context) {
 		queues = append(queues, q)
 	}
 	queues = append(queues, s.routes.Queues()...)
+	// The next jobs of each queue in River's fetch order, through its
+	// fetch index: a bounded read before River starts, however long the
+	// backlog (counting every waiting job read all of it).
 	err := s.pool.QueryRow(ctx, `
-		SELECT count(*) FROM (
-			SELECT 1 FROM river_job
-			WHERE state IN ('available', 'scheduled', 'retryable', 'pending') AND queue = ANY($1)
-			  AND NOT (metadata ? $2)
-			LIMIT 1000) AS unsealed`, queues, seal.MetadataKey).Scan(&waiting)
+		SELECT count(*) FROM unnest($1::text[]) AS q(name), LATERAL (
+			SELECT metadata FROM river_job
+			WHERE state = 'available' AND queue = q.name
+			ORDER BY priority, scheduled_at, id
+			LIMIT 1000) AS next
+		WHERE NOT (next.metadata ? $2)`, queues, seal.MetadataKey).Scan(&waiting)
 	if err != nil {
 		log.Warn("seal: could not count unsealed waiting jobs", "error", err)
 	}

@@ -22,7 +22,7 @@ func TestInserter_Seals(t *testing.T) {
 	key := sealKey(t)
 	keys, err := seal.ParseKeys(key)
 	require.NoError(t, err)
-	v, err := seal.NewVerifier(seal.VerifierConfig{Keys: keys, DB: pool})
+	v, err := seal.NewVerifier(seal.VerifierConfig{Keys: keys})
 	require.NoError(t, err)
 	queue := fmt.Sprintf("seal_ins_%d", queueSeq.Add(1))
 	opts := &river.InsertOpts{Queue: queue}
@@ -60,8 +60,7 @@ func TestInserter_Seals(t *testing.T) {
 		for _, id := range ids {
 			job, err := ins.Client().JobGet(t.Context(), id)
 			require.NoError(t, err)
-			refusal, err := v.Check(t.Context(), job)
-			require.NoError(t, err)
+			refusal := v.Check(job)
 			if want == nil {
 				require.Nil(t, refusal, "job %d", id)
 			} else {

@@ -5,14 +5,13 @@ import (
 	"context"
 	"crypto/aes"
 	"crypto/cipher"
-	"crypto/hmac"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"math/big"
 	"slices"
 	"strconv"
@@ -21,15 +20,19 @@ import (
 
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
+	"github.com/tidwall/gjson"
 )
 
 // MetadataKey is the key of a job's metadata that holds its seal.
 const MetadataKey = "ferry_seal"
 
-// version is the seal format: the MAC's domain and fields.
-const version = 1
+// version is the seal format this package writes: the MAC's domain and
+// fields, and the compact form of stamp.encode. Seals of version 1 (a JSON
+// object) still verify.
+const version = 2
 
-// stamp is a seal as stored in metadata.ferry_seal.
+// stamp is a seal's fields. Version 2 stores them as one string
+// (stamp.encode); version 1 stored this struct as a JSON object.
 type stamp struct {
 	V int    `json:"v"`
 	K string `json:"k"`           // id of the key that sealed (a hash, never the key)
@@ -38,6 +41,55 @@ type stamp struct {
 	D int64  `json:"d"`           // due: unix seconds of its scheduled time at insert
 	E bool   `json:"e,omitempty"` // the args are an envelope (FERRY_SEAL_ENCRYPT)
 	M string `json:"m"`           // HMAC-SHA256, base64url
+}
+
+// encode is the compact form of a version-2 seal, one JSON string:
+//
+//	2.<key id>.<run id>.<due>.<1 if encrypted, else 0>.<mac>.<queue>
+//
+// River indexes metadata with GIN (jsonb_ops), and every update of a job
+// (fetch, completion) writes its index entries again: a string is two
+// entries (its key and its value) where version 1's object was thirteen,
+// and that was most of what a seal cost a worker. Key id (hex), run id and
+// MAC (base64url) and due (digits) hold no dot; the queue is last and
+// taken whole.
+func (st stamp) encode() string {
+	e := "0"
+	if st.E {
+		e = "1"
+	}
+	return strings.Join([]string{strconv.Itoa(st.V), st.K, st.R, strconv.FormatInt(st.D, 10), e, st.M, st.Q}, ".")
+}
+
+// errMalformed is parseStamp's one error: the verifier says "malformed".
+var errMalformed = errors.New("malformed seal")
+
+// parseStamp reads metadata.ferry_seal: a version-2 string, or a version-1
+// object.
+func parseStamp(v gjson.Result) (stamp, error) {
+	var st stamp
+	switch v.Type {
+	case gjson.String:
+		f := strings.SplitN(v.Str, ".", 7)
+		if len(f) != 7 || f[0] != "2" || (f[4] != "0" && f[4] != "1") {
+			return stamp{}, errMalformed
+		}
+		d, err := strconv.ParseInt(f[3], 10, 64)
+		if err != nil {
+			return stamp{}, errMalformed
+		}
+		st = stamp{V: 2, K: f[1], R: f[2], D: d, E: f[4] == "1", M: f[5], Q: f[6]}
+	case gjson.JSON:
+		if err := json.Unmarshal([]byte(v.Raw), &st); err != nil || st.V != 1 {
+			return stamp{}, errMalformed
+		}
+	default:
+		return stamp{}, errMalformed
+	}
+	if st.K == "" || st.R == "" || st.M == "" {
+		return stamp{}, errMalformed
+	}
+	return st, nil
 }
 
 // EnvelopeKey is the one key of the args of a job sealed encrypted:
@@ -104,7 +156,7 @@ func Seal(keys *Keys, kind, queue string, args, metadata []byte, due time.Time) 
 	if err != nil {
 		return nil, nil, fmt.Errorf("ferry: seal: %s args: %w", kind, err)
 	}
-	st.M = base64.RawURLEncoding.EncodeToString(st.mac(k.mac, kind, canon))
+	st.M = base64.RawURLEncoding.EncodeToString(st.mac(k, kind, canon))
 	meta, err := withStamp(metadata, st)
 	return args, meta, err
 }
@@ -178,7 +230,7 @@ func withStamp(metadata []byte, st stamp) ([]byte, error) {
 			meta = map[string]json.RawMessage{}
 		}
 	}
-	b, err := json.Marshal(st)
+	b, err := json.Marshal(st.encode())
 	if err != nil {
 		return nil, err
 	}
@@ -189,8 +241,10 @@ func withStamp(metadata []byte, st stamp) ([]byte, error) {
 // mac is HMAC-SHA256 under key over the seal's fields and kind and the
 // canonical args, each length-prefixed so that no two field lists encode
 // alike.
-func (st stamp) mac(key []byte, kind string, canonArgs []byte) []byte {
-	h := hmac.New(sha256.New, key)
+func (st stamp) mac(k key, kind string, canonArgs []byte) []byte {
+	h := k.macs.Get().(hash.Hash)
+	defer k.macs.Put(h)
+	h.Reset()
 	var buf []byte
 	field := func(b []byte) {
 		buf = binary.AppendUvarint(buf[:0], uint64(len(b)))
@@ -217,64 +271,95 @@ func (st stamp) mac(key []byte, kind string, canonArgs []byte) []byte {
 // rationals (big.Rat: 1.50, 15e-1 and 1.5 are one number), nothing has
 // spaces. It is not JSON, only a stable encoding of the value.
 func canonical(doc []byte) ([]byte, error) {
-	dec := json.NewDecoder(bytes.NewReader(doc))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, err
+	if !gjson.ValidBytes(doc) {
+		return nil, errors.New("not a JSON document")
 	}
-	if dec.More() {
-		return nil, errors.New("trailing data after the JSON value")
-	}
-	return appendCanonical(make([]byte, 0, len(doc)), v)
+	return appendCanonical(make([]byte, 0, len(doc)), gjson.ParseBytes(doc))
 }
 
-func appendCanonical(out []byte, v any) ([]byte, error) {
-	switch v := v.(type) {
-	case nil:
+// appendCanonical walks the parsed document without building it (gjson:
+// a worker checks every job's args, and encoding/json's decoder into
+// values was most of a seal check's allocations). Its output is the same
+// as that of decoding into Go values with UseNumber and writing those
+// (TestCanonical_SameAsDecoded): seals made before keep verifying.
+func appendCanonical(out []byte, v gjson.Result) ([]byte, error) {
+	switch v.Type {
+	case gjson.Null:
 		return append(out, "null"...), nil
-	case bool:
-		return strconv.AppendBool(out, v), nil
-	case string:
-		b, err := json.Marshal(v)
-		return append(out, b...), err
-	case json.Number:
-		return appendNumber(out, string(v))
-	case []any:
+	case gjson.False:
+		return append(out, "false"...), nil
+	case gjson.True:
+		return append(out, "true"...), nil
+	case gjson.String:
+		return appendString(out, v.Str)
+	case gjson.Number:
+		return appendNumber(out, v.Raw)
+	}
+	var err error
+	if v.IsArray() {
 		out = append(out, '[')
-		for i, e := range v {
-			if i > 0 {
+		first := true
+		v.ForEach(func(_, e gjson.Result) bool {
+			if !first {
 				out = append(out, ',')
 			}
-			var err error
-			if out, err = appendCanonical(out, e); err != nil {
-				return nil, err
-			}
+			first = false
+			out, err = appendCanonical(out, e)
+			return err == nil
+		})
+		if err != nil {
+			return nil, err
 		}
 		return append(out, ']'), nil
-	case map[string]any:
-		keys := make([]string, 0, len(v))
-		for k := range v {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		out = append(out, '{')
-		for i, k := range keys {
-			if i > 0 {
-				out = append(out, ',')
-			}
-			b, err := json.Marshal(k)
-			if err != nil {
-				return nil, err
-			}
-			out = append(append(out, b...), ':')
-			if out, err = appendCanonical(out, v[k]); err != nil {
-				return nil, err
-			}
-		}
-		return append(out, '}'), nil
 	}
-	return nil, fmt.Errorf("unexpected JSON value %T", v)
+	if !v.IsObject() {
+		return nil, fmt.Errorf("unexpected JSON value %.40s", v.Raw)
+	}
+	// Keys sorted; of a repeated key the last value, as jsonb keeps it.
+	type member struct {
+		key string
+		val gjson.Result
+	}
+	var members []member
+	v.ForEach(func(k, e gjson.Result) bool {
+		members = append(members, member{k.Str, e})
+		return true
+	})
+	slices.SortStableFunc(members, func(a, b member) int { return strings.Compare(a.key, b.key) })
+	out = append(out, '{')
+	wrote := false
+	for i, m := range members {
+		if i+1 < len(members) && members[i+1].key == m.key {
+			continue // a later value of the same key wins
+		}
+		if wrote {
+			out = append(out, ',')
+		}
+		wrote = true
+		if out, err = appendString(out, m.key); err != nil {
+			return nil, err
+		}
+		out = append(out, ':')
+		if out, err = appendCanonical(out, m.val); err != nil {
+			return nil, err
+		}
+	}
+	return append(out, '}'), nil
+}
+
+// appendString writes s quoted as encoding/json writes it. Printable ASCII
+// without a character it escapes is written as it is; anything else
+// through json.Marshal.
+func appendString(out []byte, s string) ([]byte, error) {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			b, err := json.Marshal(s)
+			return append(out, b...), err
+		}
+	}
+	out = append(out, '"')
+	out = append(out, s...)
+	return append(out, '"'), nil
 }
 
 // appendNumber writes a JSON number literal as an exact rational. An integer

@@ -1,7 +1,6 @@
 package seal
 
 import (
-	"cmp"
 	"context"
 	"crypto/hmac"
 	"encoding/base64"
@@ -9,9 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
-	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -19,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
+	"github.com/tidwall/gjson"
 )
 
 // DefaultReplayWindow is how long after it was due a sealed job may still
@@ -64,7 +61,7 @@ func (e *RefusedError) Error() string {
 	return fmt.Sprintf("ferry: seal: job refused (%s): %s", e.Reason, e.Detail)
 }
 
-// DB is what the run-id claim runs on: a *pgxpool.Pool.
+// DB is what the cleaner of claims runs on: a *pgxpool.Pool.
 type DB interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
@@ -75,8 +72,6 @@ type DB interface {
 type VerifierConfig struct {
 	// Keys verify; a job sealed with any of them passes. Required.
 	Keys *Keys
-	// DB holds ferry_seal_run, where run ids are claimed. Required.
-	DB DB
 	// ReplayWindow: a job due longer ago than this that never started is
 	// refused as stale. Default DefaultReplayWindow.
 	ReplayWindow time.Duration
@@ -91,7 +86,6 @@ type Verifier struct {
 	river.MiddlewareDefaults
 	cfg     VerifierConfig
 	refused [5]atomic.Int64 // by reasonIndex
-	claims  *claimer
 	// lastMissing is the unix nanoseconds of the last refusal for
 	// ReasonMissing.
 	lastMissing atomic.Int64
@@ -107,9 +101,6 @@ func NewVerifier(cfg VerifierConfig) (*Verifier, error) {
 	if cfg.Keys.Len() == 0 {
 		return nil, errors.New("ferry: seal: a verifier needs keys")
 	}
-	if cfg.DB == nil {
-		return nil, errors.New("ferry: seal: a verifier needs a database")
-	}
 	if cfg.ReplayWindow <= 0 {
 		cfg.ReplayWindow = DefaultReplayWindow
 	}
@@ -119,7 +110,7 @@ func NewVerifier(cfg VerifierConfig) (*Verifier, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Verifier{cfg: cfg, claims: &claimer{db: cfg.DB}}, nil
+	return &Verifier{cfg: cfg}, nil
 }
 
 // Refused is how many jobs this Verifier refused for reason since it was
@@ -149,11 +140,7 @@ func (v *Verifier) LastMissing() time.Time {
 // (state discarded, the error as its last error, no retry): it is a dead
 // letter, and its worker never ran.
 func (v *Verifier) Work(ctx context.Context, job *rivertype.JobRow, doInner func(context.Context) error) error {
-	refusal, err := v.Check(ctx, job)
-	if err != nil {
-		return err // the claim could not be made: River retries the job, unrun
-	}
-	if refusal != nil {
+	if refusal := v.Check(job); refusal != nil {
 		v.refused[reasonIndex[refusal.Reason]].Add(1)
 		if refusal.Reason == ReasonMissing {
 			v.lastMissing.Store(v.cfg.Now().UnixNano())
@@ -166,27 +153,22 @@ func (v *Verifier) Work(ctx context.Context, job *rivertype.JobRow, doInner func
 	return doInner(ctx)
 }
 
-// Check verifies job's seal and, when it holds, claims its run id for job
-// and, for a job sealed encrypted, replaces job.EncodedArgs with the
-// decrypted args. It returns the refusal (nil when the job may run), or an
-// error when the claim could not be made.
-func (v *Verifier) Check(ctx context.Context, job *rivertype.JobRow) (*RefusedError, error) {
-	refuse := func(r Reason, format string, args ...any) (*RefusedError, error) {
-		return &RefusedError{Reason: r, JobID: job.ID, Kind: job.Kind, Detail: fmt.Sprintf(format, args...)}, nil
+// Check verifies job's seal, and its claim as the database marked it in the
+// row, and, for a job sealed encrypted, replaces job.EncodedArgs with the
+// decrypted args. It returns the refusal, nil when the job may run. It
+// reads nothing but job: no query, no write.
+func (v *Verifier) Check(job *rivertype.JobRow) *RefusedError {
+	refuse := func(r Reason, format string, args ...any) *RefusedError {
+		return &RefusedError{Reason: r, JobID: job.ID, Kind: job.Kind, Detail: fmt.Sprintf(format, args...)}
 	}
-	var meta struct {
-		Seal json.RawMessage `json:"ferry_seal"`
-	}
-	if len(job.Metadata) > 0 {
-		if err := json.Unmarshal(job.Metadata, &meta); err != nil {
-			return refuse(ReasonMissing, "the job's metadata is not a JSON object")
-		}
-	}
-	if len(meta.Seal) == 0 || string(meta.Seal) == "null" {
+	// The two keys of metadata the check reads, without decoding the rest
+	// (River stores metadata as jsonb: it is a valid document).
+	meta := gjson.GetManyBytes(job.Metadata, MetadataKey, claimKey)
+	if meta[0].Type == gjson.Null {
 		return refuse(ReasonMissing, "the job has no seal; it was not inserted by ferry with seal keys")
 	}
-	var st stamp
-	if err := json.Unmarshal(meta.Seal, &st); err != nil || st.V != version || st.R == "" || st.M == "" {
+	st, err := parseStamp(meta[0])
+	if err != nil {
 		return refuse(ReasonInvalid, "the seal is malformed")
 	}
 	k, ok := v.cfg.Keys.byID(st.K)
@@ -201,7 +183,7 @@ func (v *Verifier) Check(ctx context.Context, job *rivertype.JobRow) (*RefusedEr
 	if err != nil {
 		return refuse(ReasonInvalid, "the args are not JSON the seal can cover")
 	}
-	if !hmac.Equal(got, st.mac(k.mac, job.Kind, canon)) {
+	if !hmac.Equal(got, st.mac(k, job.Kind, canon)) {
 		return refuse(ReasonInvalid, "the seal does not match the job's kind, args or run id: altered")
 	}
 	if st.Q != job.Queue {
@@ -213,46 +195,74 @@ func (v *Verifier) Check(ctx context.Context, job *rivertype.JobRow) (*RefusedEr
 			return refuse(ReasonInvalid, "%v", err)
 		}
 	}
-	// open gives the kind's worker the args as they were sealed.
-	open := func() (*RefusedError, error) { job.EncodedArgs = plain; return nil, nil }
 	due := time.Unix(st.D, 0)
-	if v.cfg.Now().After(due.Add(v.cfg.ReplayWindow)) {
-		// A job that started within the window and is retried after it
-		// holds its claim; any other is stale.
-		var owner int64
-		err := v.cfg.DB.QueryRow(ctx, `SELECT job_id FROM ferry_seal_run WHERE run_id = $1`, st.R).Scan(&owner)
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-			return refuse(ReasonStale, "due %s, more than the replay window %s ago", due.UTC().Format(time.RFC3339), v.cfg.ReplayWindow)
-		case err != nil:
-			return nil, fmt.Errorf("ferry: seal: look up run id: %w", err)
-		case owner != job.ID:
-			return refuse(ReasonReplayed, "its run id was claimed by job %d", owner)
+	if meta[1].Type != gjson.Null {
+		// Written by the database when the job was (the claim, migration
+		// 014): its run id was another job's, or a deleted job's, or it
+		// was written back long after it was due.
+		var c claimMark
+		if err := json.Unmarshal([]byte(meta[1].Raw), &c); err != nil {
+			return refuse(ReasonInvalid, "the claim mark ferry_seal_claim is malformed")
 		}
-		return open()
+		switch {
+		case c.Gone:
+			return refuse(ReasonReplayed, "its run id belonged to job %d, since deleted: a copy written back", c.Job)
+		case c.Job != job.ID:
+			return refuse(ReasonReplayed, "its run id was claimed by job %d", c.Job)
+		case time.Unix(c.At, 0).After(due.Add(v.cfg.ReplayWindow)):
+			return refuse(ReasonStale, "due %s, written at %s, more than the replay window %s later",
+				due.UTC().Format(time.RFC3339), time.Unix(c.At, 0).UTC().Format(time.RFC3339), v.cfg.ReplayWindow)
+		}
 	}
-	// The claim commits before the worker runs: once any job has started
-	// with this run id, no other job id can take it.
-	owner, err := v.claims.claim(ctx, st.R, job.ID)
-	if err != nil {
-		return nil, fmt.Errorf("ferry: seal: claim run id: %w", err)
+	if job.Attempt <= 1 && v.cfg.Now().After(due.Add(v.cfg.ReplayWindow)) {
+		// A job that started within the window and is retried after it
+		// runs; a first start this late does not.
+		return refuse(ReasonStale, "due %s, more than the replay window %s ago, and never started", due.UTC().Format(time.RFC3339), v.cfg.ReplayWindow)
 	}
-	if owner != job.ID {
-		return refuse(ReasonReplayed, "its run id was claimed by job %d", owner)
-	}
-	return open()
+	job.EncodedArgs = plain
+	return nil
 }
 
-// DeleteExpiredClaims deletes run-id claims made longer than window ago. A
-// copy of their job is refused as stale without them (it was due before
-// its claim, so more than window ago); the one thing lost is a retry of the
-// job itself that long after it started, which is refused as stale too.
+// claimKey is the key of the mark below in a job's metadata.
+const claimKey = "ferry_seal_claim"
+
+// claimMark is metadata.ferry_seal_claim, which the database writes into a
+// sealed job's row when its run id's claim was not its own, or late
+// (migration 014).
+type claimMark struct {
+	Job  int64 `json:"job"`
+	At   int64 `json:"at"`
+	Gone bool  `json:"gone"`
+}
+
+// claimGrace is how long after a job was due its claim may be made without
+// a mark (migration 014 writes the mark when the claim is later than
+// that), and how much longer than the replay window a claim is kept.
+const claimGrace = time.Hour
+
+// DeleteExpiredClaims deletes the run-id claims of jobs due longer ago than
+// window (and claimGrace), in batches of 10,000 rows, each its own short
+// statement. A copy of such a job written back later claims its run id
+// anew, more than window after the job was due: the database marks it, and
+// workers refuse it as stale. The job itself, still in river_job and
+// retried, is not affected: its row was marked (or not) when it was
+// written.
 func DeleteExpiredClaims(ctx context.Context, db DB, window time.Duration) (int64, error) {
-	tag, err := db.Exec(ctx, `DELETE FROM ferry_seal_run WHERE claimed_at < now() - make_interval(secs => $1)`, window.Seconds())
-	if err != nil {
-		return 0, fmt.Errorf("ferry: seal: delete expired claims: %w", err)
+	var total int64
+	for {
+		tag, err := db.Exec(ctx, `
+			DELETE FROM ferry_seal_run WHERE run_id IN (
+				SELECT run_id FROM ferry_seal_run
+				WHERE coalesce(due, claimed_at) < now() - make_interval(secs => $1)
+				LIMIT 10000)`, (window + claimGrace).Seconds())
+		if err != nil {
+			return total, fmt.Errorf("ferry: seal: delete expired claims: %w", err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < 10000 {
+			return total, nil
+		}
 	}
-	return tag.RowsAffected(), nil
 }
 
 // Cleaner returns a leader runnable that deletes expired claims
@@ -278,111 +288,5 @@ func Cleaner(db DB, window time.Duration, logger *slog.Logger) func(context.Cont
 			case <-t.C:
 			}
 		}
-	}
-}
-
-// claimer claims run ids in batches: the claims of jobs starting at the
-// same time share one statement and one commit (group commit), since a
-// commit per job would cap a worker near the disk's flush rate. The first
-// caller with no batch in flight runs one with every claim pending, then
-// hands the turn to the first claim that arrived meanwhile; no goroutine of
-// its own outlives a claim.
-type claimer struct {
-	db       DB
-	mu       sync.Mutex
-	pending  []*claimReq
-	flushing bool
-}
-
-type claimReq struct {
-	run   string
-	job   int64
-	owner int64
-	err   error
-	done  chan struct{} // closed with owner or err set
-	turn  chan struct{} // closed when this claim is to run the next batch
-}
-
-// claimTimeout bounds one batch's statement.
-const claimTimeout = 30 * time.Second
-
-// claim claims run for job and returns the job id holding it: job, or the
-// job that claimed it first.
-func (c *claimer) claim(ctx context.Context, run string, job int64) (int64, error) {
-	r := &claimReq{run: run, job: job, done: make(chan struct{}), turn: make(chan struct{})}
-	c.mu.Lock()
-	c.pending = append(c.pending, r)
-	lead := !c.flushing
-	c.flushing = true
-	c.mu.Unlock()
-	if !lead {
-		// A waiter does not give up on ctx: the batch it is in may be
-		// next, and whoever runs it returns within claimTimeout.
-		select {
-		case <-r.done:
-			return r.owner, r.err
-		case <-r.turn:
-		}
-	}
-	c.mu.Lock()
-	batch := c.pending
-	c.pending = nil
-	c.mu.Unlock()
-	c.run(context.WithoutCancel(ctx), batch)
-	c.mu.Lock()
-	if len(c.pending) > 0 {
-		close(c.pending[0].turn)
-	} else {
-		c.flushing = false
-	}
-	c.mu.Unlock()
-	return r.owner, r.err
-}
-
-// run claims batch in one statement, run ids in order so that batches of
-// several workers lock rows alike. Two claims of one run id in a batch
-// (a job and its copy starting together) are one row: the first holds it.
-func (c *claimer) run(ctx context.Context, batch []*claimReq) {
-	ctx, cancel := context.WithTimeout(ctx, claimTimeout)
-	defer cancel()
-	first := make(map[string]int64, len(batch))
-	for _, r := range batch {
-		if _, ok := first[r.run]; !ok {
-			first[r.run] = r.job
-		}
-	}
-	runs := slices.Sorted(maps.Keys(first))
-	ids := make([]int64, len(runs))
-	for i, run := range runs {
-		ids[i] = first[run]
-	}
-	owners := make(map[string]int64, len(runs))
-	err := func() error {
-		rows, err := c.db.Query(ctx, `
-			INSERT INTO ferry_seal_run (run_id, job_id)
-			SELECT * FROM unnest($1::text[], $2::bigint[])
-			ON CONFLICT (run_id) DO UPDATE SET run_id = excluded.run_id
-			RETURNING run_id, job_id`, runs, ids)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var run string
-			var owner int64
-			if err := rows.Scan(&run, &owner); err != nil {
-				return err
-			}
-			owners[run] = owner
-		}
-		return rows.Err()
-	}()
-	for _, r := range batch {
-		if owner, ok := owners[r.run]; ok && err == nil {
-			r.owner = owner
-		} else {
-			r.err = cmp.Or(err, errors.New("no row returned"))
-		}
-		close(r.done)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -97,8 +98,10 @@ func setup(t *testing.T, keys, verifyKeys *seal.Keys) *testBundle {
 		worker: &effectWorker{ran: map[int64]int{}, args: map[int64]effectArgs{}},
 		logs:   &logtest.Recorder{},
 	}
-	var err error
-	b.verifier, err = seal.NewVerifier(seal.VerifierConfig{Keys: verifyKeys, DB: pool, Logger: b.logs.Logger()})
+	// As a worker with keys does at start (ferry.Server.Run).
+	_, err := seal.Arm(t.Context(), pool)
+	require.NoError(t, err)
+	b.verifier, err = seal.NewVerifier(seal.VerifierConfig{Keys: verifyKeys, Logger: b.logs.Logger()})
 	require.NoError(t, err)
 	workers := river.NewWorkers()
 	river.AddWorker(workers, b.worker)
@@ -315,12 +318,11 @@ func TestVerifier(t *testing.T) {
 		require.NotEqual(t, oldKeys.IDs()[0], rotated.IDs()[0])
 
 		// Once the old key is dropped, what it sealed no longer verifies.
-		dropped, err := seal.NewVerifier(seal.VerifierConfig{Keys: mustKeys(t, newK), DB: b.pool})
+		dropped, err := seal.NewVerifier(seal.VerifierConfig{Keys: mustKeys(t, newK)})
 		require.NoError(t, err)
 		oldJob, err := b.client.JobGet(t.Context(), oldID)
 		require.NoError(t, err)
-		refusal, err := dropped.Check(t.Context(), oldJob)
-		require.NoError(t, err)
+		refusal := dropped.Check(oldJob)
 		require.NotNil(t, refusal)
 		require.Equal(t, seal.ReasonInvalid, refusal.Reason)
 	})
@@ -332,59 +334,228 @@ type otherArgs struct {
 
 func (otherArgs) Kind() string { return "seal_test.other" }
 
+// sealOf reads job's seal, a version-2 string
+// ("2.<key id>.<run id>.<due>.<e>.<mac>.<queue>"), into its named fields.
 func sealOf(t *testing.T, job *rivertype.JobRow) map[string]any {
 	t.Helper()
-	var meta map[string]map[string]any
+	var meta map[string]any
 	require.NoError(t, json.Unmarshal(job.Metadata, &meta))
-	require.NotNil(t, meta[seal.MetadataKey], "job %d is sealed", job.ID)
-	return meta[seal.MetadataKey]
+	text, ok := meta[seal.MetadataKey].(string)
+	require.True(t, ok, "job %d is sealed, in the compact form: %s", job.ID, job.Metadata)
+	f := strings.SplitN(text, ".", 7)
+	require.Len(t, f, 7, text)
+	require.Equal(t, "2", f[0])
+	return map[string]any{"k": f[1], "r": f[2], "d": f[3], "e": f[4] == "1", "m": f[5], "q": f[6]}
 }
 
-// TestVerifier_Check: a job's own retry passes its claim, a copy does not,
-// whichever comes first.
+// TestVerifier_Check: the database claims a sealed job's run id when the
+// job is written, and marks in the row a copy written back (under another
+// id, or under the deleted original's id, or by an UPDATE of another row),
+// whichever of them starts first; the worker reads the mark, and no query.
 func TestVerifier_Check(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
+	_, err := seal.Arm(t.Context(), pool)
+	require.NoError(t, err)
 	keys := mustKeys(t, newKey(t))
 	ins, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Middleware: []rivertype.Middleware{seal.Middleware(keys)}})
 	require.NoError(t, err)
-	v, err := seal.NewVerifier(seal.VerifierConfig{Keys: keys, DB: pool})
+	v, err := seal.NewVerifier(seal.VerifierConfig{Keys: keys})
 	require.NoError(t, err)
 	ctx := t.Context()
 	queue := fmt.Sprintf("seal_check_%d", queueSeq.Add(1))
+	get := func(id int64) *rivertype.JobRow {
+		t.Helper()
+		job, err := ins.JobGet(ctx, id)
+		require.NoError(t, err)
+		return job
+	}
+	requireReason := func(want seal.Reason, refusal *seal.RefusedError) {
+		t.Helper()
+		require.NotNil(t, refusal)
+		require.Equal(t, want, refusal.Reason, refusal.Detail)
+	}
+	copyOf := func(id int64, explicitID int64) int64 {
+		t.Helper()
+		var copyID int64
+		require.NoError(t, pool.QueryRow(ctx, `
+			INSERT INTO river_job (id, args, kind, max_attempts, metadata, queue, priority, state)
+			SELECT coalesce(nullif($2, 0), nextval('river_job_id_seq')), args, kind, max_attempts,
+			       metadata - 'ferry_seal_claim', queue, priority, 'available'
+			FROM river_job WHERE id = $1
+			RETURNING id`, id, explicitID).Scan(&copyID))
+		return copyID
+	}
 
 	res, err := ins.Insert(ctx, effectArgs{N: 7}, &river.InsertOpts{Queue: queue})
+	require.NoError(t, err)
+	origID := res.Job.ID
+	var stored string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT metadata::text FROM river_job WHERE id = $1`, origID).Scan(&stored))
+	require.NotContains(t, stored, "ferry_seal_claim", "a job written in time under its own claim has no mark")
+
+	copyID := copyOf(origID, 0)
+	// The copy is refused whichever starts first; the original runs, and
+	// its retries do.
+	requireReason(seal.ReasonReplayed, v.Check(get(copyID)))
+	require.Nil(t, v.Check(get(origID)))
+	require.Nil(t, v.Check(get(origID)))
+
+	t.Run("MarkRemovedByHand", func(t *testing.T) {
+		_, err := pool.Exec(ctx, `UPDATE river_job SET metadata = metadata - 'ferry_seal_claim' WHERE id = $1`, copyID)
+		require.NoError(t, err)
+		requireReason(seal.ReasonReplayed, v.Check(get(copyID)))
+	})
+
+	t.Run("MarkForgedOnAJobOfItsOwn", func(t *testing.T) {
+		// A mark written by hand into a good job is replaced by the truth.
+		res, err := ins.Insert(ctx, effectArgs{N: 8}, &river.InsertOpts{Queue: queue})
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, `UPDATE river_job SET metadata = metadata || '{"ferry_seal_claim": {"job": 1, "at": 0, "gone": true}}' WHERE id = $1`, res.Job.ID)
+		require.NoError(t, err)
+		require.Nil(t, v.Check(get(res.Job.ID)))
+	})
+
+	t.Run("SealCopiedOntoAnotherRow", func(t *testing.T) {
+		other, err := ins.Insert(ctx, effectArgs{N: 9}, &river.InsertOpts{Queue: queue})
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, `
+			UPDATE river_job j SET args = o.args, kind = o.kind, metadata = o.metadata
+			FROM river_job o WHERE o.id = $1 AND j.id = $2`, origID, other.Job.ID)
+		require.NoError(t, err)
+		requireReason(seal.ReasonReplayed, v.Check(get(other.Job.ID)))
+	})
+
+	t.Run("CopyUnderTheDeletedOriginalsID", func(t *testing.T) {
+		res, err := ins.Insert(ctx, effectArgs{N: 10}, &river.InsertOpts{Queue: queue})
+		require.NoError(t, err)
+		keep := get(res.Job.ID)
+		_, err = pool.Exec(ctx, `DELETE FROM river_job WHERE id = $1`, res.Job.ID)
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, `
+			INSERT INTO river_job (id, args, kind, max_attempts, metadata, queue, priority, state)
+			VALUES ($1, $2, $3, 25, $4, $5, 1, 'available')`, keep.ID, keep.EncodedArgs, keep.Kind, keep.Metadata, keep.Queue)
+		require.NoError(t, err)
+		requireReason(seal.ReasonReplayed, v.Check(get(keep.ID)))
+	})
+
+	t.Run("AfterTheWindow", func(t *testing.T) {
+		late, err := seal.NewVerifier(seal.VerifierConfig{Keys: keys, Now: func() time.Time { return time.Now().Add(seal.DefaultReplayWindow + time.Hour) }})
+		require.NoError(t, err)
+		orig := get(origID)
+		requireReason(seal.ReasonStale, late.Check(orig))
+		orig.Attempt = 2 // a retry of a job that started in time
+		require.Nil(t, late.Check(orig))
+		cp := get(copyID)
+		cp.Attempt = 2
+		requireReason(seal.ReasonReplayed, late.Check(cp))
+	})
+
+	t.Run("CopyAfterTheClaimExpired", func(t *testing.T) {
+		// A job due two hours ago, within a one-hour window: its claim is
+		// deleted, and a copy written back claims anew, too late.
+		res, err := ins.Insert(ctx, effectArgs{N: 11}, &river.InsertOpts{Queue: queue, ScheduledAt: time.Now().Add(-2 * time.Hour)})
+		require.NoError(t, err)
+		hour, err := seal.NewVerifier(seal.VerifierConfig{Keys: keys, ReplayWindow: 3 * time.Hour})
+		require.NoError(t, err)
+		orig := get(res.Job.ID)
+		orig.Attempt = 1
+		require.Nil(t, hour.Check(orig), "written within its window")
+		_, err = pool.Exec(ctx, `DELETE FROM river_job WHERE id = $1`, res.Job.ID)
+		require.NoError(t, err)
+		n, err := seal.DeleteExpiredClaims(ctx, pool, 0)
+		require.NoError(t, err)
+		require.Positive(t, n)
+		var left int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM ferry_seal_run WHERE run_id = $1`, sealOf(t, orig)["r"]).Scan(&left))
+		require.Zero(t, left, "the claim was deleted")
+		_, err = pool.Exec(ctx, `
+			INSERT INTO river_job (args, kind, max_attempts, metadata, queue, priority, state, attempt)
+			VALUES ($1, $2, 25, $3, $4, 1, 'available', 3)`, orig.EncodedArgs, orig.Kind, orig.Metadata, orig.Queue)
+		require.NoError(t, err)
+		var cp int64
+		require.NoError(t, pool.QueryRow(ctx, `SELECT max(id) FROM river_job WHERE queue = $1`, queue).Scan(&cp))
+		short, err := seal.NewVerifier(seal.VerifierConfig{Keys: keys, ReplayWindow: time.Hour})
+		require.NoError(t, err)
+		requireReason(seal.ReasonStale, short.Check(get(cp)))
+	})
+}
+
+// TestArm: sealed jobs written while no worker with keys had put the claim
+// trigger on river_job are claimed when one does, oldest first, and a copy
+// written meanwhile is marked; a database never armed has no such trigger.
+func TestArm(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.PoolFor(t, pgtest.NewDatabase(t, true))
+	ctx := t.Context()
+	armed := func() bool {
+		t.Helper()
+		var ok bool
+		require.NoError(t, pool.QueryRow(ctx, `SELECT ferry_seal_armed()`).Scan(&ok))
+		return ok
+	}
+	require.False(t, armed(), "a fresh database claims nothing on insert")
+	keys := mustKeys(t, newKey(t))
+	ins, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Middleware: []rivertype.Middleware{seal.Middleware(keys)}})
+	require.NoError(t, err)
+	res, err := ins.Insert(ctx, effectArgs{N: 1}, &river.InsertOpts{Queue: "seal_arm"})
 	require.NoError(t, err)
 	var copyID int64
 	require.NoError(t, pool.QueryRow(ctx, `
 		INSERT INTO river_job (args, kind, max_attempts, metadata, queue, priority, state)
 		SELECT args, kind, max_attempts, metadata, queue, priority, 'available' FROM river_job WHERE id = $1
 		RETURNING id`, res.Job.ID).Scan(&copyID))
-	cp, err := ins.JobGet(ctx, copyID)
+
+	did, err := seal.Arm(ctx, pool)
+	require.NoError(t, err)
+	require.True(t, did)
+	require.True(t, armed())
+	did, err = seal.Arm(ctx, pool)
+	require.NoError(t, err)
+	require.False(t, did, "armed once")
+
+	v, err := seal.NewVerifier(seal.VerifierConfig{Keys: keys})
 	require.NoError(t, err)
 	orig, err := ins.JobGet(ctx, res.Job.ID)
 	require.NoError(t, err)
-
-	// The copy starts first: it takes the run id, and the original is the
-	// one refused. Either way exactly one of them runs.
-	refusal, err := v.Check(ctx, cp)
+	require.Nil(t, v.Check(orig))
+	cp, err := ins.JobGet(ctx, copyID)
 	require.NoError(t, err)
-	require.Nil(t, refusal)
-	refusal, err = v.Check(ctx, cp)
-	require.NoError(t, err)
-	require.Nil(t, refusal, "a retry of the job that holds the claim passes")
-	refusal, err = v.Check(ctx, orig)
-	require.NoError(t, err)
+	refusal := v.Check(cp)
 	require.NotNil(t, refusal)
 	require.Equal(t, seal.ReasonReplayed, refusal.Reason)
 
-	// After the window, the claimant's retry still passes; nothing else does.
-	late, err := seal.NewVerifier(seal.VerifierConfig{Keys: keys, DB: pool, Now: func() time.Time { return time.Now().Add(seal.DefaultReplayWindow + time.Hour) }})
+	// From now on the insert claims, one statement for all its rows: a COPY
+	// of 100 sealed jobs claims each for itself and marks none, and a
+	// statement writing two copies at once marks both.
+	params := make([]river.InsertManyParams, 100)
+	for i := range params {
+		params[i] = river.InsertManyParams{Args: effectArgs{N: i}, InsertOpts: &river.InsertOpts{Queue: "seal_arm_bulk"}}
+	}
+	_, err = ins.InsertManyFast(ctx, params)
 	require.NoError(t, err)
-	refusal, err = late.Check(ctx, cp)
+	var claimed, marked int
+	require.NoError(t, pool.QueryRow(ctx, `
+		SELECT count(*) FILTER (WHERE s.job_id = j.id), count(*) FILTER (WHERE j.metadata ? 'ferry_seal_claim')
+		FROM river_job j JOIN ferry_seal_run s ON s.run_id = ferry_seal_run_id(j.metadata)
+		WHERE j.queue = 'seal_arm_bulk'`).Scan(&claimed, &marked))
+	require.Equal(t, 100, claimed)
+	require.Zero(t, marked)
+
+	rows, err := pool.Query(ctx, `
+		INSERT INTO river_job (args, kind, max_attempts, metadata, queue, priority, state)
+		SELECT args, kind, max_attempts, metadata, queue, priority, 'available'
+		FROM river_job, generate_series(1, 2) WHERE id = $1
+		RETURNING id`, res.Job.ID)
 	require.NoError(t, err)
-	require.Nil(t, refusal)
-	refusal, err = late.Check(ctx, orig)
+	copies, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	require.NoError(t, err)
-	require.Equal(t, seal.ReasonReplayed, refusal.Reason)
+	require.Len(t, copies, 2)
+	for _, id := range copies {
+		job, err := ins.JobGet(ctx, id)
+		require.NoError(t, err)
+		refusal := v.Check(job)
+		require.NotNil(t, refusal, "copy %d", id)
+		require.Equal(t, seal.ReasonReplayed, refusal.Reason)
+	}
 }

@@ -75,6 +75,10 @@ func TestSeal(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(started), &startRec))
 	_, err = w.WaitForLineFunc(0, logtest.Logged("seal: jobs are sealed and verified", "unsealed_waiting", 0))
 	require.NoError(t, err)
+	// The first worker with keys on a fresh database arms it: run ids are
+	// claimed as jobs are written, which the replayed cases below need.
+	_, err = w.WaitForLineFunc(0, logtest.Logged("seal: the database now claims the run ids of sealed jobs as they are written"))
+	require.NoError(t, err)
 
 	// enqueueSealed runs `enqueue job http.request` to path with key (and
 	// more NAME=value lines after it).
@@ -141,6 +145,15 @@ func TestSeal(t *testing.T) {
 	requireRefused(planted, "missing")
 
 	requireRefused(copyOf(sealed, ""), "replayed")
+	// Written back under the original's own id once River's cleaner (here
+	// a DELETE) removed it: the claim is gone, the copy refused.
+	orig, err := pool.Exec(t.Context(), `
+		WITH gone AS (DELETE FROM river_job WHERE id = $1 RETURNING *)
+		INSERT INTO river_job (id, args, kind, max_attempts, metadata, queue, priority, state)
+		SELECT id, args, kind, max_attempts, metadata, queue, priority, 'available' FROM gone`, rotated)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, orig.RowsAffected())
+	requireRefused(rotated, "replayed")
 	requireRefused(copyOf(sealed, fmt.Sprintf(`args = jsonb_build_object('url', '%s/altered')`, fx.srv.URL)), "invalid")
 	requireRefused(copyOf(sealed, `queue = 'other'`), "queue")
 	requireRefused(enqueueSealed(newKey, "/stale", "--at", time.Now().Add(-200*time.Hour).UTC().Format(time.RFC3339)), "stale")
@@ -163,7 +176,7 @@ func TestSeal(t *testing.T) {
 	require.Equal(t, http.StatusServiceUnavailable, code, body)
 	require.Contains(t, body, "seal: 1 jobs refused for a missing seal")
 	_, body = get("/metrics")
-	for reason, n := range map[string]int{"missing": 1, "replayed": 1, "invalid": 2, "queue": 1, "stale": 1} {
+	for reason, n := range map[string]int{"missing": 1, "replayed": 2, "invalid": 2, "queue": 1, "stale": 1} {
 		require.Contains(t, body, fmt.Sprintf(`ferry_seal_refused_total{reason=%q} %d`, reason, n))
 	}
 

@@ -1,0 +1,13 @@
+DROP TRIGGER IF EXISTS ferry_seal_claim_insert ON river_job;
+DROP FUNCTION ferry_seal_arm();
+DROP FUNCTION ferry_seal_armed();
+DROP TRIGGER ferry_seal_gone ON river_job;
+DROP FUNCTION ferry_seal_gone();
+DROP TRIGGER ferry_seal_claim_update ON river_job;
+DROP FUNCTION ferry_seal_claim_rows();
+DROP FUNCTION ferry_seal_claim();
+DROP FUNCTION ferry_seal_due(jsonb);
+DROP FUNCTION ferry_unix_time(text);
+DROP FUNCTION ferry_seal_run_id(jsonb);
+CREATE INDEX ferry_seal_run_claimed_at ON ferry_seal_run (claimed_at);
+ALTER TABLE ferry_seal_run DROP COLUMN gone, DROP COLUMN due;
