@@ -55,7 +55,8 @@ func usageErrorf(format string, args ...any) error {
 // which main cancels on SIGINT/SIGTERM, and returns the process exit code:
 // ExitOK, ExitUsage for bad input (a *UsageError, a flag's error, any
 // cli.ExitCoder, a bad FERRY_SEAL_KEYS or FERRY_SEAL_ENCRYPT),
-// ExitQueueFull for an insert into a full queue (jobs.ErrQueueFull),
+// ExitQueueFull for an insert or a retry into a full queue
+// (jobs.ErrQueueFull, or the database's SQLSTATE FR002),
 // ExitFailure for anything else. A failure is printed as one line on the
 // app's ErrWriter, after the app's name, with database
 // passwords redacted; when the command line has --json, that line is a
@@ -87,7 +88,9 @@ func Run(ctx context.Context, app *cli.App, args []string) int {
 			return code
 		}
 	}
-	if errors.Is(err, jobs.ErrQueueFull) {
+	// However the refusal came: ferry's inserts translate it, River's
+	// JobRetry (`jobs retry`, `dead retry`) passes the database's FR002 on.
+	if errors.Is(jobs.AsQueueFull(err), jobs.ErrQueueFull) {
 		code = ExitQueueFull
 	}
 	msg := redact.Postgres(strings.Join(strings.Fields(err.Error()), " "))

@@ -175,7 +175,7 @@ func runDead(c *cli.Context, verb, done string) error {
 			if verb == "retry" {
 				for _, id := range locked {
 					if _, err := client.JobRetryTx(ctx, tx, id); err != nil {
-						return fmt.Errorf("retry job %d: %w", id, err)
+						return fmt.Errorf("retry job %d: %w", id, jobs.AsQueueFull(err))
 					}
 				}
 				res.IDs = locked

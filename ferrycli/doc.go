@@ -39,8 +39,9 @@
 //
 // Run returns ExitOK (0) on success, ExitUsage (2) on bad input, with one
 // line on stderr saying why and nothing written, ExitQueueFull (3) when an
-// insert is refused because its queue is at its bound (jobs.ErrQueueFull;
-// nothing written), and ExitFailure (1) on any other failure. Under --json that line is a JSON object, {"error": "…",
+// insert, or a retry of a finished job (`jobs retry`, `dead retry`), is
+// refused because its queue is at its bound (jobs.ErrQueueFull; nothing
+// written), and ExitFailure (1) on any other failure. Under --json that line is a JSON object, {"error": "…",
 // "exit_code": 2}, and warnings (a job put in a queue no live worker works)
 // are {"warning": "…"}. An error of a query on a table that does not exist
 // says to run `worker migrate up`. An action of one's own reports bad input

@@ -602,6 +602,7 @@ func runJobsAction(c *cli.Context, a jobAction) error {
 		return err
 	}
 	results := make([]actionResult, 0, len(ids))
+	var full error // the first refusal by a full queue: the command exits 3
 	err = withClient(c, func(ctx context.Context, pool *pgxpool.Pool, client *river.Client[pgx.Tx]) error {
 		for _, id := range ids {
 			j, err := a.do(ctx, pool, client, id)
@@ -625,6 +626,12 @@ func runJobsAction(c *cli.Context, a jobAction) error {
 			case err != nil:
 				if ctx.Err() != nil || schemaError(err) != nil {
 					return err
+				}
+				if qf := jobs.AsQueueFull(err); errors.Is(qf, jobs.ErrQueueFull) {
+					err = qf
+					if full == nil {
+						full = qf
+					}
 				}
 				r.Error = err.Error()
 			default:
@@ -669,6 +676,9 @@ func runJobsAction(c *cli.Context, a jobAction) error {
 		if !r.OK {
 			failed++
 		}
+	}
+	if failed > 0 && full != nil {
+		return fmt.Errorf("%d of %d jobs not %s: %w", failed, len(results), a.done, full)
 	}
 	if failed > 0 {
 		return fmt.Errorf("%d of %d jobs not %s", failed, len(results), a.done)

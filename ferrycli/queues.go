@@ -18,7 +18,8 @@ func enqueueQueues() *cli.Command {
 		Description: `Lists every queue that has jobs waiting or running, a bound, or a worker.
 LENGTH is what the bound limits: the jobs available, scheduled, retryable,
 pending and running. MAX LENGTH is the bound ("-": none); a queue at its
-bound refuses inserts (enqueue job and bulk exit 3). WORKERS is the worker
+bound refuses inserts (enqueue job and bulk exit 3, as do jobs retry and
+dead retry into a full queue). WORKERS is the worker
 count that the last worker started with the queue recorded.
 
 Examples:

@@ -87,7 +87,7 @@
 // until the inserting transaction commits, so inserts into one bounded
 // queue took turns on their commits: 0.23 of the unbounded throughput for
 // single-job transactions from 8 goroutines (cmd/bench -mode bounded);
-// 0.68 with the sequences, whose inserters never wait; 0.86 since a
+// 0.68 with the sequences, whose inserters never wait; 0.85 to 0.86 since a
 // statement whose jobs go to one queue (each single insert, each chunk of
 // a bulk insert) costs one query over its rows and the queue's counters.
 // What remains is that query, a nextval, and the UPDATE trigger that

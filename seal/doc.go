@@ -139,8 +139,8 @@
 // (sealed_worker_ratio; target 0.9): the MAC over the canonical args
 // (Check: 1.5 µs, BenchmarkCheck) and the larger rows. The claim is paid
 // by inserters: jobs.Inserter with keys inserts one job per transaction at
-// 0.80 of the unsealed rate (0.96 without the claim) and COPYs at 0.37
-// (0.53 without it: the seal itself, 2.5 µs a job in Go, BenchmarkSeal,
+// 0.77 to 0.81 of the unsealed rate (0.96 without the claim) and COPYs at
+// 0.34 to 0.37 (0.53 without it: the seal itself, 2.5 µs a job in Go, BenchmarkSeal,
 // and the larger rows), keys sealed_insert_ratio and sealed_bulk_ratio.
 // A deployment without keys has no insert trigger of this design.
 //

@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -53,6 +54,24 @@ func TestEnqueue_QueueFull(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(stderr), &jerr), stderr)
 	require.Equal(t, 3, jerr.ExitCode)
 	require.Contains(t, jerr.Error, "queue full")
+
+	// A dead letter retried into the full queue (River's JobRetry, which
+	// passes the database's refusal on as it is): exit 3, still dead.
+	var dead int64
+	require.NoError(t, pool.QueryRow(context.Background(), `
+		INSERT INTO river_job (args, kind, max_attempts, attempt, queue, state, finalized_at)
+		VALUES ('{}', 'ferry.noop', 1, 1, 'reports', 'discarded', now()) RETURNING id`).Scan(&dead))
+	for _, cmd := range [][]string{{"dead", "retry", fmt.Sprint(dead)}, {"jobs", "retry", fmt.Sprint(dead)}} {
+		_, stderr, code = enqueue(t, url, nil, cmd...)
+		require.Equal(t, 3, code, "%v: %s", cmd, stderr)
+		line := oneLine(t, stderr)
+		require.Contains(t, line, "queue full")
+		require.Contains(t, line, "reports")
+		require.Contains(t, line, "at most 150")
+		var state string
+		require.NoError(t, pool.QueryRow(context.Background(), `SELECT state FROM river_job WHERE id = $1`, dead).Scan(&state))
+		require.Equal(t, "discarded", state)
+	}
 
 	// Another queue is not affected.
 	_, stderr, code = enqueue(t, url, nil, "job", "ferry.noop", "--queue", "other")

@@ -245,3 +245,52 @@ func TestSeal_Config(t *testing.T) {
 		stop(t, w, stopTimeout)
 	})
 }
+
+// TestSeal_SchedulerAndRelay: the jobs that ferry itself inserts, a
+// schedule's ticks and the outbox relay's deliveries, arrive sealed at a
+// worker with keys and run; none is refused.
+func TestSeal_SchedulerAndRelay(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t, true)
+	pool := pgtest.PoolFor(t, url)
+	fx := newEffects(t)
+	cfg := writeConfig(t, fmt.Sprintf(`
+schedules:
+  - id: sealed-tick
+    name: Sealed tick
+    every: 1s
+    kind: http.request
+    args: {url: "%s/tick"}
+outbox:
+  routes:
+    - topic: order.placed
+      name: hook
+      url: %s/hook
+      secret_env: HOOK_SECRET
+`, fx.srv.URL, fx.srv.URL))
+	w := startWorker(t, url, append(debug, "FERRY_CONFIG="+cfg, "HOOK_SECRET="+hookSecret, "FERRY_SEAL_KEYS="+sealKey(t)), electionArgs(time.Second)...)
+	_, err := w.WaitForLineFunc(10*time.Second, logtest.Logged("seal: jobs are sealed and verified"))
+	require.NoError(t, err)
+	_, err = pool.Exec(t.Context(), `INSERT INTO ferry_outbox (topic, payload) VALUES ('order.placed', '{"order": 1}')`)
+	require.NoError(t, err)
+
+	require.Eventually(t, func() bool {
+		hits := fx.snapshot()
+		return hits["/tick"] >= 2 && hits["/hook"] == 1
+	}, 30*time.Second, 50*time.Millisecond, "ticks and the delivery ran: %v", fx.snapshot())
+	// Completed: two ticks and the delivery at least, once River's
+	// completer has recorded them.
+	var completed, unsealed, refused int
+	require.Eventually(t, func() bool {
+		require.NoError(t, pool.QueryRow(t.Context(), `
+			SELECT count(*) FILTER (WHERE state = 'completed' AND metadata ? 'ferry_seal'),
+			       count(*) FILTER (WHERE NOT metadata ? 'ferry_seal'),
+			       count(*) FILTER (WHERE state = 'discarded')
+			FROM river_job`).Scan(&completed, &unsealed, &refused))
+		return completed >= 3
+	}, 30*time.Second, 50*time.Millisecond)
+	require.Zero(t, unsealed, "every job ferry inserted is sealed")
+	require.Zero(t, refused)
+	stop(t, w, stopTimeout)
+	require.NotContains(t, w.Stderr()+w.Stdout(), "seal: job refused")
+}
