@@ -61,7 +61,7 @@ func TestEnqueue_QueueFull(t *testing.T) {
 	require.NoError(t, pool.QueryRow(context.Background(), `
 		INSERT INTO river_job (args, kind, max_attempts, attempt, queue, state, finalized_at)
 		VALUES ('{}', 'ferry.noop', 1, 1, 'reports', 'discarded', now()) RETURNING id`).Scan(&dead))
-	for _, cmd := range [][]string{{"dead", "retry", fmt.Sprint(dead)}, {"jobs", "retry", fmt.Sprint(dead)}} {
+	for _, cmd := range [][]string{{"dead", "retry", "--yes", fmt.Sprint(dead)}, {"jobs", "retry", fmt.Sprint(dead)}} {
 		_, stderr, code = enqueue(t, url, nil, cmd...)
 		require.Equal(t, 3, code, "%v: %s", cmd, stderr)
 		line := oneLine(t, stderr)
