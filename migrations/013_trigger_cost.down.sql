@@ -5,6 +5,11 @@ CREATE TRIGGER ferry_worker_fence BEFORE UPDATE ON river_job
 -- Back to migration 010: the triggers always on river_job, the function
 -- that returns at once while no queue has a bound.
 SELECT ferry_queue_arm();
+DROP TRIGGER ferry_queue_insert ON river_job;
+CREATE TRIGGER ferry_queue_insert AFTER INSERT ON river_job
+    REFERENCING NEW TABLE AS ferry_new
+    FOR EACH STATEMENT EXECUTE FUNCTION ferry_queue_count();
+DROP FUNCTION ferry_queue_count_insert();
 DROP FUNCTION ferry_queue_disarm();
 DROP FUNCTION ferry_queue_arm();
 DROP FUNCTION ferry_queue_armed();

@@ -113,6 +113,46 @@ BEGIN
 END
 $$;
 
+-- ferry_queue_count_insert is the INSERT trigger's function: kept apart from
+-- ferry_queue_count and small, since plpgsql sets up every variable and
+-- statement of a function at each call (the general function, returning
+-- at once, cost inserts about 2 % more than a function of one statement).
+-- A statement whose counted jobs go to several queues takes the general
+-- path of ferry_queue_admit.
+CREATE FUNCTION ferry_queue_count_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    d record;
+    adm bigint;
+BEGIN
+    -- refunded and released are read (in this query) before admitted
+    -- takes its values, as in ferry_queue_admit.
+    SELECT c.n, c.qmin, c.qmax, f.max_length, f.admitted, f.refunded,
+           coalesce(pg_sequence_last_value(f.refunded), 0) + coalesce(r.released, 0) AS gone
+    INTO d
+    FROM (SELECT min(queue) AS qmin, max(queue) AS qmax, count(*) AS n
+          FROM ferry_new WHERE ferry_queue_counted(state)) c
+    LEFT JOIN ferry_queue f ON f.name = c.qmin AND c.qmin = c.qmax
+    LEFT JOIN ferry_queue_released r ON r.name = f.name;
+    IF d.n = 0 OR (d.qmin = d.qmax AND (d.max_length IS NULL OR d.admitted IS NULL)) THEN
+        RETURN NULL;
+    ELSIF d.qmin <> d.qmax THEN
+        PERFORM ferry_queue_admit(array_agg(queue), array_agg(n)) FROM (
+            SELECT queue, count(*) AS n FROM ferry_new
+            WHERE ferry_queue_counted(state) GROUP BY queue) g;
+    ELSE
+        IF d.n = 1 THEN
+            adm := nextval(d.admitted);
+        ELSE
+            adm := ferry_queue_take(d.admitted, d.n);
+        END IF;
+        IF adm - d.gone > d.max_length THEN
+            PERFORM ferry_queue_refuse(d.qmin, adm - d.gone, d.max_length, d.n, ARRAY[d.refunded], ARRAY[d.n]);
+        END IF;
+    END IF;
+    RETURN NULL;
+END
+$$;
+
 -- ferry_queue_armed says whether the counting triggers are on river_job.
 CREATE FUNCTION ferry_queue_armed() RETURNS boolean LANGUAGE sql STABLE
     RETURN EXISTS (SELECT 1 FROM pg_trigger
@@ -130,7 +170,7 @@ BEGIN
     END IF;
     CREATE TRIGGER ferry_queue_insert AFTER INSERT ON river_job
         REFERENCING NEW TABLE AS ferry_new
-        FOR EACH STATEMENT EXECUTE FUNCTION ferry_queue_count();
+        FOR EACH STATEMENT EXECUTE FUNCTION ferry_queue_count_insert();
     CREATE TRIGGER ferry_queue_update AFTER UPDATE ON river_job
         REFERENCING OLD TABLE AS ferry_old NEW TABLE AS ferry_new
         FOR EACH STATEMENT EXECUTE FUNCTION ferry_queue_count();
@@ -164,6 +204,19 @@ END
 $$;
 
 SELECT ferry_queue_disarm();
+
+-- Still armed (a queue has a bound): the INSERT trigger calls the new
+-- function.
+DO $$
+BEGIN
+    IF ferry_queue_armed() THEN
+        DROP TRIGGER ferry_queue_insert ON river_job;
+        CREATE TRIGGER ferry_queue_insert AFTER INSERT ON river_job
+            REFERENCING NEW TABLE AS ferry_new
+            FOR EACH STATEMENT EXECUTE FUNCTION ferry_queue_count_insert();
+    END IF;
+END
+$$;
 
 -- The fence of a dead worker (migration 006) was a plpgsql call on every
 -- UPDATE statement of river_job, River's inserts included (INSERT … ON
