@@ -230,10 +230,12 @@ func TestQueueBound_Release(t *testing.T) {
 		b := setupBound(t, 1)
 		require.NoError(t, b.insert(t, 1))
 		var id int64
-		require.NoError(t, b.pool.QueryRow(t.Context(), `
-			UPDATE river_job SET state = 'cancelled', finalized_at = now() WHERE queue = $1 RETURNING id`, b.queue).Scan(&id))
+		require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT id FROM river_job WHERE queue = $1`, b.queue).Scan(&id))
+		// River's JobCancel finalizes a job not running at once.
+		_, err := b.ins.Client().JobCancel(t.Context(), id)
+		require.NoError(t, err)
 		require.NoError(t, b.insert(t, 1), "the cancelled job freed its place")
-		_, err := b.ins.Client().JobRetry(t.Context(), id)
+		_, err = b.ins.Client().JobRetry(t.Context(), id)
 		require.ErrorIs(t, jobs.AsQueueFull(err), jobs.ErrQueueFull)
 		var state string
 		require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT state FROM river_job WHERE id = $1`, id).Scan(&state))

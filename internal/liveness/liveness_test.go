@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferryq/ferry/internal/testkit/logtest"
@@ -291,8 +292,15 @@ func TestFence_DeadWorkerCannotWrite(t *testing.T) {
 		return pool
 	}
 	deadPool, livePool := session(dead.ClientID()), session(live.ClientID())
+	// River's completer's own statement (JobSetStateIfRunningMany), run on
+	// a session of the worker given, as its completer would.
 	complete := func(p *pgxpool.Pool) error {
-		_, err := p.Exec(ctx, "UPDATE river_job SET state = 'completed', finalized_at = now() WHERE id = $1 AND state = 'running'", id)
+		now := time.Now()
+		_, err := riverpgxv5.New(p).GetExecutor().JobSetStateIfRunningMany(ctx, &riverdriver.JobSetStateIfRunningManyParams{
+			ID: []int64{id}, Attempt: []*int{nil}, ErrData: [][]byte{nil}, FinalizedAt: []*time.Time{&now},
+			MetadataDoMerge: []bool{false}, MetadataUpdates: [][]byte{nil}, Now: &now,
+			ScheduledAt: []*time.Time{nil}, State: []rivertype.JobState{rivertype.JobStateCompleted},
+		})
 		return err
 	}
 
