@@ -56,42 +56,11 @@ BEGIN
 END
 $$;
 
+-- ferry_queue_count is now the UPDATE and DELETE triggers' function; the
+-- INSERT trigger has ferry_queue_count_insert, below.
 CREATE OR REPLACE FUNCTION ferry_queue_count() RETURNS trigger LANGUAGE plpgsql AS $$
-DECLARE
-    d record;
-    adm bigint;
 BEGIN
-    IF TG_OP = 'INSERT' THEN
-        -- refunded and released are read (in this query) before admitted
-        -- takes its values, as in ferry_queue_admit.
-        SELECT c.n, c.qmin, c.qmax, f.max_length, f.admitted, f.refunded,
-               coalesce(pg_sequence_last_value(f.refunded), 0) + coalesce(r.released, 0) AS gone
-        INTO d
-        FROM (SELECT min(queue) AS qmin, max(queue) AS qmax, count(*) AS n
-              FROM ferry_new WHERE ferry_queue_counted(state)) c
-        LEFT JOIN ferry_queue f ON f.name = c.qmin AND c.qmin = c.qmax
-        LEFT JOIN ferry_queue_released r ON r.name = f.name;
-        IF d.n = 0 THEN
-            RETURN NULL;
-        END IF;
-        IF d.qmin <> d.qmax THEN
-            PERFORM ferry_queue_admit(array_agg(queue), array_agg(n)) FROM (
-                SELECT queue, count(*) AS n FROM ferry_new
-                WHERE ferry_queue_counted(state) GROUP BY queue) g;
-            RETURN NULL;
-        END IF;
-        IF d.max_length IS NULL OR d.admitted IS NULL THEN
-            RETURN NULL;
-        END IF;
-        IF d.n = 1 THEN
-            adm := nextval(d.admitted);
-        ELSE
-            adm := ferry_queue_take(d.admitted, d.n);
-        END IF;
-        IF adm - d.gone > d.max_length THEN
-            PERFORM ferry_queue_refuse(d.qmin, adm - d.gone, d.max_length, d.n, ARRAY[d.refunded], ARRAY[d.n]);
-        END IF;
-    ELSIF TG_OP = 'DELETE' THEN
+    IF TG_OP = 'DELETE' THEN
         PERFORM ferry_queue_release(array_agg(queue), array_agg(n)) FROM (
             SELECT queue, count(*) AS n FROM ferry_old
             WHERE ferry_queue_counted(state) GROUP BY queue) g;
@@ -113,7 +82,7 @@ BEGIN
 END
 $$;
 
--- ferry_queue_count_insert is the INSERT trigger's function: kept apart from
+-- ferry_queue_count_insert is the INSERT trigger's function, apart from
 -- ferry_queue_count and small, since plpgsql sets up every variable and
 -- statement of a function at each call (the general function, returning
 -- at once, cost inserts about 2 % more than a function of one statement).

@@ -6,6 +6,7 @@ DROP FUNCTION ferry_seal_gone();
 DROP TRIGGER ferry_seal_claim_update ON river_job;
 DROP FUNCTION ferry_seal_claim_rows();
 DROP FUNCTION ferry_seal_claim();
+DROP FUNCTION ferry_seal_mark(bigint, timestamptz, boolean);
 DROP FUNCTION ferry_seal_due(jsonb);
 DROP FUNCTION ferry_unix_time(text);
 DROP FUNCTION ferry_seal_run_id(jsonb);

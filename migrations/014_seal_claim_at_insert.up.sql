@@ -61,6 +61,12 @@ CREATE FUNCTION ferry_seal_due(m jsonb) RETURNS timestamptz LANGUAGE sql IMMUTAB
         WHEN 'object' THEN ferry_unix_time(m #>> '{ferry_seal,d}')
     END;
 
+-- ferry_seal_mark is metadata.ferry_seal_claim, the mark a worker reads
+-- (seal.claimMark): the claim's holder, its time in unix seconds, gone.
+CREATE FUNCTION ferry_seal_mark(job bigint, at timestamptz, gone boolean) RETURNS jsonb
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN jsonb_build_object('job', job, 'at', floor(extract(epoch FROM at))::bigint, 'gone', gone);
+
 -- ferry_seal_claim claims the run id of one row being updated (its id,
 -- seal or mark changed) and writes or removes its mark.
 CREATE FUNCTION ferry_seal_claim() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -78,8 +84,7 @@ BEGIN
     ON CONFLICT (run_id) DO UPDATE SET run_id = s.run_id
     RETURNING s.job_id, s.claimed_at, s.gone INTO c;
     IF c.job_id <> NEW.id OR c.gone OR c.claimed_at > due + interval '1 hour' THEN
-        NEW.metadata := jsonb_set(NEW.metadata, '{ferry_seal_claim}', jsonb_build_object(
-            'job', c.job_id, 'at', floor(extract(epoch FROM c.claimed_at))::bigint, 'gone', c.gone));
+        NEW.metadata := jsonb_set(NEW.metadata, '{ferry_seal_claim}', ferry_seal_mark(c.job_id, c.claimed_at, c.gone));
     ELSIF NEW.metadata ? 'ferry_seal_claim' THEN
         NEW.metadata := NEW.metadata - 'ferry_seal_claim';
     END IF;
@@ -127,8 +132,7 @@ BEGIN
     FROM (SELECT n.id,
                  s.job_id IS NOT NULL AND (s.job_id <> n.id OR s.gone
                      OR s.claimed_at > coalesce(ferry_seal_due(n.metadata), now()) + interval '1 hour') AS mark,
-                 jsonb_build_object('job', s.job_id, 'at', floor(extract(epoch FROM s.claimed_at))::bigint,
-                     'gone', s.gone) AS claim
+                 ferry_seal_mark(s.job_id, s.claimed_at, s.gone) AS claim
           FROM ferry_new n
           LEFT JOIN ferry_seal_run s ON s.run_id = ferry_seal_run_id(n.metadata)
           WHERE n.metadata ? 'ferry_seal' OR n.metadata ? 'ferry_seal_claim') x
@@ -191,8 +195,7 @@ BEGIN
     ORDER BY id
     ON CONFLICT (run_id) DO NOTHING;
     UPDATE river_job j
-    SET metadata = jsonb_set(j.metadata, '{ferry_seal_claim}', jsonb_build_object(
-        'job', s.job_id, 'at', floor(extract(epoch FROM s.claimed_at))::bigint, 'gone', s.gone))
+    SET metadata = jsonb_set(j.metadata, '{ferry_seal_claim}', ferry_seal_mark(s.job_id, s.claimed_at, s.gone))
     FROM ferry_seal_run s
     WHERE j.metadata ? 'ferry_seal' AND s.run_id = ferry_seal_run_id(j.metadata)
       AND (s.job_id <> j.id OR s.gone) AND NOT j.metadata ? 'ferry_seal_claim';

@@ -249,11 +249,7 @@ func TestVerifier(t *testing.T) {
 		b := setup(t, mustKeys(t, newKey(t)), nil)
 		id := b.insertTx(t, b.client, effectArgs{N: 1}, &river.InsertOpts{Queue: b.queue}, "")
 		require.Equal(t, rivertype.JobStateCompleted, b.wait(t, id).State)
-		var copyID int64
-		require.NoError(t, b.pool.QueryRow(t.Context(), `
-			INSERT INTO river_job (args, kind, max_attempts, metadata, queue, priority, state)
-			SELECT args, kind, max_attempts, metadata, queue, priority, 'available' FROM river_job WHERE id = $1
-			RETURNING id`, id).Scan(&copyID))
+		copyID := copyJob(t, b.pool, id)
 		b.requireRefused(t, b.wait(t, copyID), seal.ReasonReplayed)
 		require.Equal(t, 1, b.worker.runs(id), "the original ran once")
 	})
@@ -375,17 +371,6 @@ func TestVerifier_Check(t *testing.T) {
 		require.NotNil(t, refusal)
 		require.Equal(t, want, refusal.Reason, refusal.Detail)
 	}
-	copyOf := func(id int64, explicitID int64) int64 {
-		t.Helper()
-		var copyID int64
-		require.NoError(t, pool.QueryRow(ctx, `
-			INSERT INTO river_job (id, args, kind, max_attempts, metadata, queue, priority, state)
-			SELECT coalesce(nullif($2, 0), nextval('river_job_id_seq')), args, kind, max_attempts,
-			       metadata - 'ferry_seal_claim', queue, priority, 'available'
-			FROM river_job WHERE id = $1
-			RETURNING id`, id, explicitID).Scan(&copyID))
-		return copyID
-	}
 
 	res, err := ins.Insert(ctx, effectArgs{N: 7}, &river.InsertOpts{Queue: queue})
 	require.NoError(t, err)
@@ -394,7 +379,7 @@ func TestVerifier_Check(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, `SELECT metadata::text FROM river_job WHERE id = $1`, origID).Scan(&stored))
 	require.NotContains(t, stored, "ferry_seal_claim", "a job written in time under its own claim has no mark")
 
-	copyID := copyOf(origID, 0)
+	copyID := copyJob(t, pool, origID)
 	// The copy is refused whichever starts first; the original runs, and
 	// its retries do.
 	requireReason(seal.ReasonReplayed, v.Check(get(copyID)))
@@ -500,11 +485,7 @@ func TestArm(t *testing.T) {
 	require.NoError(t, err)
 	res, err := ins.Insert(ctx, effectArgs{N: 1}, &river.InsertOpts{Queue: "seal_arm"})
 	require.NoError(t, err)
-	var copyID int64
-	require.NoError(t, pool.QueryRow(ctx, `
-		INSERT INTO river_job (args, kind, max_attempts, metadata, queue, priority, state)
-		SELECT args, kind, max_attempts, metadata, queue, priority, 'available' FROM river_job WHERE id = $1
-		RETURNING id`, res.Job.ID).Scan(&copyID))
+	copyID := copyJob(t, pool, res.Job.ID)
 
 	did, err := seal.Arm(ctx, pool)
 	require.NoError(t, err)
@@ -558,4 +539,18 @@ func TestArm(t *testing.T) {
 		require.NotNil(t, refusal, "copy %d", id)
 		require.Equal(t, seal.ReasonReplayed, refusal.Reason)
 	}
+}
+
+// copyJob writes a copy of job id back to river_job under a new id with
+// plain SQL, as an attacker would, without the original's mark, and
+// returns the copy's id.
+func copyJob(t *testing.T, pool *pgxpool.Pool, id int64) int64 {
+	t.Helper()
+	var copyID int64
+	require.NoError(t, pool.QueryRow(t.Context(), `
+		INSERT INTO river_job (args, kind, max_attempts, metadata, queue, priority, state)
+		SELECT args, kind, max_attempts, metadata - 'ferry_seal_claim', queue, priority, 'available'
+		FROM river_job WHERE id = $1
+		RETURNING id`, id).Scan(&copyID))
+	return copyID
 }
