@@ -131,6 +131,7 @@
 // # Key table
 //
 // Keys lists every advisory key ferry takes: 911000001 the election,
-// 911000002 reserved, 8110731 migrations, and (911000003, worker id) in
-// the two-int form for each worker's liveness (internal/liveness).
+// 911000002 reserved, 8110731 migrations, and in the two-int form
+// (911000003, worker id) for each worker's liveness and (911000004,
+// hashtext(client id)) for the dead-worker fence (internal/liveness).
 package election

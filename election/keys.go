@@ -34,6 +34,7 @@ var Keys = []KeyOwner{
 	{Key: KeyReserved, Form: "session bigint", Owner: "reserved", Use: "held back for a future ferry singleton; take no lock on it"},
 	{Key: KeyMigrations, Form: "session bigint", Owner: "migrations", Use: "one migration run at a time (worker migrate, --migrate)"},
 	{Key: int64(liveness.Namespace), Form: "session int4,int4", Owner: "liveness", Use: "(911000003, ferry_worker.id): the worker process is alive while its liveness session holds it"},
+	{Key: int64(liveness.FenceNamespace), Form: "transaction int4,int4", Owner: "liveness", Use: "(911000004, hashtext(client id)): a worker's UPDATEs of river_job hold it shared, a rescue of that worker exclusively, so neither passes the other"},
 }
 
 // lockParts splits a bigint advisory key into pg_locks' classid (high 32

@@ -58,11 +58,16 @@
 // fence in the database (migration 006): every session of a worker carries
 // its client id in the setting ferry.client_id (ConfigurePool), and a
 // statement-level trigger refuses any UPDATE of river_job from a session of
-// a worker declared dead (SQLSTATE FR001, IsDeclaredDead). The rescue holds
-// the worker's row lock and stamps dead_at in the same transaction that
-// takes the jobs back, so an UPDATE that comes after it is refused, and one
-// that came before it finished its own attempt while the worker still held
-// the job.
+// a worker declared dead (SQLSTATE FR001, IsDeclaredDead). The trigger and
+// the rescue meet on the transaction advisory lock (FenceNamespace,
+// hashtext(client id)): every UPDATE from a worker's session holds it shared
+// to the end of its transaction, and the rescue, having stamped dead_at,
+// takes it exclusively before it looks for the worker's running jobs. An
+// UPDATE in flight (a fetch that set jobs running) has committed by then,
+// and its jobs are taken back; an UPDATE that comes after waits for the
+// rescue to commit, then reads dead_at and is refused. The rescue waits at
+// most a tick for a session still in a transaction (a partition the server
+// has not noticed yet) and tries again at the next pass.
 //
 // River's own rescuer stays as the backstop for what liveness cannot see
 // (a River client that is not a ferry worker), with RescueStuckJobsAfter

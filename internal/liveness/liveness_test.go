@@ -16,6 +16,7 @@ import (
 	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferryq/ferry/internal/testkit/logtest"
@@ -118,6 +119,19 @@ func (b *testBundle) kill(t *testing.T, w *Worker) {
 	_, err := b.pool.Exec(ctx, "SELECT pg_terminate_backend($1)", pid)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return !b.alive(t, w) }, 5*time.Second, 5*time.Millisecond)
+}
+
+// session is a pool whose sessions belong to the worker clientID, as a
+// worker's own pool (ConfigurePool).
+func (b *testBundle) session(t *testing.T, clientID string) *pgxpool.Pool {
+	t.Helper()
+	pc, err := pgxpool.ParseConfig(b.url)
+	require.NoError(t, err)
+	ConfigurePool(pc, clientID)
+	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool
 }
 
 func (b *testBundle) alive(t *testing.T, w *Worker) bool {
@@ -282,16 +296,7 @@ func TestFence_DeadWorkerCannotWrite(t *testing.T) {
 	dead := b.worker(t, time.Hour, nil)
 	live := b.worker(t, time.Hour, nil)
 	id := b.running(t, dead.ClientID(), 1, 25)
-	session := func(clientID string) *pgxpool.Pool {
-		pc, err := pgxpool.ParseConfig(b.url)
-		require.NoError(t, err)
-		ConfigurePool(pc, clientID)
-		pool, err := pgxpool.NewWithConfig(ctx, pc)
-		require.NoError(t, err)
-		t.Cleanup(pool.Close)
-		return pool
-	}
-	deadPool, livePool := session(dead.ClientID()), session(live.ClientID())
+	deadPool, livePool := b.session(t, dead.ClientID()), b.session(t, live.ClientID())
 	// River's completer's own statement (JobSetStateIfRunningMany), run on
 	// a session of the worker given, as its completer would.
 	complete := func(p *pgxpool.Pool) error {
@@ -355,4 +360,90 @@ func TestRescueJob(t *testing.T) {
 	require.ErrorIs(t, err, ErrJobNotRunning)
 	_, err = RescueJob(ctx, b.pool, 1<<40, 5)
 	require.ErrorIs(t, err, ErrJobNotFound)
+}
+
+// The fence and a rescue never pass each other: a fetch by the dead
+// worker's session that is still in flight when the rescue starts is waited
+// for and its job rescued; a fetch that comes while the rescue is in flight
+// waits for it and is refused. Either way no job is left running under a
+// worker declared dead (which only River's hour-long rescuer would see).
+func TestFence_FetchInFlight(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	fetchParams := func(clientID string) *riverdriver.JobGetAvailableParams {
+		return &riverdriver.JobGetAvailableParams{ClientID: clientID, MaxAttemptedBy: 100, MaxToLock: 10, Queue: "default"}
+	}
+	available := func(t *testing.T, b *testBundle) int64 {
+		t.Helper()
+		var id int64
+		require.NoError(t, b.pool.QueryRow(ctx, `INSERT INTO river_job (args, kind, max_attempts, queue, state, scheduled_at)
+			VALUES ('{}', 'ferry.noop', 25, 'default', 'available', now() - interval '1 second') RETURNING id`).Scan(&id))
+		return id
+	}
+	// waiting reports whether some session waits for the fence lock in mode.
+	waiting := func(t *testing.T, b *testBundle, mode string) bool {
+		t.Helper()
+		var n int
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks
+			WHERE locktype = 'advisory' AND classid = $1::int::oid AND objsubid = 2 AND NOT granted AND mode = $2`,
+			FenceNamespace, mode).Scan(&n))
+		return n > 0
+	}
+
+	t.Run("FetchBeforeRescue", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		w := b.worker(t, time.Hour, nil)
+		id := available(t, b)
+		tx, err := b.session(t, w.ClientID()).Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		res, err := riverpgxv5.New(nil).UnwrapExecutor(tx).JobGetAvailable(ctx, fetchParams(w.ClientID()))
+		require.NoError(t, err)
+		require.Len(t, res.Jobs, 1, "the worker fetched the job")
+
+		b.kill(t, w)
+		done := make(chan []Rescue, 1)
+		go func() {
+			rescued, err := b.rescuer(t, nil).RescueOnce(ctx)
+			assert.NoError(t, err)
+			done <- rescued
+		}()
+		require.Eventually(t, func() bool { return waiting(t, b, "ExclusiveLock") }, 10*time.Second, 5*time.Millisecond,
+			"the rescue waits for the fetch in flight")
+		require.NoError(t, tx.Commit(ctx))
+		rescued := <-done
+		require.Len(t, rescued, 1)
+		require.Equal(t, 1, rescued[0].Available, "the job the fetch committed is rescued")
+		require.Equal(t, "available", b.job(t, id).State)
+	})
+
+	t.Run("RescueBeforeFetch", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		w := b.worker(t, time.Hour, nil)
+		id := available(t, b)
+		pool := b.session(t, w.ClientID())
+		require.NoError(t, pool.Ping(ctx))
+
+		b.kill(t, w)
+		tx, err := b.pool.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		_, ok, err := rescueWorker(ctx, tx, w.ID(), w.ClientID(), DefaultMaxOrphaned)
+		require.NoError(t, err)
+		require.True(t, ok, "declared dead (not committed yet)")
+
+		fetched := make(chan error, 1)
+		go func() {
+			_, err := riverpgxv5.New(pool).GetExecutor().JobGetAvailable(ctx, fetchParams(w.ClientID()))
+			fetched <- err
+		}()
+		require.Eventually(t, func() bool { return waiting(t, b, "ShareLock") }, 10*time.Second, 5*time.Millisecond,
+			"the fetch waits for the rescue in flight")
+		require.NoError(t, tx.Commit(ctx))
+		err = <-fetched
+		require.True(t, IsDeclaredDead(err), "the fetch after the rescue is refused: %v", err)
+		require.Equal(t, "available", b.job(t, id).State)
+	})
 }

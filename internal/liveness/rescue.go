@@ -3,11 +3,14 @@ package liveness
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -209,9 +212,20 @@ func (r *Rescuer) rescue(ctx context.Context, id int32, clientID string) (res Re
 		if err := r.cfg.Leader.Fence(ctx, tx); err != nil {
 			return err
 		}
+		// A dead worker's session may still be in a transaction that wrote
+		// river_job (a partition: the server has not seen it go); the
+		// rescue waits for it at most a tick, then tries again next pass.
+		if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", strconv.FormatInt(max(r.cfg.Every.Milliseconds(), 1000), 10)); err != nil {
+			return err
+		}
 		res, ok, err = rescueWorker(ctx, tx, id, clientID, r.cfg.MaxOrphaned)
 		return err
 	})
+	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "55P03" /* lock_not_available */ {
+		r.cfg.Logger.Warn("rescue: the worker's writes are still in flight; trying again next pass",
+			"worker", clientID, "worker_id", id)
+		return res, false, nil
+	}
 	if err != nil {
 		return res, false, fmt.Errorf("rescue: worker %s (%d): %w", clientID, id, err)
 	}
@@ -248,8 +262,16 @@ func rescueWorker(ctx context.Context, tx pgx.Tx, id int32, clientID string, max
 }
 
 // takeBack runs rescueSQL for clientID's running jobs (only jobID when not
-// nil) and counts the verdicts into res.
+// nil) and counts the verdicts into res. It first waits, holding the fence
+// lock exclusively, for every transaction of the worker's sessions that has
+// passed the fence: an UPDATE that set a job running before the worker was
+// declared dead has committed by then, and rescueSQL (a new statement, so a
+// new snapshot) sees its job; an UPDATE after it reads dead_at and is
+// refused.
 func takeBack(ctx context.Context, tx pgx.Tx, clientID string, jobID *int64, maxOrphaned int, res *Rescue) error {
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1, hashtext($2))", FenceNamespace, clientID); err != nil {
+		return fmt.Errorf("wait for the worker's writes in flight: %w", err)
+	}
 	rows, err := tx.Query(ctx, rescueSQL, clientID, maxOrphaned, jobID)
 	if err != nil {
 		return fmt.Errorf("take its jobs back: %w", err)

@@ -41,7 +41,11 @@ func RescueJob(ctx context.Context, pool *pgxpool.Pool, id int64, maxOrphaned in
 	var state string
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		var clientID *string
-		err := tx.QueryRow(ctx, `SELECT state::text, attempted_by[cardinality(attempted_by)] FROM river_job WHERE id = $1 FOR UPDATE`, id).Scan(&state, &clientID)
+		// A plain read: takeBack re-checks the state and the attempt under
+		// its own row lock, and a row lock taken here, held while takeBack
+		// waits for the worker's writes in flight, could deadlock with the
+		// worker's own completion of this job.
+		err := tx.QueryRow(ctx, `SELECT state::text, attempted_by[cardinality(attempted_by)] FROM river_job WHERE id = $1`, id).Scan(&state, &clientID)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			return ErrJobNotFound

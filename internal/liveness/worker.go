@@ -25,6 +25,13 @@ import (
 // the advisory key table (election.Keys).
 const Namespace int32 = 911000003
 
+// FenceNamespace is the first key of the transaction advisory lock where a
+// rescue and the fence meet: (FenceNamespace, hashtext(client id)). The
+// fence on river_job (migration 015) takes it shared for every UPDATE from
+// a worker's session, to the end of that transaction; a rescue takes it
+// exclusively before it looks for the worker's running jobs.
+const FenceNamespace int32 = 911000004
+
 // ClientIDSetting is the session setting that names the worker a session
 // belongs to. The fence on river_job reads it (migration 006).
 const ClientIDSetting = "ferry.client_id"
