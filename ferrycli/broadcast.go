@@ -140,6 +140,9 @@ Examples:
 			if err != nil {
 				return err
 			}
+			if err := needSession("enqueue broadcast subscribe"); err != nil {
+				return err
+			}
 			out := eventPrinter{w: c.App.Writer, json: c.Bool("json")}
 			return withPool(c, func(ctx context.Context, pool *pgxpool.Pool) error {
 				b, err := broadcast.New(broadcast.Config{Pool: pool, Keys: keys, Logger: logger})

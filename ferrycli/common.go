@@ -15,6 +15,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/ferryq/ferry/election"
+	"github.com/ferryq/ferry/internal/dburl"
 	"github.com/ferryq/ferry/internal/logging"
 	"github.com/ferryq/ferry/internal/redact"
 	"github.com/ferryq/ferry/jobs"
@@ -196,6 +197,17 @@ func loggerFrom(c *cli.Context) (*slog.Logger, error) {
 		return nil, &UsageError{Err: err}
 	}
 	return l, nil
+}
+
+// needSession refuses a command that holds Postgres session state (a
+// LISTEN, a lock renewed across transactions) when FERRY_POOLER says
+// DATABASE_URL is a transaction pooler, where that state would not stay
+// with the command.
+func needSession(what string) error {
+	if os.Getenv(dburl.EnvPooler) == dburl.PoolerTransaction {
+		return usageErrorf("%s needs a Postgres session of its own (LISTEN), which a transaction pooler does not keep (%s=transaction): point DATABASE_URL at Postgres or a session-mode pooler for this command", what, dburl.EnvPooler)
+	}
+	return nil
 }
 
 func databaseURL(c *cli.Context) (string, error) {

@@ -101,6 +101,11 @@ func runLock(c *cli.Context) error {
 	if err != nil {
 		return usageErrorf("command %q: %v", argv[0], err)
 	}
+	if wait > 0 {
+		if err := needSession("enqueue lock run --wait"); err != nil {
+			return err
+		}
+	}
 	return withPool(c, func(ctx context.Context, pool *pgxpool.Pool) error {
 		l, err := locks.New(pool, locks.Config{}).Acquire(ctx, name, locks.Options{TTL: ttl, Wait: wait})
 		var held *locks.HeldError

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"os"
 	"strconv"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -15,6 +16,7 @@ import (
 	"github.com/ferryq/ferry"
 	"github.com/ferryq/ferry/broadcast"
 	"github.com/ferryq/ferry/election"
+	"github.com/ferryq/ferry/internal/dburl"
 	"github.com/ferryq/ferry/internal/liveness"
 	"github.com/ferryq/ferry/internal/redact"
 	"github.com/ferryq/ferry/jobs"
@@ -172,6 +174,12 @@ given.`,
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
 				return usageErrorf("run takes no arguments, got %q", c.Args().First())
+			}
+			switch pooler, err := dburl.ParsePooler(os.Getenv(dburl.EnvPooler)); {
+			case err != nil:
+				return &UsageError{Err: err}
+			case pooler == dburl.PoolerTransaction:
+				return usageErrorf("%s=transaction: worker run does not work through a transaction pooler yet (its liveness, fence and LISTEN need sessions); point DATABASE_URL at Postgres or a session-mode pool", dburl.EnvPooler)
 			}
 			cfg, err := WorkerConfig(c)
 			if err != nil {
@@ -359,6 +367,11 @@ func connect(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	if err != nil {
 		return nil, usageErrorf("database URL: %s", redact.Postgres(err.Error()))
 	}
+	pooler, err := dburl.ParsePooler(os.Getenv(dburl.EnvPooler))
+	if err != nil {
+		return nil, &UsageError{Err: err}
+	}
+	dburl.ApplyPooler(cfg.ConnConfig, pooler)
 	cfg.MaxConns = 4
 	cfg.ConnConfig.RuntimeParams["application_name"] = "ferry-cli"
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)

@@ -3,6 +3,7 @@ package dburl
 import (
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 )
 
@@ -16,4 +17,22 @@ func TestWithDatabase(t *testing.T) {
 	_, err = WithDatabase("host=h user=u password=s3cret", "x")
 	require.Error(t, err)
 	require.NotContains(t, err.Error(), "s3cret")
+}
+
+func TestPooler(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{"": PoolerNone, "none": PoolerNone, "session": PoolerSession, "transaction": PoolerTransaction} {
+		got, err := ParsePooler(in)
+		require.NoError(t, err)
+		require.Equal(t, want, got)
+	}
+	_, err := ParsePooler("Transaction")
+	require.EqualError(t, err, `FERRY_POOLER: want none, session or transaction, got "Transaction"`)
+
+	cfg, err := pgx.ParseConfig("postgres://u@127.0.0.1/db")
+	require.NoError(t, err)
+	ApplyPooler(cfg, PoolerSession)
+	require.Equal(t, pgx.QueryExecModeCacheStatement, cfg.DefaultQueryExecMode, "a session keeps prepared statements")
+	ApplyPooler(cfg, PoolerTransaction)
+	require.Equal(t, pgx.QueryExecModeCacheDescribe, cfg.DefaultQueryExecMode)
 }
