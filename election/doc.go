@@ -25,7 +25,8 @@
 //	  │            ▼                                ▼       ▼
 //	  └──────── demoted: runnables cancelled, connection closed
 //
-//	Stop (any state): runnables cancelled; if they returned within a tick,
+//	Stop (any state): runnables cancelled; if they returned within a tick
+//	(or the tick timeout, if longer),
 //	resigned_at stamped, unlock, NOTIFY, close; otherwise, or while still
 //	deferring to an unresigned predecessor, the term is left unresigned
 //	("abandoned") and the connection closed.

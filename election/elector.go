@@ -49,8 +49,9 @@ var (
 	// transaction-mode pooler.
 	ErrPooler = errors.New("election: the lock connection changes backend between statements (a transaction-mode pooler such as PgBouncer?); session advisory locks need a direct or session-mode connection: point FERRY_ELECTION_DATABASE_URL at Postgres itself")
 	// ErrRunnablesStillRunning is the reason a stopping leader ends its term
-	// unresigned: its runnables did not return within a tick of their
-	// cancellation, so its successor must defer as after a crash.
+	// unresigned: its runnables did not return within a tick (or the tick
+	// timeout, if longer) of their cancellation, so its successor must
+	// defer as after a crash.
 	ErrRunnablesStillRunning = errors.New("election: runnables still running after their context was cancelled")
 
 	// ErrStoppedWhileDeferring is the reason a leader stopped during its
@@ -607,14 +608,17 @@ func (e *Elector) lead(ctx context.Context, conn *pgx.Conn, backendPID int) bool
 	defer ticker.Stop()
 	var sup *supervisor
 	// stopRunnables cancels the runnables and reports an error if any of
-	// them is still running a tick later.
+	// them is still running a tick later (or the tick timeout, if longer:
+	// with a tick of 50 ms, a runnable in a query on a loaded machine took
+	// longer to see its cancellation, and a clean stop became a crash for
+	// its successor).
 	stopRunnables := func(cause error) error {
 		if sup == nil {
 			return nil
 		}
 		e.leader.Store(false)
 		e.mIsLeader.Set(0)
-		err := sup.stop(cause, e.cfg.Tick)
+		err := sup.stop(cause, max(e.cfg.Tick, e.cfg.TickTimeout))
 		sup = nil
 		return err
 	}
