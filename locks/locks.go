@@ -96,8 +96,10 @@ const (
     INSERT INTO ferry_lock AS l (name, token, holder, acquired_at, expires_at)
     VALUES ($1, 1, $2, clock_timestamp(), clock_timestamp() + $3 * interval '1 microsecond')
     ON CONFLICT (name) DO UPDATE
+        -- The clock read again: excluded's times are from before this
+        -- statement waited for the row (a stale holder's fenced write).
         SET token = l.token + 1, holder = excluded.holder,
-            acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
+            acquired_at = clock_timestamp(), expires_at = clock_timestamp() + $3 * interval '1 microsecond'
         WHERE l.expires_at <= clock_timestamp()
     RETURNING name, token, holder, acquired_at, expires_at)
 SELECT true, name, token, holder, acquired_at, expires_at, 0::bigint FROM acquired

@@ -309,6 +309,14 @@ func TestFence(t *testing.T) {
 				WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'WITH acquired AS%'`).Scan(&n)
 			return err == nil && n > 0
 		}, time.Minute, 5*time.Millisecond)
+		// And the fenced lock expires meanwhile, so that the blocked
+		// attempt itself acquires once the stale write commits (not a
+		// later attempt after a wait).
+		require.Eventually(t, func() bool {
+			var expired bool
+			err := b.pool.QueryRow(ctx, `SELECT expires_at <= clock_timestamp() FROM ferry_lock WHERE name = 'report'`).Scan(&expired)
+			return err == nil && expired
+		}, time.Minute, 5*time.Millisecond)
 		_, err = tx.Exec(ctx, `INSERT INTO fenced (token) VALUES (1)`)
 		require.NoError(t, err)
 		require.NoError(t, tx.Commit(ctx))
