@@ -18,6 +18,7 @@ import (
 	"github.com/ferryq/ferry/broadcast"
 	"github.com/ferryq/ferry/election"
 	"github.com/ferryq/ferry/internal/admin"
+	"github.com/ferryq/ferry/internal/dburl"
 	"github.com/ferryq/ferry/internal/liveness"
 	"github.com/ferryq/ferry/internal/redact"
 	"github.com/ferryq/ferry/jobs"
@@ -102,10 +103,18 @@ type Config struct {
 	// interrupted attempt uncounted; it is never lost.
 	ShutdownGrace time.Duration
 
-	// ElectionDatabaseURL is where the leader lock lives
-	// (FERRY_ELECTION_DATABASE_URL); default DatabaseURL. It must reach
+	// ElectionDatabaseURL is where the sessions that must last live: the
+	// leader lock, each worker's liveness, LISTEN wake-ups, lock waits and
+	// the migrations' lock (FERRY_SESSION_DATABASE_URL, or its earlier
+	// name FERRY_ELECTION_DATABASE_URL); default DatabaseURL. It must reach
 	// Postgres directly or through a session-mode pooler.
 	ElectionDatabaseURL string
+	// Pooler is what DatabaseURL goes through (FERRY_POOLER): none (the
+	// default), session, or transaction (PgBouncer's transaction mode: job
+	// traffic only; River polls instead of LISTENing, statements are not
+	// kept prepared, and everything that needs a session uses
+	// ElectionDatabaseURL, which must then be set apart).
+	Pooler string
 	// ElectionKey is the leader lock (FERRY_ELECTION_KEY); default
 	// election.KeyElection.
 	ElectionKey int64
@@ -213,6 +222,7 @@ func (c Config) WithDefaults() Config {
 	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, DefaultShutdownGrace)
 	c.AdminAddr = cmp.Or(c.AdminAddr, DefaultAdminAddr)
 	c.ElectionDatabaseURL = cmp.Or(c.ElectionDatabaseURL, c.DatabaseURL)
+	c.Pooler = cmp.Or(c.Pooler, dburl.PoolerNone)
 	c.ElectionKey = cmp.Or(c.ElectionKey, election.KeyElection)
 	c.LeaderTick = cmp.Or(c.LeaderTick, election.DefaultTick)
 	c.StandbyProbe = cmp.Or(c.StandbyProbe, election.DefaultProbe)
@@ -289,8 +299,13 @@ func (c Config) check() error {
 	}
 	if c.ElectionDatabaseURL != c.DatabaseURL {
 		if _, err := pgxpool.ParseConfig(c.ElectionDatabaseURL); err != nil {
-			errs = append(errs, fmt.Errorf("election database URL: %s", redact.Postgres(err.Error())))
+			errs = append(errs, fmt.Errorf("session database URL: %s", redact.Postgres(err.Error())))
 		}
+	}
+	if pooler, err := dburl.ParsePooler(c.Pooler); err != nil {
+		errs = append(errs, err)
+	} else if pooler == dburl.PoolerTransaction && c.ElectionDatabaseURL == c.DatabaseURL {
+		errs = append(errs, fmt.Errorf("%s=transaction needs FERRY_SESSION_DATABASE_URL, Postgres itself or a session-mode pool: the leader lock, liveness, LISTEN and the migrations' lock cannot go through a transaction pooler", dburl.EnvPooler))
 	}
 	if c.OutboxMaxAttempts < 0 || c.OutboxMaxAttempts > 1000 {
 		errs = append(errs, fmt.Errorf("outbox max attempts %d is not between 1 and 1000", c.OutboxMaxAttempts))

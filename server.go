@@ -23,6 +23,7 @@ import (
 	"github.com/ferryq/ferry/election"
 	"github.com/ferryq/ferry/internal/admin"
 	"github.com/ferryq/ferry/internal/config"
+	"github.com/ferryq/ferry/internal/dburl"
 	"github.com/ferryq/ferry/internal/liveness"
 	"github.com/ferryq/ferry/internal/logging"
 	"github.com/ferryq/ferry/internal/metrics"
@@ -44,8 +45,12 @@ const hardStopBudget = 15 * time.Second
 // Server is one ferry process: a River client working every registered kind,
 // and the admin HTTP server.
 type Server struct {
-	cfg      Config
-	pool     *pgxpool.Pool
+	cfg  Config
+	pool *pgxpool.Pool
+	// sessions is a small pool on cfg.ElectionDatabaseURL for what needs a
+	// session (the migrations' lock, lock waits, the relay's LISTEN) when
+	// pool goes through a transaction pooler; pool itself otherwise.
+	sessions *pgxpool.Pool
 	river    *river.Client[pgx.Tx]
 	registry *jobs.Registry
 	migrator *migrations.Migrator
@@ -168,12 +173,26 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 
 	clientID := newClientID()
-	pool, err := openPool(ctx, cfg.DatabaseURL, "ferry-worker", poolMaxConns(cfg.Queues, delivered), clientID)
+	pool, err := openPool(ctx, cfg.DatabaseURL, "ferry-worker", poolMaxConns(cfg.Queues, delivered), clientID, cfg.Pooler)
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, pool: pool, registry: registry, routes: delivered, outboxMaxAttempts: maxAttempts, started: make(chan struct{})}
-	fail := func(err error) (*Server, error) { pool.Close(); return nil, err }
+	sessions := pool
+	pooled := cfg.Pooler == dburl.PoolerTransaction
+	if pooled {
+		if sessions, err = openPool(ctx, cfg.ElectionDatabaseURL, "ferry-worker-session", 4, "", dburl.PoolerNone); err != nil {
+			pool.Close()
+			return nil, err
+		}
+	}
+	s := &Server{cfg: cfg, pool: pool, sessions: sessions, registry: registry, routes: delivered, outboxMaxAttempts: maxAttempts, started: make(chan struct{})}
+	fail := func(err error) (*Server, error) {
+		pool.Close()
+		if pooled {
+			sessions.Close()
+		}
+		return nil, err
+	}
 
 	deliver := outbox.NewDeliverWorker(outbox.DeliverConfig{Pool: pool, Routes: routes, MaxAttempts: maxAttempts, Logger: cfg.Logger})
 	if err := registry.Add(deliver.Kind()); err != nil {
@@ -184,7 +203,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return fail(err)
 	}
 
-	s.migrator, err = migrations.New(pool, cfg.Logger)
+	s.migrator, err = migrations.New(sessions, cfg.Logger)
 	if err != nil {
 		return fail(err)
 	}
@@ -213,7 +232,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return fail(err)
 	}
-	s.locks = locks.New(pool, locks.Config{Observer: lockObserver})
+	s.locks = locks.New(sessions, locks.Config{Observer: lockObserver})
 	queues := make(map[string]river.QueueConfig, len(cfg.Queues))
 	for name, n := range cfg.Queues {
 		queues[name] = river.QueueConfig{MaxWorkers: n}
@@ -242,7 +261,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.river, err = river.NewClient(riverpgxv5.New(pool), &river.Config{
 		// The id is the worker's identity in attempted_by, in ferry_worker
 		// and in the fence on river_job (internal/liveness).
-		ID:                   clientID,
+		ID: clientID,
+		// Through a transaction pooler, LISTEN would hear nothing: River
+		// polls every FetchPollInterval instead.
+		PollOnly:             pooled,
 		RescueStuckJobsAfter: rescueStuckJobsAfter(cfg),
 		FetchCooldown:        cfg.FetchCooldown,
 		FetchPollInterval:    cfg.FetchPollInterval,
@@ -305,7 +327,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.elector.Register("rescue", rescuer.Run)
 	s.elector.Register("broadcast-leader", s.announceLeader)
 	s.elector.Register("broadcast-console", s.watchConsole)
-	s.relay = outbox.NewRelay(outbox.RelayConfig{Pool: pool, Inserter: s.river, Routes: delivered, RouteGrace: cfg.OutboxRouteGrace, MaxAttempts: maxAttempts, Logger: cfg.Logger})
+	s.relay = outbox.NewRelay(outbox.RelayConfig{Pool: pool, ListenConfig: sessions.Config().ConnConfig, Inserter: s.river, Routes: delivered, RouteGrace: cfg.OutboxRouteGrace, MaxAttempts: maxAttempts, Logger: cfg.Logger})
 	s.services = []service{s.elector, s.sched, s.relay}
 	if err := s.metrics.Registry.Register(outbox.NewCollector(pool, cfg.Logger)); err != nil {
 		return fail(err)
@@ -395,7 +417,7 @@ func poolMaxConns(queues map[string]int, routes *outbox.Routes) int32 {
 // openPool opens a pgx pool with ferry's defaults: an application_name that
 // names the process, and maxConns connections unless the URL sets
 // pool_max_conns.
-func openPool(ctx context.Context, url, role string, maxConns int32, clientID string) (*pgxpool.Pool, error) {
+func openPool(ctx context.Context, url, role string, maxConns int32, clientID, pooler string) (*pgxpool.Pool, error) {
 	pcfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("ferry: database URL: %s", redact.Postgres(err.Error()))
@@ -407,7 +429,10 @@ func openPool(ctx context.Context, url, role string, maxConns int32, clientID st
 	if !strings.Contains(strings.ToLower(url), "pool_max_conns") {
 		pcfg.MaxConns = maxConns
 	}
-	liveness.ConfigurePool(pcfg, clientID)
+	if clientID != "" {
+		liveness.ConfigurePool(pcfg, clientID)
+	}
+	dburl.ApplyPooler(pcfg.ConnConfig, pooler)
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return nil, fmt.Errorf("ferry: open database pool: %s", redact.Postgres(err.Error()))
@@ -576,6 +601,7 @@ func (s *Server) Run(ctx context.Context) error {
 		"version", s.cfg.Version,
 		"queues", queueSummary(s.cfg.Queues),
 		"pool_max_conns", s.pool.Config().MaxConns,
+		"pooler", s.cfg.Pooler,
 		"kinds", len(s.registry.Kinds()),
 		"admin_addr", s.AdminAddr())
 
@@ -685,6 +711,9 @@ func (s *Server) close() {
 		s.broadcast.Close()
 	}
 	s.pool.Close()
+	if s.sessions != s.pool {
+		s.sessions.Close()
+	}
 }
 
 func queueSummary(q map[string]int) string {

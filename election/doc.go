@@ -123,7 +123,8 @@
 // Session advisory locks and LISTEN need a session of their own. Behind
 // PgBouncer in transaction mode, consecutive statements may run on different
 // server sessions: the lock is taken on one and "checked" on another, and two
-// processes both believe they lead. Point FERRY_ELECTION_DATABASE_URL at
+// processes both believe they lead. Point FERRY_SESSION_DATABASE_URL (or its
+// earlier name FERRY_ELECTION_DATABASE_URL) at
 // Postgres directly (or at a session-mode pool) even when DATABASE_URL goes
 // through a transaction pooler. The elector detects the common case at
 // acquire time (pg_backend_pid changes between statements) and refuses to

@@ -47,7 +47,7 @@ var (
 	ErrNotLeader = errors.New("election: not the leader")
 	// ErrPooler is the reason an elector refuses to lead through a
 	// transaction-mode pooler.
-	ErrPooler = errors.New("election: the lock connection changes backend between statements (a transaction-mode pooler such as PgBouncer?); session advisory locks need a direct or session-mode connection: point FERRY_ELECTION_DATABASE_URL at Postgres itself")
+	ErrPooler = errors.New("election: the lock connection changes backend between statements (a transaction-mode pooler such as PgBouncer?); session advisory locks need a direct or session-mode connection: point FERRY_SESSION_DATABASE_URL (or FERRY_ELECTION_DATABASE_URL) at Postgres itself")
 	// ErrRunnablesStillRunning is the reason a stopping leader ends its term
 	// unresigned: its runnables did not return within a tick (or the tick
 	// timeout, if longer) of their cancellation, so its successor must

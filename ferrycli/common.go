@@ -205,7 +205,7 @@ func loggerFrom(c *cli.Context) (*slog.Logger, error) {
 // with the command.
 func needSession(what string) error {
 	if os.Getenv(dburl.EnvPooler) == dburl.PoolerTransaction {
-		return usageErrorf("%s needs a Postgres session of its own (LISTEN), which a transaction pooler does not keep (%s=transaction): point DATABASE_URL at Postgres or a session-mode pooler for this command", what, dburl.EnvPooler)
+		return usageErrorf("%s needs a Postgres session of its own (LISTEN, a session lock), which a transaction pooler does not keep (%s=transaction): point DATABASE_URL at Postgres or a session-mode pooler for this command", what, dburl.EnvPooler)
 	}
 	return nil
 }

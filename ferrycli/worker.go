@@ -95,7 +95,8 @@ func WorkerFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "seal-encrypt", Usage: "seals also encrypt the args (AES-256-GCM): River UI then shows an envelope, not the args", EnvVars: []string{seal.EnvEncrypt}},
 		&cli.DurationFlag{Name: "seal-replay-window", Value: seal.DefaultReplayWindow, Usage: "a sealed job due longer ago than this that never started is refused as stale", EnvVars: []string{"FERRY_SEAL_REPLAY_WINDOW"}},
 		&cli.StringFlag{Name: "telegram-api-url", Usage: "Telegram Bot API server (default the public one); tests and air-gapped setups point elsewhere", EnvVars: []string{"FERRY_TELEGRAM_API_URL"}},
-		&cli.StringFlag{Name: "election-database-url", Usage: "Postgres for the leader lock, direct or session-mode (default: --database-url)", EnvVars: []string{"FERRY_ELECTION_DATABASE_URL"}},
+		&cli.StringFlag{Name: "session-database-url", Aliases: []string{"election-database-url"}, Usage: "Postgres for the sessions that must last (leader lock, liveness, LISTEN, lock waits), direct or session-mode (default: --database-url)", EnvVars: []string{"FERRY_SESSION_DATABASE_URL", "FERRY_ELECTION_DATABASE_URL"}},
+		&cli.StringFlag{Name: "pooler", Value: dburl.PoolerNone, Usage: "what --database-url goes through: none, session, or transaction (PgBouncer's transaction mode; needs --session-database-url)", EnvVars: []string{dburl.EnvPooler}},
 		electionKeyFlag(),
 		&cli.DurationFlag{Name: "leader-tick", Value: election.DefaultTick, Usage: "how often the leader proves it still holds the lock", EnvVars: []string{"FERRY_LEADER_TICK"}},
 		&cli.DurationFlag{Name: "leader-tick-timeout", Usage: "bound of each ownership check", DefaultText: "a third of the tick, at most 5s", EnvVars: []string{"FERRY_LEADER_TICK_TIMEOUT"}},
@@ -151,7 +152,8 @@ func WorkerConfig(c *cli.Context) (ferry.Config, error) {
 		SealEncrypt:         c.Bool("seal-encrypt"),
 		SealReplayWindow:    c.Duration("seal-replay-window"),
 		TelegramAPIURL:      c.String("telegram-api-url"),
-		ElectionDatabaseURL: c.String("election-database-url"),
+		ElectionDatabaseURL: c.String("session-database-url"),
+		Pooler:              c.String("pooler"),
 		ElectionKey:         c.Int64("election-key"),
 		LeaderTick:          c.Duration("leader-tick"),
 		LeaderTickTimeout:   c.Duration("leader-tick-timeout"),
@@ -174,12 +176,6 @@ given.`,
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
 				return usageErrorf("run takes no arguments, got %q", c.Args().First())
-			}
-			switch pooler, err := dburl.ParsePooler(os.Getenv(dburl.EnvPooler)); {
-			case err != nil:
-				return &UsageError{Err: err}
-			case pooler == dburl.PoolerTransaction:
-				return usageErrorf("%s=transaction: worker run does not work through a transaction pooler yet (its liveness, fence and LISTEN need sessions); point DATABASE_URL at Postgres or a session-mode pool", dburl.EnvPooler)
 			}
 			cfg, err := WorkerConfig(c)
 			if err != nil {
@@ -283,6 +279,10 @@ Examples:
 func withMigrator(c *cli.Context, fn func(context.Context, *migrations.Migrator) error) error {
 	if c.NArg() > 0 {
 		return usageErrorf("%s takes no arguments, got %q", c.Command.Name, c.Args().First())
+	}
+	// Its lock (8110731) is a session's.
+	if err := needSession("worker migrate"); err != nil {
+		return err
 	}
 	return withDatabase(c, func(ctx context.Context, pool *pgxpool.Pool) error {
 		// The command prints what it applied; no log lines besides.

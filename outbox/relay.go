@@ -64,8 +64,11 @@ type Inserter interface {
 
 // RelayConfig configures a Relay.
 type RelayConfig struct {
-	Pool     *pgxpool.Pool
-	Inserter Inserter
+	Pool *pgxpool.Pool
+	// ListenConfig opens the relay's LISTEN session, which needs a session
+	// of its own (not a transaction pooler); default Pool's.
+	ListenConfig *pgx.ConnConfig
+	Inserter     Inserter
 	// Routes are this process's own routes, those it delivers. The relay
 	// routes each message to these and to every route a live worker has
 	// published (Publish, LiveRoutes), by name.
@@ -388,7 +391,11 @@ func (r *Relay) insertDeliveries(ctx context.Context, tx pgx.Tx, params []river.
 // every notification and every reconnect (messages may have arrived while
 // the session was down).
 func (r *Relay) listen(ctx context.Context) {
-	cc := r.cfg.Pool.Config().ConnConfig.Copy()
+	cc := r.cfg.Pool.Config().ConnConfig
+	if r.cfg.ListenConfig != nil {
+		cc = r.cfg.ListenConfig
+	}
+	cc = cc.Copy()
 	cc.RuntimeParams["application_name"] = "ferry-outbox-relay"
 	pglisten.Run(ctx, pglisten.Config{
 		ConnConfig:  cc,

@@ -49,7 +49,7 @@ func TestWorker_BadConfig(t *testing.T) {
 		{name: "LeaderTickTooShort", args: []string{"--leader-tick", "5ms"}, want: "leader tick 5ms is under 10ms"},
 		{name: "LeaderTickTimeoutNegative", args: []string{"--leader-tick-timeout", "-1s"}, want: "leader tick timeout -1s must be above zero"},
 		{name: "ElectionKeyNotANumber", env: []string{"FERRY_ELECTION_KEY=abc"}, want: "FERRY_ELECTION_KEY"},
-		{name: "ElectionURLUnparsable", env: []string{"FERRY_ELECTION_DATABASE_URL=postgres://u:s3cretpw@127.0.0.1:notaport/x"}, want: "election database URL"},
+		{name: "ElectionURLUnparsable", env: []string{"FERRY_ELECTION_DATABASE_URL=postgres://u:s3cretpw@127.0.0.1:notaport/x"}, want: "session database URL"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

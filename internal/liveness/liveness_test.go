@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferryq/ferry/internal/testkit/logtest"
+	"github.com/ferryq/ferry/internal/testkit/pgbouncer"
 	"github.com/ferryq/ferry/internal/testkit/pgtest"
 )
 
@@ -132,6 +134,18 @@ func (b *testBundle) session(t *testing.T, clientID string) *pgxpool.Pool {
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	return pool
+}
+
+// complete runs River's completer's own statement (JobSetStateIfRunningMany)
+// for job id on a session of p, as a worker's completer would.
+func complete(p *pgxpool.Pool, id int64) error {
+	now := time.Now()
+	_, err := riverpgxv5.New(p).GetExecutor().JobSetStateIfRunningMany(context.Background(), &riverdriver.JobSetStateIfRunningManyParams{
+		ID: []int64{id}, Attempt: []*int{nil}, ErrData: [][]byte{nil}, FinalizedAt: []*time.Time{&now},
+		MetadataDoMerge: []bool{false}, MetadataUpdates: [][]byte{nil}, Now: &now,
+		ScheduledAt: []*time.Time{nil}, State: []rivertype.JobState{rivertype.JobStateCompleted},
+	})
+	return err
 }
 
 func (b *testBundle) alive(t *testing.T, w *Worker) bool {
@@ -297,28 +311,18 @@ func TestFence_DeadWorkerCannotWrite(t *testing.T) {
 	live := b.worker(t, time.Hour, nil)
 	id := b.running(t, dead.ClientID(), 1, 25)
 	deadPool, livePool := b.session(t, dead.ClientID()), b.session(t, live.ClientID())
-	// River's completer's own statement (JobSetStateIfRunningMany), run on
-	// a session of the worker given, as its completer would.
-	complete := func(p *pgxpool.Pool) error {
-		now := time.Now()
-		_, err := riverpgxv5.New(p).GetExecutor().JobSetStateIfRunningMany(ctx, &riverdriver.JobSetStateIfRunningManyParams{
-			ID: []int64{id}, Attempt: []*int{nil}, ErrData: [][]byte{nil}, FinalizedAt: []*time.Time{&now},
-			MetadataDoMerge: []bool{false}, MetadataUpdates: [][]byte{nil}, Now: &now,
-			ScheduledAt: []*time.Time{nil}, State: []rivertype.JobState{rivertype.JobStateCompleted},
-		})
-		return err
-	}
+	completeBy := func(p *pgxpool.Pool) error { return complete(p, id) }
 
 	b.kill(t, dead)
 	_, err := b.rescuer(t, nil).RescueOnce(ctx)
 	require.NoError(t, err)
 	b.refetch(t, id, live.ClientID()) // the next attempt runs on the live worker
 
-	err = complete(deadPool)
+	err = completeBy(deadPool)
 	require.Error(t, err, "the dead worker's late completion would overwrite the live attempt")
 	require.True(t, IsDeclaredDead(err), "%v", err)
 	require.Equal(t, "running", b.job(t, id).State)
-	require.NoError(t, complete(livePool))
+	require.NoError(t, completeBy(livePool))
 	require.Equal(t, "completed", b.job(t, id).State)
 	require.False(t, IsDeclaredDead(errors.New("other")))
 }
@@ -446,4 +450,76 @@ func TestFence_FetchInFlight(t *testing.T) {
 		require.True(t, IsDeclaredDead(err), "the fetch after the rescue is refused: %v", err)
 		require.Equal(t, "available", b.job(t, id).State)
 	})
+}
+
+// Through PgBouncer in transaction mode, the fence names the right worker:
+// a live worker's completion on the very server session that last ran a
+// dead worker's statement goes through, the dead worker's is refused, and
+// a session of another client (with an application_name of its own) is
+// never fenced. A session setting would stay with the server session and
+// name the dead worker for all of them.
+func TestFence_ThroughPgBouncer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	dead := b.worker(t, time.Hour, nil)
+	live := b.worker(t, time.Hour, nil)
+	id := b.running(t, dead.ClientID(), 1, 25)
+	bouncer := pgbouncer.Start(t, b.url)
+	through := func(clientID string) *pgxpool.Pool {
+		pc, err := pgxpool.ParseConfig(bouncer)
+		require.NoError(t, err)
+		pc.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
+		pc.MaxConns = 1
+		if clientID != "" {
+			ConfigurePool(pc, clientID)
+		} else {
+			// PgBouncer sets only what the client sent: a client with no
+			// application_name keeps the last one its server session had
+			// (documented in the README's Poolers).
+			pc.ConnConfig.RuntimeParams["application_name"] = "some-service"
+		}
+		pool, err := pgxpool.NewWithConfig(ctx, pc)
+		require.NoError(t, err)
+		t.Cleanup(pool.Close)
+		return pool
+	}
+	deadPool, livePool, otherPool := through(dead.ClientID()), through(live.ClientID()), through("")
+	backend := func(p *pgxpool.Pool) (pid int) {
+		require.NoError(t, p.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid))
+		return pid
+	}
+	completeBy := func(p *pgxpool.Pool) error { return complete(p, id) }
+
+	b.kill(t, dead)
+	_, err := b.rescuer(t, nil).RescueOnce(ctx)
+	require.NoError(t, err)
+	b.refetch(t, id, live.ClientID())
+
+	// The pools take turns, so PgBouncer lends each the one idle server
+	// session: the same for all three.
+	server := backend(deadPool)
+	err = completeBy(deadPool)
+	require.True(t, IsDeclaredDead(err), "the dead worker's completion through the pooler: %v", err)
+	require.Equal(t, server, backend(otherPool), "the pooler lent the same server session")
+	_, err = otherPool.Exec(ctx, `UPDATE river_job SET tags = tags WHERE id = $1`, id)
+	require.NoError(t, err, "a session of no worker is not fenced")
+	require.Equal(t, server, backend(livePool), "the pooler lent the same server session")
+	require.NoError(t, completeBy(livePool), "the live worker's completion on the dead worker's last server session")
+	require.Equal(t, "completed", b.job(t, id).State)
+}
+
+// The tag survives Postgres's 63-byte cut of application_name: the base is
+// cut instead.
+func TestSessionName(t *testing.T) {
+	t.Parallel()
+	tag := SessionTag("host_1_20261201T000000.000000")
+	require.Regexp(t, `^ferry-w:[0-9a-f]{12}$`, tag)
+	require.Len(t, tag, 20, "the fence reads the last 20 characters")
+	require.Equal(t, "worker:h:1 "+tag, SessionName("worker:h:1", "host_1_20261201T000000.000000"))
+	require.Equal(t, tag, SessionName("", "host_1_20261201T000000.000000"))
+	long := SessionName(strings.Repeat("x", 100), "host_1_20261201T000000.000000")
+	require.Len(t, long, 63)
+	require.True(t, strings.HasSuffix(long, " "+tag))
+	require.NotEqual(t, tag, SessionTag("host_1_20261201T000000.000001"))
 }

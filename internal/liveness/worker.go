@@ -3,6 +3,8 @@ package liveness
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -32,9 +34,43 @@ const Namespace int32 = 911000003
 // exclusively before it looks for the worker's running jobs.
 const FenceNamespace int32 = 911000004
 
-// ClientIDSetting is the session setting that names the worker a session
-// belongs to. The fence on river_job reads it (migration 006).
+// ClientIDSetting is the session setting by which workers of earlier
+// versions named the worker a session belongs to. The fence still honours
+// it (a rolling deploy runs both); this version tags application_name
+// instead (SessionTag).
 const ClientIDSetting = "ferry.client_id"
+
+// sessionTagPrefix starts the tag that ends a worker's application_name.
+const sessionTagPrefix = "ferry-w:"
+
+// maxApplicationName is Postgres's limit (NAMEDATALEN - 1); it cuts longer
+// names, which would cut the tag.
+const maxApplicationName = 63
+
+// SessionTag is the tag that ends the application_name of every session of
+// the worker clientID ("ferry-w:" and 12 hex digits of a SHA-256 of the
+// client id), recorded in ferry_worker.session_tag: the fence on river_job
+// (migration 016) finds a session's worker by it. Unlike a session
+// setting, application_name follows a client through a transaction pooler:
+// PgBouncer sets it on whichever server session it lends the client.
+func SessionTag(clientID string) string {
+	sum := sha256.Sum256([]byte(clientID))
+	return sessionTagPrefix + hex.EncodeToString(sum[:6])
+}
+
+// SessionName is base (an application_name) cut to fit, a space, and the
+// worker's SessionTag.
+func SessionName(base, clientID string) string {
+	tag := SessionTag(clientID)
+	room := maxApplicationName - len(tag) - 1
+	if len(base) > room {
+		base = base[:room]
+	}
+	if base == "" {
+		return tag
+	}
+	return base + " " + tag
+}
 
 // ErrCodeDeclaredDead is the SQLSTATE of the fence's refusal: an UPDATE of
 // river_job from a session of a worker declared dead.
@@ -52,19 +88,12 @@ func IsDeclaredDead(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == ErrCodeDeclaredDead
 }
 
-// ConfigurePool makes every session of pc carry clientID in
-// ClientIDSetting, so that the fence knows whose session it is.
+// ConfigurePool makes every session of pc carry the worker clientID's
+// SessionTag at the end of its application_name (kept otherwise, cut to
+// fit), so that the fence knows whose session it is, directly or through
+// a transaction pooler.
 func ConfigurePool(pc *pgxpool.Config, clientID string) {
-	prev := pc.AfterConnect
-	pc.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
-		if prev != nil {
-			if err := prev(ctx, conn); err != nil {
-				return err
-			}
-		}
-		_, err := conn.Exec(ctx, "SELECT set_config($1, $2, false)", ClientIDSetting, clientID)
-		return err
-	}
+	pc.ConnConfig.RuntimeParams["application_name"] = SessionName(pc.ConnConfig.RuntimeParams["application_name"], clientID)
 }
 
 // Config configures a Worker.
@@ -164,8 +193,8 @@ func (w *Worker) Start(ctx context.Context) error {
 }
 
 const (
-	registerSQL = `INSERT INTO ferry_worker (client_id, hostname, pid, backend_pid)
-VALUES ($1, $2, $3, pg_backend_pid()) RETURNING id`
+	registerSQL = `INSERT INTO ferry_worker (client_id, hostname, pid, backend_pid, session_tag)
+VALUES ($1, $2, $3, pg_backend_pid(), $4) RETURNING id`
 	heartbeatSQL = `UPDATE ferry_worker SET last_seen_at = now(), backend_pid = pg_backend_pid()
 WHERE id = $1 RETURNING dead_at IS NOT NULL`
 	stopSQL = `UPDATE ferry_worker SET stopped_at = now(), last_seen_at = now() WHERE id = $1`
@@ -201,7 +230,7 @@ func (w *Worker) register(ctx context.Context) (*pgx.Conn, error) {
 	// before it lived.
 	var id int32
 	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, registerSQL, w.cfg.ClientID, w.hostname, w.pid).Scan(&id); err != nil {
+		if err := tx.QueryRow(ctx, registerSQL, w.cfg.ClientID, w.hostname, w.pid, SessionTag(w.cfg.ClientID)).Scan(&id); err != nil {
 			return fmt.Errorf("record the worker: %w", err)
 		}
 		var got bool
