@@ -24,6 +24,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/ferryq/ferry"
+	"github.com/ferryq/ferry/internal/dburl"
 	"github.com/ferryq/ferry/internal/testkit/fleet"
 	"github.com/ferryq/ferry/jobs"
 	"github.com/ferryq/ferry/seal"
@@ -82,6 +83,9 @@ type results struct {
 	BoundedBulkRatio          *float64          `json:"bounded_bulk_ratio"`
 	TriggerInsertRatio        *float64          `json:"unbounded_trigger_insert_ratio"`
 	TriggerBulkRatio          *float64          `json:"unbounded_trigger_bulk_ratio"`
+	PgBouncerWorkerRatio      *float64          `json:"pgbouncer_worker_ratio"`
+	PgBouncerLatencyP50MS     *float64          `json:"pgbouncer_latency_insert_to_start_p50_ms"`
+	PgBouncerLatencyP99MS     *float64          `json:"pgbouncer_latency_insert_to_start_p99_ms"`
 	BroadcastP99MS            *float64          `json:"broadcast_p99_ms"`
 	BroadcastMsgsPerSec       *float64          `json:"broadcast_msgs_per_sec"`
 	Notes                     map[string]string `json:"notes"`
@@ -123,10 +127,17 @@ func runAll(ctx context.Context, serverURL, path string, quick bool) error {
 		res.SealedInsertRatio, res.SealedBulkRatio = ptr(r.InsertRatio), ptr(r.BulkRatio)
 	}
 	step("insert-to-start latency at 500 jobs/s")
-	if p50, p99, err := ferryLatency(ctx, serverURL, 500, sz.latencyDur); err != nil {
+	if p50, p99, err := ferryLatency(ctx, serverURL, 500, sz.latencyDur, false); err != nil {
 		note("latency", err)
 	} else {
 		res.LatencyInsertToStartP50MS, res.LatencyInsertToStartP99MS = ptr(p50), ptr(p99)
+	}
+	step("worker through PgBouncer in transaction mode against direct")
+	if r, err := pgbouncerThroughput(ctx, serverURL, sz.backlog/2, 3, 500, sz.latencyDur); err != nil {
+		note("pgbouncer", err)
+	} else {
+		res.PgBouncerWorkerRatio = ptr(r.Ratio)
+		res.PgBouncerLatencyP50MS, res.PgBouncerLatencyP99MS = ptr(r.PooledP50), ptr(r.PooledP99)
 	}
 	step("outbox")
 	if r, err := outboxBench(ctx, serverURL, sz.relay, 500, sz.outboxDur); err != nil {
@@ -232,6 +243,9 @@ func printTable(r results) {
 		{"sealed / unsealed worker ratio", f(r.SealedWorkerRatio, ""), "≥ 0.9"},
 		{"insert to start p50", f(r.LatencyInsertToStartP50MS, "ms"), "≤ 5 ms"},
 		{"insert to start p99", f(r.LatencyInsertToStartP99MS, "ms"), "≤ 10 ms"},
+		{"worker through PgBouncer / direct", f(r.PgBouncerWorkerRatio, ""), "measured (no target)"},
+		{"insert to start p50 through PgBouncer", f(r.PgBouncerLatencyP50MS, "ms"), "≈ River's 1 s poll"},
+		{"insert to start p99 through PgBouncer", f(r.PgBouncerLatencyP99MS, "ms"), ""},
 		{"outbox relay", f(r.OutboxRelayMsgsPerSec, "msgs/s"), "≥ 10,000/s"},
 		{"outbox commit to delivery p50", f(r.OutboxE2EP50MS, "ms"), "≤ 10 ms"},
 		{"outbox commit to delivery p99", f(r.OutboxE2EP99MS, "ms"), "≤ 50 ms"},
@@ -319,19 +333,25 @@ func workerThroughput(ctx context.Context, serverURL string, n int) (riverRate, 
 		return 0, 0, err
 	}
 
-	ferryRate, err = ferryThroughput(ctx, serverURL, n, nil)
+	ferryRate, err = ferryThroughput(ctx, serverURL, n, nil, false)
 	return riverRate, ferryRate, err
 }
 
 // ferryThroughput works a backlog of n no-op jobs with ferry's whole worker
 // stack and returns its rate. With keys, the backlog is sealed with them and
-// the worker verifies every job.
-func ferryThroughput(ctx context.Context, serverURL string, n int, keys *seal.Keys) (float64, error) {
+// the worker verifies every job. Pooled, the worker's job traffic goes
+// through PgBouncer in transaction mode (FERRY_POOLER=transaction).
+func ferryThroughput(ctx context.Context, serverURL string, n int, keys *seal.Keys, pooled bool) (float64, error) {
 	pool, drop, err := scratch(ctx, serverURL)
 	if err != nil {
 		return 0, err
 	}
 	defer drop()
+	cfg, stopBouncer, err := workerConfig(pool, pooled)
+	if err != nil {
+		return 0, err
+	}
+	defer stopBouncer()
 	if keys != nil {
 		// As in a deployment with seals, whose first worker with keys put
 		// the claim trigger on: the backlog is claimed as it is written.
@@ -342,12 +362,10 @@ func ferryThroughput(ctx context.Context, serverURL string, n int, keys *seal.Ke
 	if err := noopBacklog(ctx, pool, n, seal.Middleware(keys)); err != nil {
 		return 0, err
 	}
-	srv, err := ferry.New(ctx, ferry.Config{
-		DatabaseURL: pool.Config().ConnString(), AdminAddr: "off",
-		Queues:   map[string]int{river.QueueDefault: 100, "outbox": 20},
-		SealKeys: keys,
-		Logger:   slog.New(slog.NewJSONHandler(discard{}, &slog.HandlerOptions{Level: slog.LevelInfo})),
-	})
+	cfg.Queues = map[string]int{river.QueueDefault: 100, "outbox": 20}
+	cfg.SealKeys = keys
+	cfg.Logger = slog.New(slog.NewJSONHandler(discard{}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	srv, err := ferry.New(ctx, cfg)
 	if err != nil {
 		return 0, err
 	}
@@ -385,18 +403,33 @@ func (w *stampKind) Work(_ context.Context, job *river.Job[stampArgs]) error {
 
 // ferryLatency inserts jobs at rate through jobs.Inserter (a separate
 // client, as a Go service would) into a ferry worker with its defaults.
-func ferryLatency(ctx context.Context, serverURL string, rate int, dur time.Duration) (p50, p99 float64, err error) {
+func ferryLatency(ctx context.Context, serverURL string, rate int, dur time.Duration, pooled bool) (p50, p99 float64, err error) {
 	pool, drop, err := scratch(ctx, serverURL)
 	if err != nil {
 		return 0, 0, err
 	}
 	defer drop()
+	cfg, stopBouncer, err := workerConfig(pool, pooled)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer stopBouncer()
+	if pooled {
+		// The inserting service goes through the pooler too.
+		pc, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+		if err != nil {
+			return 0, 0, err
+		}
+		dburl.ApplyPooler(pc.ConnConfig, dburl.PoolerTransaction)
+		if pool, err = pgxpool.NewWithConfig(ctx, pc); err != nil {
+			return 0, 0, err
+		}
+		defer pool.Close()
+	}
 	w := &stampKind{}
-	srv, err := ferry.New(ctx, ferry.Config{
-		DatabaseURL: pool.Config().ConnString(), AdminAddr: "off",
-		Kinds:  []jobs.Kind{jobs.Define[stampArgs](w, river.QueueDefault, "bench stamp")},
-		Logger: slog.New(slog.DiscardHandler),
-	})
+	cfg.Kinds = []jobs.Kind{jobs.Define[stampArgs](w, river.QueueDefault, "bench stamp")}
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	srv, err := ferry.New(ctx, cfg)
 	if err != nil {
 		return 0, 0, err
 	}

@@ -11,6 +11,7 @@
 //	go run ./cmd/bench -mode orphans -trials 20   # kill -9 of a worker running 100 jobs
 //	go run ./cmd/bench -mode broadcast -duration 10s  # 1,000 signed messages/s to 3 subscriber processes
 //	go run ./cmd/bench -mode locks -lock-procs 16 -lock-acquisitions 10000 # fencing oracle with kills
+//	go run ./cmd/bench -mode pgbouncer -backlog 40000 # worker through PgBouncer (transaction mode) against direct
 package main
 
 import (
@@ -78,7 +79,7 @@ type result struct {
 
 func main() {
 	var (
-		mode     = flag.String("mode", "sweep", "all, quick, sweep, latency, throughput, failover, orphans, ticks, outbox, sealed or bounded")
+		mode     = flag.String("mode", "sweep", "all, quick, sweep, latency, throughput, failover, orphans, ticks, outbox, sealed, bounded or pgbouncer")
 		out      = flag.String("out", "bench/results.json", "all and quick modes: where to write the results")
 		url      = flag.String("database-url", os.Getenv("TEST_DATABASE_URL"), "server to create scratch databases on")
 		cooldown = flag.Duration("cooldown", 5*time.Millisecond, "worker fetch cooldown")
@@ -87,7 +88,7 @@ func main() {
 		insCool  = flag.Duration("insert-cooldown", 5*time.Millisecond, "inserting client's fetch cooldown (its insert-notify limiter)")
 		rate     = flag.Int("rate", 500, "latency mode: inserts per second; ticks mode: load jobs per second")
 		dur      = flag.Duration("duration", 4*time.Second, "latency and ticks modes: how long to run")
-		backlog  = flag.Int("backlog", 50000, "throughput and sealed modes: jobs in the backlog; outbox mode: messages for the relay")
+		backlog  = flag.Int("backlog", 50000, "throughput, sealed and pgbouncer modes: jobs in the backlog (sealed, pgbouncer: half); outbox mode: messages for the relay")
 		trials   = flag.Int("trials", 20, "failover mode: trials of each kind; orphans mode: trials")
 		orphans  = flag.Int("jobs", 100, "orphans mode: running jobs of the killed worker")
 		scheds   = flag.Int("schedules", 10, "ticks mode: schedules firing every second")
@@ -151,6 +152,15 @@ func main() {
 		}
 		fmt.Fprintf(os.Stderr, "ferry worker, %d no-op jobs, 5 rounds: unsealed %.0f jobs/s, sealed %.0f jobs/s (best of each), ratio %.3f (median of the rounds'); jobs.Inserter sealed/unsealed: one per transaction %.3f, COPY %.3f\n",
 			*backlog, r.Unsealed, r.Sealed, r.Ratio, r.InsertRatio, r.BulkRatio)
+		_ = json.NewEncoder(os.Stdout).Encode(r)
+		return
+	case "pgbouncer":
+		r, err := pgbouncerThroughput(ctx, *url, *backlog/2, 5, *rate, *dur)
+		if err != nil {
+			log.Fatalf("bench: pgbouncer: %v", redact.Postgres(err.Error()))
+		}
+		fmt.Fprintf(os.Stderr, "ferry worker, %d no-op jobs, 5 rounds: direct %.0f jobs/s, through PgBouncer (transaction mode) %.0f jobs/s (best of each), ratio %.3f (median of the rounds'); insert-to-start at %d/s for %s: direct p50 %.1f ms p99 %.1f ms, pooled p50 %.1f ms p99 %.1f ms\n",
+			*backlog/2, r.Direct, r.Pooled, r.Ratio, *rate, r.LatencyDur, r.DirectP50, r.DirectP99, r.PooledP50, r.PooledP99)
 		_ = json.NewEncoder(os.Stdout).Encode(r)
 		return
 	case "bounded":

@@ -21,6 +21,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -33,37 +34,51 @@ const Binary = "/usr/sbin/pgbouncer"
 // PgBouncer's. It is stopped when the test ends.
 func Start(tb testing.TB, dbURL string) string {
 	tb.Helper()
+	u, stop, err := Run(dbURL, tb.TempDir())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(stop)
+	return u
+}
+
+// Run is Start for a program that is not a test (the bench): PgBouncer's
+// files go in dir, and stop ends it.
+func Run(dbURL, dir string) (proxyURL string, stop func(), err error) {
 	u, err := url.Parse(dbURL)
 	if err != nil {
-		tb.Fatalf("pgbouncer: database URL: %v", err)
+		return "", nil, fmt.Errorf("pgbouncer: database URL: %w", err)
 	}
 	bin := Binary
 	if _, err := os.Stat(bin); err != nil {
 		if bin, err = exec.LookPath("pgbouncer"); err != nil {
-			tb.Fatalf("pgbouncer: not installed (%s): run `go tool task pgbouncer`", Binary)
+			return "", nil, fmt.Errorf("pgbouncer: not installed (%s): run `go tool task pgbouncer`", Binary)
 		}
 	}
-	port := freePort(tb)
-	dir := tb.TempDir()
+	port, err := freePort()
+	if err != nil {
+		return "", nil, err
+	}
 	// PgBouncer will not run as root; as root it is told to switch to the
 	// postgres user (-u), which must read its files.
 	var runAs []string
 	if os.Geteuid() == 0 {
-		runAs = []string{"-u", runUser(tb)}
+		name, err := runUser()
+		if err != nil {
+			return "", nil, err
+		}
+		runAs = []string{"-u", name}
 		if err := os.Chmod(dir, 0o755); err != nil {
-			tb.Fatal(err)
+			return "", nil, err
 		}
 	}
 	pass, _ := u.User.Password()
-	write := func(name, body string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
-			tb.Fatal(err)
-		}
-		return p
+	users := filepath.Join(dir, "userlist.txt")
+	if err := os.WriteFile(users, fmt.Appendf(nil, "%q %q\n", u.User.Username(), pass), 0o644); err != nil {
+		return "", nil, err
 	}
-	users := write("userlist.txt", fmt.Sprintf("%q %q\n", u.User.Username(), pass))
-	ini := write("pgbouncer.ini", fmt.Sprintf(`[databases]
+	ini := filepath.Join(dir, "pgbouncer.ini")
+	err = os.WriteFile(ini, fmt.Appendf(nil, `[databases]
 * = host=%s port=%s
 
 [pgbouncer]
@@ -77,19 +92,22 @@ max_client_conn = 1000
 default_pool_size = 40
 ignore_startup_parameters = extra_float_digits
 server_check_delay = 0
-`, u.Hostname(), cmpPort(u.Port()), port, users))
+`, u.Hostname(), cmpPort(u.Port()), port, users), 0o644)
+	if err != nil {
+		return "", nil, err
+	}
 	cmd := exec.Command(bin, append(runAs, ini)...)
-	var logs strings.Builder
-	cmd.Stdout, cmd.Stderr = &logs, &logs
+	logs := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
-		tb.Fatalf("pgbouncer: start: %v", err)
+		return "", nil, fmt.Errorf("pgbouncer: start: %w", err)
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	tb.Cleanup(func() {
+	stop = func() {
 		_ = cmd.Process.Kill()
 		<-exited
-	})
+	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -99,16 +117,35 @@ server_check_delay = 0
 		}
 		select {
 		case err := <-exited:
-			tb.Fatalf("pgbouncer: exited at start (%v): %s", err, logs.String())
+			return "", nil, fmt.Errorf("pgbouncer: exited at start (%v): %s", err, logs.String())
 		default:
 		}
 		if time.Now().After(deadline) {
-			tb.Fatalf("pgbouncer: not listening on %s after 10s: %s", addr, logs.String())
+			stop()
+			return "", nil, fmt.Errorf("pgbouncer: not listening on %s after 10s: %s", addr, logs.String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	u.Host = addr
-	return u.String()
+	return u.String(), stop, nil
+}
+
+// syncBuffer collects PgBouncer's output for an error message.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func cmpPort(p string) string {
@@ -119,21 +156,20 @@ func cmpPort(p string) string {
 }
 
 // runUser is the user PgBouncer switches to when started as root.
-func runUser(tb testing.TB) string {
+func runUser() (string, error) {
 	for _, name := range []string{"postgres", "nobody"} {
 		if _, err := user.Lookup(name); err == nil {
-			return name
+			return name, nil
 		}
 	}
-	tb.Fatal("pgbouncer: running as root, and neither user postgres nor nobody exists to run PgBouncer as")
-	return ""
+	return "", fmt.Errorf("pgbouncer: running as root, and neither user postgres nor nobody exists to run PgBouncer as")
 }
 
-func freePort(tb testing.TB) int {
+func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		tb.Fatal(err)
+		return 0, err
 	}
 	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return l.Addr().(*net.TCPAddr).Port, nil
 }
