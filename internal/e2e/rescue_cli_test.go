@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"testing"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ferryq/ferry/election"
 	"github.com/ferryq/ferry/internal/testkit/pgtest"
 )
 
@@ -24,6 +26,16 @@ func TestJobsRescue(t *testing.T) {
 	a := startWorker(t, url, nil, electionArgs(time.Second)...)
 	waitJobState(t, pool, orphan, "running", 10*time.Second)
 	require.NoError(t, a.Kill())
+	// The test takes the leader lock as soon as the killed worker's session
+	// frees it, so the next worker stays a standby: its rescuer, a leader's,
+	// would otherwise take the orphan back before the operator does (CI saw
+	// it on a loaded machine).
+	lockConn, err := pool.Acquire(t.Context())
+	require.NoError(t, err)
+	defer lockConn.Release()
+	_, err = lockConn.Exec(t.Context(), "SELECT pg_advisory_lock($1)", election.KeyElection)
+	require.NoError(t, err)
+	defer func() { _, _ = lockConn.Exec(context.Background(), "SELECT pg_advisory_unlock_all()") }()
 
 	// A job running on a live worker.
 	kept := enqueueID(t, url, "ferry.noop", "--args", `{"sleep":"1h"}`, "--queue", "slow")
