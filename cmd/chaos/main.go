@@ -3,20 +3,26 @@
 // producer transactions, one in ten of them a long one of a few seconds,
 // and three marathon jobs that run through every fault and past it, ten
 // minutes (thirty seconds with -short) with no job timeout, outbox messages written with plain SQL to a real HTTP receiver, a
-// schedule ticking every second), and six faults in sequence with recovery
-// between them:
+// schedule ticking every second), and eight faults in sequence with
+// recovery between them:
 //
 //  1. kill -9 of the leader;
 //  2. pg_terminate_backend of the leader's lock connection;
 //  3. SIGSTOP of a standby running long jobs, for less than its liveness
 //     lease (three ticks plus the tick timeout), then SIGCONT;
-//  4. a rolling SIGTERM restart of all three workers;
-//  5. pg_terminate_backend of every ferry backend at once;
-//  6. a Postgres restart (of a cluster of its own, started for the run;
+//  4. a network partition of the leader: every connection it has to
+//     Postgres blackholed both ways, nothing closed, for its lease and four
+//     ticks, then healed (each worker reaches Postgres through TCP proxies
+//     of its own, internal/testkit/netproxy);
+//  5. a network partition, the same, of a standby running long jobs;
+//  6. a rolling SIGTERM restart of all three workers;
+//  7. pg_terminate_backend of every ferry backend at once;
+//  8. a Postgres restart (of a cluster of its own, started for the run;
 //     skipped with the reason where that cannot be done).
 //
-// Faults 1, 5 and 6 end workers' liveness sessions, so the leader's rescuer
-// may declare those workers dead and take their running jobs back: a
+// Faults 1, 4, 5, 7 and 8 end workers' liveness sessions (a partition
+// through the server's lease: Postgres ends a session silent that long),
+// so the leader's rescuer may declare those workers dead and take their running jobs back: a
 // killed one is gone, and one whose sessions were ended stops itself when
 // it learns it (exit code 1); the suite starts another in its place, as an
 // orchestrator would. Nothing else is done for the jobs: no UPDATE by the
@@ -32,9 +38,14 @@
 // that every tick of the window is recorded exactly once; that no
 // job was rescued from a live worker (every worker declared dead while it
 // ran had its liveness session ended by the harness just before: killed,
-// its sessions terminated, Postgres restarted; never one stopped
+// its sessions terminated, Postgres restarted, cut off past its lease;
+// never one stopped
 // gracefully or SIGSTOPped; and every killed one was declared dead); that
-// the SIGSTOPped worker had no job rescued from it; and that workers
+// the SIGSTOPped worker had no job rescued from it; that the partitioned
+// standby was declared dead and its jobs rescued (its late completions
+// are refused by the fence, which the effects check would see); that the
+// partitioned leader stopped leading within a tick and its timeout (plus
+// a margin of 500 ms) by its own clock; and that workers
 // exited only when stopped, killed, or declared dead after their sessions
 // ended. The fault table shows each fault's failover gap and the workers
 // declared dead after it, with the jobs rescued from them. The oracle
@@ -45,6 +56,13 @@
 //
 //	go run ./cmd/chaos           # the full run, 12 minutes (the marathon jobs')
 //	go run ./cmd/chaos -short    # what CI runs
+//	go run ./cmd/chaos -short -pgbouncer  # the same, job traffic through PgBouncer
+//
+// With -pgbouncer, a PgBouncer in transaction mode (Debian's, started for
+// the run) stands in front of the run's database: the workers run with
+// FERRY_POOLER=transaction, their job traffic through it and their
+// sessions (leader lock, liveness, LISTEN) direct, and the producers
+// insert jobs and outbox rows through it. The oracle is the same.
 package main
 
 import (
@@ -58,6 +76,7 @@ import (
 
 func main() {
 	short := flag.Bool("short", false, "shorter steady phases between faults (CI)")
+	pooled := flag.Bool("pgbouncer", false, "send all job traffic (workers' and producers') through a PgBouncer in transaction mode started for the run")
 	serverURL := flag.String("database-url", os.Getenv("TEST_DATABASE_URL"), "server to use when a cluster of the suite's own cannot be started")
 	flag.Parse()
 	if *serverURL == "" {
@@ -69,7 +88,7 @@ func main() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), marathon+12*time.Minute)
 	defer cancel()
-	ok, err := run(ctx, *serverURL, steady, marathon)
+	ok, err := run(ctx, *serverURL, steady, marathon, *pooled)
 	if err != nil {
 		log.Fatalf("chaos: %v", err)
 	}

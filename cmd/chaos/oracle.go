@@ -62,18 +62,20 @@ func newCheck(name string, v verdict, format string, args ...any) check {
 
 // Names of the checks, in the order the table prints them.
 const (
-	nameHolders  = "holders of the lock, sampled every 100 ms"
-	nameRuns     = "leader runs overlapping in time"
-	nameJobs     = "job effects at least once, never twice"
-	nameFinal    = "jobs finalized by the end of the run"
-	nameMarathon = "marathon jobs, far longer than a lease, complete"
-	nameOutbox   = "outbox effects exactly once"
-	nameTicks    = "ticks in the window recorded exactly once"
-	nameDead     = "workers declared dead only after the harness ended their sessions"
-	nameStall    = "SIGSTOP under the lease: no job rescued from the stopped worker"
-	nameExits    = "workers exited only when stopped, killed or declared dead"
-	outageMargin = 2 * time.Second
-	sampleEvery  = 100 * time.Millisecond
+	nameHolders   = "holders of the lock, sampled every 100 ms"
+	nameRuns      = "leader runs overlapping in time"
+	nameJobs      = "job effects at least once, never twice"
+	nameFinal     = "jobs finalized by the end of the run"
+	nameMarathon  = "marathon jobs, far longer than a lease, complete"
+	nameOutbox    = "outbox effects exactly once"
+	nameTicks     = "ticks in the window recorded exactly once"
+	nameDead      = "workers declared dead only after the harness ended their sessions"
+	nameStall     = "SIGSTOP under the lease: no job rescued from the stopped worker"
+	nameExits     = "workers exited only when stopped, killed or declared dead"
+	namePartition = "a worker cut off past its lease: declared dead, its jobs rescued"
+	nameDemotion  = "a leader cut off is demoted by its own check, before the next leads"
+	outageMargin  = 2 * time.Second
+	sampleEvery   = 100 * time.Millisecond
 )
 
 // sampleFailure is a holder sample whose query failed.
@@ -542,22 +544,23 @@ func checkTicks(o tickObs) check {
 type exposureKind int
 
 const (
-	exposedKill     exposureKind = iota // kill -9
-	exposedSessions                     // pg_terminate_backend of every ferry backend, its liveness session among them
-	exposedRestart                      // a Postgres restart
-	exposedLockConn                     // pg_terminate_backend of its election lock session only
-	exposedSIGSTOP                      // SIGSTOP, and SIGCONT within the liveness lease
-	exposedSIGTERM                      // a graceful stop
+	exposedKill      exposureKind = iota // kill -9
+	exposedSessions                      // pg_terminate_backend of every ferry backend, its liveness session among them
+	exposedRestart                       // a Postgres restart
+	exposedLockConn                      // pg_terminate_backend of its election lock session only
+	exposedSIGSTOP                       // SIGSTOP, and SIGCONT within the liveness lease
+	exposedSIGTERM                       // a graceful stop
+	exposedPartition                     // its network to Postgres blackholed past its lease, then healed
 )
 
 func (k exposureKind) String() string {
-	return [...]string{"kill -9", "sessions terminated", "Postgres restart", "lock session terminated", "SIGSTOP", "SIGTERM"}[k]
+	return [...]string{"kill -9", "sessions terminated", "Postgres restart", "lock session terminated", "SIGSTOP", "SIGTERM", "network partition"}[k]
 }
 
 // endsLiveness says whether k ends the worker's liveness session, so that
 // the rescuer may rightly find it dead.
 func (k exposureKind) endsLiveness() bool {
-	return k == exposedKill || k == exposedSessions || k == exposedRestart
+	return k == exposedKill || k == exposedSessions || k == exposedRestart || k == exposedPartition
 }
 
 // exposure is one thing the harness did to a process, and when.
@@ -678,8 +681,8 @@ func checkDeaths(o deathObs) check {
 	case len(unseen) > 0:
 		return newCheck(nameDead, verdictUnverified, "killed pids %v have no ferry_worker row", unseen)
 	}
-	result := fmt.Sprintf("%d declared dead while running (%d killed, %d sessions terminated, %d Postgres restart; %d jobs rescued), %d after a graceful stop (%d jobs left behind)",
-		byCause[exposedKill]+byCause[exposedSessions]+byCause[exposedRestart], byCause[exposedKill], byCause[exposedSessions], byCause[exposedRestart], rescued, graceful, gracefulRescued)
+	result := fmt.Sprintf("%d declared dead while running (%d killed, %d sessions terminated, %d Postgres restart, %d network partition; %d jobs rescued), %d after a graceful stop (%d jobs left behind)",
+		byCause[exposedKill]+byCause[exposedSessions]+byCause[exposedRestart]+byCause[exposedPartition], byCause[exposedKill], byCause[exposedSessions], byCause[exposedRestart], byCause[exposedPartition], rescued, graceful, gracefulRescued)
 	switch {
 	case len(live) > 0:
 		return newCheck(nameDead, verdictViolated, "%s; declared dead with no session of theirs ended: %s", result, strings.Join(live, "; "))

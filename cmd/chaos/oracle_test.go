@@ -178,7 +178,7 @@ func TestCheckDeaths(t *testing.T) {
 	t.Run("EveryDeathAfterItsSessionEnded", func(t *testing.T) {
 		t.Parallel()
 		requireVerdict(t, checkDeaths(deathObs{rows: rows, exposures: exposures}), verdictOK,
-			"2 declared dead while running (1 killed, 1 sessions terminated, 0 Postgres restart; 15 jobs rescued), 1 after a graceful stop")
+			"2 declared dead while running (1 killed, 1 sessions terminated, 0 Postgres restart, 0 network partition; 15 jobs rescued), 1 after a graceful stop")
 	})
 
 	t.Run("DeadDuringTheStall", func(t *testing.T) {
@@ -370,4 +370,54 @@ func TestCheckMarathons(t *testing.T) {
 		verdictViolated, "marathon-2 running in 1 attempts")
 	requireVerdict(t, checkMarathons(marathonObs{inserted: 2, length: time.Minute, jobs: []marathonJob{done}}),
 		verdictViolated, "1 of 2 jobs")
+}
+
+func TestCheckPartition(t *testing.T) {
+	t.Parallel()
+
+	cut := partitionObs{pid: 2, clientID: "w2", at: at(20), running: 9, long: 7, dead: true, rescued: 10}
+	requireVerdict(t, checkPartition(cut), verdictOK, "pid 2 cut off for 7.333s running 9 jobs, 7 of them long: declared dead, 10 jobs rescued from it")
+
+	alive := cut
+	alive.dead, alive.rescued = false, 0
+	requireVerdict(t, checkPartition(alive), verdictViolated, "declared dead false, 0 jobs rescued from it")
+
+	unrescued := cut
+	unrescued.rescued = 0
+	requireVerdict(t, checkPartition(unrescued), verdictViolated, "declared dead true, 0 jobs rescued")
+
+	requireVerdict(t, checkPartition(partitionObs{}), verdictUnverified, "no worker was cut off")
+	idle := cut
+	idle.long = 0
+	requireVerdict(t, checkPartition(idle), verdictUnverified, "no long job running")
+	failed := cut
+	failed.err = errors.New("connection refused")
+	requireVerdict(t, checkPartition(failed), verdictUnverified, "query failed: connection refused")
+}
+
+func TestCheckDemotion(t *testing.T) {
+	t.Parallel()
+
+	tp := func(s float64) *time.Time { x := at(s); return &x }
+	ok := demotionObs{pid: 3, at: at(20), stopped: tp(21.2), logged: true, reason: "ownership check timed out after 333ms", next: tp(24)}
+	requireVerdict(t, checkDemotion(ok), verdictOK, "pid 3 stopped leading 1.2s after it was cut off (tick 1s, timeout 333ms; demoted: ownership check timed out after 333ms), the next leader began at 4s")
+
+	late := ok
+	late.stopped = tp(24.5)
+	requireVerdict(t, checkDemotion(late), verdictViolated, "pid 3 stopped leading 4.5s after")
+	other := ok
+	other.reason = "stamp term start: timeout"
+	requireVerdict(t, checkDemotion(other), verdictViolated, "demoted: stamp term start")
+	silent := ok
+	silent.logged = false
+	requireVerdict(t, checkDemotion(silent), verdictViolated, "logged no demotion")
+
+	unended := ok
+	unended.stopped = nil
+	requireVerdict(t, checkDemotion(unended), verdictUnverified, "no recorded end")
+	alone := ok
+	alone.next = nil
+	requireVerdict(t, checkDemotion(alone), verdictUnverified, "no leader run began")
+	requireVerdict(t, checkDemotion(demotionObs{}), verdictUnverified, "no leader was cut off")
+	requireVerdict(t, checkDemotion(demotionObs{pid: 3, at: at(20), err: errors.New("no rows")}), verdictUnverified, "no rows")
 }

@@ -23,8 +23,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ferryq/ferry/election"
+	"github.com/ferryq/ferry/internal/dburl"
 	"github.com/ferryq/ferry/internal/redact"
 	"github.com/ferryq/ferry/internal/testkit/fleet"
+	"github.com/ferryq/ferry/internal/testkit/netproxy"
+	"github.com/ferryq/ferry/internal/testkit/pgbouncer"
 	"github.com/ferryq/ferry/internal/testkit/scratchdb"
 	"github.com/ferryq/ferry/jobs"
 	"github.com/ferryq/ferry/outbox"
@@ -41,7 +44,10 @@ const (
 	// lease is how long a worker's liveness session may stay silent before
 	// Postgres ends it: three ticks plus the tick timeout (a third of the
 	// tick by default).
-	lease = 3*leaderTick + leaderTick/3
+	lease = 3*leaderTick + tickTimeout
+	// tickTimeout is the bound of each ownership check (a third of the tick
+	// by default): a leader cut off demotes itself within a tick and this.
+	tickTimeout = leaderTick / 3
 	// stallFor is how long the SIGSTOP fault stops a worker: under the
 	// lease by more than a tick and a margin, since the session may have
 	// been silent for up to a tick when the stop begins.
@@ -130,10 +136,19 @@ func lastLine(b []byte) string {
 type suite struct {
 	bin, url, cfgFile string
 	pool              *pgxpool.Pool
-	workers           *fleet.Fleet
-	faults            []faultResult
-	notes             []string
-	stall             stallObs // what the SIGSTOP fault did
+	// jobURL and jobPool carry the job traffic: the workers' and the
+	// producers'. They are url and pool, or, with -pgbouncer, a PgBouncer
+	// in transaction mode in front of them; the oracle, the sampler and the
+	// faults always use pool, which reaches Postgres itself.
+	jobURL  string
+	jobPool *pgxpool.Pool
+	workers *fleet.Fleet
+	faults  []faultResult
+	notes   []string
+	stall   stallObs     // what the SIGSTOP fault did
+	cut     partitionObs // what the worker partition fault did
+	// cutLeader is the leader the leader partition fault cut off.
+	cutLeader demotionObs
 
 	watching sync.WaitGroup // one per worker started, until its exit is recorded
 	mu       sync.Mutex
@@ -143,6 +158,9 @@ type suite struct {
 	ending  map[int]exposureKind
 	exits   []workerExit
 	closing bool // the run is over: a worker that exits is not replaced
+	// proxies stand between each worker and Postgres (and PgBouncer), by
+	// pid: the partition faults blackhole them.
+	proxies map[int][]*netproxy.Proxy
 }
 
 type faultResult struct {
@@ -156,6 +174,10 @@ type faultResult struct {
 	dead, rescued int
 }
 
+func newSuite() *suite {
+	return &suite{workers: fleet.New(), exposures: map[int][]exposure{}, ending: map[int]exposureKind{}, proxies: map[int][]*netproxy.Proxy{}}
+}
+
 // start starts a chaos worker.
 func (s *suite) start() (*fleet.Proc, error) {
 	s.mu.Lock()
@@ -164,10 +186,18 @@ func (s *suite) start() (*fleet.Proc, error) {
 }
 
 func (s *suite) startLocked() (*fleet.Proc, error) {
-	p, err := s.workers.Start(s.bin, []string{"DATABASE_URL=" + s.url, "FERRY_CONFIG=" + s.cfgFile, "CHAOS_HOOK_SECRET=" + hookSecret, "FERRY_LOG_FORMAT=json"})
+	env, proxies, err := s.workerEnv()
 	if err != nil {
 		return nil, err
 	}
+	p, err := s.workers.Start(s.bin, env)
+	if err != nil {
+		for _, x := range proxies {
+			_ = x.Close()
+		}
+		return nil, err
+	}
+	s.proxies[p.Pid()] = proxies
 	s.watching.Add(1)
 	go s.watch(p)
 	return p, nil
@@ -187,6 +217,10 @@ func (s *suite) watch(p *fleet.Proc) {
 		x.by = &k
 	}
 	s.exits = append(s.exits, x)
+	for _, px := range s.proxies[x.pid] {
+		_ = px.Close()
+	}
+	delete(s.proxies, x.pid)
 	s.mu.Unlock()
 	if x.by != nil {
 		return
@@ -356,8 +390,8 @@ func (s *suite) waitLeaderRun(ctx context.Context, t time.Time, timeout time.Dur
 	return 0, fmt.Errorf("no leader runnable started within %s", timeout)
 }
 
-func run(ctx context.Context, serverURL string, steady, marathon time.Duration) (bool, error) {
-	s := &suite{workers: fleet.New(), exposures: map[int][]exposure{}, ending: map[int]exposureKind{}}
+func run(ctx context.Context, serverURL string, steady, marathon time.Duration, pooled bool) (bool, error) {
+	s := newSuite()
 	var cl *cluster
 	admin := serverURL
 	if c, err := startCluster(); err != nil {
@@ -383,6 +417,14 @@ func run(ctx context.Context, serverURL string, steady, marathon time.Duration) 
 	defer s.pool.Close()
 	if _, err := s.pool.Exec(ctx, oracleSchema); err != nil {
 		return false, err
+	}
+	s.jobURL, s.jobPool = s.url, s.pool
+	if pooled {
+		stop, err := s.startPgBouncer(ctx)
+		if err != nil {
+			return false, err
+		}
+		defer stop()
 	}
 
 	// The receiver: a real HTTP server that records each event id once
@@ -492,6 +534,12 @@ outbox:
 		{fmt.Sprintf("SIGSTOP of a standby for %s (lease %s)", stallFor, lease.Round(time.Millisecond)), false, func() (string, error) {
 			return s.stallWorker(ctx)
 		}},
+		{fmt.Sprintf("network partition of the leader for %s", partitionFor.Round(time.Millisecond)), true, func() (string, error) {
+			return "", s.partitionLeader(ctx)
+		}},
+		{fmt.Sprintf("network partition of a standby running jobs for %s", partitionFor.Round(time.Millisecond)), false, func() (string, error) {
+			return s.partitionWorker(ctx)
+		}},
 		{"rolling SIGTERM restart of all workers", true, func() (string, error) {
 			for _, p := range s.working() {
 				s.expose(exposedSIGTERM, p)
@@ -599,6 +647,8 @@ outbox:
 		checkTicks(observeTicks(ctx, s.pool, windowStart, windowEnd)),
 		checkDeaths(deathObs{rows: rows, exposures: exposures, err: rowsErr}),
 		checkStall(stall),
+		checkPartition(observePartition(ctx, s, rows)),
+		checkDemotion(observeDemotion(ctx, s.pool, s.cutLeader)),
 		checkExits(exitObs{exits: s.exits, exposures: exposures}),
 	}
 	attributeDeaths(s.faults, rows)
@@ -606,43 +656,14 @@ outbox:
 }
 
 // stallWorker stops, with SIGSTOP, the standby worker running the most
-// long jobs, for stallFor (under its liveness lease), then lets it go on
-// with SIGCONT. A standby, because a stopped leader's rescuer could
-// rescue nothing: the fault would prove nothing.
+// long jobs (busyStandby), for stallFor (under its liveness lease), then
+// lets it go on with SIGCONT.
 func (s *suite) stallWorker(ctx context.Context) (string, error) {
-	leader, _, err := s.leaderProc(ctx)
+	p, clientID, running, long, err := s.busyStandby(ctx)
 	if err != nil {
 		return "", err
 	}
-	procs := map[int]*fleet.Proc{}
-	var pids []int32
-	for _, p := range s.working() {
-		if p != leader {
-			procs[p.Pid()] = p
-			pids = append(pids, int32(p.Pid()))
-		}
-	}
-	var (
-		pid, running, long int
-		clientID           string
-	)
-	deadline := time.Now().Add(20 * time.Second)
-	for long == 0 {
-		if time.Now().After(deadline) {
-			return "", errors.New("no standby ran a long job within 20s")
-		}
-		err := s.pool.QueryRow(ctx, `SELECT w.pid, w.client_id, count(*), count(*) FILTER (WHERE j.args ? 'sleep_ms')
-			FROM ferry_worker w JOIN river_job j ON j.state = 'running' AND j.attempted_by[cardinality(j.attempted_by)] = w.client_id
-			WHERE w.pid = ANY($1) AND w.dead_at IS NULL AND w.stopped_at IS NULL
-			GROUP BY w.pid, w.client_id ORDER BY 4 DESC, 3 DESC LIMIT 1`, pids).Scan(&pid, &clientID, &running, &long)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return "", err
-		}
-		if long == 0 {
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
-	p := procs[pid]
+	pid := p.Pid()
 	s.expose(exposedSIGSTOP, p)
 	at := time.Now()
 	if err := p.Signal(syscall.SIGSTOP); err != nil {
@@ -713,14 +734,14 @@ const marathonJobs = 3
 // until the time until, with no job timeout, keyed marathon-N. It returns
 // how many it inserted.
 func (s *suite) insertMarathons(ctx context.Context, until time.Time) (int64, error) {
-	ins, err := jobs.NewInserter(s.pool)
+	ins, err := jobs.NewInserter(s.jobPool)
 	if err != nil {
 		return 0, err
 	}
 	for i := 1; i <= marathonJobs; i++ {
 		key := fmt.Sprintf("marathon-%d", i)
 		args := fmt.Sprintf(`{"key":%q,"until":%q}`, key, until.UTC().Format(time.RFC3339Nano))
-		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		err := pgx.BeginFunc(ctx, s.jobPool, func(tx pgx.Tx) error {
 			_, err := ins.InsertTx(ctx, tx, jobs.RawArgs{KindName: "chaos.effect", JSON: []byte(args)}, jobs.WithUniqueKey(nil, key))
 			return err
 		})
@@ -735,7 +756,7 @@ func (s *suite) insertMarathons(ctx context.Context, until time.Time) (int64, er
 // at about 50 a second, every longEvery-th a long one; a failed insert (the database restarting) is
 // retried with the same key until it commits.
 func (s *suite) produceJobs(ctx context.Context, n *atomic.Int64) {
-	ins, err := jobs.NewInserter(s.pool)
+	ins, err := jobs.NewInserter(s.jobPool)
 	if err != nil {
 		// No job is inserted, and the oracle's job check fails on that.
 		fmt.Println("chaos: job producer:", err)
@@ -752,7 +773,7 @@ func (s *suite) produceJobs(ctx context.Context, n *atomic.Int64) {
 		}
 		// The unique key makes a retry after an ambiguous failure (the
 		// commit may have landed) return the job already inserted.
-		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		err := pgx.BeginFunc(ctx, s.jobPool, func(tx pgx.Tx) error {
 			_, err := ins.InsertTx(ctx, tx, jobs.RawArgs{KindName: "chaos.effect", JSON: []byte(args)}, jobs.WithUniqueKey(nil, key))
 			return err
 		})
@@ -773,7 +794,7 @@ func (s *suite) produceMessages(ctx context.Context, n *atomic.Int64) {
 	defer t.Stop()
 	for ctx.Err() == nil {
 		key := fmt.Sprintf("msg-%d", n.Load()+1)
-		_, err := s.pool.Exec(ctx, `INSERT INTO ferry_outbox (topic, payload, dedup_key) VALUES ('chaos.event', '{}', $1)
+		_, err := s.jobPool.Exec(ctx, `INSERT INTO ferry_outbox (topic, payload, dedup_key) VALUES ('chaos.event', '{}', $1)
 			ON CONFLICT (topic, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING`, key)
 		if err == nil {
 			n.Add(1)
@@ -783,4 +804,34 @@ func (s *suite) produceMessages(ctx context.Context, n *atomic.Int64) {
 		case <-t.C:
 		}
 	}
+}
+
+// startPgBouncer puts a PgBouncer in transaction mode in front of the run's
+// database and sends the job traffic through it: the workers run with
+// FERRY_POOLER=transaction and their sessions on the direct URL, and the
+// producers insert jobs and outbox rows through it, as services behind a
+// pooler would.
+func (s *suite) startPgBouncer(ctx context.Context) (stop func(), err error) {
+	dir, err := os.MkdirTemp("", "ferry-chaos-pgbouncer-")
+	if err != nil {
+		return nil, err
+	}
+	u, stopBouncer, err := pgbouncer.Run(s.url, dir)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	cfg, err := pgxpool.ParseConfig(u)
+	if err == nil {
+		dburl.ApplyPooler(cfg.ConnConfig, dburl.PoolerTransaction)
+		s.jobPool, err = pgxpool.NewWithConfig(ctx, cfg)
+	}
+	if err != nil {
+		stopBouncer()
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	s.jobURL = u
+	fmt.Println("chaos: job traffic through PgBouncer (transaction mode) at", redact.Postgres(u))
+	return func() { s.jobPool.Close(); stopBouncer(); _ = os.RemoveAll(dir) }, nil
 }

@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/ferryq/ferry/internal/testkit/fleet"
 )
 
 // TestSuite_ReplacesAWorkerDeclaredDead: a worker that stops itself,
@@ -33,7 +31,8 @@ exec sleep 30
 `, filepath.Join(dir, "ran"), filepath.Join(dir, "go"))
 	require.NoError(t, os.WriteFile(bin, []byte(script), 0o755))
 
-	s := &suite{bin: bin, workers: fleet.New(), exposures: map[int][]exposure{}, ending: map[int]exposureKind{}}
+	s := newSuite()
+	s.bin, s.url, s.jobURL = bin, "postgres://chaos@127.0.0.1:1/chaos", "postgres://chaos@127.0.0.1:1/chaos"
 	t.Cleanup(func() { _ = s.workers.Kill(10 * time.Second) })
 	first, err := s.start()
 	require.NoError(t, err)

@@ -6,7 +6,9 @@
 // 127.0.0.1, that passes every database of the server through
 // (pool_mode = transaction, so consecutive transactions of one client may
 // run on different server sessions, and session state does not follow the
-// client). The binary is Debian's package; `go tool task pgbouncer` (a step
+// client). server_login_retry is 1 s, not PgBouncer's 15 s: after a
+// Postgres restart, the default keeps every client waiting 15 s after the
+// first failed login (docs/operations.md). The binary is Debian's package; `go tool task pgbouncer` (a step
 // of `go tool task test`) installs it. A test that cannot start it fails
 // with the reason; it never skips.
 package pgbouncer
@@ -92,6 +94,7 @@ max_client_conn = 1000
 default_pool_size = 40
 ignore_startup_parameters = extra_float_digits
 server_check_delay = 0
+server_login_retry = 1
 `, u.Hostname(), cmpPort(u.Port()), port, users), 0o644)
 	if err != nil {
 		return "", nil, err

@@ -1,0 +1,279 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ferryq/ferry/internal/dburl"
+	"github.com/ferryq/ferry/internal/testkit/fleet"
+	"github.com/ferryq/ferry/internal/testkit/netproxy"
+)
+
+// partitionFor is how long a partition fault lasts: past the worker's
+// lease, so that Postgres ends its silent sessions, and by four ticks more,
+// so that a leader has taken over (the lock session is reaped with the
+// same lease, and a successor whose predecessor did not resign waits a
+// tick and its timeout) and its rescuer has run before the partition
+// heals.
+const partitionFor = lease + 4*leaderTick
+
+// proxied rewrites the host of the Postgres URL u to a new network proxy
+// in front of it, which the caller closes.
+func proxied(u string) (string, *netproxy.Proxy, error) {
+	pu, err := url.Parse(u)
+	if err != nil {
+		return "", nil, err
+	}
+	port := pu.Port()
+	if port == "" {
+		port = "5432"
+	}
+	p, err := netproxy.Start(net.JoinHostPort(pu.Hostname(), port))
+	if err != nil {
+		return "", nil, err
+	}
+	pu.Host = p.Addr()
+	return pu.String(), p, nil
+}
+
+// workerEnv is the environment of a new chaos worker: every connection it
+// makes, job traffic and sessions alike, goes through network proxies of
+// its own, which the partition faults blackhole. proxies are those
+// proxies, to close when the worker is gone.
+func (s *suite) workerEnv() (env []string, proxies []*netproxy.Proxy, err error) {
+	closeAll := func() {
+		for _, p := range proxies {
+			_ = p.Close()
+		}
+	}
+	jobURL, jp, err := proxied(s.jobURL)
+	if err != nil {
+		return nil, nil, err
+	}
+	proxies = append(proxies, jp)
+	env = []string{"DATABASE_URL=" + jobURL, "FERRY_CONFIG=" + s.cfgFile, "CHAOS_HOOK_SECRET=" + hookSecret, "FERRY_LOG_FORMAT=json"}
+	if s.jobURL != s.url {
+		sessionURL, sp, err := proxied(s.url)
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		proxies = append(proxies, sp)
+		env = append(env, "FERRY_SESSION_DATABASE_URL="+sessionURL, dburl.EnvPooler+"="+dburl.PoolerTransaction)
+	}
+	return env, proxies, nil
+}
+
+// partition blackholes every connection of p for d, then heals them.
+func (s *suite) partition(p *fleet.Proc, d time.Duration) error {
+	s.mu.Lock()
+	proxies := s.proxies[p.Pid()]
+	s.mu.Unlock()
+	if len(proxies) == 0 {
+		return fmt.Errorf("pid %d has no network proxy to partition", p.Pid())
+	}
+	for _, x := range proxies {
+		x.Partition()
+	}
+	time.Sleep(d)
+	for _, x := range proxies {
+		x.Heal()
+	}
+	return nil
+}
+
+// partitionLeader cuts the leader off from Postgres, both ways, with
+// nothing closed, for partitionFor: it must demote itself within a tick
+// and its timeout, the server must free its lock through the session
+// lease, and a standby lead, never two at once (the holder sampler and the
+// leader runs say so).
+func (s *suite) partitionLeader(ctx context.Context) error {
+	p, _, err := s.leaderProc(ctx)
+	if err != nil {
+		return err
+	}
+	s.expose(exposedPartition, p)
+	s.cutLeader = demotionObs{pid: p.Pid(), at: time.Now()}
+	err = s.partition(p, partitionFor)
+	s.cutLeader.reason, s.cutLeader.logged = demotedRecord(p, s.cutLeader.at)
+	return err
+}
+
+// demotedRecord finds p's first "election: demoted" record since t and
+// says why its elector demoted it.
+func demotedRecord(p *fleet.Proc, t time.Time) (reason string, ok bool) {
+	for line := range strings.SplitSeq(p.Stderr(), "\n") {
+		r, found := fleet.ParseRecord(line)
+		if found && r.Msg == "election: demoted" && !r.Time.Before(t) {
+			return fmt.Sprint(r.Attrs["reason"]), true
+		}
+	}
+	return "", false
+}
+
+// demotionObs is the leader partition fault: the leader cut off and when;
+// when its leader run ended by its own clock (chaos_leader_run.stopped_at,
+// taken the moment its runnables were cancelled and written once it could
+// reach the database again); its elector's demotion record; and when the
+// next leader run began.
+type demotionObs struct {
+	pid     int
+	at      time.Time
+	stopped *time.Time
+	reason  string
+	logged  bool
+	next    *time.Time
+	err     error
+}
+
+func observeDemotion(ctx context.Context, pool *pgxpool.Pool, o demotionObs) demotionObs {
+	if o.pid == 0 {
+		return o
+	}
+	err := pool.QueryRow(ctx, `SELECT (SELECT stopped_at FROM chaos_leader_run WHERE pid = $1 AND started_at < $2 ORDER BY started_at DESC LIMIT 1),
+		(SELECT min(started_at) FROM chaos_leader_run WHERE started_at > $2)`, o.pid, o.at).Scan(&o.stopped, &o.next)
+	if err != nil {
+		o.err = fmt.Errorf("read the leader runs around the partition: %w", err)
+	}
+	return o
+}
+
+// checkDemotion: a leader cut off from Postgres (no reset, no error, just
+// silence) is demoted by its own ownership check, which times out, and
+// stops acting before the next leader starts. The time it took is shown,
+// not judged: its bound, a tick and its timeout, is a figure of the bench.
+func checkDemotion(o demotionObs) check {
+	switch {
+	case o.err != nil:
+		return newCheck(nameDemotion, verdictUnverified, "%v", o.err)
+	case o.pid == 0:
+		return newCheck(nameDemotion, verdictUnverified, "no leader was cut off: nothing to check")
+	case o.stopped == nil:
+		return newCheck(nameDemotion, verdictUnverified, "pid %d's leader run has no recorded end", o.pid)
+	case o.next == nil:
+		return newCheck(nameDemotion, verdictUnverified, "no leader run began after pid %d was cut off", o.pid)
+	case !o.logged:
+		return newCheck(nameDemotion, verdictViolated, "pid %d logged no demotion after it was cut off", o.pid)
+	}
+	result := fmt.Sprintf("pid %d stopped leading %s after it was cut off (tick %s, timeout %s; demoted: %s), the next leader began at %s",
+		o.pid, o.stopped.Sub(o.at).Round(time.Millisecond), leaderTick, tickTimeout.Round(time.Millisecond), o.reason, o.next.Sub(o.at).Round(time.Millisecond))
+	if !strings.Contains(o.reason, "ownership check") || !o.stopped.Before(*o.next) {
+		return newCheck(nameDemotion, verdictViolated, "%s", result)
+	}
+	return newCheck(nameDemotion, verdictOK, "%s", result)
+}
+
+// busyStandby waits up to 20 s for a standby (not the leader) that runs a
+// long job, and returns it with its client id and its running jobs. A
+// standby, because a leader cut off or stopped could not rescue its own
+// jobs: the fault would prove nothing.
+func (s *suite) busyStandby(ctx context.Context) (p *fleet.Proc, clientID string, running, long int, err error) {
+	leader, _, err := s.leaderProc(ctx)
+	if err != nil {
+		return nil, "", 0, 0, err
+	}
+	procs := map[int]*fleet.Proc{}
+	var pids []int32
+	for _, p := range s.working() {
+		if p != leader {
+			procs[p.Pid()] = p
+			pids = append(pids, int32(p.Pid()))
+		}
+	}
+	var pid int
+	deadline := time.Now().Add(20 * time.Second)
+	for long == 0 {
+		if time.Now().After(deadline) {
+			return nil, "", 0, 0, errors.New("no standby ran a long job within 20s")
+		}
+		err := s.pool.QueryRow(ctx, `SELECT w.pid, w.client_id, count(*), count(*) FILTER (WHERE j.args ? 'sleep_ms')
+			FROM ferry_worker w JOIN river_job j ON j.state = 'running' AND j.attempted_by[cardinality(j.attempted_by)] = w.client_id
+			WHERE w.pid = ANY($1) AND w.dead_at IS NULL AND w.stopped_at IS NULL
+			GROUP BY w.pid, w.client_id ORDER BY 4 DESC, 3 DESC LIMIT 1`, pids).Scan(&pid, &clientID, &running, &long)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return nil, "", 0, 0, err
+		}
+		if long == 0 {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	return procs[pid], clientID, running, long, nil
+}
+
+// partitionWorker cuts off, for partitionFor, the standby running the most
+// long jobs: its liveness session goes silent, Postgres ends it after the
+// lease, the leader declares the worker dead and rescues its jobs, and the
+// worker, when the partition heals, learns it and stops itself; its late
+// completions are refused by the fence (the job effects check sees none
+// twice).
+func (s *suite) partitionWorker(ctx context.Context) (string, error) {
+	p, clientID, running, long, err := s.busyStandby(ctx)
+	if err != nil {
+		return "", err
+	}
+	s.expose(exposedPartition, p)
+	at := time.Now()
+	if err := s.partition(p, partitionFor); err != nil {
+		return "", err
+	}
+	s.cut = partitionObs{pid: p.Pid(), clientID: clientID, at: at, running: running, long: long}
+	return fmt.Sprintf("pid %d cut off %s running %d jobs, %d long", p.Pid(), time.Since(at).Round(time.Millisecond), running, long), nil
+}
+
+// partitionObs is the worker partition fault: which worker was cut off,
+// what it ran then, and, at the end, whether the rescuer declared it dead
+// while it ran and how many jobs' errors say they were rescued from it.
+type partitionObs struct {
+	pid           int
+	clientID      string
+	at            time.Time
+	running, long int
+	dead          bool
+	rescued       int64
+	err           error
+}
+
+func observePartition(ctx context.Context, s *suite, rows []workerRow) partitionObs {
+	o := s.cut
+	if o.pid == 0 {
+		return o
+	}
+	for _, r := range rows {
+		if r.pid == o.pid && r.diedRunning() && !r.deadAt.Before(o.at) {
+			o.dead = true
+		}
+	}
+	err := s.pool.QueryRow(ctx, `SELECT count(DISTINCT j.id) FROM river_job j, unnest(j.errors) e
+		WHERE strpos(e->>'error', $1) > 0 AND (e->>'at')::timestamptz >= $2`, o.clientID, o.at).Scan(&o.rescued)
+	if err != nil {
+		o.err = fmt.Errorf("count jobs rescued from the partitioned worker: %w", err)
+	}
+	return o
+}
+
+// checkPartition: a worker cut off past its lease while running long jobs
+// is declared dead and its jobs rescued by ferry's liveness, not left
+// running under a worker no one hears from.
+func checkPartition(o partitionObs) check {
+	switch {
+	case o.err != nil:
+		return newCheck(namePartition, verdictUnverified, "query failed: %v", o.err)
+	case o.pid == 0:
+		return newCheck(namePartition, verdictUnverified, "no worker was cut off: nothing to check")
+	case o.long == 0:
+		return newCheck(namePartition, verdictUnverified, "pid %d had no long job running when cut off: nothing to rescue", o.pid)
+	}
+	result := fmt.Sprintf("pid %d cut off for %s running %d jobs, %d of them long", o.pid, partitionFor.Round(time.Millisecond), o.running, o.long)
+	if !o.dead || o.rescued == 0 {
+		return newCheck(namePartition, verdictViolated, "%s: declared dead %t, %d jobs rescued from it", result, o.dead, o.rescued)
+	}
+	return newCheck(namePartition, verdictOK, "%s: declared dead, %d jobs rescued from it", result, o.rescued)
+}
