@@ -63,7 +63,11 @@ func (s *Server) announceLeader(ctx context.Context) error {
 		s.cfg.Logger.Warn("broadcast: leader change not announced", "error", err)
 	}
 	<-ctx.Done()
-	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	// Best effort, and well within the tick the elector gives its
+	// runnables to stop: a partitioned leader's announcement cannot land,
+	// and waiting longer would only make a demotion look like runnables
+	// that would not stop.
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(2*time.Second, s.cfg.LeaderTick/2))
 	defer cancel()
 	if err := s.broadcast.Publish(pctx, admin.EventsChannel, map[string]any{"leader": "released"}); err != nil {
 		s.cfg.Logger.Debug("broadcast: leader release not announced", "error", err)

@@ -118,6 +118,17 @@
 // keepalives. The server reaps a silent holder soon after it has demoted
 // itself, and a standby takes over without a human.
 //
+// A partition drops every packet and closes nothing, so the leader's
+// ownership check gets neither an answer nor an error: its context's
+// deadline cuts it off at the tick timeout, and the leader is demoted
+// within a tick and its timeout of the partition's start. (Only the wait
+// on the lock asks the server to cancel its statement, with a second's
+// grace before the connection is cut; a check that waited that second
+// too was demoted a second late.) TestElector_Partition and the chaos
+// suite cut a leader off with a TCP proxy that blackholes both ways
+// (internal/testkit/netproxy); `go run ./cmd/bench -mode failover`
+// measures it (partition_demotion_ms_max).
+//
 // # Poolers
 //
 // Session advisory locks and LISTEN need a session of their own. Behind

@@ -8,7 +8,9 @@ import (
 	"log/slog"
 	"os"
 	"runtime/debug"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -246,11 +248,17 @@ func (e *Elector) connConfig(appName string, lock bool) (*pgx.ConnConfig, error)
 		// The standby's wait on the lock must not be cut short by a
 		// lock_timeout that the URL or the role may set.
 		cc.RuntimeParams["lock_timeout"] = "0"
-		// A cancelled context (Stop while a standby waits on the lock) asks
+		// A cancelled wait on the lock (Stop while a standby waits) asks
 		// the server to cancel the statement, so the wait leaves the lock's
-		// queue at once, before the connection is closed.
+		// queue at once, before the connection is closed. Every other
+		// statement, the leader's ownership check above all, is cut off at
+		// its deadline: the cancel request's grace of a second would delay
+		// a leader's demotion by that second when the network is silent.
 		cc.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
-			return &pgconn.CancelRequestContextWatcherHandler{Conn: pc, DeadlineDelay: time.Second}
+			return &lockConnHandler{
+				askServer: &pgconn.CancelRequestContextWatcherHandler{Conn: pc, DeadlineDelay: time.Second},
+				deadline:  &pgconn.DeadlineContextWatcherHandler{Conn: pc.Conn()},
+			}
 		}
 	}
 	return cc, nil
@@ -470,13 +478,37 @@ func setIfKnown(ctx context.Context, conn *pgx.Conn, name string, ms int64) (boo
 	return true, nil
 }
 
+// askServerKey marks the context of the wait on the lock: cancelled, it
+// is cancelled by a cancel request to the server (lockConnHandler).
+type askServerKey struct{}
+
+// lockConnHandler is how a lock connection's statement is cut short when
+// its context ends: by a cancel request to the server, with a second's
+// grace before the connection is cut, for the wait on the lock (marked by
+// askServerKey), and at once for every other statement.
+type lockConnHandler struct {
+	askServer, deadline ctxwatch.Handler
+	used                ctxwatch.Handler
+}
+
+func (h *lockConnHandler) HandleCancel(ctx context.Context) {
+	h.used = h.deadline
+	if ctx.Value(askServerKey{}) != nil {
+		h.used = h.askServer
+	}
+	h.used.HandleCancel(ctx)
+}
+
+func (h *lockConnHandler) HandleUnwatchAfterCancel() { h.used.HandleUnwatchAfterCancel() }
+
 // wait blocks in pg_advisory_lock until the lock is granted or ctx ends.
 // The statement timeout is lifted for the wait and restored after it.
 func (e *Elector) wait(ctx context.Context, conn *pgx.Conn, backendPID *int) error {
 	if _, err := conn.Exec(ctx, "SET statement_timeout = 0"); err != nil {
 		return fmt.Errorf("lift statement timeout: %w", err)
 	}
-	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid() FROM pg_advisory_lock($1)", e.cfg.Key).Scan(backendPID); err != nil {
+	wctx := context.WithValue(ctx, askServerKey{}, true)
+	if err := conn.QueryRow(wctx, "SELECT pg_backend_pid() FROM pg_advisory_lock($1)", e.cfg.Key).Scan(backendPID); err != nil {
 		return fmt.Errorf("wait on lock: %w", err)
 	}
 	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.writeTimeout())
@@ -774,15 +806,38 @@ type supervisor struct {
 	cancel context.CancelCauseFunc
 	wg     sync.WaitGroup
 	log    *slog.Logger
+	// running is the names of the runnables that have not returned, for
+	// the log line of a stop that waited for them in vain.
+	mu      sync.Mutex
+	running map[string]int
+}
+
+func (s *supervisor) still() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for name, n := range s.running {
+		if n > 0 {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 func (e *Elector) startRunnables() *supervisor {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	s := &supervisor{cancel: cancel, log: e.log()}
+	s := &supervisor{cancel: cancel, log: e.log(), running: map[string]int{}}
 	for _, r := range e.runnables {
 		s.wg.Add(1)
+		s.running[r.name]++
 		go func() {
 			defer s.wg.Done()
+			defer func() {
+				s.mu.Lock()
+				s.running[r.name]--
+				s.mu.Unlock()
+			}()
 			backoff := time.Second
 			for {
 				err := runSafely(ctx, r.fn)
@@ -816,7 +871,7 @@ func (s *supervisor) stop(cause error, wait time.Duration) error {
 	case <-done:
 		return nil
 	case <-t.C:
-		s.log.Error("election: runnables still running after their context was cancelled", "waited", wait)
+		s.log.Error("election: runnables still running after their context was cancelled", "waited", wait, "runnables", strings.Join(s.still(), ","))
 		return ErrRunnablesStillRunning
 	}
 }

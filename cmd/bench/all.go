@@ -68,6 +68,9 @@ type results struct {
 	FailoverGracefulMSMax     *float64          `json:"failover_graceful_ms_max"`
 	FailoverCrashMSMedian     *float64          `json:"failover_crash_ms_median"`
 	FailoverCrashMSMax        *float64          `json:"failover_crash_ms_max"`
+	PartitionDemotionMSMax    *float64          `json:"partition_demotion_ms_max"`
+	FailoverPartitionMSMedian *float64          `json:"failover_partition_ms_median"`
+	FailoverPartitionMSMax    *float64          `json:"failover_partition_ms_max"`
 	FailoverCrashDefaultMSMed *float64          `json:"failover_crash_default_ms_median"`
 	FailoverCrashDefaultMSMax *float64          `json:"failover_crash_default_ms_max"`
 	OrphanRescueMSP99         *float64          `json:"orphan_rescue_ms_p99"`
@@ -152,11 +155,13 @@ func runAll(ctx context.Context, serverURL, path string, quick bool) error {
 		res.TickLagInsertP99MS, res.TickLagStartP99MS = ptr(r.InsertP99MS), ptr(r.StartP99MS)
 	}
 	step("failover")
-	if r, err := failover(ctx, serverURL, failoverPlan{graceful: sz.trials, crash: sz.trials, demotion: sz.trials, tick: time.Second}); err != nil {
+	if r, err := failover(ctx, serverURL, failoverPlan{graceful: sz.trials, crash: sz.trials, demotion: sz.trials, partition: sz.trials, tick: time.Second}); err != nil {
 		note("failover", err)
 	} else {
 		res.FailoverGracefulMSMedian, res.FailoverGracefulMSMax = ptr(r.GracefulMedianMS), ptr(r.GracefulMaxMS)
 		res.FailoverCrashMSMedian, res.FailoverCrashMSMax = ptr(r.CrashMedianMS), ptr(r.CrashMaxMS)
+		res.PartitionDemotionMSMax = ptr(r.PartitionDemotionMaxMS)
+		res.FailoverPartitionMSMedian, res.FailoverPartitionMSMax = ptr(r.PartitionMedianMS), ptr(r.PartitionMaxMS)
 		if r.Overlaps > 0 {
 			note("failover_overlaps", fmt.Errorf("%d overlaps observed", r.Overlaps))
 		}
@@ -255,6 +260,9 @@ func printTable(r results) {
 		{"graceful failover max", f(r.FailoverGracefulMSMax, "ms"), "≤ 1 s"},
 		{"crash failover median", f(r.FailoverCrashMSMedian, "ms"), "≤ 3 s"},
 		{"crash failover max", f(r.FailoverCrashMSMax, "ms"), "≤ 3 s"},
+		{"partitioned leader demoted, max (1 s tick)", f(r.PartitionDemotionMSMax, "ms"), "≤ tick + timeout (1.33 s)"},
+		{"partitioned leader to next leader, median", f(r.FailoverPartitionMSMedian, "ms"), ""},
+		{"partitioned leader to next leader, max", f(r.FailoverPartitionMSMax, "ms"), "≤ lease + tick + timeout (4.67 s) + 1 s"},
 		{"crash failover max, defaults (15 s tick)", f(r.FailoverCrashDefaultMSMax, "ms"), "≤ 21 s (tick + timeout + 1 s)"},
 		{"orphan rescue p99, 100 jobs (1 s tick)", f(r.OrphanRescueMSP99, "ms"), "≤ 3 s"},
 		{"orphan rescue max, 100 jobs (1 s tick)", f(r.OrphanRescueMSMax, "ms"), ""},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net/url"
 	"os"
 	"slices"
 	"sync"
@@ -14,29 +15,41 @@ import (
 
 	"github.com/ferryq/ferry/election"
 	"github.com/ferryq/ferry/internal/testkit/fleet"
+	"github.com/ferryq/ferry/internal/testkit/netproxy"
 )
 
 // failoverResult holds the election figures: graceful handover (SIGTERM of
 // the leader to the standby's runnables starting), crash failover (kill -9
 // to the same), demotion (pg_terminate_backend of the lock session to the old
-// leader's "election: demoted"), and overlaps (a new leader's runnables
-// starting before the old one's stopped, or two lock holders seen by the
-// 50 ms sampler).
+// leader's "election: demoted"), partition (the leader's network to
+// Postgres blackholed both ways, nothing closed, by a TCP proxy in front of
+// each worker: to its "election: demoted", and to the standby's runnables
+// starting once the server's lease freed the lock), and overlaps (a new
+// leader's runnables starting before the old one's stopped, or two lock
+// holders seen by the 50 ms sampler).
 type failoverResult struct {
-	Trials           int       `json:"trials"`
-	TickMS           int64     `json:"tick_ms"`
-	ProbeMS          int64     `json:"probe_ms"`
-	GracefulMS       []float64 `json:"graceful_ms"`
-	CrashMS          []float64 `json:"crash_ms"`
-	DemotionMS       []float64 `json:"demotion_ms"`
-	Overlaps         int       `json:"overlaps"`
-	MaxHoldersSeen   int32     `json:"max_holders_seen"`
-	GracefulMedianMS float64   `json:"graceful_ms_median"`
-	GracefulMaxMS    float64   `json:"graceful_ms_max"`
-	CrashMedianMS    float64   `json:"crash_ms_median"`
-	CrashMaxMS       float64   `json:"crash_ms_max"`
-	DemotionMedianMS float64   `json:"demotion_ms_median"`
-	DemotionMaxMS    float64   `json:"demotion_ms_max"`
+	Trials     int       `json:"trials"`
+	TickMS     int64     `json:"tick_ms"`
+	ProbeMS    int64     `json:"probe_ms"`
+	GracefulMS []float64 `json:"graceful_ms"`
+	CrashMS    []float64 `json:"crash_ms"`
+	DemotionMS []float64 `json:"demotion_ms"`
+	// PartitionDemotionMS is from the cut to the old leader's demotion,
+	// PartitionMS to the new leader's runnables starting.
+	PartitionDemotionMS       []float64 `json:"partition_demotion_ms"`
+	PartitionMS               []float64 `json:"partition_ms"`
+	Overlaps                  int       `json:"overlaps"`
+	MaxHoldersSeen            int32     `json:"max_holders_seen"`
+	GracefulMedianMS          float64   `json:"graceful_ms_median"`
+	GracefulMaxMS             float64   `json:"graceful_ms_max"`
+	CrashMedianMS             float64   `json:"crash_ms_median"`
+	CrashMaxMS                float64   `json:"crash_ms_max"`
+	DemotionMedianMS          float64   `json:"demotion_ms_median"`
+	DemotionMaxMS             float64   `json:"demotion_ms_max"`
+	PartitionDemotionMedianMS float64   `json:"partition_demotion_ms_median"`
+	PartitionDemotionMaxMS    float64   `json:"partition_demotion_ms_max"`
+	PartitionMedianMS         float64   `json:"partition_ms_median"`
+	PartitionMaxMS            float64   `json:"partition_ms_max"`
 }
 
 // workers are the `worker run` processes of a failover or orphans
@@ -46,6 +59,10 @@ type workers struct {
 	*fleet.Fleet
 	bin, url string
 	tick     time.Duration
+	// proxied: each worker reaches Postgres through a TCP proxy of its own
+	// (in proxies, by pid), which a partition trial blackholes.
+	proxied bool
+	proxies map[int]*netproxy.Proxy
 }
 
 // start starts a worker of queues (name=workers,…).
@@ -54,7 +71,40 @@ func (w *workers) start(queues string) (*fleet.Proc, error) {
 	if w.tick > 0 {
 		args = append(args, "--leader-tick", w.tick.String(), "--standby-probe", w.tick.String())
 	}
-	return w.Start(w.bin, []string{"DATABASE_URL=" + w.url, "FERRY_LOG_FORMAT=json", "FERRY_LOG_LEVEL=info"}, args...)
+	u := w.url
+	var px *netproxy.Proxy
+	if w.proxied {
+		pu, err := url.Parse(w.url)
+		if err != nil {
+			return nil, err
+		}
+		if px, err = netproxy.Start(pu.Host); err != nil {
+			return nil, err
+		}
+		pu.Host = px.Addr()
+		u = pu.String()
+	}
+	p, err := w.Start(w.bin, []string{"DATABASE_URL=" + u, "FERRY_LOG_FORMAT=json", "FERRY_LOG_LEVEL=info"}, args...)
+	if err != nil {
+		if px != nil {
+			_ = px.Close()
+		}
+		return nil, err
+	}
+	if px != nil {
+		if w.proxies == nil {
+			w.proxies = map[int]*netproxy.Proxy{}
+		}
+		w.proxies[p.Pid()] = px
+	}
+	return p, nil
+}
+
+// closeProxies closes every worker's proxy.
+func (w *workers) closeProxies() {
+	for _, px := range w.proxies {
+		_ = px.Close()
+	}
 }
 
 // await returns the first record with msg (from proc, if not nil) written
@@ -72,8 +122,8 @@ func (w *workers) await(since fleet.Mark, msg string, proc *fleet.Proc, timeout 
 // failoverPlan says how many trials of each kind to run, and the tick and
 // probe of the workers (0: the workers' defaults, 15 s and 60 s).
 type failoverPlan struct {
-	graceful, crash, demotion int
-	tick                      time.Duration
+	graceful, crash, demotion, partition int
+	tick                                 time.Duration
 }
 
 func failover(ctx context.Context, serverURL string, plan failoverPlan) (failoverResult, error) {
@@ -81,7 +131,7 @@ func failover(ctx context.Context, serverURL string, plan failoverPlan) (failove
 	if tick == 0 {
 		tick, probe = election.DefaultTick, election.DefaultProbe
 	}
-	res := failoverResult{Trials: max(plan.graceful, plan.crash, plan.demotion), TickMS: tick.Milliseconds(), ProbeMS: probe.Milliseconds()}
+	res := failoverResult{Trials: max(plan.graceful, plan.crash, plan.demotion, plan.partition), TickMS: tick.Milliseconds(), ProbeMS: probe.Milliseconds()}
 	dir, bin, err := buildIntoTemp("./cmd/worker")
 	if err != nil {
 		return res, err
@@ -94,8 +144,8 @@ func failover(ctx context.Context, serverURL string, plan failoverPlan) (failove
 	defer drop()
 	url := pool.Config().ConnString()
 
-	f := &workers{Fleet: fleet.New(), bin: bin, url: url, tick: plan.tick}
-	defer func() { _ = f.Kill(time.Minute) }()
+	f := &workers{Fleet: fleet.New(), bin: bin, url: url, tick: plan.tick, proxied: plan.partition > 0}
+	defer func() { _ = f.Kill(time.Minute); f.closeProxies() }()
 
 	// The 50 ms sampler: holders of the key in this database.
 	sctx, stopSampler := context.WithCancel(ctx)
@@ -201,6 +251,45 @@ func failover(ctx context.Context, serverURL string, plan failoverPlan) (failove
 		// Let the other process settle as a standby again.
 		time.Sleep(tick)
 	}
+	// Partitions: the leader cut off, nothing closed. Its ownership check
+	// times out and demotes it; the server ends its silent lock session
+	// after the lease (three ticks and the timeout) and the standby, which
+	// waits on the lock, takes it and defers a tick and its timeout, since
+	// its predecessor did not resign.
+	lease := 3*tick + min(tick/3, 5*time.Second)
+	for range plan.partition {
+		phase()
+		px := f.proxies[leader.Pid()]
+		if px == nil {
+			return res, fmt.Errorf("partition: the leader (pid %d) has no proxy", leader.Pid())
+		}
+		m := f.Mark()
+		t0 := time.Now()
+		px.Partition()
+		started, err := f.await(m, "election: runnables started", standby, lease+wait)
+		if err != nil {
+			px.Heal()
+			return res, fmt.Errorf("partition: %w", err)
+		}
+		demoted, err := f.await(m, "election: demoted", leader, 0)
+		if err != nil || started.Time.Before(demoted.Time) {
+			res.Overlaps++
+		}
+		if err == nil {
+			res.PartitionDemotionMS = append(res.PartitionDemotionMS, ms(demoted.Time.Sub(t0)))
+		}
+		res.PartitionMS = append(res.PartitionMS, ms(started.Time.Sub(t0)))
+		// The old leader's liveness session went with the lease too: it
+		// would stop itself once it heard it was declared dead. It goes
+		// now, and a new standby takes its place.
+		px.Heal()
+		_ = leader.Kill()
+		<-leader.Done()
+		leader = standby
+		if err := replace(); err != nil {
+			return res, err
+		}
+	}
 	stopSampler()
 	samplerDone.Wait()
 	if res.MaxHoldersSeen > 1 {
@@ -209,6 +298,8 @@ func failover(ctx context.Context, serverURL string, plan failoverPlan) (failove
 	res.GracefulMedianMS, res.GracefulMaxMS = medianMax(res.GracefulMS)
 	res.CrashMedianMS, res.CrashMaxMS = medianMax(res.CrashMS)
 	res.DemotionMedianMS, res.DemotionMaxMS = medianMax(res.DemotionMS)
+	res.PartitionDemotionMedianMS, res.PartitionDemotionMaxMS = medianMax(res.PartitionDemotionMS)
+	res.PartitionMedianMS, res.PartitionMaxMS = medianMax(res.PartitionMS)
 	return res, nil
 }
 

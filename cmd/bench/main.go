@@ -12,6 +12,7 @@
 //	go run ./cmd/bench -mode broadcast -duration 10s  # 1,000 signed messages/s to 3 subscriber processes
 //	go run ./cmd/bench -mode locks -lock-procs 16 -lock-acquisitions 10000 # fencing oracle with kills
 //	go run ./cmd/bench -mode pgbouncer -backlog 40000 # worker through PgBouncer (transaction mode) against direct
+//	go run ./cmd/bench -mode failover -trials 3 -partitions 100 -tick 1s # 100 network partitions of the leader
 package main
 
 import (
@@ -90,6 +91,7 @@ func main() {
 		dur      = flag.Duration("duration", 4*time.Second, "latency and ticks modes: how long to run")
 		backlog  = flag.Int("backlog", 50000, "throughput, sealed and pgbouncer modes: jobs in the backlog (sealed, pgbouncer: half); outbox mode: messages for the relay")
 		trials   = flag.Int("trials", 20, "failover mode: trials of each kind; orphans mode: trials")
+		parts    = flag.Int("partitions", -1, "failover mode: partition trials (default: -trials)")
 		orphans  = flag.Int("jobs", 100, "orphans mode: running jobs of the killed worker")
 		scheds   = flag.Int("schedules", 10, "ticks mode: schedules firing every second")
 		tick     = flag.Duration("tick", time.Second, "failover and orphans modes: leader tick and standby probe (failover 0: crash trials only, at the defaults of 15s and 60s)")
@@ -191,7 +193,10 @@ func main() {
 		_ = json.NewEncoder(os.Stdout).Encode(r)
 		return
 	case "failover":
-		plan := failoverPlan{graceful: *trials, crash: *trials, demotion: *trials, tick: *tick}
+		if *parts < 0 {
+			*parts = *trials
+		}
+		plan := failoverPlan{graceful: *trials, crash: *trials, demotion: *trials, partition: *parts, tick: *tick}
 		if *tick == 0 {
 			// At the defaults only a crash is worth its 20 s a trial.
 			plan = failoverPlan{crash: *trials}
@@ -207,6 +212,10 @@ func main() {
 		line += fmt.Sprintf(" crash median %.0f ms max %.0f ms;", r.CrashMedianMS, r.CrashMaxMS)
 		if len(r.DemotionMS) > 0 {
 			line += fmt.Sprintf(" demotion median %.0f ms max %.0f ms;", r.DemotionMedianMS, r.DemotionMaxMS)
+		}
+		if len(r.PartitionMS) > 0 {
+			line += fmt.Sprintf(" partition of the leader: demoted median %.0f ms max %.0f ms, next leader median %.0f ms max %.0f ms;",
+				r.PartitionDemotionMedianMS, r.PartitionDemotionMaxMS, r.PartitionMedianMS, r.PartitionMaxMS)
 		}
 		fmt.Fprintf(os.Stderr, "%s overlaps %d; max holders seen %d\n", line, r.Overlaps, r.MaxHoldersSeen)
 		_ = json.NewEncoder(os.Stdout).Encode(r)
