@@ -3,7 +3,7 @@
 // producer transactions, one in ten of them a long one of a few seconds,
 // and three marathon jobs that run through every fault and past it, ten
 // minutes (thirty seconds with -short) with no job timeout, outbox messages written with plain SQL to a real HTTP receiver, a
-// schedule ticking every second), and eight faults in sequence with
+// schedule ticking every second), and nine faults in sequence with
 // recovery between them:
 //
 //  1. kill -9 of the leader;
@@ -18,9 +18,16 @@
 //  6. a rolling SIGTERM restart of all three workers;
 //  7. pg_terminate_backend of every ferry backend at once;
 //  8. a Postgres restart (of a cluster of its own, started for the run;
-//     skipped with the reason where that cannot be done).
+//     skipped with the reason where that cannot be done);
+//  9. a primary failover: the suite's cluster is a primary and a
+//     synchronous streaming standby (pg_basebackup), every client reaches
+//     them through a multi-host URL with target_session_attrs=read-write;
+//     the primary is crashed (pg_ctl stop -m immediate) under load and the
+//     standby promoted, and the fault table shows when every worker had
+//     started a job on it again (skipped with -pgbouncer, whose PgBouncer
+//     stands in front of one host).
 //
-// Faults 1, 4, 5, 7 and 8 end workers' liveness sessions (a partition
+// Faults 1, 4, 5, 7, 8 and 9 end workers' liveness sessions (a partition
 // through the server's lease: Postgres ends a session silent that long),
 // so the leader's rescuer may declare those workers dead and take their running jobs back: a
 // killed one is gone, and one whose sessions were ended stops itself when
@@ -30,7 +37,8 @@
 //
 // At the end an oracle checks, and prints as a table, that there were never
 // two leaders (holder count sampled every 100 ms; leader runs never overlap
-// in time); that every job's effect happened at least once and never twice
+// in time; each run's term above every earlier one's, across the
+// failover); that every job's effect happened at least once and never twice
 // (an effect commits with its job's completion), and every outbox message's
 // exactly once, with none lost; that every job inserted by the end of the
 // run is finalized (completed, or discarded or cancelled with its reason

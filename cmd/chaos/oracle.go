@@ -64,6 +64,7 @@ func newCheck(name string, v verdict, format string, args ...any) check {
 const (
 	nameHolders   = "holders of the lock, sampled every 100 ms"
 	nameRuns      = "leader runs overlapping in time"
+	nameTerms     = "each leader's term above every earlier one's"
 	nameJobs      = "job effects at least once, never twice"
 	nameFinal     = "jobs finalized by the end of the run"
 	nameMarathon  = "marathon jobs, far longer than a lease, complete"
@@ -173,6 +174,7 @@ func checkHolders(o holderObs, during []outage) check {
 // leaderRun is one row of chaos_leader_run.
 type leaderRun struct {
 	pid     int
+	term    int64
 	start   time.Time
 	stopped *time.Time
 }
@@ -189,7 +191,7 @@ type runObs struct {
 
 func observeRuns(ctx context.Context, pool *pgxpool.Pool, killedAt map[int]time.Time, want int) runObs {
 	o := runObs{killedAt: killedAt, want: want}
-	rows, err := pool.Query(ctx, "SELECT pid, started_at, stopped_at FROM chaos_leader_run ORDER BY started_at, id")
+	rows, err := pool.Query(ctx, "SELECT pid, term, started_at, stopped_at FROM chaos_leader_run ORDER BY started_at, id")
 	if err != nil {
 		o.err = fmt.Errorf("read chaos_leader_run: %w", err)
 		return o
@@ -197,7 +199,7 @@ func observeRuns(ctx context.Context, pool *pgxpool.Pool, killedAt map[int]time.
 	defer rows.Close()
 	for rows.Next() {
 		var r leaderRun
-		if err := rows.Scan(&r.pid, &r.start, &r.stopped); err != nil {
+		if err := rows.Scan(&r.pid, &r.term, &r.start, &r.stopped); err != nil {
 			o.err = fmt.Errorf("read chaos_leader_run: %w", err)
 			return o
 		}
@@ -246,6 +248,29 @@ func checkRuns(o runObs) check {
 		return newCheck(nameRuns, verdictUnverified, "%d of %d runs have no recorded end and are followed by another: an overlap cannot be ruled out", unended, len(o.runs))
 	}
 	return newCheck(nameRuns, verdictOK, "0 overlaps in %d runs", len(o.runs))
+}
+
+// checkTerms: each leader run's term is above every earlier run's, across
+// every fault, the primary failover among them (a new primary's term
+// sequence must go on from where the old one's stood, so that a fenced
+// write of an old term can never pass for a newer one).
+func checkTerms(o runObs) check {
+	if o.err != nil {
+		return newCheck(nameTerms, verdictUnverified, "query failed: %v", o.err)
+	}
+	if len(o.runs) < 2 {
+		return newCheck(nameTerms, verdictUnverified, "%d leader runs: no succession to check", len(o.runs))
+	}
+	var bad []string
+	for i := 1; i < len(o.runs); i++ {
+		if o.runs[i].term <= o.runs[i-1].term {
+			bad = append(bad, fmt.Sprintf("term %d (pid %d) after term %d (pid %d)", o.runs[i].term, o.runs[i].pid, o.runs[i-1].term, o.runs[i-1].pid))
+		}
+	}
+	if len(bad) > 0 {
+		return newCheck(nameTerms, verdictViolated, "%d runs: %s", len(o.runs), strings.Join(bad, "; "))
+	}
+	return newCheck(nameTerms, verdictOK, "%d runs, terms %d to %d, each above the last", len(o.runs), o.runs[0].term, o.runs[len(o.runs)-1].term)
 }
 
 func later(a, b time.Time) time.Time {
@@ -551,16 +576,17 @@ const (
 	exposedSIGSTOP                       // SIGSTOP, and SIGCONT within the liveness lease
 	exposedSIGTERM                       // a graceful stop
 	exposedPartition                     // its network to Postgres blackholed past its lease, then healed
+	exposedFailover                      // the primary crashed and its standby promoted
 )
 
 func (k exposureKind) String() string {
-	return [...]string{"kill -9", "sessions terminated", "Postgres restart", "lock session terminated", "SIGSTOP", "SIGTERM", "network partition"}[k]
+	return [...]string{"kill -9", "sessions terminated", "Postgres restart", "lock session terminated", "SIGSTOP", "SIGTERM", "network partition", "primary failover"}[k]
 }
 
 // endsLiveness says whether k ends the worker's liveness session, so that
 // the rescuer may rightly find it dead.
 func (k exposureKind) endsLiveness() bool {
-	return k == exposedKill || k == exposedSessions || k == exposedRestart || k == exposedPartition
+	return k == exposedKill || k == exposedSessions || k == exposedRestart || k == exposedPartition || k == exposedFailover
 }
 
 // exposure is one thing the harness did to a process, and when.
@@ -681,8 +707,8 @@ func checkDeaths(o deathObs) check {
 	case len(unseen) > 0:
 		return newCheck(nameDead, verdictUnverified, "killed pids %v have no ferry_worker row", unseen)
 	}
-	result := fmt.Sprintf("%d declared dead while running (%d killed, %d sessions terminated, %d Postgres restart, %d network partition; %d jobs rescued), %d after a graceful stop (%d jobs left behind)",
-		byCause[exposedKill]+byCause[exposedSessions]+byCause[exposedRestart]+byCause[exposedPartition], byCause[exposedKill], byCause[exposedSessions], byCause[exposedRestart], byCause[exposedPartition], rescued, graceful, gracefulRescued)
+	result := fmt.Sprintf("%d declared dead while running (%d killed, %d sessions terminated, %d Postgres restart, %d network partition, %d primary failover; %d jobs rescued), %d after a graceful stop (%d jobs left behind)",
+		byCause[exposedKill]+byCause[exposedSessions]+byCause[exposedRestart]+byCause[exposedPartition]+byCause[exposedFailover], byCause[exposedKill], byCause[exposedSessions], byCause[exposedRestart], byCause[exposedPartition], byCause[exposedFailover], rescued, graceful, gracefulRescued)
 	switch {
 	case len(live) > 0:
 		return newCheck(nameDead, verdictViolated, "%s; declared dead with no session of theirs ended: %s", result, strings.Join(live, "; "))
@@ -859,6 +885,8 @@ func report(w io.Writer, faults []faultResult, checks []check) bool {
 		switch {
 		case f.skipped != "":
 			g = "skipped: " + f.skipped
+		case f.note != "" && f.gap > 0:
+			g += "; " + f.note
 		case f.note != "":
 			g = f.note
 		}

@@ -178,7 +178,7 @@ func TestCheckDeaths(t *testing.T) {
 	t.Run("EveryDeathAfterItsSessionEnded", func(t *testing.T) {
 		t.Parallel()
 		requireVerdict(t, checkDeaths(deathObs{rows: rows, exposures: exposures}), verdictOK,
-			"2 declared dead while running (1 killed, 1 sessions terminated, 0 Postgres restart, 0 network partition; 15 jobs rescued), 1 after a graceful stop")
+			"2 declared dead while running (1 killed, 1 sessions terminated, 0 Postgres restart, 0 network partition, 0 primary failover; 15 jobs rescued), 1 after a graceful stop")
 	})
 
 	t.Run("DeadDuringTheStall", func(t *testing.T) {
@@ -420,4 +420,15 @@ func TestCheckDemotion(t *testing.T) {
 	requireVerdict(t, checkDemotion(alone), verdictUnverified, "no leader run began")
 	requireVerdict(t, checkDemotion(demotionObs{}), verdictUnverified, "no leader was cut off")
 	requireVerdict(t, checkDemotion(demotionObs{pid: 3, at: at(20), err: errors.New("no rows")}), verdictUnverified, "no rows")
+}
+
+func TestCheckTerms(t *testing.T) {
+	t.Parallel()
+
+	runs := []leaderRun{{pid: 1, term: 1, start: at(1)}, {pid: 2, term: 2, start: at(5)}, {pid: 3, term: 40, start: at(9)}}
+	requireVerdict(t, checkTerms(runObs{runs: runs}), verdictOK, "3 runs, terms 1 to 40, each above the last")
+	back := append(slices.Clone(runs), leaderRun{pid: 4, term: 3, start: at(12)})
+	requireVerdict(t, checkTerms(runObs{runs: back}), verdictViolated, "term 3 (pid 4) after term 40 (pid 3)")
+	requireVerdict(t, checkTerms(runObs{runs: runs[:1]}), verdictUnverified, "1 leader runs")
+	requireVerdict(t, checkTerms(runObs{err: errors.New("gone")}), verdictUnverified, "query failed: gone")
 }

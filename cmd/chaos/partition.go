@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
 	"strings"
 	"time"
 
@@ -25,23 +24,38 @@ import (
 // heals.
 const partitionFor = lease + 4*leaderTick
 
-// proxied rewrites the host of the Postgres URL u to a new network proxy
-// in front of it, which the caller closes.
-func proxied(u string) (string, *netproxy.Proxy, error) {
-	pu, err := url.Parse(u)
-	if err != nil {
-		return "", nil, err
+// proxied rewrites each host of the Postgres URL u (one, or several as
+// in a multi-host URL) to a new network proxy in front of it; the caller
+// closes them.
+func proxied(u string) (string, []*netproxy.Proxy, error) {
+	at := strings.Index(u, "@")
+	if at < 0 {
+		return "", nil, errors.New("database URL has no user@")
 	}
-	port := pu.Port()
-	if port == "" {
-		port = "5432"
+	rest := u[at+1:]
+	end := strings.IndexAny(rest, "/?")
+	if end < 0 {
+		end = len(rest)
 	}
-	p, err := netproxy.Start(net.JoinHostPort(pu.Hostname(), port))
-	if err != nil {
-		return "", nil, err
+	var (
+		addrs   []string
+		proxies []*netproxy.Proxy
+	)
+	for host := range strings.SplitSeq(rest[:end], ",") {
+		if _, _, err := net.SplitHostPort(host); err != nil {
+			host = net.JoinHostPort(host, "5432")
+		}
+		p, err := netproxy.Start(host)
+		if err != nil {
+			for _, p := range proxies {
+				_ = p.Close()
+			}
+			return "", nil, err
+		}
+		proxies = append(proxies, p)
+		addrs = append(addrs, p.Addr())
 	}
-	pu.Host = p.Addr()
-	return pu.String(), p, nil
+	return u[:at+1] + strings.Join(addrs, ",") + rest[end:], proxies, nil
 }
 
 // workerEnv is the environment of a new chaos worker: every connection it
@@ -58,7 +72,7 @@ func (s *suite) workerEnv() (env []string, proxies []*netproxy.Proxy, err error)
 	if err != nil {
 		return nil, nil, err
 	}
-	proxies = append(proxies, jp)
+	proxies = append(proxies, jp...)
 	env = []string{"DATABASE_URL=" + jobURL, "FERRY_CONFIG=" + s.cfgFile, "CHAOS_HOOK_SECRET=" + hookSecret, "FERRY_LOG_FORMAT=json"}
 	if s.jobURL != s.url {
 		sessionURL, sp, err := proxied(s.url)
@@ -66,7 +80,7 @@ func (s *suite) workerEnv() (env []string, proxies []*netproxy.Proxy, err error)
 			closeAll()
 			return nil, nil, err
 		}
-		proxies = append(proxies, sp)
+		proxies = append(proxies, sp...)
 		env = append(env, "FERRY_SESSION_DATABASE_URL="+sessionURL, dburl.EnvPooler+"="+dburl.PoolerTransaction)
 	}
 	return env, proxies, nil
@@ -113,7 +127,7 @@ func demotedRecord(p *fleet.Proc, t time.Time) (reason string, ok bool) {
 	for line := range strings.SplitSeq(p.Stderr(), "\n") {
 		r, found := fleet.ParseRecord(line)
 		if found && r.Msg == "election: demoted" && !r.Time.Before(t) {
-			return fmt.Sprint(r.Attrs["reason"]), true
+			return strings.ReplaceAll(fmt.Sprint(r.Attrs["reason"]), "\n", "; "), true
 		}
 	}
 	return "", false

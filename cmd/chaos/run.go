@@ -7,12 +7,8 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
-	"os/user"
 	"path/filepath"
 	"slices"
-	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,6 +24,7 @@ import (
 	"github.com/ferryq/ferry/internal/testkit/fleet"
 	"github.com/ferryq/ferry/internal/testkit/netproxy"
 	"github.com/ferryq/ferry/internal/testkit/pgbouncer"
+	"github.com/ferryq/ferry/internal/testkit/pgcluster"
 	"github.com/ferryq/ferry/internal/testkit/scratchdb"
 	"github.com/ferryq/ferry/jobs"
 	"github.com/ferryq/ferry/outbox"
@@ -59,80 +56,6 @@ const (
 	longSleep = 3 * time.Second
 )
 
-// cluster is a Postgres of the suite's own, so that restarting it disturbs
-// nobody else.
-type cluster struct {
-	bin, dir string
-	port     int
-}
-
-func (c *cluster) url(db string) string {
-	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", c.port, db)
-}
-
-func asPostgres(args ...string) *exec.Cmd {
-	return exec.Command("runuser", append([]string{"-u", "postgres", "--"}, args...)...)
-}
-
-// startCluster initdb's a cluster owned by the postgres user (Postgres
-// refuses to run as root) on a free port. It needs root, Debian's server
-// binaries and the postgres user.
-func startCluster() (*cluster, error) {
-	if os.Geteuid() != 0 {
-		return nil, errors.New("not root: cannot run initdb and pg_ctl as the postgres user")
-	}
-	u, err := user.Lookup("postgres")
-	if err != nil {
-		return nil, errors.New("no postgres system user")
-	}
-	bins, _ := filepath.Glob("/usr/lib/postgresql/*/bin/pg_ctl")
-	if len(bins) == 0 {
-		return nil, errors.New("no Postgres server binaries in /usr/lib/postgresql")
-	}
-	sort.Strings(bins)
-	c := &cluster{bin: filepath.Dir(bins[len(bins)-1])}
-	if c.dir, err = os.MkdirTemp("", "ferry-chaos-pg-"); err != nil {
-		return nil, err
-	}
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
-	if err := os.Chown(c.dir, uid, gid); err != nil {
-		return nil, err
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	c.port = ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	if out, err := asPostgres(filepath.Join(c.bin, "initdb"), "-D", filepath.Join(c.dir, "data"), "-A", "trust", "-U", "postgres").CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("initdb: %v: %s", err, lastLine(out))
-	}
-	return c, c.pgctl("start")
-}
-
-func (c *cluster) pgctl(action string) error {
-	args := []string{filepath.Join(c.bin, "pg_ctl"), "-D", filepath.Join(c.dir, "data"), "-l", filepath.Join(c.dir, "log"), "-w", "-t", "60",
-		"-o", fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c max_connections=200 -c fsync=off", c.port, c.dir)}
-	if action != "start" {
-		args = append(args, "-m", "fast")
-	}
-	if out, err := asPostgres(append(args, action)...).CombinedOutput(); err != nil {
-		return fmt.Errorf("pg_ctl %s: %v: %s", action, err, lastLine(out))
-	}
-	return nil
-}
-
-func (c *cluster) stop() {
-	_ = c.pgctl("stop")
-	_ = os.RemoveAll(c.dir)
-}
-
-func lastLine(b []byte) string {
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	return lines[len(lines)-1]
-}
-
 type suite struct {
 	bin, url, cfgFile string
 	pool              *pgxpool.Pool
@@ -147,6 +70,9 @@ type suite struct {
 	notes   []string
 	stall   stallObs     // what the SIGSTOP fault did
 	cut     partitionObs // what the worker partition fault did
+	// failoverRecovery is from the primary's crash until every working
+	// worker had started a job on the promoted standby.
+	failoverRecovery time.Duration
 	// cutLeader is the leader the leader partition fault cut off.
 	cutLeader demotionObs
 
@@ -392,16 +318,30 @@ func (s *suite) waitLeaderRun(ctx context.Context, t time.Time, timeout time.Dur
 
 func run(ctx context.Context, serverURL string, steady, marathon time.Duration, pooled bool) (bool, error) {
 	s := newSuite()
-	var cl *cluster
+	// A cluster of the suite's own, so that restarting it disturbs nobody
+	// else: a primary and a synchronous standby for the failover fault, or
+	// (-pgbouncer, whose PgBouncer points at one host) a primary alone.
+	var primary, standby *pgcluster.Cluster
+	var err error
+	if pooled {
+		primary, err = pgcluster.Start()
+	} else {
+		primary, standby, err = pgcluster.StartReplicated()
+	}
 	admin := serverURL
-	if c, err := startCluster(); err != nil {
-		s.notes = append(s.notes, "Postgres restart skipped: "+err.Error())
+	if err != nil {
+		s.notes = append(s.notes, "Postgres restart and primary failover skipped: "+err.Error())
 		fmt.Println("chaos: using", redact.Postgres(serverURL), "-", s.notes[0])
 	} else {
-		cl = c
-		defer cl.stop()
-		admin = cl.url("postgres")
-		fmt.Println("chaos: a cluster of its own on port", cl.port)
+		defer primary.Stop()
+		admin = primary.URL("postgres")
+		if standby != nil {
+			defer standby.Stop()
+			fmt.Printf("chaos: a primary of its own on port %d, its synchronous standby on %d\n", primary.Port, standby.Port)
+		} else {
+			fmt.Println("chaos: a cluster of its own on port", primary.Port)
+			s.notes = append(s.notes, "primary failover skipped: PgBouncer stands in front of one host")
+		}
 	}
 
 	// A fresh database, migrated, with the oracle's tables.
@@ -410,6 +350,13 @@ func run(ctx context.Context, serverURL string, steady, marathon time.Duration, 
 		return false, fmt.Errorf("scratch database: %s", redact.Postgres(err.Error()))
 	}
 	defer func() { _ = drop() }()
+	if standby != nil {
+		// Every client follows the failover: both hosts, the writable one
+		// wanted.
+		if url, err = pgcluster.MultiHostURL(url, primary, standby); err != nil {
+			return false, err
+		}
+	}
 	s.url = url
 	if s.pool, err = pgxpool.New(ctx, s.url); err != nil {
 		return false, err
@@ -563,11 +510,17 @@ outbox:
 			return "", err
 		}},
 		{"Postgres restart", true, func() (string, error) {
-			if cl == nil {
+			if primary == nil {
 				return "", errSkip
 			}
 			s.expose(exposedRestart, s.workers.Live()...)
-			return "", cl.pgctl("restart")
+			return "", primary.Ctl("restart")
+		}},
+		{"primary failover: the primary crashed, its synchronous standby promoted", true, func() (string, error) {
+			if standby == nil {
+				return "", errSkip
+			}
+			return s.failover(ctx, primary, standby)
 		}},
 	}
 	for _, f := range faults {
@@ -579,7 +532,7 @@ outbox:
 		at := time.Now()
 		note, err := f.do()
 		if errors.Is(err, errSkip) {
-			s.faults = append(s.faults, faultResult{name: f.name, at: at, skipped: s.notes[0]})
+			s.faults = append(s.faults, faultResult{name: f.name, at: at, skipped: s.notes[len(s.notes)-1]})
 			continue
 		}
 		if err != nil {
@@ -599,9 +552,12 @@ outbox:
 			wg.Wait()
 			return false, fmt.Errorf("%s: %w", f.name, err)
 		}
-		s.faults = append(s.faults, faultResult{name: f.name, at: at, gap: gap})
+		s.faults = append(s.faults, faultResult{name: f.name, at: at, gap: gap, note: note})
 		leaderRuns++
 		fmt.Printf("chaos: %s: a leader runs again after %s\n", f.name, gap.Round(time.Millisecond))
+		if note != "" {
+			fmt.Printf("chaos: %s: %s\n", f.name, note)
+		}
 		time.Sleep(steady)
 	}
 	stopLoad()
@@ -637,9 +593,11 @@ outbox:
 	if rowsErr != nil {
 		stall.err = rowsErr
 	}
+	runs := observeRuns(ctx, s.pool, s.killedAt(), leaderRuns)
 	checks := []check{
 		checkHolders(holders, outages(s.faults)),
-		checkRuns(observeRuns(ctx, s.pool, s.killedAt(), leaderRuns)),
+		checkRuns(runs),
+		checkTerms(runs),
 		checkJobs(observeJobs(ctx, s.pool, jobKeys.Load()+marathons)),
 		checkMarathons(observeMarathons(ctx, s.pool, marathons, marathon)),
 		checkFinal(observeFinal(ctx, s.pool, cutoff)),
