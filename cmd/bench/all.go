@@ -73,6 +73,8 @@ type results struct {
 	FailoverPartitionMSMax    *float64          `json:"failover_partition_ms_max"`
 	FailoverCrashDefaultMSMed *float64          `json:"failover_crash_default_ms_median"`
 	FailoverCrashDefaultMSMax *float64          `json:"failover_crash_default_ms_max"`
+	PgFailoverRecoveryMS      *float64          `json:"pg_failover_recovery_ms"`
+	PgFailoverLostInserts     *float64          `json:"pg_failover_lost_inserts"`
 	OrphanRescueMSP99         *float64          `json:"orphan_rescue_ms_p99"`
 	OrphanRescueMSMax         *float64          `json:"orphan_rescue_ms_max"`
 	BulkJobsPerSec            *float64          `json:"bulk_jobs_per_sec"`
@@ -175,6 +177,12 @@ func runAll(ctx context.Context, serverURL, path string, quick bool) error {
 			note("failover_default_overlaps", fmt.Errorf("%d overlaps observed", r.Overlaps))
 		}
 	}
+	step("Postgres primary failover: the primary crashed under load, its synchronous standby promoted")
+	if r, err := pgFailover(ctx, min(sz.trials, 5), 0); err != nil {
+		note("pg_failover", err)
+	} else {
+		res.PgFailoverRecoveryMS, res.PgFailoverLostInserts = ptr(r.RecoveryMaxMS), ptr(float64(r.Lost))
+	}
 	step("orphan rescue: kill -9 of a worker running 100 jobs, 1 s tick")
 	if r, err := orphanRescue(ctx, serverURL, sz.orphans, 100, time.Second); err != nil {
 		note("orphans", err)
@@ -264,6 +272,8 @@ func printTable(r results) {
 		{"partitioned leader to next leader, median", f(r.FailoverPartitionMSMedian, "ms"), ""},
 		{"partitioned leader to next leader, max", f(r.FailoverPartitionMSMax, "ms"), "≤ lease + tick + timeout (4.67 s) + 1 s"},
 		{"crash failover max, defaults (15 s tick)", f(r.FailoverCrashDefaultMSMax, "ms"), "≤ 21 s (tick + timeout + 1 s)"},
+		{"primary failover to every worker back, max", f(r.PgFailoverRecoveryMS, "ms"), "measured (promotion included)"},
+		{"acknowledged inserts lost in the failover", f(r.PgFailoverLostInserts, ""), "0"},
 		{"orphan rescue p99, 100 jobs (1 s tick)", f(r.OrphanRescueMSP99, "ms"), "≤ 3 s"},
 		{"orphan rescue max, 100 jobs (1 s tick)", f(r.OrphanRescueMSMax, "ms"), ""},
 		{"bounded / unbounded inserts (jobs.Inserter)", f(r.BoundedInsertRatio, ""), "≥ 0.9"},

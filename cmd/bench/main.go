@@ -13,6 +13,7 @@
 //	go run ./cmd/bench -mode locks -lock-procs 16 -lock-acquisitions 10000 # fencing oracle with kills
 //	go run ./cmd/bench -mode pgbouncer -backlog 40000 # worker through PgBouncer (transaction mode) against direct
 //	go run ./cmd/bench -mode failover -trials 3 -partitions 100 -tick 1s # 100 network partitions of the leader
+//	go run ./cmd/bench -mode pgfailover -trials 5 # Postgres primary crashed, synchronous standby promoted
 package main
 
 import (
@@ -80,7 +81,7 @@ type result struct {
 
 func main() {
 	var (
-		mode     = flag.String("mode", "sweep", "all, quick, sweep, latency, throughput, failover, orphans, ticks, outbox, sealed, bounded or pgbouncer")
+		mode     = flag.String("mode", "sweep", "all, quick, sweep, latency, throughput, failover, orphans, ticks, outbox, sealed, bounded, pgbouncer or pgfailover")
 		out      = flag.String("out", "bench/results.json", "all and quick modes: where to write the results")
 		url      = flag.String("database-url", os.Getenv("TEST_DATABASE_URL"), "server to create scratch databases on")
 		cooldown = flag.Duration("cooldown", 5*time.Millisecond, "worker fetch cooldown")
@@ -90,7 +91,7 @@ func main() {
 		rate     = flag.Int("rate", 500, "latency mode: inserts per second; ticks mode: load jobs per second")
 		dur      = flag.Duration("duration", 4*time.Second, "latency and ticks modes: how long to run")
 		backlog  = flag.Int("backlog", 50000, "throughput, sealed and pgbouncer modes: jobs in the backlog (sealed, pgbouncer: half); outbox mode: messages for the relay")
-		trials   = flag.Int("trials", 20, "failover mode: trials of each kind; orphans mode: trials")
+		trials   = flag.Int("trials", 20, "failover mode: trials of each kind; orphans and pgfailover modes: trials")
 		parts    = flag.Int("partitions", -1, "failover mode: partition trials (default: -trials)")
 		orphans  = flag.Int("jobs", 100, "orphans mode: running jobs of the killed worker")
 		scheds   = flag.Int("schedules", 10, "ticks mode: schedules firing every second")
@@ -154,6 +155,15 @@ func main() {
 		}
 		fmt.Fprintf(os.Stderr, "ferry worker, %d no-op jobs, 5 rounds: unsealed %.0f jobs/s, sealed %.0f jobs/s (best of each), ratio %.3f (median of the rounds'); jobs.Inserter sealed/unsealed: one per transaction %.3f, COPY %.3f\n",
 			*backlog, r.Unsealed, r.Sealed, r.Ratio, r.InsertRatio, r.BulkRatio)
+		_ = json.NewEncoder(os.Stdout).Encode(r)
+		return
+	case "pgfailover":
+		r, err := pgFailover(ctx, *trials, *tick)
+		if err != nil {
+			log.Fatalf("bench: pgfailover: %v", redact.Postgres(err.Error()))
+		}
+		fmt.Fprintf(os.Stderr, "Postgres primary failover (crash, synchronous standby promoted; 3 workers, tick %d ms, 200 inserts/s; %d trials): promoted after %v ms; every worker back at work median %.0f ms max %.0f ms; %d of %d acknowledged inserts lost; %d workers replaced\n",
+			r.TickMS, r.Trials, r.PromoteMS, r.RecoveryMedianMS, r.RecoveryMaxMS, r.Lost, r.Acknowledged, r.Replaced)
 		_ = json.NewEncoder(os.Stdout).Encode(r)
 		return
 	case "pgbouncer":
