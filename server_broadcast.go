@@ -87,17 +87,22 @@ const sqlConsoleWatch = `SELECT
     (SELECT md5(coalesce(string_agg(name || '#' || token, ',' ORDER BY name), ''))
        FROM ferry_lock WHERE expires_at > now())`
 
+// emptyFingerprint is sqlConsoleWatch's fingerprint of nothing: md5('').
+const emptyFingerprint = "d41d8cd98f00b204e9800998ecf8427e"
+
 // watchConsole is a leader runnable: the deliveries that become stuck and
 // the named locks taken and released change in many places (a delivery
 // job on any worker, the route sweep, a reset, any process using package
 // locks, plain SQL), so the leader compares their fingerprint every
 // second and announces a change on admin.EventsChannel, once for all the
-// consoles.
+// consoles. Its first look compares with nothing stuck and no lock held, so
+// a new leader announces what there is: the consoles catch up with what
+// changed while no one watched (a failover), and whatever was written just
+// before it started is never taken for the baseline.
 func (s *Server) watchConsole(ctx context.Context) error {
 	t := time.NewTicker(consoleWatchEvery)
 	defer t.Stop()
-	var last [2]string
-	have := false
+	last := [2]string{emptyFingerprint, emptyFingerprint}
 	for {
 		var now [2]string
 		if err := s.pool.QueryRow(ctx, sqlConsoleWatch).Scan(&now[0], &now[1]); err != nil {
@@ -107,13 +112,13 @@ func (s *Server) watchConsole(ctx context.Context) error {
 			s.cfg.Logger.Debug("broadcast: console watch failed", "error", err)
 		} else {
 			for i, what := range []string{"outbox_stuck", "locks"} {
-				if have && now[i] != last[i] {
+				if now[i] != last[i] {
 					if err := s.broadcast.Publish(ctx, admin.EventsChannel, map[string]string{"changed": what}); err != nil && ctx.Err() == nil {
 						s.cfg.Logger.Warn("broadcast: console change not announced", "changed", what, "error", err)
 					}
 				}
 			}
-			last, have = now, true
+			last = now
 		}
 		select {
 		case <-ctx.Done():
