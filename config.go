@@ -97,6 +97,12 @@ type Config struct {
 	// before ferry's rescuer discards the job as poison
 	// (FERRY_MAX_ORPHANED, default 5).
 	MaxOrphaned int
+	// SettleAfter is how long a job the database shows running on this
+	// live worker, which it does not run (a fetch or a completion that
+	// River lost), is left to River before the worker settles it
+	// (FERRY_SETTLE_AFTER, default 1m; see internal/liveness's Ledger).
+	// Under about 40 s it can race River's completer, still retrying.
+	SettleAfter time.Duration
 
 	// ShutdownGrace is how long a stopping worker lets running jobs finish
 	// before it cancels them. A cancelled job goes back to available, its
@@ -227,6 +233,7 @@ func (c Config) WithDefaults() Config {
 	c.LeaderTick = cmp.Or(c.LeaderTick, election.DefaultTick)
 	c.StandbyProbe = cmp.Or(c.StandbyProbe, election.DefaultProbe)
 	c.MaxOrphaned = cmp.Or(c.MaxOrphaned, liveness.DefaultMaxOrphaned)
+	c.SettleAfter = cmp.Or(c.SettleAfter, liveness.DefaultSettleAfter)
 	c.OutboxRouteGrace = cmp.Or(c.OutboxRouteGrace, outbox.DefaultRouteGrace)
 	c.SealReplayWindow = cmp.Or(c.SealReplayWindow, seal.DefaultReplayWindow)
 	c.Version = cmp.Or(c.Version, Version())
@@ -335,6 +342,9 @@ func (c Config) check() error {
 	}
 	if c.MaxOrphaned < 1 {
 		errs = append(errs, fmt.Errorf("max orphaned %d is under 1", c.MaxOrphaned))
+	}
+	if c.SettleAfter < time.Second {
+		errs = append(errs, fmt.Errorf("settle after %s is under 1s", c.SettleAfter))
 	}
 	if c.StandbyProbe < election.MinTick {
 		errs = append(errs, fmt.Errorf("standby probe %s is under %s", c.StandbyProbe, election.MinTick))

@@ -60,6 +60,7 @@ func TestConfig_Validate(t *testing.T) {
 		"no queues":           {func(c *Config) { c.Queues = map[string]int{} }, "at least one queue"},
 		"negative max length": {func(c *Config) { c.QueueMaxLength = -1 }, "queue max length -1 is negative"},
 		"negative bound":      {func(c *Config) { c.MaxLengths = map[string]int64{"reports": -5} }, `queue "reports": max length -5 is negative`},
+		"settle too soon":     {func(c *Config) { c.SettleAfter = time.Millisecond }, "settle after 1ms is under 1s"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
 	"riverqueue.com/riverui"
 
 	"github.com/ferryq/ferry/broadcast"
@@ -258,6 +259,11 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			return fail(err)
 		}
 	}
+	// Outermost, the ledger records what this worker runs, so that the
+	// liveness heartbeat can settle what River lost (liveness.Ledger).
+	ledger := liveness.NewLedger()
+	middleware = append([]rivertype.Middleware{ledger.Middleware()}, middleware...)
+	middleware = append(middleware, s.metrics.Middleware(), jobs.ErrorMiddleware(registry.Sensitive))
 	s.river, err = river.NewClient(riverpgxv5.New(pool), &river.Config{
 		// The id is the worker's identity in attempted_by, in ferry_worker
 		// and in the fence on river_job (internal/liveness).
@@ -270,7 +276,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		FetchPollInterval:    cfg.FetchPollInterval,
 		JobTimeout:           cfg.JobTimeout,
 		Logger:               logging.River(cfg.Logger),
-		Middleware:           append(middleware, s.metrics.Middleware(), jobs.ErrorMiddleware(registry.Sensitive)),
+		Middleware:           middleware,
 		Queues:               queues,
 		SoftStopTimeout:      cfg.ShutdownGrace,
 		Workers:              workers,
@@ -308,7 +314,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		Tick:        cfg.LeaderTick,
 		TickTimeout: cfg.LeaderTickTimeout,
 		OnDead:      s.declaredDead,
+		Ledger:      ledger,
+		SettleAfter: cfg.SettleAfter,
 		Logger:      cfg.Logger,
+		Registerer:  s.metrics.Registry,
 	})
 	if err != nil {
 		return fail(err)

@@ -44,6 +44,32 @@
 // and however slow or busy the worker is: liveness is the lock, not a
 // timestamp.
 //
+// # Jobs running here that this worker does not run
+//
+// A live worker can be shown running a job it does not run. A primary
+// failover or a lost connection does it in two ways: River's fetch
+// committed and its reply was lost, so the job never reached the worker;
+// or the worker finished the job and River's completer, after three tries
+// over about 37 s, gave up writing the outcome. The rescuer leaves a live
+// worker's jobs alone, and River's own rescuer waits an hour: such a job
+// would sit running that long, its outbox message undelivered (the chaos
+// suite's primary failover found two).
+//
+// So each worker keeps a Ledger (its Middleware, outermost on the River
+// client) of the jobs whose worker it started and how each returned, and
+// after every heartbeat, on the liveness session that holds its lock,
+// compares it with the jobs the database shows running under its client
+// id. A job it never started, fetched more than SettleAfter ago
+// (FERRY_SETTLE_AFTER, default a minute, past River's 37 s), goes back to
+// available with its attempt given back; a job whose worker returned more
+// than SettleAfter ago is written as River would have written it
+// (completed; retryable after River's default backoff, or discarded with
+// no attempt left; cancelled; snoozed). Both are marked in
+// metadata.ferry_settled ("never started", "completion lost"), logged as
+// "liveness: stray jobs settled" and counted in
+// ferry_jobs_settled_total{outcome}. A job whose worker is still running
+// is never touched.
+//
 // # A worker that comes back
 //
 // A worker whose session was lost (a partition longer than the lease, a

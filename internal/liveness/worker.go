@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river/rivershared/startstop"
 
 	"github.com/ferryq/ferry/internal/lease"
@@ -113,7 +114,16 @@ type Config struct {
 	// learns that it was declared dead (ErrDeclaredDead). The process must
 	// stop: its running jobs were handed to others.
 	OnDead func(error)
-	Logger *slog.Logger
+	// Ledger, when set, is the River client's record of the jobs it runs
+	// (install Ledger.Middleware on the client): after each heartbeat the
+	// worker settles the jobs the database shows running here that it does
+	// not run (Ledger). SettleAfter is how long such a job is left to River
+	// first; default DefaultSettleAfter.
+	Ledger      *Ledger
+	SettleAfter time.Duration
+	Logger      *slog.Logger
+	// Registerer, when set, gets ferry_jobs_settled_total.
+	Registerer prometheus.Registerer
 }
 
 // Worker is this process's liveness: a ferry_worker row and a session that
@@ -126,6 +136,8 @@ type Worker struct {
 	connCfg  *pgx.ConnConfig
 	hostname string
 	pid      int
+
+	mSettled *prometheus.CounterVec
 
 	mu sync.Mutex
 	id int32
@@ -146,12 +158,25 @@ func New(cfg Config) (*Worker, error) {
 	if cfg.OnDead == nil {
 		cfg.OnDead = func(error) {}
 	}
+	cfg.SettleAfter = cmp.Or(cfg.SettleAfter, DefaultSettleAfter)
+	if cfg.SettleAfter < 0 {
+		return nil, fmt.Errorf("liveness: settle-after %s is negative", cfg.SettleAfter)
+	}
 	pc, err := pgxpool.ParseConfig(cfg.DatabaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("liveness: database URL: %s", redact.Postgres(err.Error()))
 	}
 	hostname, _ := os.Hostname()
 	w := &Worker{cfg: cfg, connCfg: pc.ConnConfig, hostname: hostname, pid: os.Getpid()}
+	w.mSettled = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ferry_jobs_settled_total",
+		Help: "Jobs the database showed running on this live worker that it did not run, settled by the worker in River's place, by outcome: never_started (River's fetch reply was lost: available again), completed, failed, cancelled, snoozed (River's completion was lost).",
+	}, []string{"outcome"})
+	if cfg.Registerer != nil {
+		if err := cfg.Registerer.Register(w.mSettled); err != nil {
+			return nil, fmt.Errorf("liveness: register metrics: %w", err)
+		}
+	}
 	lease.Configure(w.connCfg, fmt.Sprintf("ferry-liveness:%s:%d", hostname, w.pid), cfg.Tick, max(cfg.TickTimeout, 5*time.Second))
 	return w, nil
 }
@@ -294,7 +319,9 @@ func (w *Worker) run(ctx context.Context, conn *pgx.Conn) {
 			w.cfg.Logger.Warn("liveness: heartbeat failed; taking the lock again on a new session", "client_id", w.cfg.ClientID, "error", redact.Postgres(err.Error()))
 			closeQuietly(conn)
 			conn = nil
-		case dead:
+		case !dead:
+			w.settle(ctx, conn)
+		default:
 			// Cannot happen while this session holds the lock (the rescuer
 			// takes it before it declares anyone dead); fail closed anyway.
 			closeQuietly(conn)
@@ -304,6 +331,30 @@ func (w *Worker) run(ctx context.Context, conn *pgx.Conn) {
 			return
 		}
 	}
+}
+
+// settle settles the strays (Ledger) on the liveness session, which holds
+// the worker's lock: a failed pass is logged and tried again next tick.
+func (w *Worker) settle(ctx context.Context, conn *pgx.Conn) {
+	if w.cfg.Ledger == nil {
+		return
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.TickTimeout)
+	defer cancel()
+	s, err := w.cfg.Ledger.settle(sctx, conn, w.cfg.ClientID, w.cfg.SettleAfter)
+	if err != nil {
+		w.cfg.Logger.Warn("liveness: settling stray jobs failed; trying again next tick", "client_id", w.cfg.ClientID, "error", redact.Postgres(err.Error()))
+	}
+	if s.Total() == 0 {
+		return
+	}
+	w.mSettled.WithLabelValues("never_started").Add(float64(s.NeverStarted))
+	w.mSettled.WithLabelValues("completed").Add(float64(s.Completed))
+	w.mSettled.WithLabelValues("failed").Add(float64(s.Failed))
+	w.mSettled.WithLabelValues("cancelled").Add(float64(s.Cancelled))
+	w.mSettled.WithLabelValues("snoozed").Add(float64(s.Snoozed))
+	w.cfg.Logger.Warn("liveness: stray jobs settled", "client_id", w.cfg.ClientID, "count", s.Total(),
+		"never_started", s.NeverStarted, "completed", s.Completed, "failed", s.Failed, "cancelled", s.Cancelled, "snoozed", s.Snoozed)
 }
 
 // reacquire opens a new session and takes the worker's lock on it. It

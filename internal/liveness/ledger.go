@@ -1,0 +1,246 @@
+package liveness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+)
+
+// DefaultSettleAfter is how long a job may stay running in the database,
+// for a live worker that does not run it, before the worker settles it
+// (Config.SettleAfter). River's completer retries a failed completion for
+// at most about 37 s (three tries of at most 10 s, 1, 2 and 4 s apart) and
+// then gives up; a minute is past that.
+const DefaultSettleAfter = time.Minute
+
+// Ledger is what this process's River client runs: every job whose worker
+// it started, with the outcome once the worker returned, until the
+// database no longer shows the job running here. Install its Middleware
+// outermost on the River client.
+//
+// A live worker can leave a job running in the database that it does not
+// run, in two ways that a primary failover or a lost connection produce:
+// River's fetch committed but its reply was lost (the job never reached the
+// worker), or the worker finished the job and River's completer gave up
+// writing the outcome. Nobody else takes such a job back: the worker is
+// alive, so the rescuer rightly leaves its jobs alone, and River's own
+// rescuer waits an hour. Each heartbeat, the Worker compares the jobs the
+// database shows running under its client id with the Ledger and settles
+// the strays (settle).
+type Ledger struct {
+	mu   sync.Mutex
+	jobs map[int64]*ledgerEntry
+	now  func() time.Time
+}
+
+type ledgerEntry struct {
+	attempt int
+	done    bool
+	doneAt  time.Time
+	err     error // the worker's outcome, once done
+}
+
+// NewLedger returns an empty Ledger.
+func NewLedger() *Ledger {
+	return &Ledger{jobs: make(map[int64]*ledgerEntry), now: time.Now}
+}
+
+func (l *Ledger) started(id int64, attempt int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.jobs[id] = &ledgerEntry{attempt: attempt}
+}
+
+func (l *Ledger) finished(id int64, attempt int, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e, ok := l.jobs[id]; ok && e.attempt == attempt {
+		e.done, e.doneAt, e.err = true, l.now(), err
+	}
+}
+
+// Len is the number of jobs the Ledger holds (running, or finished and not
+// yet seen finalized).
+func (l *Ledger) Len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.jobs)
+}
+
+// Middleware is the River worker middleware that records each job in the
+// Ledger as its worker starts and returns.
+func (l *Ledger) Middleware() rivertype.Middleware { return &ledgerMiddleware{l: l} }
+
+type ledgerMiddleware struct {
+	river.MiddlewareDefaults
+	l *Ledger
+}
+
+var _ rivertype.WorkerMiddleware = (*ledgerMiddleware)(nil)
+
+func (m *ledgerMiddleware) Work(ctx context.Context, job *rivertype.JobRow, doInner func(context.Context) error) (err error) {
+	m.l.started(job.ID, job.Attempt)
+	defer func() {
+		if v := recover(); v != nil {
+			m.l.finished(job.ID, job.Attempt, fmt.Errorf("panic: %v", v))
+			panic(v)
+		}
+		m.l.finished(job.ID, job.Attempt, err)
+	}()
+	return doInner(ctx)
+}
+
+// A settlement is what settle writes for one stray, in River's place.
+type settlement struct {
+	id, attempt int64
+	state       string  // the state River would have written
+	giveBack    bool    // the attempt is given back: never started, or snoozed
+	delay       float64 // seconds before a retryable, available or scheduled job is due
+	errText     *string // the error to record
+	reason      string  // "never started" or "completion lost", in metadata.ferry_settled
+	count       *int    // where the pass counts it
+}
+
+// Settled counts the strays one pass settled, by what was written.
+type Settled struct {
+	NeverStarted int // fetched but never started here: available again, the attempt given back
+	Completed    int // the worker succeeded: completed
+	Failed       int // the worker failed: retryable (or discarded, no attempt left)
+	Cancelled    int // the worker cancelled it (river.JobCancel)
+	Snoozed      int // the worker snoozed it (river.JobSnooze)
+}
+
+// Total is every job settled.
+func (s Settled) Total() int {
+	return s.NeverStarted + s.Completed + s.Failed + s.Cancelled + s.Snoozed
+}
+
+const (
+	// straysSQL lists the jobs running under this client id, and whether
+	// each was fetched longer than the grace ago (the database's clock, as
+	// River's fetch stamped attempted_at).
+	straysSQL = `SELECT id, attempt, attempted_at < now() - make_interval(secs => $2) FROM river_job
+WHERE state = 'running' AND attempted_by[cardinality(attempted_by)] = $1`
+	// settleSQL writes one stray's outcome where River would have, if the
+	// job is still running under this client id at that attempt. $4 is the
+	// state; $5 gives the attempt back (never started, snoozed); $6 is the
+	// delay before a retryable, available or scheduled job is due; $7 the
+	// error to record. A failure with no attempt left is discarded.
+	settleSQL = `UPDATE river_job SET
+    state = CASE WHEN $4 = 'retryable' AND attempt >= max_attempts THEN 'discarded' ELSE $4 END::river_job_state,
+    attempt = CASE WHEN $5 THEN attempt - 1 ELSE attempt END,
+    scheduled_at = CASE WHEN $4 IN ('available', 'retryable', 'scheduled') THEN now() + make_interval(secs => $6) ELSE scheduled_at END,
+    finalized_at = CASE WHEN $4 IN ('completed', 'cancelled') OR ($4 = 'retryable' AND attempt >= max_attempts) THEN now() END,
+    errors = CASE WHEN $7::text IS NULL THEN errors
+        ELSE array_append(errors, jsonb_build_object('at', now(), 'attempt', attempt, 'error', $7::text, 'trace', '')) END,
+    metadata = metadata || jsonb_build_object('ferry_settled', $8::text)
+WHERE id = $1 AND state = 'running' AND attempt = $2 AND attempted_by[cardinality(attempted_by)] = $3`
+)
+
+// settle is one pass: it lists the jobs the database shows running under
+// clientID and settles each that the Ledger says is not running here and
+// has not been for after: a job never started here (its fetch's reply was
+// lost) goes back to available with its attempt given back; a job whose
+// worker returned after ago is written as River would have written it
+// (completed; retryable after River's default backoff, or discarded with no
+// attempt left; cancelled; snoozed). Finished jobs that are no longer
+// running are forgotten. conn must be the session that holds the worker's
+// liveness lock: while it does, no rescuer can declare the worker dead, so
+// nothing else takes these jobs back meanwhile.
+//
+// River's completer only writes a job still running, and by after it has
+// given up, so nothing it writes later can undo what settle wrote; the one
+// exception is a completer held up for longer than after (a pool starved
+// for that long), whose late write of a failure could then mark a later
+// attempt retryable: the job runs once more, never less.
+func (l *Ledger) settle(ctx context.Context, conn *pgx.Conn, clientID string, after time.Duration) (Settled, error) {
+	var s Settled
+	listed := l.now()
+	rows, err := conn.Query(ctx, straysSQL, clientID, after.Seconds())
+	if err != nil {
+		return s, fmt.Errorf("list the jobs running here: %w", err)
+	}
+	type running struct {
+		id      int64
+		attempt int
+		old     bool
+	}
+	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (running, error) {
+		var r running
+		return r, row.Scan(&r.id, &r.attempt, &r.old)
+	})
+	if err != nil {
+		return s, fmt.Errorf("list the jobs running here: %w", err)
+	}
+	var todo []settlement
+	l.mu.Lock()
+	seen := make(map[int64]bool, len(list))
+	for _, r := range list {
+		seen[r.id] = true
+		e, ok := l.jobs[r.id]
+		switch {
+		case ok && e.attempt == r.attempt && !e.done:
+			// Running here: never touched, however long it runs.
+		case ok && e.attempt == r.attempt:
+			if listed.Sub(e.doneAt) < after {
+				continue // River's completer may still write it
+			}
+			todo = append(todo, outcome(r.id, r.attempt, e.err, &s))
+		case r.old:
+			todo = append(todo, settlement{id: r.id, attempt: int64(r.attempt), state: "available", giveBack: true, reason: "never started", count: &s.NeverStarted})
+		}
+	}
+	// A finished job no longer running was written (by River, or by an
+	// earlier pass); one finished after the list was read may not show yet.
+	for id, e := range l.jobs {
+		if e.done && !seen[id] && e.doneAt.Before(listed) {
+			delete(l.jobs, id)
+		}
+	}
+	l.mu.Unlock()
+
+	for _, t := range todo {
+		tag, err := conn.Exec(ctx, settleSQL, t.id, t.attempt, clientID, t.state, t.giveBack, t.delay, t.errText, t.reason)
+		if err != nil {
+			return s, fmt.Errorf("settle job %d: %w", t.id, err)
+		}
+		if tag.RowsAffected() == 1 {
+			*t.count++
+		}
+		if t.reason != "never started" {
+			l.mu.Lock()
+			delete(l.jobs, t.id)
+			l.mu.Unlock()
+		}
+	}
+	return s, nil
+}
+
+// outcome is the settlement of a job whose worker returned err, as River's
+// executor would have completed it.
+func outcome(id int64, attempt int, err error, s *Settled) (t settlement) {
+	t.id, t.attempt, t.reason = id, int64(attempt), "completion lost"
+	var snooze *rivertype.JobSnoozeError
+	var cancel *rivertype.JobCancelError
+	switch {
+	case err == nil:
+		t.state, t.count = "completed", &s.Completed
+	case errors.As(err, &snooze):
+		t.state, t.giveBack, t.delay, t.count = "scheduled", true, snooze.Duration.Seconds(), &s.Snoozed
+	case errors.As(err, &cancel):
+		msg := err.Error()
+		t.state, t.errText, t.count = "cancelled", &msg, &s.Cancelled
+	default:
+		msg := err.Error()
+		// River's default retry policy: attempt⁴ seconds.
+		t.state, t.errText, t.count = "retryable", &msg, &s.Failed
+		t.delay = float64(attempt) * float64(attempt) * float64(attempt) * float64(attempt)
+	}
+	return t
+}

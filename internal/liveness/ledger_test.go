@@ -1,0 +1,170 @@
+package liveness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ferryq/ferry/internal/testkit/logtest"
+)
+
+// settler starts a Worker with a Ledger, a 200 ms heartbeat and a short
+// SettleAfter.
+func (b *testBundle) settler(t *testing.T, ledger *Ledger, after time.Duration, reg prometheus.Registerer, logs *logtest.Recorder) *Worker {
+	t.Helper()
+	w, err := New(Config{
+		DatabaseURL: b.url, ClientID: fmt.Sprintf("test-%d", b.seq.Add(1)),
+		Tick: 200 * time.Millisecond, TickTimeout: time.Second, Ledger: ledger, SettleAfter: after,
+		Logger: logs.Logger(), Registerer: reg,
+	})
+	require.NoError(t, err)
+	require.NoError(t, w.Start(context.Background()))
+	t.Cleanup(w.Stop)
+	return w
+}
+
+// settledReason is the job's state and the reason settle recorded ("" when
+// it did not touch it).
+func (b *testBundle) settledReason(t *testing.T, id int64) (state string, attempt int, reason string) {
+	t.Helper()
+	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT state::text, attempt, coalesce(metadata->>'ferry_settled', '')
+		FROM river_job WHERE id = $1`, id).Scan(&state, &attempt, &reason))
+	return state, attempt, reason
+}
+
+// A job whose fetch committed but whose reply never reached the worker (a
+// primary failover between the two) runs nowhere: the live worker gives it
+// back, its attempt with it, once it is older than SettleAfter; a job of
+// another worker is not its business.
+func TestLedger_NeverStartedJobGivenBack(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	reg := prometheus.NewRegistry()
+	logs := &logtest.Recorder{}
+	w := b.settler(t, NewLedger(), time.Second, reg, logs)
+
+	// River's own fetch, under the worker's client id, whose reply is lost.
+	lost := b.running(t, "nobody", 0, 25)
+	_, err := b.pool.Exec(context.Background(), "UPDATE river_job SET state = 'available', attempted_by = NULL WHERE id = $1", lost)
+	require.NoError(t, err)
+	b.refetch(t, lost, w.ClientID())
+	other := b.running(t, "another-worker", 1, 25)
+
+	require.Eventually(t, func() bool {
+		state, _, _ := b.settledReason(t, lost)
+		return state == "available"
+	}, 10*time.Second, 50*time.Millisecond)
+	state, attempt, reason := b.settledReason(t, lost)
+	require.Equal(t, "available", state)
+	require.Equal(t, 0, attempt, "the attempt that never ran is given back")
+	require.Equal(t, "never started", reason)
+	line := logs.Find(t, "liveness: stray jobs settled")
+	require.EqualValues(t, 1, line["never_started"])
+	require.InDelta(t, 1, testutil.ToFloat64(w.mSettled.WithLabelValues("never_started")), 0)
+
+	state, _, reason = b.settledReason(t, other)
+	require.Equal(t, "running", state)
+	require.Empty(t, reason)
+}
+
+type ledgerArgs struct {
+	Outcome string `json:"outcome"`
+}
+
+func (ledgerArgs) Kind() string { return "liveness.ledger_test" }
+
+// A worker's outcome whose completion River could not write is written by
+// the worker's heartbeat once SettleAfter has passed: a success completed,
+// a failure retryable with its error. A job still running is never
+// touched, however long it runs. River's completion is refused here by a
+// trigger for River's sessions only (the fault: a database that would not
+// take the write), and the real River client ran the jobs.
+func TestLedger_LostCompletionsWritten(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	reg := prometheus.NewRegistry()
+	logs := &logtest.Recorder{}
+	ledger := NewLedger()
+	w := b.settler(t, ledger, time.Second, reg, logs)
+
+	_, err := b.pool.Exec(ctx, `CREATE FUNCTION refuse_river_completion() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF current_setting('application_name') LIKE 'river-under-test%' AND NEW.args->>'outcome' IN ('ok', 'fail') THEN
+        RAISE EXCEPTION 'completion refused by the test';
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER refuse_river_completion BEFORE UPDATE ON river_job FOR EACH ROW
+    WHEN (OLD.state = 'running' AND NEW.state <> 'running') EXECUTE FUNCTION refuse_river_completion()`)
+	require.NoError(t, err)
+
+	release := make(chan struct{})
+	workers := river.NewWorkers()
+	river.AddWorker(workers, river.WorkFunc(func(ctx context.Context, job *river.Job[ledgerArgs]) error {
+		switch job.Args.Outcome {
+		case "fail":
+			return errors.New("the receiver said no")
+		case "long":
+			<-release
+		}
+		return nil
+	}))
+	pc, err := pgxpool.ParseConfig(b.url)
+	require.NoError(t, err)
+	pc.ConnConfig.RuntimeParams["application_name"] = "river-under-test"
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		ID: w.ClientID(), Logger: logs.Logger(), Middleware: []rivertype.Middleware{ledger.Middleware()},
+		Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 5}}, Workers: workers,
+		TestOnly: true,
+	})
+	require.NoError(t, err)
+	ids := map[string]int64{}
+	for _, o := range []string{"ok", "fail", "long"} {
+		res, err := client.Insert(ctx, ledgerArgs{Outcome: o}, nil)
+		require.NoError(t, err)
+		ids[o] = res.Job.ID
+	}
+	require.NoError(t, client.Start(ctx))
+	t.Cleanup(func() {
+		close(release)
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		_ = client.Stop(sctx)
+	})
+
+	require.Eventually(t, func() bool {
+		okState, _, _ := b.settledReason(t, ids["ok"])
+		failState, _, _ := b.settledReason(t, ids["fail"])
+		return okState == "completed" && failState == "retryable"
+	}, 20*time.Second, 50*time.Millisecond)
+	_, _, reason := b.settledReason(t, ids["ok"])
+	require.Equal(t, "completion lost", reason)
+	var attempt int
+	var lastErr string
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT attempt, errors[cardinality(errors)]->>'error' FROM river_job WHERE id = $1`, ids["fail"]).Scan(&attempt, &lastErr))
+	require.Equal(t, 1, attempt)
+	require.Equal(t, "the receiver said no", lastErr)
+	require.InDelta(t, 1, testutil.ToFloat64(w.mSettled.WithLabelValues("completed")), 0)
+	require.InDelta(t, 1, testutil.ToFloat64(w.mSettled.WithLabelValues("failed")), 0)
+
+	// The long job has been running for well past SettleAfter: untouched.
+	time.Sleep(1500 * time.Millisecond)
+	state, _, reason := b.settledReason(t, ids["long"])
+	require.Equal(t, "running", state)
+	require.Empty(t, reason)
+	require.Equal(t, 1, ledger.Len(), "only the running job is held")
+}
