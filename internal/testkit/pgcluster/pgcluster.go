@@ -21,6 +21,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Cluster is one Postgres cluster: its binaries, its directory (data and
@@ -144,7 +145,33 @@ func StartReplicated() (primary, standby *Cluster, err error) {
 		standby.remove()
 		return nil, nil, err
 	}
+	// A standby catching up is not yet synchronous (the primary's commits
+	// wait meanwhile): return once the primary says it is.
+	if err := primary.waitSync(30 * time.Second); err != nil {
+		primary.Stop()
+		standby.Stop()
+		return nil, nil, err
+	}
 	return primary, standby, nil
+}
+
+// waitSync waits until the primary's pg_stat_replication shows StandbyName
+// streaming as its synchronous standby.
+func (c *Cluster) waitSync(timeout time.Duration) error {
+	q := fmt.Sprintf("SELECT sync_state FROM pg_stat_replication WHERE application_name = '%s' AND state = 'streaming'", StandbyName)
+	deadline := time.Now().Add(timeout)
+	var last string
+	for {
+		out, err := asPostgres(filepath.Join(c.Bin, "psql"), "-h", "127.0.0.1", "-p", strconv.Itoa(c.Port), "-U", "postgres", "-d", "postgres", "-Atc", q).CombinedOutput()
+		last = strings.TrimSpace(string(out))
+		if err == nil && last == "sync" {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("pgcluster: the standby is not synchronous after %s (pg_stat_replication: %q)", timeout, last)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // Ctl runs pg_ctl action (start, stop, restart) on the cluster, waiting
