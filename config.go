@@ -21,6 +21,7 @@ import (
 	"github.com/ferryq/ferry/internal/dburl"
 	"github.com/ferryq/ferry/internal/liveness"
 	"github.com/ferryq/ferry/internal/redact"
+	"github.com/ferryq/ferry/internal/schema"
 	"github.com/ferryq/ferry/jobs"
 	"github.com/ferryq/ferry/outbox"
 	"github.com/ferryq/ferry/periodic"
@@ -121,6 +122,14 @@ type Config struct {
 	// kept prepared, and everything that needs a session uses
 	// ElectionDatabaseURL, which must then be set apart).
 	Pooler string
+	// Schema is the Postgres schema of this deployment's tables, River's
+	// and ferry's (FERRY_SCHEMA; default "", the search_path's first,
+	// usually public): several deployments share a database, each in its
+	// own schema, with its own leader, schedules, outbox and workers
+	// (internal/schema). Every session ferry opens sets search_path to it;
+	// through a transaction pooler, which does not pass search_path on,
+	// the role's own search_path must lead to it (checked at start).
+	Schema string
 	// ElectionKey is the leader lock (FERRY_ELECTION_KEY); default
 	// election.KeyElection.
 	ElectionKey int64
@@ -229,7 +238,10 @@ func (c Config) WithDefaults() Config {
 	c.AdminAddr = cmp.Or(c.AdminAddr, DefaultAdminAddr)
 	c.ElectionDatabaseURL = cmp.Or(c.ElectionDatabaseURL, c.DatabaseURL)
 	c.Pooler = cmp.Or(c.Pooler, dburl.PoolerNone)
-	c.ElectionKey = cmp.Or(c.ElectionKey, election.KeyElection)
+	if s, err := schema.Parse(c.Schema); err == nil {
+		c.Schema = s
+	}
+	c.ElectionKey = cmp.Or(c.ElectionKey, schema.Key64(election.KeyElection, c.Schema))
 	c.LeaderTick = cmp.Or(c.LeaderTick, election.DefaultTick)
 	c.StandbyProbe = cmp.Or(c.StandbyProbe, election.DefaultProbe)
 	c.MaxOrphaned = cmp.Or(c.MaxOrphaned, liveness.DefaultMaxOrphaned)
@@ -308,6 +320,9 @@ func (c Config) check() error {
 		if _, err := pgxpool.ParseConfig(c.ElectionDatabaseURL); err != nil {
 			errs = append(errs, fmt.Errorf("session database URL: %s", redact.Postgres(err.Error())))
 		}
+	}
+	if _, err := schema.Parse(c.Schema); err != nil {
+		errs = append(errs, err)
 	}
 	if pooler, err := dburl.ParsePooler(c.Pooler); err != nil {
 		errs = append(errs, err)

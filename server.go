@@ -173,6 +173,19 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		}
 	}
 
+	// A deployment in a schema of its own: every session finds its tables
+	// first (through a transaction pooler, the role's search_path must,
+	// which the migrator's check makes sure of).
+	if cfg.Schema != "" {
+		if cfg.Pooler != dburl.PoolerTransaction {
+			if cfg.DatabaseURL, err = dburl.WithSearchPath(cfg.DatabaseURL, cfg.Schema); err != nil {
+				return nil, &configError{err: err}
+			}
+		}
+		if cfg.ElectionDatabaseURL, err = dburl.WithSearchPath(cfg.ElectionDatabaseURL, cfg.Schema); err != nil {
+			return nil, &configError{err: err}
+		}
+	}
 	clientID := newClientID()
 	pool, err := openPool(ctx, cfg.DatabaseURL, "ferry-worker", poolMaxConns(cfg.Queues, delivered), clientID, cfg.Pooler)
 	if err != nil {
@@ -204,7 +217,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return fail(err)
 	}
 
-	s.migrator, err = migrations.New(sessions, cfg.Logger)
+	s.migrator, err = migrations.New(sessions, cfg.Logger, migrations.InSchema(cfg.Schema))
 	if err != nil {
 		return fail(err)
 	}
@@ -219,6 +232,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return fail(err)
 	}
 
+	if err := migrations.CheckSchema(ctx, pool, cfg.Schema); err != nil {
+		return fail(err)
+	}
 	changes, err := jobs.SetQueueBounds(ctx, pool, queueBounds(cfg, delivered))
 	if err != nil {
 		return fail(err)
@@ -270,7 +286,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		ID: clientID,
 		// Through a transaction pooler, LISTEN would hear nothing: River
 		// polls every FetchPollInterval instead.
-		PollOnly:             pooled,
+		PollOnly: pooled,
+		// River qualifies its tables and names its LISTEN channels after
+		// the schema, so two deployments' notifications never cross.
+		Schema:               cfg.Schema,
 		RescueStuckJobsAfter: rescueStuckJobsAfter(cfg),
 		FetchCooldown:        cfg.FetchCooldown,
 		FetchPollInterval:    cfg.FetchPollInterval,
@@ -336,7 +355,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.elector.Register("rescue", rescuer.Run)
 	s.elector.Register("broadcast-leader", s.announceLeader)
 	s.elector.Register("broadcast-console", s.watchConsole)
-	s.relay = outbox.NewRelay(outbox.RelayConfig{Pool: pool, ListenConfig: sessions.Config().ConnConfig, Inserter: s.river, Routes: delivered, RouteGrace: cfg.OutboxRouteGrace, MaxAttempts: maxAttempts, Logger: cfg.Logger})
+	s.relay = outbox.NewRelay(outbox.RelayConfig{Pool: pool, ListenConfig: sessions.Config().ConnConfig, Schema: cfg.Schema, Inserter: s.river, Routes: delivered, RouteGrace: cfg.OutboxRouteGrace, MaxAttempts: maxAttempts, Logger: cfg.Logger})
 	s.services = []service{s.elector, s.sched, s.relay}
 	if err := s.metrics.Registry.Register(outbox.NewCollector(pool, cfg.Logger)); err != nil {
 		return fail(err)

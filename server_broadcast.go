@@ -28,7 +28,7 @@ func newBroadcast(cfg Config, pool *pgxpool.Pool, reg prometheus.Registerer) (*b
 	if err != nil {
 		return nil, fmt.Errorf("ferry: broadcast: session URL: %s", redact.Postgres(err.Error()))
 	}
-	b, err := broadcast.New(broadcast.Config{Pool: pool, ListenConfig: pc.ConnConfig, Keys: cfg.BroadcastKeys, Logger: cfg.Logger})
+	b, err := broadcast.New(broadcast.Config{Pool: pool, ListenConfig: pc.ConnConfig, Schema: cfg.Schema, Keys: cfg.BroadcastKeys, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -87,7 +87,8 @@ const sqlConsoleWatch = `SELECT
     (SELECT md5(coalesce(string_agg(name || '#' || token, ',' ORDER BY name), ''))
        FROM ferry_lock WHERE expires_at > now())`
 
-// emptyFingerprint is sqlConsoleWatch's fingerprint of nothing: md5('').
+// emptyFingerprint is sqlConsoleWatch's fingerprint of nothing, the md5
+// of the empty string.
 const emptyFingerprint = "d41d8cd98f00b204e9800998ecf8427e"
 
 // watchConsole is a leader runnable: the deliveries that become stuck and

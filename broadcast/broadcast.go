@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ferryq/ferry/internal/pglisten"
+	"github.com/ferryq/ferry/internal/schema"
 )
 
 // NotifyChannel is the one Postgres channel every ferry broadcast travels
@@ -42,6 +43,11 @@ type Config struct {
 	// own: a direct connection or a session-mode pool). Default: the
 	// Pool's connection settings.
 	ListenConfig *pgx.ConnConfig
+	// Schema is the deployment's FERRY_SCHEMA (package internal/schema):
+	// its brokers travel on a channel of their own, NotifyChannel and the
+	// schema's name, so that deployments sharing a database never hear
+	// each other. Default "": NotifyChannel.
+	Schema string
 	// Keys sign (the first) and verify (all) messages; see ParseKeys.
 	// Without keys messages are neither signed nor checked.
 	Keys Keys
@@ -54,6 +60,12 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock of published_at (default time.Now).
 	Now func() time.Time
+}
+
+// channel is the Postgres channel of the Broker's deployment.
+func (b *Broker) channel() string {
+	s, _ := schema.Parse(b.cfg.Schema)
+	return schema.Channel(NotifyChannel, s)
 }
 
 // Broker publishes messages and fans them out to this process's
@@ -93,6 +105,9 @@ func New(cfg Config) (*Broker, error) {
 	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if _, err := schema.Parse(cfg.Schema); err != nil {
+		return nil, fmt.Errorf("broadcast: %w", err)
 	}
 	if cfg.Pool != nil && cfg.ListenConfig == nil {
 		cfg.ListenConfig = cfg.Pool.Config().ConnConfig
@@ -145,12 +160,12 @@ func (b *Broker) publish(ctx context.Context, db execer, channel string, v any) 
 		sig = sign(b.keys[0], channel, t, data)
 	}
 	if env := inlineEnvelope(channel, t, sig, data); len(env) <= maxNotifyBytes {
-		if _, err := db.Exec(ctx, sqlNotify, NotifyChannel, string(env)); err != nil {
+		if _, err := db.Exec(ctx, sqlNotify, b.channel(), string(env)); err != nil {
 			return fmt.Errorf("broadcast: publish on %s: %w", channel, err)
 		}
 		return nil
 	}
-	if _, err := db.Exec(ctx, sqlInsertLarge, channel, string(data), unixMicro(t), nullable(sig), NotifyChannel, t); err != nil {
+	if _, err := db.Exec(ctx, sqlInsertLarge, channel, string(data), unixMicro(t), nullable(sig), b.channel(), t); err != nil {
 		return fmt.Errorf("broadcast: publish on %s (%d bytes, through ferry_broadcast_message): %w", channel, len(data), err)
 	}
 	b.maybePrune(ctx)
@@ -345,7 +360,7 @@ func (b *Broker) startListener() {
 		defer close(b.stopped)
 		pglisten.Run(b.ctx, pglisten.Config{
 			ConnConfig: cc,
-			Channel:    NotifyChannel,
+			Channel:    b.channel(),
 			OnListening: func() {
 				if first {
 					first = false

@@ -147,4 +147,9 @@
 // 911000002 reserved, 8110731 migrations, and in the two-int form
 // (911000003, worker id) for each worker's liveness and (911000004,
 // hashtext(client id)) for the dead-worker fence (internal/liveness).
+// These are the default deployment's. A deployment in a schema of its own
+// (FERRY_SCHEMA) has an election key and a liveness namespace of its own,
+// named after the schema (internal/schema's Key64; migration 017's
+// ferry_liveness_namespace()), because advisory locks are per database;
+// the fence's client ids are unique anyway.
 package election

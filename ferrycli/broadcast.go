@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/urfave/cli/v2"
 
 	"github.com/ferryq/ferry/broadcast"
+	"github.com/ferryq/ferry/internal/schema"
 )
 
 func enqueueBroadcast() *cli.Command {
@@ -89,7 +91,7 @@ Examples:
 				return usageErrorf("--data is %d bytes of JSON, over the %d byte limit", len(compact), broadcast.MaxDataBytes)
 			}
 			err = withPool(c, func(ctx context.Context, pool *pgxpool.Pool) error {
-				b, err := broadcast.New(broadcast.Config{Pool: pool, Keys: keys})
+				b, err := broadcast.New(broadcast.Config{Pool: pool, Keys: keys, Schema: os.Getenv(schema.Env)})
 				if err != nil {
 					return err
 				}
@@ -145,7 +147,7 @@ Examples:
 			}
 			out := eventPrinter{w: c.App.Writer, json: c.Bool("json")}
 			return withPool(c, func(ctx context.Context, pool *pgxpool.Pool) error {
-				b, err := broadcast.New(broadcast.Config{Pool: pool, Keys: keys, Logger: logger})
+				b, err := broadcast.New(broadcast.Config{Pool: pool, Keys: keys, Schema: os.Getenv(schema.Env), Logger: logger})
 				if err != nil {
 					return err
 				}

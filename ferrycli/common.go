@@ -18,6 +18,7 @@ import (
 	"github.com/ferryq/ferry/internal/dburl"
 	"github.com/ferryq/ferry/internal/logging"
 	"github.com/ferryq/ferry/internal/redact"
+	"github.com/ferryq/ferry/internal/schema"
 	"github.com/ferryq/ferry/jobs"
 	"github.com/ferryq/ferry/seal"
 )
@@ -177,7 +178,20 @@ func databaseURLFlag() cli.Flag {
 }
 
 func electionKeyFlag() cli.Flag {
-	return &cli.Int64Flag{Name: "election-key", Value: election.KeyElection, Usage: "advisory lock key of the leader election", EnvVars: []string{"FERRY_ELECTION_KEY"}}
+	return &cli.Int64Flag{Name: "election-key", Usage: "advisory lock key of the leader election", DefaultText: "911000001, or FERRY_SCHEMA's own", EnvVars: []string{"FERRY_ELECTION_KEY"}}
+}
+
+// electionKey is --election-key when set, else the election key of the
+// deployment in FERRY_SCHEMA (election.KeyElection in the default one).
+func electionKey(c *cli.Context) (int64, error) {
+	if c.IsSet("election-key") {
+		return c.Int64("election-key"), nil
+	}
+	s, err := schema.FromEnv()
+	if err != nil {
+		return 0, &UsageError{Err: err}
+	}
+	return schema.Key64(election.KeyElection, s), nil
 }
 
 func jsonFlag() cli.Flag {

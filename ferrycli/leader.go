@@ -28,9 +28,13 @@ Examples:
 			if c.NArg() > 0 {
 				return usageErrorf("leader takes no arguments, got %q", c.Args().First())
 			}
+			key, err := electionKey(c)
+			if err != nil {
+				return err
+			}
 			var h *election.Holder
-			err := withPool(c, func(ctx context.Context, pool *pgxpool.Pool) (err error) {
-				h, err = election.CurrentHolder(ctx, pool, c.Int64("election-key"))
+			err = withPool(c, func(ctx context.Context, pool *pgxpool.Pool) (err error) {
+				h, err = election.CurrentHolder(ctx, pool, key)
 				return err
 			})
 			if err != nil {
@@ -43,7 +47,7 @@ Examples:
 						return err
 					}
 				}
-				return fmt.Errorf("no process holds the leader lock (key %d)", c.Int64("election-key"))
+				return fmt.Errorf("no process holds the leader lock (key %d)", key)
 			}
 			if out.json {
 				return out.JSON(map[string]any{"leader": h})

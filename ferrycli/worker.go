@@ -19,6 +19,7 @@ import (
 	"github.com/ferryq/ferry/internal/dburl"
 	"github.com/ferryq/ferry/internal/liveness"
 	"github.com/ferryq/ferry/internal/redact"
+	"github.com/ferryq/ferry/internal/schema"
 	"github.com/ferryq/ferry/jobs"
 	"github.com/ferryq/ferry/migrations"
 	"github.com/ferryq/ferry/outbox"
@@ -97,6 +98,7 @@ func WorkerFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "seal-replay-window", Value: seal.DefaultReplayWindow, Usage: "a sealed job due longer ago than this that never started is refused as stale", EnvVars: []string{"FERRY_SEAL_REPLAY_WINDOW"}},
 		&cli.StringFlag{Name: "telegram-api-url", Usage: "Telegram Bot API server (default the public one); tests and air-gapped setups point elsewhere", EnvVars: []string{"FERRY_TELEGRAM_API_URL"}},
 		&cli.StringFlag{Name: "session-database-url", Aliases: []string{"election-database-url"}, Usage: "Postgres for the sessions that must last (leader lock, liveness, LISTEN, lock waits), direct or session-mode (default: --database-url)", EnvVars: []string{"FERRY_SESSION_DATABASE_URL", "FERRY_ELECTION_DATABASE_URL"}},
+		&cli.StringFlag{Name: "schema", Usage: "Postgres schema of this deployment's tables, River's and ferry's, for several deployments in one database (default: the search_path's first, usually public)", EnvVars: []string{"FERRY_SCHEMA"}},
 		&cli.StringFlag{Name: "pooler", Value: dburl.PoolerNone, Usage: "what --database-url goes through: none, session, or transaction (PgBouncer's transaction mode; needs --session-database-url)", EnvVars: []string{dburl.EnvPooler}},
 		electionKeyFlag(),
 		&cli.DurationFlag{Name: "leader-tick", Value: election.DefaultTick, Usage: "how often the leader proves it still holds the lock", EnvVars: []string{"FERRY_LEADER_TICK"}},
@@ -156,7 +158,8 @@ func WorkerConfig(c *cli.Context) (ferry.Config, error) {
 		TelegramAPIURL:      c.String("telegram-api-url"),
 		ElectionDatabaseURL: c.String("session-database-url"),
 		Pooler:              c.String("pooler"),
-		ElectionKey:         c.Int64("election-key"),
+		ElectionKey:         electionKeyIfSet(c),
+		Schema:              c.String("schema"),
 		LeaderTick:          c.Duration("leader-tick"),
 		LeaderTickTimeout:   c.Duration("leader-tick-timeout"),
 		StandbyProbe:        c.Duration("standby-probe"),
@@ -288,7 +291,11 @@ func withMigrator(c *cli.Context, fn func(context.Context, *migrations.Migrator)
 	}
 	return withDatabase(c, func(ctx context.Context, pool *pgxpool.Pool) error {
 		// The command prints what it applied; no log lines besides.
-		m, err := migrations.New(pool, nil)
+		s, err := schema.FromEnv()
+		if err != nil {
+			return &UsageError{Err: err}
+		}
+		m, err := migrations.New(pool, nil, migrations.InSchema(s))
 		if err != nil {
 			return err
 		}
@@ -319,7 +326,14 @@ func printApplied(c *cli.Context, verb string, applied []migrations.Applied) err
 // exist is a schema not migrated to this build: it says to run `worker
 // migrate up`.
 func withPool(c *cli.Context, fn func(context.Context, *pgxpool.Pool) error) error {
-	err := withDatabase(c, fn)
+	err := withDatabase(c, func(ctx context.Context, pool *pgxpool.Pool) error {
+		// connect has checked FERRY_SCHEMA; its sessions must find it.
+		s, _ := schema.FromEnv()
+		if err := migrations.CheckSchema(ctx, pool, s); err != nil {
+			return err
+		}
+		return fn(ctx, pool)
+	})
 	if pgErr := schemaError(err); pgErr != nil {
 		return &notMigratedError{err: pgErr}
 	}
@@ -332,11 +346,20 @@ func schemaError(err error) *pgconn.PgError {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
-		case "42P01", "42703", "42704": // undefined table, column, object (a type)
+		case "42P01", "42703", "42704", "42883": // undefined table, column, object (a type), function
 			return pgErr
 		}
 	}
 	return nil
+}
+
+// electionKeyIfSet is --election-key when set, else 0: the Config's
+// default, which follows --schema.
+func electionKeyIfSet(c *cli.Context) int64 {
+	if c.IsSet("election-key") {
+		return c.Int64("election-key")
+	}
+	return 0
 }
 
 // withDatabase is withPool without the advice (for migrate itself).
@@ -374,6 +397,14 @@ func connect(ctx context.Context, url string) (*pgxpool.Pool, error) {
 		return nil, &UsageError{Err: err}
 	}
 	dburl.ApplyPooler(cfg.ConnConfig, pooler)
+	// FERRY_SCHEMA: the sessions find that deployment's tables first.
+	s, err := schema.FromEnv()
+	if err != nil {
+		return nil, &UsageError{Err: err}
+	}
+	if s != "" && pooler != dburl.PoolerTransaction {
+		cfg.ConnConfig.RuntimeParams["search_path"] = s
+	}
 	cfg.MaxConns = 4
 	cfg.ConnConfig.RuntimeParams["application_name"] = "ferry-cli"
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)

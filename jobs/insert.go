@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/riverqueue/river/rivershared/uniquestates"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/ferryq/ferry/internal/schema"
 	"github.com/ferryq/ferry/seal"
 )
 
@@ -59,8 +61,20 @@ type Inserter struct {
 type InserterOption func(*inserterOptions)
 
 type inserterOptions struct {
-	keys    *seal.Keys
-	keysSet bool
+	keys      *seal.Keys
+	keysSet   bool
+	schema    string
+	schemaSet bool
+}
+
+// WithSchema makes the Inserter insert into the deployment of FERRY_SCHEMA
+// s (River qualifies its tables and notifies the workers there), instead
+// of the one FERRY_SCHEMA names in the environment. The caller's
+// transactions must find that schema's tables first too: set search_path
+// in the pool's URL (?search_path=s), which ferry's own checks (bounded
+// queues) and outbox.Add rely on.
+func WithSchema(s string) InserterOption {
+	return func(o *inserterOptions) { o.schema, o.schemaSet = s, true }
 }
 
 // WithSealKeys makes the Inserter seal every job with keys' first key
@@ -73,7 +87,8 @@ func WithSealKeys(keys *seal.Keys) InserterOption {
 // NewInserter returns an Inserter over pool (used only for Insert without a
 // transaction; InsertTx uses the caller's tx). It seals every job it
 // inserts with the keys of FERRY_SEAL_KEYS (seal.EnvKeys), or those of
-// WithSealKeys; a bad FERRY_SEAL_KEYS is an error.
+// WithSealKeys; a bad FERRY_SEAL_KEYS is an error. It inserts into the
+// deployment of FERRY_SCHEMA, or of WithSchema; a bad name is an error.
 func NewInserter(pool *pgxpool.Pool, opts ...InserterOption) (*Inserter, error) {
 	var o inserterOptions
 	for _, opt := range opts {
@@ -86,6 +101,13 @@ func NewInserter(pool *pgxpool.Pool, opts ...InserterOption) (*Inserter, error) 
 		}
 		o.keys = keys
 	}
+	if !o.schemaSet {
+		o.schema = os.Getenv(schema.Env)
+	}
+	s, err := schema.Parse(o.schema)
+	if err != nil {
+		return nil, fmt.Errorf("jobs: new inserter: %w", err)
+	}
 	c, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		// An inserting client NOTIFYs workers at most once per FetchCooldown
 		// per queue. River's default (100 ms) leaves jobs inserted in between
@@ -93,6 +115,7 @@ func NewInserter(pool *pgxpool.Pool, opts ...InserterOption) (*Inserter, error) 
 		// ~7 ms with 5 ms (README, "Tuning").
 		FetchCooldown: InsertNotifyCooldown,
 		Middleware:    Middleware(o.keys),
+		Schema:        s,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("jobs: new inserter: %w", err)

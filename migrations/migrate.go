@@ -145,19 +145,78 @@ type Migrator struct {
 	river  *rivermigrate.Migrator[pgx.Tx]
 	ferry  []Migration
 	logger *slog.Logger
+	schema string
 }
+
+// Option configures a Migrator.
+type Option func(*Migrator)
+
+// InSchema migrates the deployment of FERRY_SCHEMA s (package
+// internal/schema; "" is the default deployment): Up creates the schema
+// when it is missing, checks that the pool's sessions find it first in
+// their search_path, and names what Postgres keeps per database after it
+// (migration 017). The pool's sessions must have that search_path
+// (dburl.WithSearchPath).
+func InSchema(s string) Option { return func(m *Migrator) { m.schema = s } }
 
 // New returns a Migrator over pool. It logs each applied or reverted
 // migration ("migrate: up", "migrate: down") to logger, which may be nil.
-func New(pool *pgxpool.Pool, logger *slog.Logger) (*Migrator, error) {
+func New(pool *pgxpool.Pool, logger *slog.Logger, opts ...Option) (*Migrator, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	rm, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Logger: slog.New(slog.DiscardHandler)})
+	m := &Migrator{pool: pool, ferry: All(), logger: logger}
+	for _, opt := range opts {
+		opt(m)
+	}
+	rm, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Logger: slog.New(slog.DiscardHandler), Schema: m.schema})
 	if err != nil {
 		return nil, fmt.Errorf("migrations: new river migrator: %w", err)
 	}
-	return &Migrator{pool: pool, river: rm, ferry: All(), logger: logger}, nil
+	m.river = rm
+	return m, nil
+}
+
+// prepareSchema creates the deployment's schema when it is missing and
+// checks that conn's search_path finds it first; it tells migration 017
+// the schema's name (ferry.schema, for the session).
+func (m *Migrator) prepareSchema(ctx context.Context, conn *pgx.Conn) error {
+	if m.schema != "" {
+		if _, err := conn.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{m.schema}.Sanitize()); err != nil {
+			return fmt.Errorf("migrations: create schema %s: %w", m.schema, err)
+		}
+		if err := CheckSchema(ctx, conn, m.schema); err != nil {
+			return err
+		}
+	}
+	if _, err := conn.Exec(ctx, "SELECT set_config('ferry.schema', $1, false)", m.schema); err != nil {
+		return fmt.Errorf("migrations: set ferry.schema: %w", err)
+	}
+	return nil
+}
+
+// CheckSchema returns an error unless the sessions of q find schema s
+// first in their search_path ("" checks nothing): through a transaction
+// pooler, which does not pass search_path on, the role's own search_path
+// must name it.
+func CheckSchema(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, s string) error {
+	if s == "" {
+		return nil
+	}
+	var cur *string
+	if err := q.QueryRow(ctx, "SELECT current_schema()").Scan(&cur); err != nil {
+		return fmt.Errorf("migrations: read the current schema: %w", err)
+	}
+	if cur == nil || *cur != s {
+		got := "none"
+		if cur != nil {
+			got = *cur
+		}
+		return fmt.Errorf("FERRY_SCHEMA is %s but the sessions' current schema is %s: the schema is missing (run `worker migrate up`), or search_path does not reach Postgres (through a transaction pooler, set the role's: ALTER ROLE … SET search_path = %s)", s, got, s)
+	}
+	return nil
 }
 
 // withLock runs fn on a dedicated connection (not one of the pool's, so a
@@ -192,6 +251,9 @@ const createTable = `CREATE TABLE IF NOT EXISTS ferry_migration (
 func (m *Migrator) Up(ctx context.Context) ([]Applied, error) {
 	var out []Applied
 	err := m.withLock(ctx, func(conn *pgx.Conn) error {
+		if err := m.prepareSchema(ctx, conn); err != nil {
+			return err
+		}
 		res, err := m.river.Migrate(ctx, rivermigrate.DirectionUp, nil)
 		if err != nil {
 			return fmt.Errorf("migrations: river up: %w", err)
@@ -236,6 +298,9 @@ func (m *Migrator) Down(ctx context.Context, steps int) ([]Applied, error) {
 	}
 	var out []Applied
 	err := m.withLock(ctx, func(conn *pgx.Conn) error {
+		if err := CheckSchema(ctx, conn, m.schema); err != nil {
+			return err
+		}
 		applied, err := ferryApplied(ctx, conn)
 		if err != nil {
 			return err
@@ -317,6 +382,9 @@ func (m *Migrator) Status(ctx context.Context) ([]Status, error) {
 // Check returns a *BehindError (which matches ErrSchemaBehind) when any
 // migration of this build is missing from the database.
 func (m *Migrator) Check(ctx context.Context) error {
+	if err := CheckSchema(ctx, m.pool, m.schema); err != nil {
+		return err
+	}
 	status, err := m.Status(ctx)
 	if err != nil {
 		return err

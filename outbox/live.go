@@ -6,8 +6,6 @@ import (
 	"slices"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/ferryq/ferry/internal/liveness"
 )
 
 // Beginner starts transactions: a pool, a connection or a transaction.
@@ -30,13 +28,13 @@ const (
 		SELECT $1, * FROM unnest($2::text[], $3::text[], $4::text[], $5::text[])`
 
 	// sqlLive selects the (topic, route) pairs of every live worker: one
-	// whose liveness lock (liveness.Namespace, ferry_worker.id) some session
+	// whose liveness lock (ferry_liveness_namespace(), ferry_worker.id) some session
 	// holds in this database, and that the rescuer has not declared dead,
-	// exactly as liveness.List judges "alive". $1 is liveness.Namespace.
+	// exactly as liveness.List judges "alive".
 	sqlLive = `SELECT DISTINCT r.topic, r.route FROM ferry_outbox_route r
 		JOIN ferry_worker w ON w.client_id = r.client_id AND w.dead_at IS NULL
 		WHERE EXISTS (SELECT 1 FROM pg_locks l
-			WHERE l.locktype = 'advisory' AND l.classid = $1::int::oid AND l.objid::bigint = w.id
+			WHERE l.locktype = 'advisory' AND l.classid = ferry_liveness_namespace()::oid AND l.objid::bigint = w.id
 			  AND l.objsubid = 2 AND l.granted
 			  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))`
 
@@ -68,7 +66,7 @@ func Publish(ctx context.Context, db Beginner, clientID string, routes *Routes) 
 				return fmt.Errorf("record routes: %w", err)
 			}
 		}
-		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, NotifyChannel); err != nil {
+		if _, err := tx.Exec(ctx, `SELECT pg_notify(ferry_outbox_channel(), '')`); err != nil {
 			return fmt.Errorf("wake the relays: %w", err)
 		}
 		return nil
@@ -84,7 +82,7 @@ func Publish(ctx context.Context, db Beginner, clientID string, routes *Routes) 
 // held, as internal/liveness judges it; a stopped, killed or partitioned
 // worker's routes no longer count from the moment its session ends.
 func LiveRoutes(ctx context.Context, q Querier) (map[string][]string, error) {
-	rows, err := q.Query(ctx, sqlLiveRoutes, liveness.Namespace)
+	rows, err := q.Query(ctx, sqlLiveRoutes)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: read live routes: %w", err)
 	}

@@ -7,8 +7,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
-
-	"github.com/ferryq/ferry/internal/liveness"
 )
 
 // Querier is what the read-side functions run on (a pool, a conn, a tx).
@@ -38,15 +36,15 @@ const StatusWaiting = "waiting for a route"
 func Stats(ctx context.Context, q Querier) ([]Stat, error) {
 	rows, err := q.Query(ctx, `WITH live AS (`+sqlLive+`)
 		SELECT topic, '' AS route,
-		       CASE WHEN status = 'pending' AND route_wait_since IS NOT NULL THEN $2 ELSE status END AS status, count(*)
+		       CASE WHEN status = 'pending' AND route_wait_since IS NOT NULL THEN $1 ELSE status END AS status, count(*)
 		FROM ferry_outbox GROUP BY 1, 2, 3
 		UNION ALL
 		SELECT o.topic, d.route,
-		       CASE WHEN d.status = 'pending' AND NOT EXISTS (SELECT 1 FROM live WHERE live.route = d.route) THEN $2 ELSE d.status END,
+		       CASE WHEN d.status = 'pending' AND NOT EXISTS (SELECT 1 FROM live WHERE live.route = d.route) THEN $1 ELSE d.status END,
 		       count(*)
 		FROM ferry_outbox_delivery d JOIN ferry_outbox o ON o.id = d.message_id
 		GROUP BY 1, 2, 3
-		ORDER BY 1, 2, 3`, liveness.Namespace, StatusWaiting)
+		ORDER BY 1, 2, 3`, StatusWaiting)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: stats: %w", err)
 	}

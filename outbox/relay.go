@@ -19,6 +19,7 @@ import (
 
 	"github.com/ferryq/ferry/internal/pglisten"
 	"github.com/ferryq/ferry/internal/redact"
+	"github.com/ferryq/ferry/internal/schema"
 	"github.com/ferryq/ferry/jobs"
 )
 
@@ -37,7 +38,8 @@ const (
 	// delivery in its route's queue (QueueFor); a delivery job found in
 	// Queue is forwarded there.
 	Queue = "outbox"
-	// NotifyChannel is what the insert trigger of ferry_outbox notifies,
+	// NotifyChannel is what the insert trigger of ferry_outbox notifies
+	// (in the default schema; ferry_outbox_channel() names the channel),
 	// and what Publish notifies when a worker declares its routes.
 	NotifyChannel = "ferry_outbox"
 )
@@ -68,7 +70,11 @@ type RelayConfig struct {
 	// ListenConfig opens the relay's LISTEN session, which needs a session
 	// of its own (not a transaction pooler); default Pool's.
 	ListenConfig *pgx.ConnConfig
-	Inserter     Inserter
+	// Schema is the deployment's FERRY_SCHEMA (internal/schema): the relay
+	// listens on the channel ferry_outbox_channel() names there,
+	// NotifyChannel and the schema's name. Default "": NotifyChannel.
+	Schema   string
+	Inserter Inserter
 	// Routes are this process's own routes, those it delivers. The relay
 	// routes each message to these and to every route a live worker has
 	// published (Publish, LiveRoutes), by name.
@@ -399,7 +405,7 @@ func (r *Relay) listen(ctx context.Context) {
 	cc.RuntimeParams["application_name"] = "ferry-outbox-relay"
 	pglisten.Run(ctx, pglisten.Config{
 		ConnConfig:  cc,
-		Channel:     NotifyChannel,
+		Channel:     schema.Channel(NotifyChannel, r.cfg.Schema),
 		OnListening: r.poke,
 		OnNotify:    func(*pgconn.Notification) { r.poke() },
 		MaxBackoff:  30 * time.Second,

@@ -10,8 +10,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river/rivertype"
-
-	"github.com/ferryq/ferry/internal/liveness"
 )
 
 // ErrRouteGone is why a delivery whose route no live worker has declared
@@ -47,7 +45,7 @@ type RouteSweeper struct {
 	Logger *slog.Logger
 }
 
-// SQL of the sweep. $1 is liveness.Namespace, as sqlLive reads it.
+// SQL of the sweep, on the live routes as sqlLive reads them.
 const (
 	sqlSweepLive = `WITH live AS (` + sqlLive + `)`
 	// sqlSweepClear ends the wait of the deliveries whose route a live
@@ -60,15 +58,15 @@ const (
 	sqlSweepMark = sqlSweepLive + ` UPDATE ferry_outbox_delivery d SET route_wait_since = now(), updated_at = now()
 		WHERE d.status = 'pending' AND d.route_wait_since IS NULL
 		  AND NOT EXISTS (SELECT 1 FROM live WHERE live.route = d.route)`
-	// sqlSweepStick makes stuck the deliveries that waited Grace ($2
+	// sqlSweepStick makes stuck the deliveries that waited Grace ($1
 	// seconds) for their route, and their messages.
 	sqlSweepStick = sqlSweepLive + `, gone AS (
-			UPDATE ferry_outbox_delivery d SET status = 'stuck', last_error = $3, next_attempt_at = NULL, updated_at = now()
-			WHERE d.status = 'pending' AND d.route_wait_since <= now() - make_interval(secs => $2)
+			UPDATE ferry_outbox_delivery d SET status = 'stuck', last_error = $2, next_attempt_at = NULL, updated_at = now()
+			WHERE d.status = 'pending' AND d.route_wait_since <= now() - make_interval(secs => $1)
 			  AND NOT EXISTS (SELECT 1 FROM live WHERE live.route = d.route)
 			RETURNING d.message_id, d.route, d.job_id),
 		msgs AS (
-			UPDATE ferry_outbox o SET status = 'stuck', last_error = 'route ' || g.route || ': ' || $3
+			UPDATE ferry_outbox o SET status = 'stuck', last_error = 'route ' || g.route || ': ' || $2
 			FROM gone g WHERE o.id = g.message_id AND o.status <> 'delivered')
 		SELECT message_id, route, job_id FROM gone ORDER BY message_id, route`
 )
@@ -112,10 +110,10 @@ func (s RouteSweeper) SweepOnce(ctx context.Context) (waiting, stuck int, err er
 	}
 	var stuckRows []gone
 	err = pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, sqlSweepClear, liveness.Namespace); err != nil {
+		if _, err := tx.Exec(ctx, sqlSweepClear); err != nil {
 			return fmt.Errorf("end the waits of routes declared again: %w", err)
 		}
-		rows, err := tx.Query(ctx, sqlSweepStick, liveness.Namespace, s.grace().Seconds(), ErrRouteGone.Error())
+		rows, err := tx.Query(ctx, sqlSweepStick, s.grace().Seconds(), ErrRouteGone.Error())
 		if err != nil {
 			return fmt.Errorf("stick deliveries whose route is gone: %w", err)
 		}
@@ -134,7 +132,7 @@ func (s RouteSweeper) SweepOnce(ctx context.Context) (waiting, stuck int, err er
 				return fmt.Errorf("cancel job %d of the delivery of message %d to route %s: %w", *g.jobID, g.messageID, g.route, err)
 			}
 		}
-		tag, err := tx.Exec(ctx, sqlSweepMark, liveness.Namespace)
+		tag, err := tx.Exec(ctx, sqlSweepMark)
 		if err != nil {
 			return fmt.Errorf("mark deliveries whose route is gone: %w", err)
 		}

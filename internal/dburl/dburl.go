@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/ferryq/ferry/internal/redact"
 )
 
@@ -30,4 +32,34 @@ func Database(u string) string {
 		return ""
 	}
 	return strings.TrimPrefix(parsed.Path, "/")
+}
+
+// WithSearchPath returns the connection string u (URL or keyword/value
+// form) with the session parameter search_path set to schema, so that
+// every session opened from it finds that schema's tables unqualified. A
+// u that sets another search_path is an error; schema "" returns u.
+func WithSearchPath(u, schema string) (string, error) {
+	if schema == "" {
+		return u, nil
+	}
+	cfg, err := pgconn.ParseConfig(u)
+	if err != nil {
+		return "", fmt.Errorf("database URL: %s", redact.Postgres(err.Error()))
+	}
+	if sp, ok := cfg.RuntimeParams["search_path"]; ok {
+		if sp == schema {
+			return u, nil
+		}
+		return "", fmt.Errorf("database URL sets search_path %q, not the schema %q", sp, schema)
+	}
+	switch {
+	case strings.HasPrefix(u, "postgres://"), strings.HasPrefix(u, "postgresql://"):
+		sep := "?"
+		if strings.Contains(u, "?") {
+			sep = "&"
+		}
+		return u + sep + "search_path=" + url.QueryEscape(schema), nil
+	default:
+		return u + " search_path=" + schema, nil
+	}
 }

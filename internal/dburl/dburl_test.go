@@ -36,3 +36,26 @@ func TestPooler(t *testing.T) {
 	ApplyPooler(cfg, PoolerTransaction)
 	require.Equal(t, pgx.QueryExecModeCacheDescribe, cfg.DefaultQueryExecMode)
 }
+
+func TestWithSearchPath(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"postgres://u@h/db": "postgres://u@h/db?search_path=billing",
+		"postgres://u@h1:5432,h2:5433/db?sslmode=disable": "postgres://u@h1:5432,h2:5433/db?sslmode=disable&search_path=billing",
+		"host=h user=u dbname=db":                         "host=h user=u dbname=db search_path=billing",
+		"postgres://u@h/db?search_path=billing":           "postgres://u@h/db?search_path=billing",
+	} {
+		got, err := WithSearchPath(in, "billing")
+		require.NoError(t, err, in)
+		require.Equal(t, want, got)
+		cfg, err := pgx.ParseConfig(got)
+		require.NoError(t, err)
+		require.Equal(t, "billing", cfg.RuntimeParams["search_path"], in)
+	}
+	same, err := WithSearchPath("postgres://u@h/db", "")
+	require.NoError(t, err)
+	require.Equal(t, "postgres://u@h/db", same)
+	_, err = WithSearchPath("postgres://u:s3cret@h/db?search_path=other", "billing")
+	require.ErrorContains(t, err, `sets search_path "other", not the schema "billing"`)
+	require.NotContains(t, err.Error(), "s3cret")
+}

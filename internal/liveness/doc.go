@@ -10,7 +10,10 @@
 //
 // Each worker process (Worker) records itself in ferry_worker, keyed by its
 // River client id (what River writes into river_job.attempted_by), and
-// holds the session advisory lock (Namespace, ferry_worker.id) on a session
+// holds the session advisory lock (ferry_liveness_namespace(),
+// ferry_worker.id): Namespace in the default deployment, one named after
+// the schema in a deployment of FERRY_SCHEMA (migration 017), whose
+// workers are numbered from 1 too; it is held on a session
 // of its own, named ferry-liveness:<host>:<pid>, from before its River
 // client fetches anything until after it has stopped. The worker is alive
 // exactly while some session holds that lock. A heartbeat every tick keeps

@@ -54,12 +54,12 @@ type Querier interface {
 
 // workersSQL starts a statement with the CTE worker: every row of
 // ferry_worker with its state. A worker is alive while some session holds
-// its lock ($1 = Namespace, id) in this database, as the rescuer sees it;
+// its lock (ferry_liveness_namespace(), id) in this database, as the rescuer sees it;
 // one the rescuer has declared dead is dead whatever it holds (it stops as
 // soon as it learns it).
 const workersSQL = `WITH held AS (
     SELECT l.objid::bigint AS id FROM pg_locks l
-    WHERE l.locktype = 'advisory' AND l.classid = $1::int::oid AND l.objsubid = 2 AND l.granted
+    WHERE l.locktype = 'advisory' AND l.classid = ferry_liveness_namespace()::oid AND l.objsubid = 2 AND l.granted
       AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
 ), worker AS (
     SELECT w.*, CASE
@@ -71,7 +71,7 @@ const workersSQL = `WITH held AS (
 )`
 
 // listSQL reads every worker alive or lost, and those dead or stopped
-// within $2 seconds: alive first, oldest first; then lost; then dead and
+// within $1 seconds: alive first, oldest first; then lost; then dead and
 // stopped, latest first.
 const listSQL = workersSQL + `, running AS (
     SELECT attempted_by[cardinality(attempted_by)] AS client_id, count(*)::int AS n
@@ -82,7 +82,7 @@ SELECT w.id, w.client_id, w.hostname, w.pid, w.state, w.started_at, w.last_seen_
     coalesce(r.n, 0), w.stopped_at, w.dead_at, w.rescued_jobs
 FROM worker w LEFT JOIN running r USING (client_id)
 WHERE w.state IN ('alive', 'lost')
-   OR coalesce(w.stopped_at, w.dead_at) >= now() - make_interval(secs => $2)
+   OR coalesce(w.stopped_at, w.dead_at) >= now() - make_interval(secs => $1)
 ORDER BY CASE w.state WHEN 'alive' THEN 0 WHEN 'lost' THEN 1 ELSE 2 END,
     coalesce(w.stopped_at, w.dead_at) DESC NULLS FIRST, w.id`
 
@@ -93,7 +93,7 @@ func List(ctx context.Context, q Querier, since time.Duration) ([]WorkerInfo, er
 	if since <= 0 {
 		return nil, fmt.Errorf("liveness: list workers: since %s is not positive", since)
 	}
-	rows, err := q.Query(ctx, listSQL, Namespace, since.Seconds())
+	rows, err := q.Query(ctx, listSQL, since.Seconds())
 	if err != nil {
 		return nil, fmt.Errorf("liveness: list workers: %w", err)
 	}
@@ -104,12 +104,12 @@ func List(ctx context.Context, q Querier, since time.Duration) ([]WorkerInfo, er
 	return out, nil
 }
 
-// runningOnSQL reads the River client of running job $2's latest attempt,
+// runningOnSQL reads the River client of running job $1's latest attempt,
 // and that worker's state (empty when the client is not a ferry worker).
 const runningOnSQL = workersSQL + `
 SELECT j.attempted_by[cardinality(j.attempted_by)], coalesce(w.state, '')
 FROM river_job j LEFT JOIN worker w ON w.client_id = j.attempted_by[cardinality(j.attempted_by)]
-WHERE j.id = $2 AND j.state = 'running' AND cardinality(j.attempted_by) > 0`
+WHERE j.id = $1 AND j.state = 'running' AND cardinality(j.attempted_by) > 0`
 
 // RunningOn returns the River client id that runs job id (its latest
 // attempt's) and that worker's state as List sees it: StateAlive,
@@ -117,7 +117,7 @@ WHERE j.id = $2 AND j.state = 'running' AND cardinality(j.attempted_by) > 0`
 // ferry worker (liveness cannot see it). clientID is "" when the job is
 // not running.
 func RunningOn(ctx context.Context, q Querier, id int64) (clientID, state string, err error) {
-	rows, err := q.Query(ctx, runningOnSQL, Namespace, id)
+	rows, err := q.Query(ctx, runningOnSQL, id)
 	if err != nil {
 		return "", "", fmt.Errorf("liveness: worker of job %d: %w", id, err)
 	}

@@ -114,7 +114,7 @@ const (
 	deadCandidatesSQL = `SELECT w.id, w.client_id, w.stopped_at IS NOT NULL FROM ferry_worker w
 WHERE w.dead_at IS NULL AND NOT EXISTS (
     SELECT 1 FROM pg_locks l
-    WHERE l.locktype = 'advisory' AND l.classid = $1::int::oid AND l.objid = w.id::oid AND l.objsubid = 2
+    WHERE l.locktype = 'advisory' AND l.classid = ferry_liveness_namespace()::oid AND l.objid = w.id::oid AND l.objsubid = 2
       AND l.granted AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))
 ORDER BY w.id`
 	declareDeadSQL = `UPDATE ferry_worker SET dead_at = now() WHERE id = $1 AND dead_at IS NULL`
@@ -164,7 +164,7 @@ func (r *Rescuer) RescueOnce(ctx context.Context) ([]Rescue, error) {
 		clientID string
 		stopped  bool // stopped gracefully (its hard stop may still have left jobs running)
 	}
-	rows, err := r.cfg.Pool.Query(ctx, deadCandidatesSQL, Namespace)
+	rows, err := r.cfg.Pool.Query(ctx, deadCandidatesSQL)
 	if err != nil {
 		return nil, fmt.Errorf("rescue: find dead workers: %w", err)
 	}
@@ -239,7 +239,7 @@ func (r *Rescuer) rescue(ctx context.Context, id int32, clientID string) (res Re
 func rescueWorker(ctx context.Context, tx pgx.Tx, id int32, clientID string, maxOrphaned int) (res Rescue, ok bool, err error) {
 	res = Rescue{WorkerID: id, ClientID: clientID}
 	var got bool
-	if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1, $2)", Namespace, id).Scan(&got); err != nil {
+	if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock(ferry_liveness_namespace(), $1)", id).Scan(&got); err != nil {
 		return res, false, fmt.Errorf("take the worker's lock: %w", err)
 	}
 	if !got {

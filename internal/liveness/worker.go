@@ -259,8 +259,8 @@ func (w *Worker) register(ctx context.Context) (*pgx.Conn, error) {
 			return fmt.Errorf("record the worker: %w", err)
 		}
 		var got bool
-		if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_lock($1, $2)", Namespace, id).Scan(&got); err != nil || !got {
-			return fmt.Errorf("take the worker's lock (%d, %d): got %t, %v", Namespace, id, got, err)
+		if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_lock(ferry_liveness_namespace(), $1)", id).Scan(&got); err != nil || !got {
+			return fmt.Errorf("take the worker's lock (ferry_liveness_namespace(), %d): got %t, %v", id, got, err)
 		}
 		return nil
 	})
@@ -367,7 +367,7 @@ func (w *Worker) reacquire(ctx context.Context, id int32) (*pgx.Conn, bool) {
 		return nil, false
 	}
 	var got bool
-	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1, $2)", Namespace, id).Scan(&got); err != nil || !got {
+	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock(ferry_liveness_namespace(), $1)", id).Scan(&got); err != nil || !got {
 		closeQuietly(conn)
 		return nil, false
 	}
@@ -381,7 +381,7 @@ func (w *Worker) reacquire(ctx context.Context, id int32) (*pgx.Conn, bool) {
 	if dead {
 		// Released before the close returns, so nobody sees a dead
 		// worker's lock held.
-		_, _ = conn.Exec(ctx, "SELECT pg_advisory_unlock($1, $2)", Namespace, id)
+		_, _ = conn.Exec(ctx, "SELECT pg_advisory_unlock(ferry_liveness_namespace(), $1)", id)
 		closeQuietly(conn)
 		return nil, true
 	}
@@ -396,7 +396,7 @@ func (w *Worker) stop(conn *pgx.Conn, id int32) {
 	if _, err := conn.Exec(ctx, stopSQL, id); err != nil {
 		w.cfg.Logger.Warn("liveness: stamp the stop", "error", redact.Postgres(err.Error()))
 	}
-	_, _ = conn.Exec(ctx, "SELECT pg_advisory_unlock($1, $2)", Namespace, id)
+	_, _ = conn.Exec(ctx, "SELECT pg_advisory_unlock(ferry_liveness_namespace(), $1)", id)
 	closeQuietly(conn)
 }
 
