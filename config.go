@@ -21,6 +21,7 @@ import (
 	"github.com/ferryq/ferry/internal/dburl"
 	"github.com/ferryq/ferry/internal/liveness"
 	"github.com/ferryq/ferry/internal/redact"
+	"github.com/ferryq/ferry/internal/retention"
 	"github.com/ferryq/ferry/internal/schema"
 	"github.com/ferryq/ferry/jobs"
 	"github.com/ferryq/ferry/outbox"
@@ -38,7 +39,12 @@ const (
 	DefaultFetchCooldown     = 5 * time.Millisecond
 	DefaultFetchPollInterval = 100 * time.Millisecond
 	DefaultShutdownGrace     = 25 * time.Second
-	DefaultJobTimeout        = time.Minute
+	// DefaultOutboxRetention keeps delivered outbox messages and Go
+	// receivers' receive records a week: well past the longest retry
+	// schedule (a day of hourly retries by default), so a redelivery is
+	// still recognised.
+	DefaultOutboxRetention = 7 * 24 * time.Hour
+	DefaultJobTimeout      = time.Minute
 	// DefaultPoolMaxConns is the least size of the server's connection pool;
 	// PoolHeadroom is how many connections it keeps beyond those that
 	// workers may hold for as long as their jobs run. See Config.DatabaseURL
@@ -175,10 +181,28 @@ type Config struct {
 	// delivery whose route no live worker declares any more waits before
 	// it is stuck; default outbox.DefaultRouteGrace, 5m.
 	OutboxRouteGrace time.Duration
-	// OutboxRetention, when set, deletes delivered messages (and Go
-	// receivers' receive records) older than it, on the leader
-	// (FERRY_OUTBOX_RETENTION). Zero, the default, deletes nothing.
+	// OutboxRetention deletes delivered messages (and Go receivers'
+	// receive records) older than it, on the leader
+	// (FERRY_OUTBOX_RETENTION); default DefaultOutboxRetention, and a
+	// negative value keeps everything.
 	OutboxRetention time.Duration
+	// TickRetention, TermRetention and TelegramMalformedRetention keep the
+	// schedule's ticks, the leader terms and Telegram's malformed updates
+	// that long (FERRY_TICK_RETENTION, FERRY_TERM_RETENTION,
+	// FERRY_TELEGRAM_MALFORMED_RETENTION; internal/retention): default
+	// retention.DefaultKeep, 30 days; negative keeps everything. The newest
+	// tick of each schedule and the newest term stay whatever their age.
+	TickRetention              time.Duration
+	TermRetention              time.Duration
+	TelegramMalformedRetention time.Duration
+	// CompletedJobRetention, CancelledJobRetention and
+	// DiscardedJobRetention are River's job retention
+	// (FERRY_COMPLETED_JOB_RETENTION, FERRY_CANCELLED_JOB_RETENTION,
+	// FERRY_DISCARDED_JOB_RETENTION): zero is River's default (24h, 24h,
+	// 168h), negative keeps those jobs forever.
+	CompletedJobRetention time.Duration
+	CancelledJobRetention time.Duration
+	DiscardedJobRetention time.Duration
 
 	// TelegramAPIURL is the Bot API server (FERRY_TELEGRAM_API_URL); default
 	// the public one.
@@ -247,6 +271,10 @@ func (c Config) WithDefaults() Config {
 	c.MaxOrphaned = cmp.Or(c.MaxOrphaned, liveness.DefaultMaxOrphaned)
 	c.SettleAfter = cmp.Or(c.SettleAfter, liveness.DefaultSettleAfter)
 	c.OutboxRouteGrace = cmp.Or(c.OutboxRouteGrace, outbox.DefaultRouteGrace)
+	c.OutboxRetention = cmp.Or(c.OutboxRetention, DefaultOutboxRetention)
+	c.TickRetention = cmp.Or(c.TickRetention, retention.DefaultKeep)
+	c.TermRetention = cmp.Or(c.TermRetention, retention.DefaultKeep)
+	c.TelegramMalformedRetention = cmp.Or(c.TelegramMalformedRetention, retention.DefaultKeep)
 	c.SealReplayWindow = cmp.Or(c.SealReplayWindow, seal.DefaultReplayWindow)
 	c.Version = cmp.Or(c.Version, Version())
 	if c.Logger == nil {
@@ -335,8 +363,13 @@ func (c Config) check() error {
 	if c.OutboxRouteGrace < 0 {
 		errs = append(errs, fmt.Errorf("outbox route grace %s is negative", c.OutboxRouteGrace))
 	}
-	if c.OutboxRetention < 0 || (c.OutboxRetention > 0 && c.OutboxRetention < time.Hour) {
-		errs = append(errs, fmt.Errorf("outbox retention %s: 0 (keep everything) or at least 1h", c.OutboxRetention))
+	for _, r := range []struct {
+		what string
+		d    time.Duration
+	}{{"outbox", c.OutboxRetention}, {"tick", c.TickRetention}, {"term", c.TermRetention}, {"telegram malformed", c.TelegramMalformedRetention}} {
+		if r.d > 0 && r.d < retention.MinKeep {
+			errs = append(errs, fmt.Errorf("%s retention %s is under 1h (0 keeps everything)", r.what, r.d))
+		}
 	}
 	if c.TelegramAPIURL != "" {
 		if u, err := url.Parse(c.TelegramAPIURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

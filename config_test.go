@@ -61,6 +61,7 @@ func TestConfig_Validate(t *testing.T) {
 		"negative max length": {func(c *Config) { c.QueueMaxLength = -1 }, "queue max length -1 is negative"},
 		"negative bound":      {func(c *Config) { c.MaxLengths = map[string]int64{"reports": -5} }, `queue "reports": max length -5 is negative`},
 		"settle too soon":     {func(c *Config) { c.SettleAfter = time.Millisecond }, "settle after 1ms is under 1s"},
+		"tick retention":      {func(c *Config) { c.TickRetention = time.Minute }, "tick retention 1m0s is under 1h (0 keeps everything)"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

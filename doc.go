@@ -42,7 +42,7 @@
 // nothing), Stop stops it and waits (safe twice, and before Start), Started
 // and Stopped signal. The elector, the local scheduler (periodic.Scheduler),
 // the outbox relay and the admin server have it. Work that runs only on the
-// leader (the durable scheduler, the Telegram pollers, the outbox retention,
+// leader (the durable scheduler, the Telegram pollers, the retentions,
 // Config.LeaderRunnables) is an election.Runnable instead: a function whose
 // context is the leader's term, started by the elector at the start of each
 // term, cancelled at its end, and restarted with backoff if it fails while

@@ -29,6 +29,7 @@ import (
 	"github.com/ferryq/ferry/internal/logging"
 	"github.com/ferryq/ferry/internal/metrics"
 	"github.com/ferryq/ferry/internal/redact"
+	"github.com/ferryq/ferry/internal/retention"
 	"github.com/ferryq/ferry/jobs"
 	"github.com/ferryq/ferry/locks"
 	"github.com/ferryq/ferry/migrations"
@@ -291,14 +292,18 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		// the schema, so two deployments' notifications never cross.
 		Schema:               cfg.Schema,
 		RescueStuckJobsAfter: rescueStuckJobsAfter(cfg),
-		FetchCooldown:        cfg.FetchCooldown,
-		FetchPollInterval:    cfg.FetchPollInterval,
-		JobTimeout:           cfg.JobTimeout,
-		Logger:               logging.River(cfg.Logger),
-		Middleware:           middleware,
-		Queues:               queues,
-		SoftStopTimeout:      cfg.ShutdownGrace,
-		Workers:              workers,
+		// River's job cleaner; negative is River's -1, keep forever.
+		CompletedJobRetentionPeriod: riverRetention(cfg.CompletedJobRetention),
+		CancelledJobRetentionPeriod: riverRetention(cfg.CancelledJobRetention),
+		DiscardedJobRetentionPeriod: riverRetention(cfg.DiscardedJobRetention),
+		FetchCooldown:               cfg.FetchCooldown,
+		FetchPollInterval:           cfg.FetchPollInterval,
+		JobTimeout:                  cfg.JobTimeout,
+		Logger:                      logging.River(cfg.Logger),
+		Middleware:                  middleware,
+		Queues:                      queues,
+		SoftStopTimeout:             cfg.ShutdownGrace,
+		Workers:                     workers,
 	})
 	if err != nil {
 		return fail(fmt.Errorf("ferry: new river client: %w", err))
@@ -389,6 +394,16 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if s.verifier != nil {
 		s.elector.Register("seal-claims", seal.Cleaner(pool, cfg.SealReplayWindow, cfg.Logger))
 	}
+	cleaner, err := retention.New(retention.Config{
+		Pool:       pool,
+		Tables:     retention.Tables(cfg.TickRetention, cfg.TermRetention, cfg.TelegramMalformedRetention),
+		Logger:     cfg.Logger,
+		Registerer: s.metrics.Registry,
+	})
+	if err != nil {
+		return fail(err)
+	}
+	s.elector.Register("retention", cleaner.Run)
 	if cfg.OutboxRetention > 0 {
 		s.elector.Register("outbox-retention", outbox.Retention{Pool: pool, Keep: cfg.OutboxRetention, Logger: cfg.Logger}.Run)
 	}
@@ -472,6 +487,15 @@ func openPool(ctx context.Context, url, role string, maxConns int32, clientID, p
 		return nil, fmt.Errorf("ferry: connect to database %s: %s", redact.Postgres(pcfg.ConnConfig.Host+"/"+pcfg.ConnConfig.Database), redact.PostgresConnect(err))
 	}
 	return pool, nil
+}
+
+// riverRetention is a River job retention period from ferry's: zero is
+// River's default, negative River's -1 (keep forever).
+func riverRetention(d time.Duration) time.Duration {
+	if d < 0 {
+		return -1
+	}
+	return d
 }
 
 // Pool is the server's connection pool, for the caller's own queries.

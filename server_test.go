@@ -507,3 +507,29 @@ func TestServer_SlowHandlersDoNotStarveOtherQueues(t *testing.T) {
 		return n == messages
 	}, time.Minute, 20*time.Millisecond)
 }
+
+// The leader runs retention: a tick older than its keep goes, the newest
+// of its schedule stays.
+func TestServer_Retention(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.NewDatabase(t, true)
+	pool := pgtest.PoolFor(t, url)
+	_, err := pool.Exec(ctx, `INSERT INTO ferry_periodic_tick (schedule_id, tick_at, term, status, reason) VALUES
+		('gone', now() - interval '3 hours', 1, 'skipped', 'test'),
+		('gone', now() - interval '2 hours', 1, 'skipped', 'test')`)
+	require.NoError(t, err)
+	cfg := quietConfig(url)
+	cfg.TickRetention = time.Hour
+	srv, err := ferry.New(ctx, cfg)
+	require.NoError(t, err)
+	runServer(t, srv)
+	require.Eventually(t, func() bool {
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM ferry_periodic_tick WHERE schedule_id = 'gone'`).Scan(&n))
+		return n == 1
+	}, 30*time.Second, 50*time.Millisecond)
+	var age time.Duration
+	require.NoError(t, pool.QueryRow(ctx, `SELECT extract(epoch FROM now() - tick_at)::bigint * 1000000000 FROM ferry_periodic_tick WHERE schedule_id = 'gone'`).Scan(&age))
+	require.Less(t, age, 150*time.Minute, "the newest tick stayed")
+}

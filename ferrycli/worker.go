@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -19,6 +20,7 @@ import (
 	"github.com/ferryq/ferry/internal/dburl"
 	"github.com/ferryq/ferry/internal/liveness"
 	"github.com/ferryq/ferry/internal/redact"
+	"github.com/ferryq/ferry/internal/retention"
 	"github.com/ferryq/ferry/internal/schema"
 	"github.com/ferryq/ferry/jobs"
 	"github.com/ferryq/ferry/migrations"
@@ -91,7 +93,13 @@ func WorkerFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "migrate", Usage: "apply pending migrations before starting", EnvVars: []string{"FERRY_MIGRATE"}},
 		&cli.IntFlag{Name: "outbox-max-attempts", Usage: "attempts of each outbox delivery before it is stuck", DefaultText: "the config file's, else 24", EnvVars: []string{"FERRY_OUTBOX_MAX_ATTEMPTS"}},
 		&cli.DurationFlag{Name: "outbox-route-grace", Value: outbox.DefaultRouteGrace, Usage: "how long a message whose topic no live worker routes, or a delivery whose route none declares, waits for one before it is stuck", EnvVars: []string{"FERRY_OUTBOX_ROUTE_GRACE"}},
-		&cli.DurationFlag{Name: "outbox-retention", Usage: "delete delivered outbox messages older than this (0 keeps everything)", EnvVars: []string{"FERRY_OUTBOX_RETENTION"}},
+		&cli.DurationFlag{Name: "outbox-retention", Value: ferry.DefaultOutboxRetention, Usage: "delete delivered outbox messages, and Go receivers' receive records, older than this (0 keeps everything)", EnvVars: []string{"FERRY_OUTBOX_RETENTION"}},
+		&cli.DurationFlag{Name: "tick-retention", Value: retention.DefaultKeep, Usage: "delete the schedule's ticks older than this, the newest of each schedule excepted (0 keeps everything)", EnvVars: []string{"FERRY_TICK_RETENTION"}},
+		&cli.DurationFlag{Name: "term-retention", Value: retention.DefaultKeep, Usage: "delete leader terms older than this, the newest excepted (0 keeps everything)", EnvVars: []string{"FERRY_TERM_RETENTION"}},
+		&cli.DurationFlag{Name: "telegram-malformed-retention", Value: retention.DefaultKeep, Usage: "delete Telegram's malformed updates older than this (0 keeps everything)", EnvVars: []string{"FERRY_TELEGRAM_MALFORMED_RETENTION"}},
+		&cli.DurationFlag{Name: "completed-job-retention", Value: 24 * time.Hour, Usage: "River deletes completed jobs older than this (0 keeps them)", EnvVars: []string{"FERRY_COMPLETED_JOB_RETENTION"}},
+		&cli.DurationFlag{Name: "cancelled-job-retention", Value: 24 * time.Hour, Usage: "River deletes cancelled jobs older than this (0 keeps them)", EnvVars: []string{"FERRY_CANCELLED_JOB_RETENTION"}},
+		&cli.DurationFlag{Name: "discarded-job-retention", Value: 7 * 24 * time.Hour, Usage: "River deletes discarded jobs (dead letters) older than this (0 keeps them)", EnvVars: []string{"FERRY_DISCARDED_JOB_RETENTION"}},
 		&cli.StringFlag{Name: "broadcast-keys", Usage: "keys that sign (the first) and verify (all) broadcast messages: comma-separated base64, each at least 32 bytes (set it in the environment, not on the command line)", EnvVars: []string{broadcast.EnvKeys}},
 		&cli.StringFlag{Name: "seal-keys", Usage: "keys that seal and verify jobs: comma-separated base64, each at least 32 bytes; the first seals, all verify (set it in the environment, not on the command line)", EnvVars: []string{seal.EnvKeys}},
 		&cli.BoolFlag{Name: "seal-encrypt", Usage: "seals also encrypt the args (AES-256-GCM): River UI then shows an envelope, not the args", EnvVars: []string{seal.EnvEncrypt}},
@@ -135,35 +143,41 @@ func WorkerConfig(c *cli.Context) (ferry.Config, error) {
 		return ferry.Config{}, &UsageError{Err: err}
 	}
 	return ferry.Config{
-		DatabaseURL:         url,
-		Queues:              queues,
-		QueueMaxLength:      c.Int64("queue-max-length"),
-		FetchCooldown:       c.Duration("fetch-cooldown"),
-		FetchPollInterval:   c.Duration("fetch-poll-interval"),
-		JobTimeout:          c.Duration("job-timeout"),
-		MaxOrphaned:         c.Int("max-orphaned"),
-		SettleAfter:         c.Duration("settle-after"),
-		ShutdownGrace:       c.Duration("shutdown-grace"),
-		AdminAddr:           c.String("admin-addr"),
-		AdminToken:          c.String("admin-token"),
-		Migrate:             c.Bool("migrate"),
-		ConfigFile:          c.String("config"),
-		OutboxMaxAttempts:   c.Int("outbox-max-attempts"),
-		OutboxRouteGrace:    c.Duration("outbox-route-grace"),
-		OutboxRetention:     c.Duration("outbox-retention"),
-		BroadcastKeys:       broadcastKeys,
-		SealKeys:            sealKeys,
-		SealEncrypt:         c.Bool("seal-encrypt"),
-		SealReplayWindow:    c.Duration("seal-replay-window"),
-		TelegramAPIURL:      c.String("telegram-api-url"),
-		ElectionDatabaseURL: c.String("session-database-url"),
-		Pooler:              c.String("pooler"),
-		ElectionKey:         electionKeyIfSet(c),
-		Schema:              c.String("schema"),
-		LeaderTick:          c.Duration("leader-tick"),
-		LeaderTickTimeout:   c.Duration("leader-tick-timeout"),
-		StandbyProbe:        c.Duration("standby-probe"),
-		Logger:              logger,
+		DatabaseURL:                url,
+		Queues:                     queues,
+		QueueMaxLength:             c.Int64("queue-max-length"),
+		FetchCooldown:              c.Duration("fetch-cooldown"),
+		FetchPollInterval:          c.Duration("fetch-poll-interval"),
+		JobTimeout:                 c.Duration("job-timeout"),
+		MaxOrphaned:                c.Int("max-orphaned"),
+		SettleAfter:                c.Duration("settle-after"),
+		ShutdownGrace:              c.Duration("shutdown-grace"),
+		AdminAddr:                  c.String("admin-addr"),
+		AdminToken:                 c.String("admin-token"),
+		Migrate:                    c.Bool("migrate"),
+		ConfigFile:                 c.String("config"),
+		OutboxMaxAttempts:          c.Int("outbox-max-attempts"),
+		OutboxRouteGrace:           c.Duration("outbox-route-grace"),
+		OutboxRetention:            keepFlag(c, "outbox-retention"),
+		TickRetention:              keepFlag(c, "tick-retention"),
+		TermRetention:              keepFlag(c, "term-retention"),
+		TelegramMalformedRetention: keepFlag(c, "telegram-malformed-retention"),
+		CompletedJobRetention:      keepFlag(c, "completed-job-retention"),
+		CancelledJobRetention:      keepFlag(c, "cancelled-job-retention"),
+		DiscardedJobRetention:      keepFlag(c, "discarded-job-retention"),
+		BroadcastKeys:              broadcastKeys,
+		SealKeys:                   sealKeys,
+		SealEncrypt:                c.Bool("seal-encrypt"),
+		SealReplayWindow:           c.Duration("seal-replay-window"),
+		TelegramAPIURL:             c.String("telegram-api-url"),
+		ElectionDatabaseURL:        c.String("session-database-url"),
+		Pooler:                     c.String("pooler"),
+		ElectionKey:                electionKeyIfSet(c),
+		Schema:                     c.String("schema"),
+		LeaderTick:                 c.Duration("leader-tick"),
+		LeaderTickTimeout:          c.Duration("leader-tick-timeout"),
+		StandbyProbe:               c.Duration("standby-probe"),
+		Logger:                     logger,
 	}, nil
 }
 
@@ -351,6 +365,16 @@ func schemaError(err error) *pgconn.PgError {
 		}
 	}
 	return nil
+}
+
+// keepFlag is a retention flag as ferry.Config takes it: 0 on the command
+// line keeps everything, which the Config says with a negative value (its
+// zero is the default).
+func keepFlag(c *cli.Context, name string) time.Duration {
+	if d := c.Duration(name); d != 0 {
+		return d
+	}
+	return -1
 }
 
 // electionKeyIfSet is --election-key when set, else 0: the Config's

@@ -7,16 +7,18 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ferryq/ferry/internal/loop"
 )
 
 // retentionBatch bounds one DELETE, so a large backlog is cleaned in short
-// transactions.
-const retentionBatch = 10000
+// transactions (each message's deliveries go with it).
+const retentionBatch = 1000
 
 // Retention deletes delivered messages (their deliveries go with them) and
 // Go receivers' receive records once they are older than Keep. Pending,
-// relayed and stuck messages are never deleted. It is off unless configured
-// (FERRY_OUTBOX_RETENTION) and runs on the leader only. Receive records kept
+// relayed and stuck messages are never deleted. The server runs it on the
+// leader with FERRY_OUTBOX_RETENTION, a week by default (0 turns it off). Receive records kept
 // for Keep mean a redelivery later than that would not be recognised: keep
 // it well above the longest retry (a day of hourly retries by default).
 type Retention struct {
@@ -32,28 +34,7 @@ func (r Retention) Run(ctx context.Context) error {
 	if every == 0 {
 		every = min(max(r.Keep/10, time.Minute), time.Hour)
 	}
-	return runEvery(ctx, every, r.Clean)
-}
-
-// runEvery runs once now and every every after, until ctx ends (nil) or
-// once fails while ctx lives (its error): the loop of the outbox's leader
-// runnables.
-func runEvery(ctx context.Context, every time.Duration, once func(context.Context) error) error {
-	for {
-		if err := once(ctx); err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
-		}
-		t := time.NewTimer(every)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil
-		case <-t.C:
-		}
-	}
+	return loop.Every(ctx, every, r.Clean)
 }
 
 // Clean deletes what is older than Keep, in batches.

@@ -10,6 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river/rivertype"
+
+	"github.com/ferryq/ferry/internal/loop"
 )
 
 // ErrRouteGone is why a delivery whose route no live worker has declared
@@ -73,7 +75,7 @@ const (
 
 // Run sweeps every Every until ctx ends; it is a leader runnable.
 func (s RouteSweeper) Run(ctx context.Context) error {
-	return runEvery(ctx, s.every(), func(ctx context.Context) error {
+	return loop.Every(ctx, s.every(), func(ctx context.Context) error {
 		_, _, err := s.SweepOnce(ctx)
 		return err
 	})

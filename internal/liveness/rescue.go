@@ -13,6 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ferryq/ferry/internal/loop"
 )
 
 // DefaultMaxOrphaned is how many times a job's worker may die running it
@@ -78,21 +80,10 @@ func NewRescuer(cfg RescuerConfig) (*Rescuer, error) {
 // stopping). A failed pass returns its error, so the elector restarts Run
 // with backoff.
 func (r *Rescuer) Run(ctx context.Context) error {
-	t := time.NewTicker(r.cfg.Every)
-	defer t.Stop()
-	for {
-		if _, err := r.RescueOnce(ctx); err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
+	return loop.Every(ctx, r.cfg.Every, func(ctx context.Context) error {
+		_, err := r.RescueOnce(ctx)
+		return err
+	})
 }
 
 // Rescue is what one pass took back from one dead worker.
