@@ -35,7 +35,7 @@ import (
 // at about MaxWorkers jobs per 100 ms and put pickup p99 near 100 ms.
 const (
 	DefaultAdminAddr         = "127.0.0.1:9090"
-	DefaultQueues            = "default=100,outbox=20"
+	DefaultQueues            = "default=1000,outbox=20"
 	DefaultFetchCooldown     = 5 * time.Millisecond
 	DefaultFetchPollInterval = 100 * time.Millisecond
 	DefaultShutdownGrace     = 25 * time.Second
@@ -78,7 +78,8 @@ type Config struct {
 	DatabaseURL string
 
 	// Queues maps each queue this process works to its worker count
-	// (FERRY_QUEUES, "default=100,outbox=20").
+	// (FERRY_QUEUES, DefaultQueues: "default=1000,outbox=20"; see the
+	// README's "Tuning" for the measurement behind 1,000).
 	Queues map[string]int
 
 	// QueueMaxLength is the bound of every queue this process works (its

@@ -32,7 +32,7 @@ func TestParseQueues(t *testing.T) {
 func TestConfig_WithDefaults(t *testing.T) {
 	t.Parallel()
 	c := Config{DatabaseURL: "postgres://x@127.0.0.1/x"}.WithDefaults()
-	require.Equal(t, map[string]int{"default": 100, "outbox": 20}, c.Queues)
+	require.Equal(t, map[string]int{"default": 1000, "outbox": 20}, c.Queues)
 	require.Equal(t, DefaultFetchCooldown, c.FetchCooldown)
 	require.Equal(t, DefaultFetchPollInterval, c.FetchPollInterval)
 	require.Equal(t, DefaultShutdownGrace, c.ShutdownGrace)

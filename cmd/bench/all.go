@@ -57,6 +57,9 @@ type results struct {
 	WorkerRiverJobsPerSec     *float64          `json:"worker_river_jobs_per_sec"`
 	WorkerFerryJobsPerSec     *float64          `json:"worker_ferry_jobs_per_sec"`
 	WorkerRatio               *float64          `json:"worker_ratio"`
+	RiverBestJobsPerSec       *float64          `json:"river_best_jobs_per_sec"`
+	FerryDefaultJobsPerSec    *float64          `json:"ferry_default_jobs_per_sec"`
+	WorkerRatioVsRiverBest    *float64          `json:"worker_ratio_vs_river_best"`
 	LatencyInsertToStartP50MS *float64          `json:"latency_insert_to_start_p50_ms"`
 	LatencyInsertToStartP99MS *float64          `json:"latency_insert_to_start_p99_ms"`
 	OutboxRelayMsgsPerSec     *float64          `json:"outbox_relay_msgs_per_sec"`
@@ -123,6 +126,12 @@ func runAll(ctx context.Context, serverURL, path string, quick bool) error {
 		note("worker", err)
 	} else {
 		res.WorkerRiverJobsPerSec, res.WorkerFerryJobsPerSec, res.WorkerRatio = ptr(river), ptr(ferryRate), ptr(ferryRate/river)
+	}
+	step("worker throughput, bare River at River's own bench settings against ferry's defaults, paired rounds")
+	if river, ferryRate, ratio, err := riverBestRatio(ctx, serverURL, sz.backlog, 3); err != nil {
+		note("worker_river_best", err)
+	} else {
+		res.RiverBestJobsPerSec, res.FerryDefaultJobsPerSec, res.WorkerRatioVsRiverBest = ptr(river), ptr(ferryRate), ptr(ratio)
 	}
 	step("worker throughput, ferry without then with seal keys")
 	if r, err := sealedThroughput(ctx, serverURL, sz.backlog/2, 5); err != nil {
@@ -252,6 +261,8 @@ func printTable(r results) {
 		{"worker jobs/s, bare River", f(r.WorkerRiverJobsPerSec, "/s"), ""},
 		{"worker jobs/s, ferry", f(r.WorkerFerryJobsPerSec, "/s"), ""},
 		{"worker ratio ferry / River", f(r.WorkerRatio, ""), "≥ 0.9"},
+		{"worker jobs/s, River at its bench settings (2,000 workers, 2 ms, 20 ms)", f(r.RiverBestJobsPerSec, "/s"), ""},
+		{"worker ratio ferry defaults / River at its best", f(r.WorkerRatioVsRiverBest, ""), "≥ 0.9"},
 		{"worker jobs/s, ferry sealed", f(r.SealedWorkerJobsPerSec, "/s"), ""},
 		{"sealed / unsealed worker ratio", f(r.SealedWorkerRatio, ""), "≥ 0.9"},
 		{"insert to start p50", f(r.LatencyInsertToStartP50MS, "ms"), "≤ 5 ms"},
@@ -309,50 +320,78 @@ func mapsKeys(m map[string]string) func(func(string) bool) {
 
 // workerThroughput works the same backlog of no-op jobs with a bare River
 // client and with ferry's whole worker stack (middleware, metrics, logging,
-// election, relay, scheduler), with the same fetch settings and workers.
+// election, relay, scheduler), with the same fetch settings and workers:
+// ferry's defaults.
 func workerThroughput(ctx context.Context, serverURL string, n int) (riverRate, ferryRate float64, err error) {
-	backlog := func(pool *pgxpool.Pool) error { return noopBacklog(ctx, pool, n, nil) }
-	waitDone := func(pool *pgxpool.Pool, start time.Time) (float64, error) {
-		if err := waitWorked(ctx, pool, 20*time.Millisecond); err != nil {
-			return 0, err
-		}
-		return float64(n) / time.Since(start).Seconds(), nil
-	}
-	queues := map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 100}}
-
-	// Bare River.
-	pool, drop, err := scratch(ctx, serverURL)
+	riverRate, err = bareRiverThroughput(ctx, serverURL, n, defaultWorkers(), ferry.DefaultFetchCooldown, ferry.DefaultFetchPollInterval)
 	if err != nil {
 		return 0, 0, err
 	}
-	if err := backlog(pool); err != nil {
-		drop()
-		return 0, 0, err
+	ferryRate, err = ferryThroughput(ctx, serverURL, n, nil, false)
+	return riverRate, ferryRate, err
+}
+
+// defaultWorkers is the worker count of ferry's default queue.
+func defaultWorkers() int {
+	q, err := ferry.ParseQueues(ferry.DefaultQueues)
+	if err != nil {
+		panic(err)
+	}
+	return q[river.QueueDefault]
+}
+
+// River's own benchmark settings (its riverbench): the strongest bare
+// River this machine has measured.
+const (
+	riverBestWorkers  = 2000
+	riverBestCooldown = 2 * time.Millisecond
+	riverBestPoll     = 20 * time.Millisecond
+)
+
+// riverBestRatio works a backlog of n no-op jobs with bare River at River's
+// own benchmark settings and with ferry at its defaults, in paired rounds,
+// and returns the best rate of each and the median of the rounds' ratios
+// ferry/River (worker_ratio_vs_river_best).
+func riverBestRatio(ctx context.Context, serverURL string, n, rounds int) (riverRate, ferryRate, ratio float64, err error) {
+	return pairedRounds(rounds,
+		func() (float64, error) {
+			return bareRiverThroughput(ctx, serverURL, n, riverBestWorkers, riverBestCooldown, riverBestPoll)
+		},
+		func() (float64, error) { return ferryThroughput(ctx, serverURL, n, nil, false) })
+}
+
+// bareRiverThroughput works a backlog of n no-op jobs with a bare River
+// client (workers in the default queue, the fetch settings given) and
+// returns its rate, measured as ferryThroughput measures ferry's: until
+// every job is completed in the database.
+func bareRiverThroughput(ctx context.Context, serverURL string, n, workerCount int, cooldown, poll time.Duration) (float64, error) {
+	pool, drop, err := scratch(ctx, serverURL)
+	if err != nil {
+		return 0, err
+	}
+	defer drop()
+	if err := noopBacklog(ctx, pool, n, nil); err != nil {
+		return 0, err
 	}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &jobs.NoopWorker{})
 	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
-		FetchCooldown: ferry.DefaultFetchCooldown, FetchPollInterval: ferry.DefaultFetchPollInterval,
-		Queues: queues, Workers: workers, Logger: slog.New(slog.DiscardHandler),
+		FetchCooldown: cooldown, FetchPollInterval: poll,
+		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: workerCount}},
+		Workers: workers, Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
-		drop()
-		return 0, 0, err
+		return 0, err
 	}
 	start := time.Now()
 	if err := rc.Start(ctx); err != nil {
-		drop()
-		return 0, 0, err
+		return 0, err
 	}
-	riverRate, err = waitDone(pool, start)
-	_ = rc.Stop(ctx)
-	drop()
-	if err != nil {
-		return 0, 0, err
+	defer func() { _ = rc.Stop(ctx) }()
+	if err := waitWorked(ctx, pool, 20*time.Millisecond); err != nil {
+		return 0, err
 	}
-
-	ferryRate, err = ferryThroughput(ctx, serverURL, n, nil, false)
-	return riverRate, ferryRate, err
+	return float64(n) / time.Since(start).Seconds(), nil
 }
 
 // ferryThroughput works a backlog of n no-op jobs with ferry's whole worker
@@ -380,7 +419,7 @@ func ferryThroughput(ctx context.Context, serverURL string, n int, keys *seal.Ke
 	if err := noopBacklog(ctx, pool, n, seal.Middleware(keys)); err != nil {
 		return 0, err
 	}
-	cfg.Queues = map[string]int{river.QueueDefault: 100, "outbox": 20}
+	// ferry's default queues and workers (cfg.Queues nil).
 	cfg.SealKeys = keys
 	cfg.Logger = slog.New(slog.NewJSONHandler(discard{}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	srv, err := ferry.New(ctx, cfg)
@@ -630,3 +669,6 @@ func noopBacklog(ctx context.Context, pool *pgxpool.Pool, n int, mw rivertype.Mi
 	}
 	return nil
 }
+
+// ferryDefaultQueues is FERRY_QUEUES's default, for the bench's reports.
+func ferryDefaultQueues() string { return ferry.DefaultQueues }

@@ -14,6 +14,7 @@
 //	go run ./cmd/bench -mode pgbouncer -backlog 40000 # worker through PgBouncer (transaction mode) against direct
 //	go run ./cmd/bench -mode failover -trials 3 -partitions 100 -tick 1s # 100 network partitions of the leader
 //	go run ./cmd/bench -mode pgfailover -trials 5 # Postgres primary crashed, synchronous standby promoted
+//	go run ./cmd/bench -mode riverbest -backlog 50000 # ferry's defaults against bare River at River's own bench settings
 package main
 
 import (
@@ -81,7 +82,7 @@ type result struct {
 
 func main() {
 	var (
-		mode     = flag.String("mode", "sweep", "all, quick, sweep, latency, throughput, failover, orphans, ticks, outbox, sealed, bounded, pgbouncer or pgfailover")
+		mode     = flag.String("mode", "sweep", "all, quick, sweep, latency, throughput, failover, orphans, ticks, outbox, sealed, bounded, pgbouncer, pgfailover or riverbest")
 		out      = flag.String("out", "bench/results.json", "all and quick modes: where to write the results")
 		url      = flag.String("database-url", os.Getenv("TEST_DATABASE_URL"), "server to create scratch databases on")
 		cooldown = flag.Duration("cooldown", 5*time.Millisecond, "worker fetch cooldown")
@@ -165,6 +166,15 @@ func main() {
 		fmt.Fprintf(os.Stderr, "Postgres primary failover (crash, synchronous standby promoted; 3 workers, tick %d ms, 200 inserts/s; %d trials): promoted after %v ms; every worker back at work median %.0f ms max %.0f ms; %d of %d acknowledged inserts lost; %d workers replaced\n",
 			r.TickMS, r.Trials, r.PromoteMS, r.RecoveryMedianMS, r.RecoveryMaxMS, r.Lost, r.Acknowledged, r.Replaced)
 		_ = json.NewEncoder(os.Stdout).Encode(r)
+		return
+	case "riverbest":
+		river, ferryRate, ratio, err := riverBestRatio(ctx, *url, *backlog, 3)
+		if err != nil {
+			log.Fatalf("bench: riverbest: %v", redact.Postgres(err.Error()))
+		}
+		fmt.Fprintf(os.Stderr, "backlog of %d no-op jobs, 3 paired rounds: bare River at its bench settings (%d workers, %s cooldown, %s poll) best %.0f/s; ferry at its defaults (%s) best %.0f/s; median ratio %.3f\n",
+			*backlog, riverBestWorkers, riverBestCooldown, riverBestPoll, river, ferryDefaultQueues(), ferryRate, ratio)
+		_ = json.NewEncoder(os.Stdout).Encode(map[string]float64{"river_best_jobs_per_sec": river, "ferry_default_jobs_per_sec": ferryRate, "worker_ratio_vs_river_best": ratio})
 		return
 	case "pgbouncer":
 		r, err := pgbouncerThroughput(ctx, *url, *backlog/2, 5, *rate, *dur)
