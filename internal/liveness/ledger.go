@@ -73,6 +73,21 @@ func (l *Ledger) Len() int {
 	return len(l.jobs)
 }
 
+// forget drops the finished jobs that returned before cutoff. The Worker
+// calls it while it cannot settle (no liveness session), so that the Ledger
+// of a worker that works without one does not grow without bound; a job
+// forgotten that way and still shown running here is given back as never
+// started once the session returns: it runs again, never less.
+func (l *Ledger) forget(cutoff time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for id, e := range l.jobs {
+		if e.done && e.doneAt.Before(cutoff) {
+			delete(l.jobs, id)
+		}
+	}
+}
+
 // Middleware is the River worker middleware that records each job in the
 // Ledger as its worker starts and returns.
 func (l *Ledger) Middleware() rivertype.Middleware { return &ledgerMiddleware{l: l} }

@@ -168,3 +168,20 @@ CREATE TRIGGER refuse_river_completion BEFORE UPDATE ON river_job FOR EACH ROW
 	require.Empty(t, reason)
 	require.Equal(t, 1, ledger.Len(), "only the running job is held")
 }
+
+// A worker without its liveness session cannot settle; its Ledger forgets
+// what finished long ago rather than grow.
+func TestLedger_Forget(t *testing.T) {
+	t.Parallel()
+	l := NewLedger()
+	l.started(1, 1)
+	l.finished(1, 1, nil)
+	l.started(2, 1)
+	l.finished(2, 1, nil)
+	l.started(3, 1) // still running
+	l.jobs[1].doneAt = time.Now().Add(-time.Hour)
+	l.forget(time.Now().Add(-time.Minute))
+	require.Equal(t, 2, l.Len())
+	_, gone := l.jobs[1]
+	require.False(t, gone)
+}

@@ -292,6 +292,9 @@ func (w *Worker) run(ctx context.Context, conn *pgx.Conn) {
 			return
 		case <-t.C:
 		}
+		if (id == 0 || conn == nil) && w.cfg.Ledger != nil {
+			w.cfg.Ledger.forget(time.Now().Add(-2 * w.cfg.SettleAfter))
+		}
 		if id == 0 {
 			var err error
 			if conn, err = w.register(ctx); err == nil {
