@@ -40,6 +40,9 @@ func TestElector_Partition(t *testing.T) {
 	require.Eventually(t, func() bool { return !cut.IsLeader() }, testTick+testTick/3+2*time.Second, 5*time.Millisecond,
 		"the cut-off leader demotes itself")
 	demoted := time.Since(t0)
+	// The line comes once the runnables have returned, after IsLeader
+	// turned false.
+	require.Eventually(t, func() bool { return len(logs.All("election: demoted")) > 0 }, 5*time.Second, 5*time.Millisecond)
 	rec := logs.Find(t, "election: demoted")
 	require.Contains(t, rec["reason"], "ownership check timed out")
 

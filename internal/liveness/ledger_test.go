@@ -68,6 +68,9 @@ func TestLedger_NeverStartedJobGivenBack(t *testing.T) {
 	require.Equal(t, "available", state)
 	require.Equal(t, 0, attempt, "the attempt that never ran is given back")
 	require.Equal(t, "never started", reason)
+	// The log line and the count come once the pass has returned, after
+	// its UPDATE committed.
+	require.Eventually(t, func() bool { return len(logs.All("liveness: stray jobs settled")) > 0 }, 5*time.Second, 10*time.Millisecond)
 	line := logs.Find(t, "liveness: stray jobs settled")
 	require.EqualValues(t, 1, line["never_started"])
 	require.InDelta(t, 1, testutil.ToFloat64(w.mSettled.WithLabelValues("never_started")), 0)
@@ -158,8 +161,9 @@ CREATE TRIGGER refuse_river_completion BEFORE UPDATE ON river_job FOR EACH ROW
 	require.NoError(t, b.pool.QueryRow(ctx, `SELECT attempt, errors[cardinality(errors)]->>'error' FROM river_job WHERE id = $1`, ids["fail"]).Scan(&attempt, &lastErr))
 	require.Equal(t, 1, attempt)
 	require.Equal(t, "the receiver said no", lastErr)
-	require.InDelta(t, 1, testutil.ToFloat64(w.mSettled.WithLabelValues("completed")), 0)
-	require.InDelta(t, 1, testutil.ToFloat64(w.mSettled.WithLabelValues("failed")), 0)
+	require.Eventually(t, func() bool {
+		return testutil.ToFloat64(w.mSettled.WithLabelValues("completed")) == 1 && testutil.ToFloat64(w.mSettled.WithLabelValues("failed")) == 1
+	}, 5*time.Second, 10*time.Millisecond, "counted once the pass returned")
 
 	// The long job has been running for well past SettleAfter: untouched.
 	time.Sleep(1500 * time.Millisecond)
