@@ -65,6 +65,9 @@ type results struct {
 	OutboxRelayMsgsPerSec     *float64          `json:"outbox_relay_msgs_per_sec"`
 	OutboxE2EP50MS            *float64          `json:"outbox_e2e_p50_ms"`
 	OutboxE2EP99MS            *float64          `json:"outbox_e2e_p99_ms"`
+	OutboxE2EMaxMS            *float64          `json:"outbox_e2e_max_ms"`
+	OutboxRelayLagP99MS       *float64          `json:"outbox_relay_lag_p99_ms"`
+	OutboxFetchLagP99MS       *float64          `json:"outbox_fetch_lag_p99_ms"`
 	TickLagInsertP99MS        *float64          `json:"tick_lag_insert_p99_ms"`
 	TickLagStartP99MS         *float64          `json:"tick_lag_start_p99_ms"`
 	FailoverGracefulMSMedian  *float64          `json:"failover_graceful_ms_median"`
@@ -158,6 +161,7 @@ func runAll(ctx context.Context, serverURL, path string, quick bool) error {
 		note("outbox", err)
 	} else {
 		res.OutboxRelayMsgsPerSec, res.OutboxE2EP50MS, res.OutboxE2EP99MS = ptr(r.BestRelayPerSec), ptr(r.E2EP50MS), ptr(r.E2EP99MS)
+		res.OutboxE2EMaxMS, res.OutboxRelayLagP99MS, res.OutboxFetchLagP99MS = ptr(r.E2EMaxMS), ptr(r.RelayLagP99MS), ptr(r.FetchLagP99MS)
 	}
 	step("scheduler tick lag")
 	if r, err := tickLag(ctx, serverURL, 10, sz.tickDur, 500); err != nil {
@@ -273,6 +277,9 @@ func printTable(r results) {
 		{"outbox relay", f(r.OutboxRelayMsgsPerSec, "msgs/s"), "≥ 10,000/s"},
 		{"outbox commit to delivery p50", f(r.OutboxE2EP50MS, "ms"), "≤ 10 ms"},
 		{"outbox commit to delivery p99", f(r.OutboxE2EP99MS, "ms"), "≤ 50 ms"},
+		{"outbox commit to delivery max", f(r.OutboxE2EMaxMS, "ms"), ""},
+		{"outbox insert to relay transaction p99", f(r.OutboxRelayLagP99MS, "ms"), "measured"},
+		{"outbox relay transaction to delivery fetch p99", f(r.OutboxFetchLagP99MS, "ms"), "measured"},
 		{"tick lag to insert p99", f(r.TickLagInsertP99MS, "ms"), "≤ 50 ms"},
 		{"tick lag to start p99", f(r.TickLagStartP99MS, "ms"), "≤ 100 ms"},
 		{"graceful failover median", f(r.FailoverGracefulMSMedian, "ms"), "≤ 1 s"},

@@ -20,18 +20,26 @@ import (
 // commit-to-delivery-start latency at a steady rate (a Go handler route,
 // so the delivery's start is the handler's first line).
 type outboxResult struct {
-	RelayMessages      int                `json:"relay_messages"`
-	RelayMsgsPerSec    map[string]float64 `json:"relay_msgs_per_sec_by_batch"`
-	BestRelayPerSec    float64            `json:"outbox_relay_msgs_per_sec"`
-	E2ERate            int                `json:"e2e_rate_per_sec"`
-	E2EMessages        int                `json:"e2e_messages"`
-	E2EP50MS           float64            `json:"outbox_e2e_p50_ms"`
-	E2EP99MS           float64            `json:"outbox_e2e_p99_ms"`
-	E2EMaxMS           float64            `json:"outbox_e2e_max_ms"`
-	FetchCooldownMS    float64            `json:"fetch_cooldown_ms"`
-	FetchPollMS        float64            `json:"fetch_poll_interval_ms"`
-	RelayBatchDefault  int                `json:"relay_batch_default"`
-	RelayPollDefaultMS float64            `json:"relay_poll_default_ms"`
+	RelayMessages   int                `json:"relay_messages"`
+	RelayMsgsPerSec map[string]float64 `json:"relay_msgs_per_sec_by_batch"`
+	BestRelayPerSec float64            `json:"outbox_relay_msgs_per_sec"`
+	E2ERate         int                `json:"e2e_rate_per_sec"`
+	E2EMessages     int                `json:"e2e_messages"`
+	E2EP50MS        float64            `json:"outbox_e2e_p50_ms"`
+	E2EP99MS        float64            `json:"outbox_e2e_p99_ms"`
+	E2EMaxMS        float64            `json:"outbox_e2e_max_ms"`
+	// The path split by the database's clocks: insert to the relay's
+	// transaction (created_at to relayed_at), and that transaction to the
+	// delivery job's fetch (relayed_at to attempted_at, the relay's commit
+	// and River's wake-up included).
+	RelayLagP50MS      float64 `json:"outbox_relay_lag_p50_ms"`
+	RelayLagP99MS      float64 `json:"outbox_relay_lag_p99_ms"`
+	FetchLagP50MS      float64 `json:"outbox_fetch_lag_p50_ms"`
+	FetchLagP99MS      float64 `json:"outbox_fetch_lag_p99_ms"`
+	FetchCooldownMS    float64 `json:"fetch_cooldown_ms"`
+	FetchPollMS        float64 `json:"fetch_poll_interval_ms"`
+	RelayBatchDefault  int     `json:"relay_batch_default"`
+	RelayPollDefaultMS float64 `json:"relay_poll_default_ms"`
 }
 
 func outboxBench(ctx context.Context, serverURL string, messages, rate int, dur time.Duration) (outboxResult, error) {
@@ -46,10 +54,12 @@ func outboxBench(ctx context.Context, serverURL string, messages, rate int, dur 
 		res.RelayMsgsPerSec[fmt.Sprint(batch)] = perSec
 		res.BestRelayPerSec = max(res.BestRelayPerSec, perSec)
 	}
-	lat, err := outboxLatency(ctx, serverURL, rate, dur)
+	lat, lags, err := outboxLatency(ctx, serverURL, rate, dur)
 	if err != nil {
 		return res, err
 	}
+	res.RelayLagP50MS, res.RelayLagP99MS = pct(lags.relay, 50), pct(lags.relay, 99)
+	res.FetchLagP50MS, res.FetchLagP99MS = pct(lags.fetch, 50), pct(lags.fetch, 99)
 	res.E2EMessages = len(lat)
 	res.E2EP50MS, res.E2EP99MS, res.E2EMaxMS = pct(lat, 50), pct(lat, 99), pct(lat, 100)
 	return res, nil
@@ -88,10 +98,14 @@ func relayThroughput(ctx context.Context, serverURL string, n, batch int) (float
 	return float64(n) / el.Seconds(), nil
 }
 
-func outboxLatency(ctx context.Context, serverURL string, rate int, dur time.Duration) ([]float64, error) {
+// outboxLags are the two first legs of each message's path, in ms.
+type outboxLags struct{ relay, fetch []float64 }
+
+func outboxLatency(ctx context.Context, serverURL string, rate int, dur time.Duration) ([]float64, outboxLags, error) {
+	var lags outboxLags
 	pool, drop, err := scratch(ctx, serverURL)
 	if err != nil {
-		return nil, err
+		return nil, lags, err
 	}
 	defer drop()
 	var (
@@ -115,7 +129,7 @@ func outboxLatency(ctx context.Context, serverURL string, rate int, dur time.Dur
 		Logger:       slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
-		return nil, err
+		return nil, lags, err
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
@@ -135,7 +149,7 @@ func outboxLatency(ctx context.Context, serverURL string, rate int, dur time.Dur
 			return err
 		})
 		if err != nil {
-			return nil, err
+			return nil, lags, err
 		}
 		at := time.Now()
 		mu.Lock()
@@ -151,9 +165,26 @@ func outboxLatency(ctx context.Context, serverURL string, rate int, dur time.Dur
 			break
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("only %d of %d messages delivered", got, n)
+			return nil, lags, fmt.Errorf("only %d of %d messages delivered", got, n)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+	rows, err := pool.Query(ctx, `SELECT extract(epoch FROM o.relayed_at - o.created_at) * 1000,
+		extract(epoch FROM j.attempted_at - o.relayed_at) * 1000
+		FROM ferry_outbox o JOIN ferry_outbox_delivery d ON d.message_id = o.id JOIN river_job j ON j.id = d.job_id
+		WHERE j.attempted_at IS NOT NULL`)
+	if err != nil {
+		return nil, lags, err
+	}
+	var relay, fetch float64
+	if _, err := pgx.ForEachRow(rows, []any{&relay, &fetch}, func() error {
+		lags.relay, lags.fetch = append(lags.relay, relay), append(lags.fetch, fetch)
+		return nil
+	}); err != nil {
+		return nil, lags, err
+	}
+	if len(lags.relay) < n {
+		return nil, lags, fmt.Errorf("the path of %d of %d messages read back", len(lags.relay), n)
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -161,5 +192,5 @@ func outboxLatency(ctx context.Context, serverURL string, rate int, dur time.Dur
 	for id, c := range committed {
 		out = append(out, float64(started[id].Sub(c).Microseconds())/1000)
 	}
-	return out, nil
+	return out, lags, nil
 }
