@@ -339,6 +339,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		TickTimeout: cfg.LeaderTickTimeout,
 		OnDead:      s.declaredDead,
 		Ledger:      ledger,
+		Pool:        pool,
 		SettleAfter: cfg.SettleAfter,
 		Logger:      cfg.Logger,
 		Registerer:  s.metrics.Registry,

@@ -60,11 +60,14 @@
 //
 // So each worker keeps a Ledger (its Middleware, outermost on the River
 // client) of the jobs whose worker it started and how each returned, and
-// after every heartbeat, on the liveness session that holds its lock,
-// compares it with the jobs the database shows running under its client
-// id. A job it never started, fetched more than SettleAfter ago
-// (FERRY_SETTLE_AFTER, default a minute, past River's 37 s), goes back to
-// available with its attempt given back; a job whose worker returned more
+// after every heartbeat compares it with the jobs the database shows
+// running under its client id. It does so on its own pool, not on the
+// liveness session: a query there that a paused process lets time out
+// would close the session and free the lock of a live worker; on the
+// pool, the fence refuses its writes once the worker is declared dead,
+// as it refuses River's. A job it never started, fetched more than
+// SettleAfter ago (FERRY_SETTLE_AFTER, default a minute, past River's
+// 37 s), goes back to available with its attempt given back; a job whose worker returned more
 // than SettleAfter ago is written as River would have written it
 // (completed; retryable after River's default backoff, or discarded with
 // no attempt left; cancelled; snoozed). Both are marked in

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 )
@@ -111,6 +112,12 @@ func (m *ledgerMiddleware) Work(ctx context.Context, job *rivertype.JobRow, doIn
 	return doInner(ctx)
 }
 
+// settleDB is what settle runs on: the worker's pool.
+type settleDB interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
 // A settlement is what settle writes for one stray, in River's place.
 type settlement struct {
 	id, attempt int64
@@ -165,16 +172,20 @@ WHERE id = $1 AND state = 'running' AND attempt = $2 AND attempted_by[cardinalit
 // worker returned after ago is written as River would have written it
 // (completed; retryable after River's default backoff, or discarded with no
 // attempt left; cancelled; snoozed). Finished jobs that are no longer
-// running are forgotten. conn must be the session that holds the worker's
-// liveness lock: while it does, no rescuer can declare the worker dead, so
-// nothing else takes these jobs back meanwhile.
+// running are forgotten. conn is the worker's own pool, whose sessions
+// carry its tag: the fence on river_job refuses its UPDATEs once the
+// worker is declared dead, and a rescue in progress waits for them (or
+// they for it), exactly as River's own completions. Not the liveness
+// session: a statement there that times out (the process paused mid-query)
+// closes the session, frees the worker's lock, and a live worker would be
+// declared dead.
 //
 // River's completer only writes a job still running, and by after it has
 // given up, so nothing it writes later can undo what settle wrote; the one
 // exception is a completer held up for longer than after (a pool starved
 // for that long), whose late write of a failure could then mark a later
 // attempt retryable: the job runs once more, never less.
-func (l *Ledger) settle(ctx context.Context, conn *pgx.Conn, clientID string, after time.Duration) (Settled, error) {
+func (l *Ledger) settle(ctx context.Context, conn settleDB, clientID string, after time.Duration) (Settled, error) {
 	var s Settled
 	listed := l.now()
 	rows, err := conn.Query(ctx, straysSQL, clientID, after.Seconds())

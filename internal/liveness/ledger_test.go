@@ -24,7 +24,7 @@ func (b *testBundle) settler(t *testing.T, ledger *Ledger, after time.Duration, 
 	t.Helper()
 	w, err := New(Config{
 		DatabaseURL: b.url, ClientID: fmt.Sprintf("test-%d", b.seq.Add(1)),
-		Tick: 200 * time.Millisecond, TickTimeout: time.Second, Ledger: ledger, SettleAfter: after,
+		Tick: 200 * time.Millisecond, TickTimeout: time.Second, Ledger: ledger, Pool: b.pool, SettleAfter: after,
 		Logger: logs.Logger(), Registerer: reg,
 	})
 	require.NoError(t, err)

@@ -117,9 +117,11 @@ type Config struct {
 	// Ledger, when set, is the River client's record of the jobs it runs
 	// (install Ledger.Middleware on the client): after each heartbeat the
 	// worker settles the jobs the database shows running here that it does
-	// not run (Ledger). SettleAfter is how long such a job is left to River
+	// not run (Ledger), on Pool, the worker's own pool (ConfigurePool), which
+	// Ledger needs. SettleAfter is how long such a job is left to River
 	// first; default DefaultSettleAfter.
 	Ledger      *Ledger
+	Pool        *pgxpool.Pool
 	SettleAfter time.Duration
 	Logger      *slog.Logger
 	// Registerer, when set, gets ferry_jobs_settled_total.
@@ -159,6 +161,9 @@ func New(cfg Config) (*Worker, error) {
 		cfg.OnDead = func(error) {}
 	}
 	cfg.SettleAfter = cmp.Or(cfg.SettleAfter, DefaultSettleAfter)
+	if cfg.Ledger != nil && cfg.Pool == nil {
+		return nil, errors.New("liveness: a ledger needs the worker's pool")
+	}
 	if cfg.SettleAfter < 0 {
 		return nil, fmt.Errorf("liveness: settle-after %s is negative", cfg.SettleAfter)
 	}
@@ -323,7 +328,7 @@ func (w *Worker) run(ctx context.Context, conn *pgx.Conn) {
 			closeQuietly(conn)
 			conn = nil
 		case !dead:
-			w.settle(ctx, conn)
+			w.settle(ctx)
 		default:
 			// Cannot happen while this session holds the lock (the rescuer
 			// takes it before it declares anyone dead); fail closed anyway.
@@ -336,15 +341,15 @@ func (w *Worker) run(ctx context.Context, conn *pgx.Conn) {
 	}
 }
 
-// settle settles the strays (Ledger) on the liveness session, which holds
-// the worker's lock: a failed pass is logged and tried again next tick.
-func (w *Worker) settle(ctx context.Context, conn *pgx.Conn) {
+// settle settles the strays (Ledger) on the worker's pool: a failed pass
+// is logged and tried again next tick.
+func (w *Worker) settle(ctx context.Context) {
 	if w.cfg.Ledger == nil {
 		return
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.TickTimeout)
 	defer cancel()
-	s, err := w.cfg.Ledger.settle(sctx, conn, w.cfg.ClientID, w.cfg.SettleAfter)
+	s, err := w.cfg.Ledger.settle(sctx, w.cfg.Pool, w.cfg.ClientID, w.cfg.SettleAfter)
 	if err != nil {
 		w.cfg.Logger.Warn("liveness: settling stray jobs failed; trying again next tick", "client_id", w.cfg.ClientID, "error", redact.Postgres(err.Error()))
 	}
