@@ -62,12 +62,6 @@ type Config struct {
 	Now func() time.Time
 }
 
-// channel is the Postgres channel of the Broker's deployment.
-func (b *Broker) channel() string {
-	s, _ := schema.Parse(b.cfg.Schema)
-	return schema.Channel(NotifyChannel, s)
-}
-
 // Broker publishes messages and fans them out to this process's
 // subscriptions. It holds at most one LISTEN session, opened by the first
 // Subscribe, whatever the number of subscriptions.
@@ -75,6 +69,9 @@ type Broker struct {
 	cfg    Config
 	keys   Keys
 	logger *slog.Logger
+	// notifyChannel is the Postgres channel of the Broker's deployment:
+	// NotifyChannel, named after its schema in a schema of its own.
+	notifyChannel string
 
 	mu     sync.Mutex
 	subs   map[*Subscription]struct{}
@@ -106,7 +103,8 @@ func New(cfg Config) (*Broker, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	if _, err := schema.Parse(cfg.Schema); err != nil {
+	s, err := schema.Parse(cfg.Schema)
+	if err != nil {
 		return nil, fmt.Errorf("broadcast: %w", err)
 	}
 	if cfg.Pool != nil && cfg.ListenConfig == nil {
@@ -114,7 +112,7 @@ func New(cfg Config) (*Broker, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &Broker{
-		cfg: cfg, keys: cfg.Keys, logger: cfg.Logger,
+		cfg: cfg, keys: cfg.Keys, logger: cfg.Logger, notifyChannel: schema.Channel(NotifyChannel, s),
 		subs:  map[*Subscription]struct{}{},
 		ready: make(chan struct{}), stopped: make(chan struct{}),
 		ctx: ctx, cancel: cancel,
@@ -160,12 +158,12 @@ func (b *Broker) publish(ctx context.Context, db execer, channel string, v any) 
 		sig = sign(b.keys[0], channel, t, data)
 	}
 	if env := inlineEnvelope(channel, t, sig, data); len(env) <= maxNotifyBytes {
-		if _, err := db.Exec(ctx, sqlNotify, b.channel(), string(env)); err != nil {
+		if _, err := db.Exec(ctx, sqlNotify, b.notifyChannel, string(env)); err != nil {
 			return fmt.Errorf("broadcast: publish on %s: %w", channel, err)
 		}
 		return nil
 	}
-	if _, err := db.Exec(ctx, sqlInsertLarge, channel, string(data), unixMicro(t), nullable(sig), b.channel(), t); err != nil {
+	if _, err := db.Exec(ctx, sqlInsertLarge, channel, string(data), unixMicro(t), nullable(sig), b.notifyChannel, t); err != nil {
 		return fmt.Errorf("broadcast: publish on %s (%d bytes, through ferry_broadcast_message): %w", channel, len(data), err)
 	}
 	b.maybePrune(ctx)
@@ -360,7 +358,7 @@ func (b *Broker) startListener() {
 		defer close(b.stopped)
 		pglisten.Run(b.ctx, pglisten.Config{
 			ConnConfig: cc,
-			Channel:    b.channel(),
+			Channel:    b.notifyChannel,
 			OnListening: func() {
 				if first {
 					first = false

@@ -676,6 +676,3 @@ func noopBacklog(ctx context.Context, pool *pgxpool.Pool, n int, mw rivertype.Mi
 	}
 	return nil
 }
-
-// ferryDefaultQueues is FERRY_QUEUES's default, for the bench's reports.
-func ferryDefaultQueues() string { return ferry.DefaultQueues }

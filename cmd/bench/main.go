@@ -33,6 +33,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/ferryq/ferry"
 	"github.com/ferryq/ferry/internal/redact"
 	"github.com/ferryq/ferry/internal/testkit/scratchdb"
 )
@@ -173,7 +174,7 @@ func main() {
 			log.Fatalf("bench: riverbest: %v", redact.Postgres(err.Error()))
 		}
 		fmt.Fprintf(os.Stderr, "backlog of %d no-op jobs, 3 paired rounds: bare River at its bench settings (%d workers, %s cooldown, %s poll) best %.0f/s; ferry at its defaults (%s) best %.0f/s; median ratio %.3f\n",
-			*backlog, riverBestWorkers, riverBestCooldown, riverBestPoll, river, ferryDefaultQueues(), ferryRate, ratio)
+			*backlog, riverBestWorkers, riverBestCooldown, riverBestPoll, river, ferry.DefaultQueues, ferryRate, ratio)
 		_ = json.NewEncoder(os.Stdout).Encode(map[string]float64{"river_best_jobs_per_sec": river, "ferry_default_jobs_per_sec": ferryRate, "worker_ratio_vs_river_best": ratio})
 		return
 	case "pgbouncer":

@@ -239,11 +239,9 @@ func (l *Ledger) settle(ctx context.Context, conn settleDB, clientID string, aft
 		if tag.RowsAffected() == 1 {
 			*t.count++
 		}
-		if t.reason != "never started" {
-			l.mu.Lock()
-			delete(l.jobs, t.id)
-			l.mu.Unlock()
-		}
+		l.mu.Lock()
+		delete(l.jobs, t.id) // none for a job never started
+		l.mu.Unlock()
 	}
 	return s, nil
 }

@@ -54,9 +54,9 @@ func TestLedger_NeverStartedJobGivenBack(t *testing.T) {
 	w := b.settler(t, NewLedger(), time.Second, reg, logs)
 
 	// River's own fetch, under the worker's client id, whose reply is lost.
-	lost := b.running(t, "nobody", 0, 25)
-	_, err := b.pool.Exec(context.Background(), "UPDATE river_job SET state = 'available', attempted_by = NULL WHERE id = $1", lost)
-	require.NoError(t, err)
+	var lost int64
+	require.NoError(t, b.pool.QueryRow(context.Background(), `INSERT INTO river_job (args, kind, max_attempts, queue, state, scheduled_at)
+		VALUES ('{}', 'ferry.noop', 25, 'default', 'available', now()) RETURNING id`).Scan(&lost))
 	b.refetch(t, lost, w.ClientID())
 	other := b.running(t, "another-worker", 1, 25)
 
