@@ -318,7 +318,11 @@ func (w *Worker) run(ctx context.Context, conn *pgx.Conn) {
 			}
 			continue
 		}
-		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.TickTimeout)
+		// The heartbeat may wait as long as the server-side lease: the
+		// server, not this timeout, decides whether the session lives, and a
+		// shorter client timeout would close a live session (and free the
+		// worker's lock) when the process merely pauses mid-statement.
+		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*w.cfg.Tick+w.cfg.TickTimeout)
 		var dead bool
 		err := conn.QueryRow(bctx, heartbeatSQL, id).Scan(&dead)
 		cancel()
