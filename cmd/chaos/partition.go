@@ -252,7 +252,11 @@ type partitionObs struct {
 	running, long int
 	dead          bool
 	rescued       int64
-	err           error
+	// evidence is, when it was not declared dead, what the logs say of it
+	// after the cut: the rescuer's records that name it and its own
+	// liveness records, counted by message.
+	evidence string
+	err      error
 }
 
 func observePartition(ctx context.Context, s *suite, rows []workerRow) partitionObs {
@@ -270,7 +274,43 @@ func observePartition(ctx context.Context, s *suite, rows []workerRow) partition
 	if err != nil {
 		o.err = fmt.Errorf("count jobs rescued from the partitioned worker: %w", err)
 	}
+	if !o.dead || o.rescued == 0 {
+		o.evidence = partitionEvidence(s.workers.Procs(), o)
+	}
 	return o
+}
+
+// partitionEvidence counts, by process and message, the records after
+// the cut that say what became of the cut worker: the rescuer's records
+// naming its client id, and its own liveness records.
+func partitionEvidence(procs []*fleet.Proc, o partitionObs) string {
+	counts := map[string]int{}
+	var order []string
+	for _, p := range procs {
+		for line := range strings.SplitSeq(p.Stderr(), "\n") {
+			r, ok := fleet.ParseRecord(line)
+			if !ok || r.Time.Before(o.at) {
+				continue
+			}
+			own := p.Pid() == o.pid && strings.HasPrefix(r.Msg, "liveness:")
+			if !own && !(strings.HasPrefix(r.Msg, "rescue:") && r.Attrs["worker"] == o.clientID) {
+				continue
+			}
+			k := fmt.Sprintf("pid %d %q", p.Pid(), r.Msg)
+			if counts[k] == 0 {
+				order = append(order, k)
+			}
+			counts[k]++
+		}
+	}
+	if len(order) == 0 {
+		return "no record of it after the cut"
+	}
+	parts := make([]string, len(order))
+	for i, k := range order {
+		parts[i] = fmt.Sprintf("%s x%d", k, counts[k])
+	}
+	return strings.Join(parts, "; ")
 }
 
 // checkPartition: a worker cut off past its lease while running long jobs
@@ -287,7 +327,7 @@ func checkPartition(o partitionObs) check {
 	}
 	result := fmt.Sprintf("pid %d cut off for %s running %d jobs, %d of them long", o.pid, partitionFor.Round(time.Millisecond), o.running, o.long)
 	if !o.dead || o.rescued == 0 {
-		return newCheck(namePartition, verdictViolated, "%s: declared dead %t, %d jobs rescued from it", result, o.dead, o.rescued)
+		return newCheck(namePartition, verdictViolated, "%s: declared dead %t, %d jobs rescued from it (logs: %s)", result, o.dead, o.rescued, o.evidence)
 	}
 	return newCheck(namePartition, verdictOK, "%s: declared dead, %d jobs rescued from it", result, o.rescued)
 }

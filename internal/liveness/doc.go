@@ -103,8 +103,17 @@
 // UPDATE in flight (a fetch that set jobs running) has committed by then,
 // and its jobs are taken back; an UPDATE that comes after waits for the
 // rescue to commit, then reads dead_at and is refused. The rescue waits at
-// most a tick for a session still in a transaction (a partition the server
-// has not noticed yet) and tries again at the next pass.
+// most a tick for a session still in a transaction. One still there after
+// the wait belongs to a worker that is not alive, and is usually one the
+// server cannot see is gone (a partition, a lost host: the server's TCP
+// keepalives take two hours by default), which would otherwise hold the
+// rescue back as long: the rescuer ends the worker's sessions that are in
+// a transaction (pg_terminate_backend, holding the worker's lock, so that a
+// worker that has just come back is never touched), logs "rescue: ended the
+// dead worker's sessions left in a transaction" and tries again at once.
+// Their transactions roll back; their jobs are rescued like the others.
+// Only sessions of the rescuer's own role are ended (or any, with
+// pg_signal_backend); another role's are waited for, pass after pass.
 //
 // River's own rescuer stays as the backstop for what liveness cannot see
 // (a River client that is not a ferry worker), with RescueStuckJobsAfter

@@ -452,6 +452,37 @@ func TestFence_FetchInFlight(t *testing.T) {
 	})
 }
 
+// A dead worker's session left inside a transaction that wrote river_job
+// (a partition: the server cannot see the session is gone, and by default
+// its keepalives take hours) does not hold the rescue back past a tick:
+// the rescuer ends it and rescues the job in the same pass.
+func TestRescuer_EndsSessionsLeftInATransaction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	w := b.worker(t, time.Hour, nil)
+	id := b.running(t, w.ClientID(), 1, 25)
+	// The worker's completion, sent and never committed: the fence lock and
+	// the job's row stay held while the session waits for a COMMIT that
+	// never comes.
+	tx, err := b.session(t, w.ClientID()).Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, "UPDATE river_job SET metadata = metadata || '{\"done\": true}' WHERE id = $1", id)
+	require.NoError(t, err)
+
+	b.kill(t, w)
+	rescued, err := b.rescuer(t, nil).RescueOnce(ctx)
+	require.NoError(t, err)
+	require.Len(t, rescued, 1, "the worker is declared dead in this pass")
+	require.Equal(t, 1, rescued[0].SessionsEnded, "the session left in a transaction was ended")
+	require.Equal(t, 1, rescued[0].Available)
+	j := b.job(t, id)
+	require.Equal(t, "available", j.State)
+	require.Equal(t, 1, j.Deaths)
+	require.Error(t, tx.Commit(ctx), "the dead worker's transaction never commits")
+}
+
 // Through PgBouncer in transaction mode, the fence names the right worker:
 // a live worker's completion on the very server session that last ran a
 // dead worker's statement goes through, the dead worker's is refused, and

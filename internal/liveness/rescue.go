@@ -94,6 +94,9 @@ type Rescue struct {
 	Poison    int // discarded: died under its worker MaxOrphaned times
 	Exhausted int // discarded: no attempt left
 	Cancelled int // cancelled: someone had asked for it (River's JobCancel) before the worker died
+	// SessionsEnded counts the worker's sessions the rescue ended because
+	// they were still in a transaction after a tick's wait.
+	SessionsEnded int
 }
 
 // Total is every job taken back.
@@ -183,7 +186,8 @@ func (r *Rescuer) RescueOnce(ctx context.Context) ([]Rescue, error) {
 			r.mRescued.WithLabelValues("cancelled").Add(float64(res.Cancelled))
 			r.cfg.Logger.Warn("rescue: orphaned jobs rescued",
 				"worker", c.clientID, "worker_id", c.id, "count", res.Total(),
-				"available", res.Available, "poison", res.Poison, "exhausted", res.Exhausted, "cancelled", res.Cancelled)
+				"available", res.Available, "poison", res.Poison, "exhausted", res.Exhausted, "cancelled", res.Cancelled,
+				"sessions_ended", res.SessionsEnded)
 		} else if !c.stopped {
 			r.cfg.Logger.Info("rescue: worker gone, no running job", "worker", c.clientID, "worker_id", c.id)
 		}
@@ -199,20 +203,25 @@ func (r *Rescuer) RescueOnce(ctx context.Context) ([]Rescue, error) {
 // turned out to be alive (its lock was taken meanwhile) or another pass got
 // there first.
 func (r *Rescuer) rescue(ctx context.Context, id int32, clientID string) (res Rescue, ok bool, err error) {
-	err = pgx.BeginFunc(ctx, r.cfg.Pool, func(tx pgx.Tx) error {
-		if err := r.cfg.Leader.Fence(ctx, tx); err != nil {
-			return err
+	res, ok, err = r.rescueTx(ctx, id, clientID)
+	if isLockNotAvailable(err) {
+		// Still in a transaction a tick later: a session the server cannot
+		// see is gone (a partition, a host lost: its TCP keepalives take
+		// hours by default), which would hold the rescue back as long. Its
+		// worker is not alive (its lock is free), so its sessions are
+		// ended, and the rescue tried again at once.
+		ended, eerr := r.endSessions(ctx, id, clientID)
+		if eerr != nil {
+			return res, false, fmt.Errorf("rescue: worker %s (%d): %w", clientID, id, eerr)
 		}
-		// A dead worker's session may still be in a transaction that wrote
-		// river_job (a partition: the server has not seen it go); the
-		// rescue waits for it at most a tick, then tries again next pass.
-		if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", strconv.FormatInt(max(r.cfg.Every.Milliseconds(), 1000), 10)); err != nil {
-			return err
+		if ended > 0 {
+			r.cfg.Logger.Warn("rescue: ended the dead worker's sessions left in a transaction",
+				"worker", clientID, "worker_id", id, "sessions", ended)
+			res, ok, err = r.rescueTx(ctx, id, clientID)
+			res.SessionsEnded = ended
 		}
-		res, ok, err = rescueWorker(ctx, tx, id, clientID, r.cfg.MaxOrphaned)
-		return err
-	})
-	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "55P03" /* lock_not_available */ {
+	}
+	if isLockNotAvailable(err) {
 		r.cfg.Logger.Warn("rescue: the worker's writes are still in flight; trying again next pass",
 			"worker", clientID, "worker_id", id)
 		return res, false, nil
@@ -221,6 +230,59 @@ func (r *Rescuer) rescue(ctx context.Context, id int32, clientID string) (res Re
 		return res, false, fmt.Errorf("rescue: worker %s (%d): %w", clientID, id, err)
 	}
 	return res, ok, nil
+}
+
+// rescueTx is one try of rescue, in a transaction of its own.
+func (r *Rescuer) rescueTx(ctx context.Context, id int32, clientID string) (res Rescue, ok bool, err error) {
+	err = pgx.BeginFunc(ctx, r.cfg.Pool, func(tx pgx.Tx) error {
+		if err := r.cfg.Leader.Fence(ctx, tx); err != nil {
+			return err
+		}
+		// A dead worker's session may still be in a transaction that wrote
+		// river_job (a partition: the server has not seen it go); the
+		// rescue waits for it at most a tick.
+		if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", strconv.FormatInt(max(r.cfg.Every.Milliseconds(), 1000), 10)); err != nil {
+			return err
+		}
+		res, ok, err = rescueWorker(ctx, tx, id, clientID, r.cfg.MaxOrphaned)
+		return err
+	})
+	return res, ok, err
+}
+
+// endSessionsSQL ends the sessions of the worker tagged $1 (SessionTag)
+// that are inside a transaction. Only sessions this role may signal are
+// asked (its own, or any with pg_signal_backend), so that a session of
+// another role is waited for rather than failing the pass.
+const endSessionsSQL = `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity
+WHERE datname = current_database() AND pid <> pg_backend_pid() AND xact_start IS NOT NULL
+  AND right(application_name, length($1)) = $1
+  AND (usename = current_user OR pg_has_role('pg_signal_backend', 'MEMBER'))`
+
+// endSessions ends the sessions of worker id left in a transaction, while
+// holding its lock for a transaction, so that a worker that has just come
+// back (and so runs its jobs again) is never touched; it returns how many
+// it ended.
+func (r *Rescuer) endSessions(ctx context.Context, id int32, clientID string) (ended int, err error) {
+	err = pgx.BeginFunc(ctx, r.cfg.Pool, func(tx pgx.Tx) error {
+		var got bool
+		if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock(ferry_liveness_namespace(), $1)", id).Scan(&got); err != nil {
+			return fmt.Errorf("take the worker's lock: %w", err)
+		}
+		if !got {
+			return nil // alive again
+		}
+		if err := tx.QueryRow(ctx, endSessionsSQL, SessionTag(clientID)).Scan(&ended); err != nil {
+			return fmt.Errorf("end its sessions left in a transaction: %w", err)
+		}
+		return nil
+	})
+	return ended, err
+}
+
+func isLockNotAvailable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
 }
 
 // rescueWorker is the heart of a rescue, inside tx: take the worker's lock
