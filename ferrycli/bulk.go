@@ -14,10 +14,10 @@ import (
 )
 
 // `enqueue bulk` in parts: this file holds the command and the kind cache;
-// bulk_source.go reads the input twice (stdin kept in a spool),
-// bulk_line.go parses one line, bulk_validate.go checks every line on all
-// cores, bulk_copy.go inserts them in one transaction, and
-// bulk_progress.go draws the bars.
+// bulk_source.go opens the input, bulk_line.go parses one line,
+// bulk_parse.go parses every line on all cores, in input order,
+// bulk_copy.go inserts them in one transaction as they come, and
+// bulk_progress.go draws the bar.
 
 const (
 	// bulkMaxLine is the longest line bulk reads: 64 KiB of args plus room
@@ -42,23 +42,23 @@ func enqueueBulk() *cli.Command {
    unique_key    at most one live job of this kind with this key
    tags          array of tags (3 to 255 letters, digits, _ or -)
 
-Blank lines are skipped; a line is at most 128 KiB. Every line is checked
-first, the kinds against the database. If any line is invalid, the first one
-is reported with its line number (and how many others are invalid), the exit
-code is 2, and nothing is inserted. Then the file is read again and the jobs
-are inserted in file order in one transaction, 10,000 at a time (fewer when
-lines are large) with COPY (River's InsertManyFast): all of them or, on
-failure, none.
+Blank lines are skipped; a line is at most 128 KiB. The input is read once.
+Its lines are checked (the kinds against the database) and parsed on every
+core, and the jobs are inserted in file order in one transaction as they
+come, 10,000 at a time (fewer when lines are large) with COPY (River's
+InsertManyFast): all of them or, on failure, none. If any line is invalid,
+the copying stops, the rest is still read to count the invalid lines, the
+first one is reported with its line number (and how many others are
+invalid), the exit code is 2, and the transaction rolls back: nothing is
+inserted.
 
 Lines with a unique_key cannot go through COPY (a duplicate would fail the
 whole COPY), so runs of such lines are inserted with River's InsertMany in the
 same transaction, and a line whose key matches a live job, or an earlier line
 of the file, is skipped and counted as a duplicate.
 
-A file is read twice and never held in memory: a run takes about 50 MB,
-whatever the file's size. Standard input (--file -) cannot be read twice, so
-it is kept in memory between the two passes: expect up to twice its size on
-top (a 32 MB input, 1,000,000 short lines, peaks near 100 MB).
+Neither a file nor standard input is ever held in memory: a run takes
+about 50 MB, whatever the input's size.
 
 On a terminal, progress bars show on stderr; otherwise one summary line is
 printed when done. With --json the summary is {"inserted", "duplicates",
@@ -101,35 +101,22 @@ func runBulk(c *cli.Context) error {
 	if batch < 100 || batch > 100_000 {
 		return usageErrorf("--batch-size %d: must be 100 to 100000", batch)
 	}
-	src, err := openBulkSource(name, c.App.Reader)
+	r, size, closeSrc, err := openBulkSource(name, c.App.Reader)
 	if err != nil {
 		return err
 	}
-	defer src.close()
+	defer closeSrc()
 	prog := newProgress(c.App.ErrWriter)
 	b := &bulk{kinds: map[string]*kindInfo{}, batch: batch}
 
 	var res bulkResult
 	err = withPool(c, func(ctx context.Context, pool *pgxpool.Pool) error {
 		b.pool = pool
-		r, size, err := src.first()
-		if err != nil {
-			return err
-		}
-		total, err := b.validate(ctx, prog.reader(r, size, "checking"))
-		prog.done()
-		if err != nil || total == 0 {
-			return err
-		}
-		r, err = src.second()
-		if err != nil {
-			return err
-		}
 		ins, err := jobs.NewInserter(pool)
 		if err != nil {
 			return err
 		}
-		res, err = b.insert(ctx, pool, ins.Client(), r, total, prog.counter(total, "inserting"))
+		res, err = b.insert(ctx, pool, ins.Client(), prog.reader(r, size, "inserting"))
 		prog.done()
 		return err
 	})

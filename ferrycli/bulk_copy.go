@@ -2,7 +2,6 @@ package ferrycli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -10,7 +9,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/schollz/progressbar/v3"
 
 	"github.com/ferryq/ferry/jobs"
 )
@@ -28,28 +26,37 @@ type bulkChunk struct {
 // small in memory: 10,000 lines of 64 KiB would be 640 MB.
 const chunkBytes = 16 << 20
 
-// insert reads the input again and inserts it in one transaction. A reader
-// goroutine parses the next chunk while the current one is copied.
-func (b *bulk) insert(ctx context.Context, pool *pgxpool.Pool, client *river.Client[pgx.Tx], r io.Reader, total int, prog *progressbar.ProgressBar) (bulkResult, error) {
+// insert reads the input once and inserts its jobs in one transaction:
+// the lines are parsed on every core (parseInput) while the jobs parsed
+// before them are copied, a chunk at a time, in input order. An invalid
+// line stops the copying; the rest is still read, to count the invalid
+// lines, and the transaction rolls back: nothing is inserted.
+func (b *bulk) insert(ctx context.Context, pool *pgxpool.Pool, client *river.Client[pgx.Tx], r io.Reader) (bulkResult, error) {
 	parent := ctx
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	chunks := make(chan bulkChunk, 2)
 	var (
-		readErr error
-		read    int
+		check    validation
+		parseErr error
+		copied   bool // some jobs went in before the transaction failed
 	)
-	readDone := make(chan struct{})
+	parseDone := make(chan struct{})
 	go func() {
-		defer close(readDone)
+		defer close(parseDone)
 		defer close(chunks)
-		read, readErr = b.readChunks(ctx, r, chunks)
+		c := chunker{batch: b.batch, out: chunks, ctx: ctx, keys: map[string]struct{}{}}
+		check, parseErr = b.parseInput(ctx, r, c.add)
+		if parseErr == nil && check.invalid == 0 {
+			parseErr = c.send()
+		}
 	}()
 
 	var res bulkResult
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		for ch := range chunks {
 			res.Duplicates += ch.dups
+			copied = true
 			if ch.unique {
 				rs, err := client.InsertManyTx(ctx, tx, ch.params)
 				if err != nil {
@@ -69,23 +76,17 @@ func (b *bulk) insert(ctx context.Context, pool *pgxpool.Pool, client *river.Cli
 				}
 				res.Inserted += n
 			}
-			if prog != nil {
-				_ = prog.Add(len(ch.params) + ch.dups)
-			}
 		}
-		<-readDone
-		if readErr != nil {
-			return readErr
+		<-parseDone
+		if parseErr != nil {
+			return parseErr
 		}
-		if read != total {
-			return fmt.Errorf("bulk: the input changed between the check and the insert (%d jobs, then %d); nothing inserted", total, read)
-		}
-		return nil
+		return check.usageError()
 	})
 	cancel(err)
-	<-readDone
-	if errors.Is(err, jobs.ErrQueueFull) {
-		// The chunks copied before the refusal were counted by their
+	<-parseDone
+	if err != nil && copied {
+		// The chunks copied before the failure were counted by their
 		// queues' bounds, and a rollback does not give that back: the
 		// recount does (package jobs, "Bounded queues"), or the leader's
 		// within a minute if this one cannot have its lock.
@@ -100,62 +101,70 @@ func (b *bulk) insert(ctx context.Context, pool *pgxpool.Pool, client *river.Cli
 	return res, nil
 }
 
-// readChunks parses the input into chunks of at most b.batch jobs, in file
-// order: a chunk holds lines all with or all without a unique key. Repeats of
-// a unique key within one chunk are dropped and counted (InsertMany cannot
-// upsert one key twice in a statement); repeats across chunks are caught by
-// the database, in the same transaction.
-func (b *bulk) readChunks(ctx context.Context, r io.Reader, out chan<- bulkChunk) (int, error) {
-	var (
-		cur  bulkChunk
-		keys = map[string]struct{}{}
-		read int
-	)
-	send := func() error {
-		if len(cur.params) == 0 && cur.dups == 0 {
-			return nil
-		}
-		select {
-		case out <- cur:
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		}
-		cur = bulkChunk{params: make([]river.InsertManyParams, 0, b.batch)}
-		clear(keys)
-		return nil
+// usageError is the error of a tally with invalid lines: the first one,
+// and how many others.
+func (v validation) usageError() error {
+	switch {
+	case v.invalid == 1:
+		return &UsageError{Err: fmt.Errorf("%w; nothing inserted", v.first)}
+	case v.invalid > 1:
+		return &UsageError{Err: fmt.Errorf("%w (%d more invalid %s); nothing inserted", v.first, v.invalid-1, plural(v.invalid-1, "line", "lines"))}
 	}
-	cur.params = make([]river.InsertManyParams, 0, b.batch)
-	err := scanLines(r, func(n int, line []byte) error {
-		p, err := b.parse(ctx, n, line)
-		if err != nil {
-			return err
-		}
-		read++
+	return nil
+}
+
+// chunker gathers parsed lines, in input order, into chunks of at most
+// batch jobs: a chunk holds lines all with or all without a unique key.
+// Repeats of a unique key within one chunk are dropped and counted
+// (InsertMany cannot upsert one key twice in a statement); repeats across
+// chunks are caught by the database, in the same transaction.
+type chunker struct {
+	batch int
+	out   chan<- bulkChunk
+	ctx   context.Context
+	cur   bulkChunk
+	keys  map[string]struct{}
+}
+
+// add takes a parsed block's jobs.
+func (c *chunker) add(blk *lineBlock) error {
+	for i, p := range blk.parsed {
 		unique := p.uniqueKey != ""
-		if (unique != cur.unique && len(cur.params) > 0) || len(cur.params) >= b.batch || cur.bytes >= chunkBytes {
-			if err := send(); err != nil {
+		if (unique != c.cur.unique && len(c.cur.params) > 0) || len(c.cur.params) >= c.batch || c.cur.bytes >= chunkBytes {
+			if err := c.send(); err != nil {
 				return err
 			}
 		}
-		cur.unique = unique
+		if c.cur.params == nil {
+			c.cur.params = make([]river.InsertManyParams, 0, c.batch)
+		}
+		c.cur.unique = unique
 		if unique {
 			k := p.params.Args.Kind() + "\x00" + p.uniqueKey
-			if _, seen := keys[k]; seen {
-				cur.dups++
-				return nil
+			if _, seen := c.keys[k]; seen {
+				c.cur.dups++
+				continue
 			}
-			keys[k] = struct{}{}
+			c.keys[k] = struct{}{}
 		}
-		cur.params = append(cur.params, p.params)
-		cur.bytes += len(line)
-		return nil
-	})
-	if err != nil {
-		var le *lineError
-		if errors.As(err, &le) {
-			err = fmt.Errorf("bulk: the input changed since it was checked: %w", err)
-		}
-		return read, err
+		c.cur.params = append(c.cur.params, p.params)
+		c.cur.bytes += p.size
+		blk.parsed[i] = parsedLine{} // the chunk holds it now
 	}
-	return read, send()
+	return nil
+}
+
+// send hands the current chunk on, if it holds anything.
+func (c *chunker) send() error {
+	if len(c.cur.params) == 0 && c.cur.dups == 0 {
+		return nil
+	}
+	select {
+	case c.out <- c.cur:
+	case <-c.ctx.Done():
+		return context.Cause(c.ctx)
+	}
+	c.cur = bulkChunk{}
+	clear(c.keys)
+	return nil
 }

@@ -34,6 +34,7 @@ type bulkLine struct {
 type parsedLine struct {
 	params    river.InsertManyParams
 	uniqueKey string // "" when none
+	size      int    // the line's length
 }
 
 // scanLines calls fn with each non-blank line and its number (from 1).
@@ -107,7 +108,7 @@ func (b *bulk) parse(ctx context.Context, n int, line []byte) (parsedLine, error
 	if l.Queue == "" && l.Priority == nil && l.ScheduledAt == nil && l.MaxAttempts == nil && l.Tags == nil && l.UniqueKey == nil {
 		// The common line, kind and args only, shares its kind's options
 		// (River only reads them).
-		return parsedLine{params: river.InsertManyParams{Args: args, InsertOpts: k.opts}}, nil
+		return parsedLine{params: river.InsertManyParams{Args: args, InsertOpts: k.opts}, size: len(line)}, nil
 	}
 	opts := &river.InsertOpts{Queue: k.known.Queue, Priority: 1}
 	if l.Queue != "" {
@@ -148,7 +149,7 @@ func (b *bulk) parse(ctx context.Context, n int, line []byte) (parsedLine, error
 		}
 		opts = jobs.WithUniqueKey(opts, key)
 	}
-	return parsedLine{params: river.InsertManyParams{Args: args, InsertOpts: opts}, uniqueKey: key}, nil
+	return parsedLine{params: river.InsertManyParams{Args: args, InsertOpts: opts}, uniqueKey: key, size: len(line)}, nil
 }
 
 // decodeLine decodes one line into l, refusing unknown fields with an

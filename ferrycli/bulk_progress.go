@@ -39,26 +39,6 @@ func (p *progress) reader(r io.Reader, size int64, desc string) io.Reader {
 	return &rd
 }
 
-// counter returns a bar counting n jobs, or nil when not on a terminal.
-func (p *progress) counter(n int, desc string) *progressbar.ProgressBar {
-	if !p.tty {
-		return nil
-	}
-	p.bar = progressbar.NewOptions(n,
-		progressbar.OptionSetWriter(p.w),
-		progressbar.OptionSetDescription(desc),
-		progressbar.OptionShowCount(),
-		progressbar.OptionShowIts(),
-		progressbar.OptionSetItsString("jobs"),
-		progressbar.OptionSetPredictTime(true),
-		progressbar.OptionSetRenderBlankState(true),
-		progressbar.OptionThrottle(100*time.Millisecond),
-		progressbar.OptionClearOnFinish(),
-		progressbar.OptionFullWidth(),
-	)
-	return p.bar
-}
-
 // done clears the current bar, so what follows starts on a clean line.
 func (p *progress) done() {
 	if p.bar != nil {

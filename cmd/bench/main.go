@@ -83,7 +83,7 @@ type result struct {
 
 func main() {
 	var (
-		mode     = flag.String("mode", "sweep", "all, quick, sweep, latency, throughput, failover, orphans, ticks, outbox, sealed, bounded, pgbouncer, pgfailover or riverbest")
+		mode     = flag.String("mode", "sweep", "all, quick, sweep, latency, throughput, failover, orphans, ticks, outbox, sealed, bounded, pgbouncer, pgfailover, riverbest or bulkcopy")
 		out      = flag.String("out", "bench/results.json", "all and quick modes: where to write the results")
 		url      = flag.String("database-url", os.Getenv("TEST_DATABASE_URL"), "server to create scratch databases on")
 		cooldown = flag.Duration("cooldown", 5*time.Millisecond, "worker fetch cooldown")
@@ -166,6 +166,15 @@ func main() {
 		}
 		fmt.Fprintf(os.Stderr, "Postgres primary failover (crash, synchronous standby promoted; 3 workers, tick %d ms, 200 inserts/s; %d trials): promoted after %v ms; every worker back at work median %.0f ms max %.0f ms; %d of %d acknowledged inserts lost; %d workers replaced\n",
 			r.TickMS, r.Trials, r.PromoteMS, r.RecoveryMedianMS, r.RecoveryMaxMS, r.Lost, r.Acknowledged, r.Replaced)
+		_ = json.NewEncoder(os.Stdout).Encode(r)
+		return
+	case "bulkcopy":
+		r, err := bulkVsCopy(ctx, *url, *backlog, 3)
+		if err != nil {
+			log.Fatalf("bench: bulkcopy: %v", redact.Postgres(err.Error()))
+		}
+		fmt.Fprintf(os.Stderr, "%d ferry.noop jobs, %d paired rounds: plain COPY best %.0f/s; enqueue bulk --file best %.0f/s (median ratio %.3f, peak RSS %.0f MB); --file - from a pipe best %.0f/s (median ratio %.3f, peak RSS %.0f MB)\n",
+			r.Jobs, r.Rounds, r.CopyJobsPerSec, r.FileJobsPerSec, r.FileRatio, r.FilePeakRSSMB, r.StdinJobsPerSec, r.StdinRatio, r.StdinPeakRSSMB)
 		_ = json.NewEncoder(os.Stdout).Encode(r)
 		return
 	case "riverbest":

@@ -249,3 +249,26 @@ func TestBulk_BadInput(t *testing.T) {
 		require.Zero(t, countJobs(t, pool))
 	})
 }
+
+// The input is read once and copied as it is parsed: an invalid line near
+// the end comes after thousands of jobs went in, and the transaction rolls
+// them back. Nothing is inserted, and every invalid line is counted.
+func TestBulk_InvalidLineAfterCopying(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t, true)
+	pool := pgtest.PoolFor(t, url)
+
+	var in strings.Builder
+	for range 30_000 {
+		in.WriteString(`{"kind":"ferry.noop"}` + "\n")
+	}
+	in.WriteString(`{"kind":"ferry.noop","priority":9}` + "\n" + `{"kind":"ferry.noop"}` + "\n" + `oops` + "\n")
+	stdout, stderr, code := enqueue(t, url, strings.NewReader(in.String()), "bulk", "--file", "-", "--batch-size", "1000")
+	require.Equal(t, 2, code, stderr)
+	require.Empty(t, stdout)
+	require.Equal(t, "enqueue: line 30001: priority 9: must be 1 (first) to 4 (last) (1 more invalid line); nothing inserted", oneLine(t, stderr))
+	require.Zero(t, countJobs(t, pool), "nothing was written")
+	var used bool
+	require.NoError(t, pool.QueryRow(context.Background(), "SELECT is_called FROM river_job_id_seq").Scan(&used))
+	require.True(t, used, "jobs were copied before the invalid line was read, and rolled back")
+}
