@@ -32,6 +32,8 @@ const chunkBytes = 16 << 20
 // line stops the copying; the rest is still read, to count the invalid
 // lines, and the transaction rolls back: nothing is inserted.
 func (b *bulk) insert(ctx context.Context, pool *pgxpool.Pool, client *river.Client[pgx.Tx], r io.Reader) (bulkResult, error) {
+	// The transaction holds one of the pool's connections while the parsers
+	// look kinds up on another (connect gives the CLI four).
 	parent := ctx
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
