@@ -89,6 +89,10 @@ type results struct {
 	BulkStdinRatioVsCopy      *float64          `json:"bulk_stdin_ratio_vs_copy"`
 	BulkFilePeakRSSMB         *float64          `json:"bulk_file_peak_rss_mb"`
 	BulkStdinPeakRSSMB        *float64          `json:"bulk_stdin_peak_rss_mb"`
+	ConsoleCountsMS5M         *float64          `json:"console_counts_ms_5m"`
+	RiverUICountsMS5M         *float64          `json:"riverui_counts_ms_5m"`
+	MetricsFirstScrapeMS5M    *float64          `json:"metrics_first_scrape_ms_5m"`
+	MetricsScrapeMS5M         *float64          `json:"metrics_scrape_ms_5m"`
 	WorkerPeakRSSMB           *float64          `json:"worker_peak_rss_mb"`
 	UnsealedWorkerJobsPerSec  *float64          `json:"unsealed_worker_jobs_per_sec"`
 	SealedWorkerJobsPerSec    *float64          `json:"sealed_worker_jobs_per_sec"`
@@ -240,6 +244,16 @@ func runAll(ctx context.Context, serverURL, path string, quick bool) error {
 		res.BulkRatioVsCopy, res.BulkStdinRatioVsCopy = ptr(r.FileRatio), ptr(r.StdinRatio)
 		res.BulkFilePeakRSSMB, res.BulkStdinPeakRSSMB = ptr(r.FilePeakRSSMB), ptr(r.StdinPeakRSSMB)
 	}
+	if !quick {
+		// Five million jobs take a minute to write: the full run only.
+		step("counts with 5 million finished jobs")
+		if r, err := countsAtScale(ctx, serverURL, 5_000_000, 5); err != nil {
+			note("counts", err)
+		} else {
+			res.ConsoleCountsMS5M, res.RiverUICountsMS5M = ptr(r.ConsoleMS), ptr(r.RiverUIMS)
+			res.MetricsFirstScrapeMS5M, res.MetricsScrapeMS5M = ptr(r.MetricsFirstScrapeMS), ptr(r.MetricsScrapeMS)
+		}
+	}
 	step("worker peak RSS")
 	if mb, err := workerPeakRSS(ctx, serverURL, sz.backlog/2); err != nil {
 		note("rss", err)
@@ -315,6 +329,9 @@ func printTable(r results) {
 		{"bulk / COPY, from a file", f(r.BulkRatioVsCopy, ""), "≥ 0.85"},
 		{"bulk / COPY, from a pipe", f(r.BulkStdinRatioVsCopy, ""), "≥ 0.85"},
 		{"bulk peak RSS, file / pipe", fmt.Sprintf("%s / %s", f(r.BulkFilePeakRSSMB, "MB"), f(r.BulkStdinPeakRSSMB, "MB")), "bounded"},
+		{"slowest enqueue/console count, 5M finished jobs", f(r.ConsoleCountsMS5M, "ms"), "≤ 100 ms"},
+		{"slowest River UI count, 5M finished jobs", f(r.RiverUICountsMS5M, "ms"), ""},
+		{"/metrics scrape, 5M finished jobs: first (finished counts) / later", fmt.Sprintf("%s / %s", f(r.MetricsFirstScrapeMS5M, "ms"), f(r.MetricsScrapeMS5M, "ms")), ""},
 		{"worker peak RSS", f(r.WorkerPeakRSSMB, "MB"), ""},
 	}
 	for _, row := range rows {
@@ -508,11 +525,11 @@ func ferryLatency(ctx context.Context, serverURL string, rate int, dur time.Dura
 	if err != nil {
 		return 0, 0, err
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(runCtx) }()
-	defer func() { stop(); <-done }()
-	<-srv.Started()
+	stop, err := runServer(ctx, srv)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer stop()
 	time.Sleep(500 * time.Millisecond)
 	ins, err := jobs.NewInserter(pool)
 	if err != nil {

@@ -83,7 +83,7 @@ type result struct {
 
 func main() {
 	var (
-		mode     = flag.String("mode", "sweep", "all, quick, sweep, latency, throughput, failover, orphans, ticks, outbox, sealed, bounded, pgbouncer, pgfailover, riverbest or bulkcopy")
+		mode     = flag.String("mode", "sweep", "all, quick, sweep, latency, throughput, failover, orphans, ticks, outbox, sealed, bounded, pgbouncer, pgfailover, riverbest, bulkcopy or counts")
 		out      = flag.String("out", "bench/results.json", "all and quick modes: where to write the results")
 		url      = flag.String("database-url", os.Getenv("TEST_DATABASE_URL"), "server to create scratch databases on")
 		cooldown = flag.Duration("cooldown", 5*time.Millisecond, "worker fetch cooldown")
@@ -175,6 +175,15 @@ func main() {
 		}
 		fmt.Fprintf(os.Stderr, "%d ferry.noop jobs, %d paired rounds: plain COPY best %.0f/s; enqueue bulk --file best %.0f/s (median ratio %.3f, peak RSS %.0f MB); --file - from a pipe best %.0f/s (median ratio %.3f, peak RSS %.0f MB)\n",
 			r.Jobs, r.Rounds, r.CopyJobsPerSec, r.FileJobsPerSec, r.FileRatio, r.FilePeakRSSMB, r.StdinJobsPerSec, r.StdinRatio, r.StdinPeakRSSMB)
+		_ = json.NewEncoder(os.Stdout).Encode(r)
+		return
+	case "counts":
+		r, err := countsAtScale(ctx, *url, *backlog, 5)
+		if err != nil {
+			log.Fatalf("bench: counts: %v", redact.Postgres(err.Error()))
+		}
+		fmt.Fprintf(os.Stderr, "counts with %d finished jobs and 5,000 waiting, median of 5: ferry's slowest %.1f ms %v; River UI's slowest %.1f ms; /metrics first scrape %.1f ms, later %.1f ms\n",
+			r.Jobs, r.ConsoleMS, r.EachMS, r.RiverUIMS, r.MetricsFirstScrapeMS, r.MetricsScrapeMS)
 		_ = json.NewEncoder(os.Stdout).Encode(r)
 		return
 	case "riverbest":
@@ -283,6 +292,21 @@ func main() {
 		log.Fatalf("bench: unknown mode %q", *mode)
 	}
 	_ = json.NewEncoder(os.Stdout).Encode(results)
+}
+
+// runServer runs srv until stop, and returns once it has started; a
+// server that fails before it starts is an error.
+func runServer(ctx context.Context, srv *ferry.Server) (stop func(), err error) {
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(runCtx) }()
+	select {
+	case <-srv.Started():
+		return func() { cancel(); <-done }, nil
+	case err := <-done:
+		cancel()
+		return nil, fmt.Errorf("server: %w", err)
+	}
 }
 
 // scratch creates a migrated database and returns a pool on it and a drop

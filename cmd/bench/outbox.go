@@ -131,11 +131,11 @@ func outboxLatency(ctx context.Context, serverURL string, rate int, dur time.Dur
 	if err != nil {
 		return nil, lags, err
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(runCtx) }()
-	defer func() { stop(); <-done }()
-	<-srv.Started()
+	stop, err := runServer(ctx, srv)
+	if err != nil {
+		return nil, lags, err
+	}
+	defer stop()
 	time.Sleep(500 * time.Millisecond) // let producers and the relay settle
 
 	n := int(float64(rate) * dur.Seconds())

@@ -86,11 +86,11 @@ func tickLag(ctx context.Context, serverURL string, schedules int, dur time.Dura
 	if err != nil {
 		return res, err
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(runCtx) }()
-	defer func() { stop(); <-done }()
-	<-srv.Started()
+	stop, err := runServer(ctx, srv)
+	if err != nil {
+		return res, err
+	}
+	defer stop()
 
 	// The load: jobs that keep the workers busy while the ticks come.
 	ins, err := jobs.NewInserter(pool)
