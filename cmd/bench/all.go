@@ -90,6 +90,10 @@ type results struct {
 	BulkFilePeakRSSMB         *float64          `json:"bulk_file_peak_rss_mb"`
 	BulkStdinPeakRSSMB        *float64          `json:"bulk_stdin_peak_rss_mb"`
 	ConsoleCountsMS5M         *float64          `json:"console_counts_ms_5m"`
+	ScaleThroughputRatio1M    *float64          `json:"scale_throughput_ratio_1m"`
+	ScalePickupP99Ratio1M     *float64          `json:"scale_pickup_p99_ratio_1m"`
+	ScaleThroughputRatio5M    *float64          `json:"scale_throughput_ratio_5m"`
+	ScalePickupP99Ratio5M     *float64          `json:"scale_pickup_p99_ratio_5m"`
 	RiverUICountsMS5M         *float64          `json:"riverui_counts_ms_5m"`
 	MetricsFirstScrapeMS5M    *float64          `json:"metrics_first_scrape_ms_5m"`
 	MetricsScrapeMS5M         *float64          `json:"metrics_scrape_ms_5m"`
@@ -246,6 +250,14 @@ func runAll(ctx context.Context, serverURL, path string, quick bool) error {
 	}
 	if !quick {
 		// Five million jobs take a minute to write: the full run only.
+		step("ferry's worker with 0, 1 and 5 million finished jobs in river_job")
+		if r, err := scaleBench(ctx, serverURL, []int{0, 1_000_000, 5_000_000}, 50_000, 500, 10*time.Second); err != nil {
+			note("scale", err)
+		} else {
+			one, five := r.Points[1], r.Points[2]
+			res.ScaleThroughputRatio1M, res.ScalePickupP99Ratio1M = ptr(one.JobsPerSec/r.Points[0].JobsPerSec), ptr(one.PickupP99/r.Points[0].PickupP99)
+			res.ScaleThroughputRatio5M, res.ScalePickupP99Ratio5M = ptr(five.JobsPerSec/r.Points[0].JobsPerSec), ptr(five.PickupP99/r.Points[0].PickupP99)
+		}
 		step("counts with 5 million finished jobs")
 		if r, err := countsAtScale(ctx, serverURL, 5_000_000, 5); err != nil {
 			note("counts", err)
@@ -329,6 +341,8 @@ func printTable(r results) {
 		{"bulk / COPY, from a file", f(r.BulkRatioVsCopy, ""), "≥ 0.85"},
 		{"bulk / COPY, from a pipe", f(r.BulkStdinRatioVsCopy, ""), "≥ 0.85"},
 		{"bulk peak RSS, file / pipe", fmt.Sprintf("%s / %s", f(r.BulkFilePeakRSSMB, "MB"), f(r.BulkStdinPeakRSSMB, "MB")), "bounded"},
+		{"worker throughput, 5M finished jobs / none", f(r.ScaleThroughputRatio5M, ""), "≥ 0.8"},
+		{"pickup p99, 5M finished jobs / none", f(r.ScalePickupP99Ratio5M, ""), "≤ 1.5"},
 		{"slowest enqueue/console count, 5M finished jobs", f(r.ConsoleCountsMS5M, "ms"), "≤ 100 ms"},
 		{"slowest River UI count, 5M finished jobs", f(r.RiverUICountsMS5M, "ms"), ""},
 		{"/metrics scrape, 5M finished jobs: first (finished counts) / later", fmt.Sprintf("%s / %s", f(r.MetricsFirstScrapeMS5M, "ms"), f(r.MetricsScrapeMS5M, "ms")), ""},
@@ -518,6 +532,13 @@ func ferryLatency(ctx context.Context, serverURL string, rate int, dur time.Dura
 		}
 		defer pool.Close()
 	}
+	return latencyOn(ctx, pool, cfg, rate, dur)
+}
+
+// latencyOn runs a ferry server of cfg, with a kind that records when each
+// job starts, inserts jobs at rate for dur on pool through jobs.Inserter,
+// and returns insert-to-start p50 and p99 in ms.
+func latencyOn(ctx context.Context, pool *pgxpool.Pool, cfg ferry.Config, rate int, dur time.Duration) (p50, p99 float64, err error) {
 	w := &stampKind{}
 	cfg.Kinds = []jobs.Kind{jobs.Define[stampArgs](w, river.QueueDefault, "bench stamp")}
 	cfg.Logger = slog.New(slog.DiscardHandler)

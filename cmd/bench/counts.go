@@ -46,19 +46,15 @@ func countsAtScale(ctx context.Context, serverURL string, n, runs int) (countsRe
 		return res, err
 	}
 	defer drop()
-	if _, err := pool.Exec(ctx, `INSERT INTO river_job (args, kind, max_attempts, queue, state, attempt, attempted_at, scheduled_at, finalized_at)
-		SELECT '{}', 'ferry.noop', 25, (ARRAY['default', 'reports', 'mail'])[g % 3 + 1],
-			CASE WHEN g % 100 = 0 THEN 'discarded' ELSE 'completed' END::river_job_state,
-			1, now() - (g % 86400) * interval '1 second', now() - (g % 86400) * interval '1 second', now() - (g % 86400) * interval '1 second'
-		FROM generate_series(1, $1) g`, n); err != nil {
-		return res, fmt.Errorf("fill river_job: %w", err)
+	if err := fillFinished(ctx, pool, n); err != nil {
+		return res, err
 	}
 	if _, err := pool.Exec(ctx, `INSERT INTO river_job (args, kind, max_attempts, queue, state, scheduled_at)
 		SELECT '{}', 'ferry.noop', 25, 'default', CASE WHEN g % 2 = 0 THEN 'available' ELSE 'scheduled' END::river_job_state, now() + interval '1 hour'
 		FROM generate_series(1, 5000) g`); err != nil {
 		return res, fmt.Errorf("fill river_job: %w", err)
 	}
-	if _, err := pool.Exec(ctx, "VACUUM ANALYZE river_job"); err != nil {
+	if _, err := pool.Exec(ctx, "ANALYZE river_job"); err != nil {
 		return res, err
 	}
 

@@ -83,7 +83,7 @@ type result struct {
 
 func main() {
 	var (
-		mode     = flag.String("mode", "sweep", "all, quick, sweep, latency, throughput, failover, orphans, ticks, outbox, sealed, bounded, pgbouncer, pgfailover, riverbest, bulkcopy or counts")
+		mode     = flag.String("mode", "sweep", "all, quick, sweep, latency, throughput, failover, orphans, ticks, outbox, sealed, bounded, pgbouncer, pgfailover, riverbest, bulkcopy, counts or scale")
 		out      = flag.String("out", "bench/results.json", "all and quick modes: where to write the results")
 		url      = flag.String("database-url", os.Getenv("TEST_DATABASE_URL"), "server to create scratch databases on")
 		cooldown = flag.Duration("cooldown", 5*time.Millisecond, "worker fetch cooldown")
@@ -175,6 +175,18 @@ func main() {
 		}
 		fmt.Fprintf(os.Stderr, "%d ferry.noop jobs, %d paired rounds: plain COPY best %.0f/s; enqueue bulk --file best %.0f/s (median ratio %.3f, peak RSS %.0f MB); --file - from a pipe best %.0f/s (median ratio %.3f, peak RSS %.0f MB)\n",
 			r.Jobs, r.Rounds, r.CopyJobsPerSec, r.FileJobsPerSec, r.FileRatio, r.FilePeakRSSMB, r.StdinJobsPerSec, r.StdinRatio, r.StdinPeakRSSMB)
+		_ = json.NewEncoder(os.Stdout).Encode(r)
+		return
+	case "scale":
+		r, err := scaleBench(ctx, *url, []int{0, 1_000_000, 5_000_000}, *backlog, *rate, *dur)
+		if err != nil {
+			log.Fatalf("bench: scale: %v", redact.Postgres(err.Error()))
+		}
+		for _, p := range r.Points {
+			fmt.Fprintf(os.Stderr, "%d finished jobs: backlog of %d worked at %.0f jobs/s; pickup at %d/s p50 %.1f ms p99 %.1f ms\n",
+				p.Finished, *backlog, p.JobsPerSec, *rate, p.PickupP50, p.PickupP99)
+		}
+		fmt.Fprintf(os.Stderr, "largest / empty: throughput %.3f (target ≥ 0.8), pickup p99 %.3f (target ≤ 1.5)\n", r.ThroughputRatio, r.PickupP99Ratio)
 		_ = json.NewEncoder(os.Stdout).Encode(r)
 		return
 	case "counts":

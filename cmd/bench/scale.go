@@ -1,0 +1,122 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ferryq/ferry"
+)
+
+// scalePoint is ferry's worker with size finished jobs already in
+// river_job.
+type scalePoint struct {
+	Finished   int     `json:"finished_jobs"`
+	JobsPerSec float64 `json:"jobs_per_sec"`
+	PickupP50  float64 `json:"pickup_p50_ms"`
+	PickupP99  float64 `json:"pickup_p99_ms"`
+}
+
+// scaleResult is how ferry's worker holds up as river_job grows.
+type scaleResult struct {
+	Points []scalePoint `json:"scale_points"`
+	// The ratios compare the largest table with the empty one:
+	// throughput (≥ 0.8 is the target) and pickup p99 (≤ 1.5).
+	ThroughputRatio float64 `json:"scale_throughput_ratio"`
+	PickupP99Ratio  float64 `json:"scale_pickup_p99_ratio"`
+}
+
+// scaleBench measures, for each size of finished jobs in river_job, the
+// rate at which ferry at its defaults works a backlog of backlog no-op
+// jobs and its pickup at rate jobs/s for dur, each on a database of its
+// own.
+func scaleBench(ctx context.Context, serverURL string, sizes []int, backlog, rate int, dur time.Duration) (scaleResult, error) {
+	var res scaleResult
+	for _, size := range sizes {
+		pt, err := scaleAt(ctx, serverURL, size, backlog, rate, dur)
+		if err != nil {
+			return res, fmt.Errorf("%d finished jobs: %w", size, err)
+		}
+		res.Points = append(res.Points, pt)
+	}
+	first, last := res.Points[0], res.Points[len(res.Points)-1]
+	res.ThroughputRatio = last.JobsPerSec / first.JobsPerSec
+	res.PickupP99Ratio = last.PickupP99 / first.PickupP99
+	return res, nil
+}
+
+func scaleAt(ctx context.Context, serverURL string, size, backlog, rate int, dur time.Duration) (scalePoint, error) {
+	pt := scalePoint{Finished: size}
+	pool, drop, err := scratch(ctx, serverURL)
+	if err != nil {
+		return pt, err
+	}
+	defer drop()
+	if err := fillFinished(ctx, pool, size); err != nil {
+		return pt, err
+	}
+
+	// The backlog, worked by ferry at its defaults.
+	if err := noopBacklog(ctx, pool, backlog, nil); err != nil {
+		return pt, err
+	}
+	srv, err := ferry.New(ctx, ferry.Config{DatabaseURL: pool.Config().ConnString(), AdminAddr: "off",
+		Logger: slog.New(slog.NewJSONHandler(discard{}, &slog.HandlerOptions{Level: slog.LevelInfo}))})
+	if err != nil {
+		return pt, err
+	}
+	start := time.Now()
+	stop, err := runServer(ctx, srv)
+	if err != nil {
+		return pt, err
+	}
+	err = waitNoneWaiting(ctx, pool)
+	pt.JobsPerSec = float64(backlog) / time.Since(start).Seconds()
+	stop()
+	if err != nil {
+		return pt, err
+	}
+
+	// Pickup at rate, on the same table (the backlog completed too).
+	pt.PickupP50, pt.PickupP99, err = latencyOn(ctx, pool, ferry.Config{DatabaseURL: pool.Config().ConnString(), AdminAddr: "off"}, rate, dur)
+	return pt, err
+}
+
+// fillFinished writes n finished jobs (in three queues, 1 in 100
+// discarded, finished over the last day, so that River's cleaner keeps
+// them) and analyzes the table.
+func fillFinished(ctx context.Context, pool *pgxpool.Pool, n int) error {
+	if n > 0 {
+		if _, err := pool.Exec(ctx, `INSERT INTO river_job (args, kind, max_attempts, queue, state, attempt, attempted_at, scheduled_at, finalized_at)
+			SELECT '{}', 'ferry.noop', 25, (ARRAY['default', 'reports', 'mail'])[g % 3 + 1],
+				CASE WHEN g % 100 = 0 THEN 'discarded' ELSE 'completed' END::river_job_state,
+				1, now() - (g % 86400) * interval '1 second', now() - (g % 86400) * interval '1 second', now() - (g % 86400) * interval '1 second'
+			FROM generate_series(1, $1) g`, n); err != nil {
+			return fmt.Errorf("fill river_job: %w", err)
+		}
+	}
+	_, err := pool.Exec(ctx, "VACUUM ANALYZE river_job")
+	return err
+}
+
+// waitNoneWaiting waits until no job is available, scheduled, retryable,
+// pending or running, counted on River's fetch index: cheap however many
+// finished jobs the table holds.
+func waitNoneWaiting(ctx context.Context, pool *pgxpool.Pool) error {
+	deadline := time.Now().Add(10 * time.Minute)
+	for time.Now().Before(deadline) {
+		var left int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM river_job
+			WHERE state IN ('available', 'scheduled', 'retryable', 'pending', 'running')`).Scan(&left); err != nil {
+			return err
+		}
+		if left == 0 {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("backlog not worked in 10 minutes")
+}
