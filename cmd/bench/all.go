@@ -62,10 +62,12 @@ type results struct {
 	WorkerRatioVsRiverBest    *float64          `json:"worker_ratio_vs_river_best"`
 	LatencyInsertToStartP50MS *float64          `json:"latency_insert_to_start_p50_ms"`
 	LatencyInsertToStartP99MS *float64          `json:"latency_insert_to_start_p99_ms"`
+	LatencyColdP99MS          *float64          `json:"latency_insert_to_start_cold_p99_ms"`
 	OutboxRelayMsgsPerSec     *float64          `json:"outbox_relay_msgs_per_sec"`
 	OutboxE2EP50MS            *float64          `json:"outbox_e2e_p50_ms"`
 	OutboxE2EP99MS            *float64          `json:"outbox_e2e_p99_ms"`
 	OutboxE2EMaxMS            *float64          `json:"outbox_e2e_max_ms"`
+	OutboxE2EColdP99MS        *float64          `json:"outbox_e2e_cold_p99_ms"`
 	OutboxRelayLagP99MS       *float64          `json:"outbox_relay_lag_p99_ms"`
 	OutboxFetchLagP99MS       *float64          `json:"outbox_fetch_lag_p99_ms"`
 	TickLagInsertP99MS        *float64          `json:"tick_lag_insert_p99_ms"`
@@ -157,10 +159,11 @@ func runAll(ctx context.Context, serverURL, path string, quick bool) error {
 		res.SealedInsertRatio, res.SealedBulkRatio = ptr(r.InsertRatio), ptr(r.BulkRatio)
 	}
 	step("insert-to-start latency at 500 jobs/s")
-	if p50, p99, err := ferryLatency(ctx, serverURL, 500, sz.latencyDur, false); err != nil {
+	if p50, p99, cold, err := ferryLatency(ctx, serverURL, 500, sz.latencyDur, false); err != nil {
 		note("latency", err)
 	} else {
 		res.LatencyInsertToStartP50MS, res.LatencyInsertToStartP99MS = ptr(p50), ptr(p99)
+		res.LatencyColdP99MS = ptr(cold)
 	}
 	step("worker through PgBouncer in transaction mode against direct")
 	if r, err := pgbouncerThroughput(ctx, serverURL, sz.backlog/2, 3, 500, sz.latencyDur); err != nil {
@@ -175,6 +178,7 @@ func runAll(ctx context.Context, serverURL, path string, quick bool) error {
 	} else {
 		res.OutboxRelayMsgsPerSec, res.OutboxE2EP50MS, res.OutboxE2EP99MS = ptr(r.BestRelayPerSec), ptr(r.E2EP50MS), ptr(r.E2EP99MS)
 		res.OutboxE2EMaxMS, res.OutboxRelayLagP99MS, res.OutboxFetchLagP99MS = ptr(r.E2EMaxMS), ptr(r.RelayLagP99MS), ptr(r.FetchLagP99MS)
+		res.OutboxE2EColdP99MS = ptr(r.E2EColdP99MS)
 	}
 	step("scheduler tick lag")
 	if r, err := tickLag(ctx, serverURL, 10, sz.tickDur, 500); err != nil {
@@ -303,13 +307,15 @@ func printTable(r results) {
 		{"worker jobs/s, ferry sealed", f(r.SealedWorkerJobsPerSec, "/s"), ""},
 		{"sealed / unsealed worker ratio", f(r.SealedWorkerRatio, ""), "≥ 0.9"},
 		{"insert to start p50", f(r.LatencyInsertToStartP50MS, "ms"), "≤ 5 ms"},
-		{"insert to start p99", f(r.LatencyInsertToStartP99MS, "ms"), "≤ 10 ms"},
+		{"insert to start p99 (after a 2 s warm-up)", f(r.LatencyInsertToStartP99MS, "ms"), "≤ 10 ms"},
+		{"insert to start p99, the warm-up (a server's first 2 s)", f(r.LatencyColdP99MS, "ms"), ""},
 		{"worker through PgBouncer / direct", f(r.PgBouncerWorkerRatio, ""), "measured (no target)"},
 		{"insert to start p50 through PgBouncer", f(r.PgBouncerLatencyP50MS, "ms"), "≈ River's 1 s poll"},
 		{"insert to start p99 through PgBouncer", f(r.PgBouncerLatencyP99MS, "ms"), ""},
 		{"outbox relay", f(r.OutboxRelayMsgsPerSec, "msgs/s"), "≥ 10,000/s"},
 		{"outbox commit to delivery p50", f(r.OutboxE2EP50MS, "ms"), "≤ 10 ms"},
-		{"outbox commit to delivery p99", f(r.OutboxE2EP99MS, "ms"), "≤ 50 ms"},
+		{"outbox commit to delivery p99 (after a 2 s warm-up)", f(r.OutboxE2EP99MS, "ms"), "≤ 25 ms"},
+		{"outbox commit to delivery p99, the warm-up (a server's first 2 s)", f(r.OutboxE2EColdP99MS, "ms"), ""},
 		{"outbox commit to delivery max", f(r.OutboxE2EMaxMS, "ms"), ""},
 		{"outbox insert to relay transaction p99", f(r.OutboxRelayLagP99MS, "ms"), "measured"},
 		{"outbox relay transaction to delivery fetch p99", f(r.OutboxFetchLagP99MS, "ms"), "measured"},
@@ -495,40 +501,44 @@ func (discard) Write(p []byte) (int, error) { return len(p), nil }
 // stampKind records when each job starts, for the latency figure.
 type stampKind struct {
 	river.WorkerDefaults[stampArgs]
-	mu   sync.Mutex
-	lats []float64
+	mu         sync.Mutex
+	lats, cold []float64 // measured; warm-up
 }
 
 func (w *stampKind) Work(_ context.Context, job *river.Job[stampArgs]) error {
 	lat := float64(time.Since(time.Unix(0, job.Args.At)).Microseconds()) / 1000
 	w.mu.Lock()
-	w.lats = append(w.lats, lat)
+	if job.Args.Warm {
+		w.cold = append(w.cold, lat)
+	} else {
+		w.lats = append(w.lats, lat)
+	}
 	w.mu.Unlock()
 	return nil
 }
 
 // ferryLatency inserts jobs at rate through jobs.Inserter (a separate
 // client, as a Go service would) into a ferry worker with its defaults.
-func ferryLatency(ctx context.Context, serverURL string, rate int, dur time.Duration, pooled bool) (p50, p99 float64, err error) {
+func ferryLatency(ctx context.Context, serverURL string, rate int, dur time.Duration, pooled bool) (p50, p99, coldP99 float64, err error) {
 	pool, drop, err := scratch(ctx, serverURL)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	defer drop()
 	cfg, stopBouncer, err := workerConfig(pool, pooled)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	defer stopBouncer()
 	if pooled {
 		// The inserting service goes through the pooler too.
 		pc, err := pgxpool.ParseConfig(cfg.DatabaseURL)
 		if err != nil {
-			return 0, 0, err
+			return 0, 0, 0, err
 		}
 		dburl.ApplyPooler(pc.ConnConfig, dburl.PoolerTransaction)
 		if pool, err = pgxpool.NewWithConfig(ctx, pc); err != nil {
-			return 0, 0, err
+			return 0, 0, 0, err
 		}
 		defer pool.Close()
 	}
@@ -537,54 +547,57 @@ func ferryLatency(ctx context.Context, serverURL string, rate int, dur time.Dura
 
 // latencyOn runs a ferry server of cfg, with a kind that records when each
 // job starts, inserts jobs at rate for dur on pool through jobs.Inserter,
-// and returns insert-to-start p50 and p99 in ms.
-func latencyOn(ctx context.Context, pool *pgxpool.Pool, cfg ferry.Config, rate int, dur time.Duration) (p50, p99 float64, err error) {
+// after a warm-up, and returns insert-to-start p50 and p99 in ms, and the
+// warm-up's p99.
+func latencyOn(ctx context.Context, pool *pgxpool.Pool, cfg ferry.Config, rate int, dur time.Duration) (p50, p99, coldP99 float64, err error) {
 	w := &stampKind{}
 	cfg.Kinds = []jobs.Kind{jobs.Define[stampArgs](w, river.QueueDefault, "bench stamp")}
 	cfg.Logger = slog.New(slog.DiscardHandler)
 	srv, err := ferry.New(ctx, cfg)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	stop, err := runServer(ctx, srv)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	defer stop()
-	time.Sleep(500 * time.Millisecond)
 	ins, err := jobs.NewInserter(pool)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
+	// A warm-up of outboxWarmUp at the same rate first: a server's first
+	// second is slower, and is reported apart (cold).
+	warm := int(float64(rate) * outboxWarmUp.Seconds())
 	n := int(float64(rate) * dur.Seconds())
 	t := time.NewTicker(time.Second / time.Duration(rate))
 	defer t.Stop()
-	for range n {
+	for i := range warm + n {
 		<-t.C
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			_, err := ins.InsertTx(ctx, tx, stampArgs{At: time.Now().UnixNano()}, nil)
+			_, err := ins.InsertTx(ctx, tx, stampArgs{At: time.Now().UnixNano(), Warm: i < warm}, nil)
 			return err
 		})
 		if err != nil {
-			return 0, 0, err
+			return 0, 0, 0, err
 		}
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		w.mu.Lock()
-		got := len(w.lats)
+		got := len(w.lats) + len(w.cold)
 		w.mu.Unlock()
-		if got >= n {
+		if got >= warm+n {
 			break
 		}
 		if time.Now().After(deadline) {
-			return 0, 0, fmt.Errorf("only %d of %d jobs started", got, n)
+			return 0, 0, 0, fmt.Errorf("only %d of %d jobs started", got, warm+n)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return pct(w.lats, 50), pct(w.lats, 99), nil
+	return pct(w.lats, 50), pct(w.lats, 99), pct(w.cold, 99), nil
 }
 
 // workerPeakRSS runs a real worker process over a backlog and reads its

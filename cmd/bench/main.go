@@ -39,7 +39,8 @@ import (
 )
 
 type stampArgs struct {
-	At int64 `json:"at"` // insert time, unix ns
+	At   int64 `json:"at"`             // insert time, unix ns
+	Warm bool  `json:"warm,omitempty"` // inserted during the warm-up
 }
 
 func (stampArgs) Kind() string { return "bench.stamp" }
@@ -83,7 +84,7 @@ type result struct {
 
 func main() {
 	var (
-		mode     = flag.String("mode", "sweep", "all, quick, sweep, latency, throughput, failover, orphans, ticks, outbox, sealed, bounded, pgbouncer, pgfailover, riverbest, bulkcopy, counts or scale")
+		mode     = flag.String("mode", "sweep", "all, quick, sweep, latency, throughput, failover, orphans, ticks, outbox, sealed, bounded, pgbouncer, pgfailover, riverbest, bulkcopy, counts, scale or pickup")
 		out      = flag.String("out", "bench/results.json", "all and quick modes: where to write the results")
 		url      = flag.String("database-url", os.Getenv("TEST_DATABASE_URL"), "server to create scratch databases on")
 		cooldown = flag.Duration("cooldown", 5*time.Millisecond, "worker fetch cooldown")
@@ -176,6 +177,15 @@ func main() {
 		fmt.Fprintf(os.Stderr, "%d ferry.noop jobs, %d paired rounds: plain COPY best %.0f/s; enqueue bulk --file best %.0f/s (median ratio %.3f, peak RSS %.0f MB); --file - from a pipe best %.0f/s (median ratio %.3f, peak RSS %.0f MB)\n",
 			r.Jobs, r.Rounds, r.CopyJobsPerSec, r.FileJobsPerSec, r.FileRatio, r.FilePeakRSSMB, r.StdinJobsPerSec, r.StdinRatio, r.StdinPeakRSSMB)
 		_ = json.NewEncoder(os.Stdout).Encode(r)
+		return
+	case "pickup":
+		p50, p99, cold, err := ferryLatency(ctx, *url, *rate, *dur, false)
+		if err != nil {
+			log.Fatalf("bench: pickup: %v", redact.Postgres(err.Error()))
+		}
+		fmt.Fprintf(os.Stderr, "ferry at its defaults, jobs.Inserter at %d/s for %s after a %s warm-up: insert to start p50 %.1f ms p99 %.1f ms (the warm-up's p99 %.1f ms)\n",
+			*rate, *dur, outboxWarmUp, p50, p99, cold)
+		_ = json.NewEncoder(os.Stdout).Encode(map[string]float64{"latency_insert_to_start_p50_ms": p50, "latency_insert_to_start_p99_ms": p99, "latency_insert_to_start_cold_p99_ms": cold})
 		return
 	case "scale":
 		r, err := scaleBench(ctx, *url, []int{0, 1_000_000, 5_000_000}, *backlog, *rate, *dur)

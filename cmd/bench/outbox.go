@@ -32,10 +32,13 @@ type outboxResult struct {
 	// transaction (created_at to relayed_at), and that transaction to the
 	// delivery job's fetch (relayed_at to attempted_at, the relay's commit
 	// and River's wake-up included).
-	RelayLagP50MS      float64 `json:"outbox_relay_lag_p50_ms"`
-	RelayLagP99MS      float64 `json:"outbox_relay_lag_p99_ms"`
-	FetchLagP50MS      float64 `json:"outbox_fetch_lag_p50_ms"`
-	FetchLagP99MS      float64 `json:"outbox_fetch_lag_p99_ms"`
+	RelayLagP50MS float64 `json:"outbox_relay_lag_p50_ms"`
+	RelayLagP99MS float64 `json:"outbox_relay_lag_p99_ms"`
+	FetchLagP50MS float64 `json:"outbox_fetch_lag_p50_ms"`
+	FetchLagP99MS float64 `json:"outbox_fetch_lag_p99_ms"`
+	// The warm-up's figures: the server's first outboxWarmUp.
+	E2EColdP99MS       float64 `json:"outbox_e2e_cold_p99_ms"`
+	E2EColdMaxMS       float64 `json:"outbox_e2e_cold_max_ms"`
 	FetchCooldownMS    float64 `json:"fetch_cooldown_ms"`
 	FetchPollMS        float64 `json:"fetch_poll_interval_ms"`
 	RelayBatchDefault  int     `json:"relay_batch_default"`
@@ -54,10 +57,11 @@ func outboxBench(ctx context.Context, serverURL string, messages, rate int, dur 
 		res.RelayMsgsPerSec[fmt.Sprint(batch)] = perSec
 		res.BestRelayPerSec = max(res.BestRelayPerSec, perSec)
 	}
-	lat, lags, err := outboxLatency(ctx, serverURL, rate, dur)
+	lat, cold, lags, err := outboxLatency(ctx, serverURL, rate, dur)
 	if err != nil {
 		return res, err
 	}
+	res.E2EColdP99MS, res.E2EColdMaxMS = pct(cold, 99), pct(cold, 100)
 	res.RelayLagP50MS, res.RelayLagP99MS = pct(lags.relay, 50), pct(lags.relay, 99)
 	res.FetchLagP50MS, res.FetchLagP99MS = pct(lags.fetch, 50), pct(lags.fetch, 99)
 	res.E2EMessages = len(lat)
@@ -101,11 +105,16 @@ func relayThroughput(ctx context.Context, serverURL string, n, batch int) (float
 // outboxLags are the two first legs of each message's path, in ms.
 type outboxLags struct{ relay, fetch []float64 }
 
-func outboxLatency(ctx context.Context, serverURL string, rate int, dur time.Duration) ([]float64, outboxLags, error) {
-	var lags outboxLags
+// outboxWarmUp is how long the outbox and pickup benches insert at their
+// rate before they measure.
+const outboxWarmUp = 2 * time.Second
+
+// outboxLatency measures commit to delivery start for messages added at
+// rate for dur, after a warm-up whose figures it returns apart (cold).
+func outboxLatency(ctx context.Context, serverURL string, rate int, dur time.Duration) (lat, cold []float64, lags outboxLags, err error) {
 	pool, drop, err := scratch(ctx, serverURL)
 	if err != nil {
-		return nil, lags, err
+		return nil, nil, lags, err
 	}
 	defer drop()
 	var (
@@ -129,19 +138,23 @@ func outboxLatency(ctx context.Context, serverURL string, rate int, dur time.Dur
 		Logger:       slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
-		return nil, lags, err
+		return nil, nil, lags, err
 	}
 	stop, err := runServer(ctx, srv)
 	if err != nil {
-		return nil, lags, err
+		return nil, nil, lags, err
 	}
 	defer stop()
-	time.Sleep(500 * time.Millisecond) // let producers and the relay settle
 
+	// A warm-up of outboxWarmUp at the same rate first: a server's first
+	// second (its pool filling, its leader's first passes) is slower, and
+	// is reported apart (cold).
+	warm := int(float64(rate) * outboxWarmUp.Seconds())
 	n := int(float64(rate) * dur.Seconds())
 	t := time.NewTicker(time.Second / time.Duration(rate))
 	defer t.Stop()
-	for range n {
+	var firstMeasured int64
+	for i := range warm + n {
 		<-t.C
 		var id int64
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) (err error) {
@@ -149,48 +162,56 @@ func outboxLatency(ctx context.Context, serverURL string, rate int, dur time.Dur
 			return err
 		})
 		if err != nil {
-			return nil, lags, err
+			return nil, nil, lags, err
 		}
 		at := time.Now()
 		mu.Lock()
 		committed[id] = at
 		mu.Unlock()
+		if i == warm {
+			firstMeasured = id
+		}
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		mu.Lock()
 		got := len(started)
 		mu.Unlock()
-		if got >= n {
+		if got >= warm+n {
 			break
 		}
 		if time.Now().After(deadline) {
-			return nil, lags, fmt.Errorf("only %d of %d messages delivered", got, n)
+			return nil, nil, lags, fmt.Errorf("only %d of %d messages delivered", got, warm+n)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	rows, err := pool.Query(ctx, `SELECT extract(epoch FROM o.relayed_at - o.created_at) * 1000,
 		extract(epoch FROM j.attempted_at - o.relayed_at) * 1000
 		FROM ferry_outbox o JOIN ferry_outbox_delivery d ON d.message_id = o.id JOIN river_job j ON j.id = d.job_id
-		WHERE j.attempted_at IS NOT NULL`)
+		WHERE j.attempted_at IS NOT NULL AND o.id >= $1`, firstMeasured)
 	if err != nil {
-		return nil, lags, err
+		return nil, nil, lags, err
 	}
 	var relay, fetch float64
 	if _, err := pgx.ForEachRow(rows, []any{&relay, &fetch}, func() error {
 		lags.relay, lags.fetch = append(lags.relay, relay), append(lags.fetch, fetch)
 		return nil
 	}); err != nil {
-		return nil, lags, err
+		return nil, nil, lags, err
 	}
 	if len(lags.relay) < n {
-		return nil, lags, fmt.Errorf("the path of %d of %d messages read back", len(lags.relay), n)
+		return nil, nil, lags, fmt.Errorf("the path of %d of %d messages read back", len(lags.relay), n)
 	}
 	mu.Lock()
 	defer mu.Unlock()
 	out := make([]float64, 0, n)
 	for id, c := range committed {
-		out = append(out, float64(started[id].Sub(c).Microseconds())/1000)
+		ms := float64(started[id].Sub(c).Microseconds()) / 1000
+		if id < firstMeasured {
+			cold = append(cold, ms)
+		} else {
+			out = append(out, ms)
+		}
 	}
-	return out, lags, nil
+	return out, cold, lags, nil
 }

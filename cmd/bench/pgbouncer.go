@@ -42,10 +42,10 @@ func pgbouncerThroughput(ctx context.Context, serverURL string, n, rounds, rate 
 	if err != nil {
 		return r, err
 	}
-	if r.DirectP50, r.DirectP99, err = ferryLatency(ctx, serverURL, rate, dur, false); err != nil {
+	if r.DirectP50, r.DirectP99, _, err = ferryLatency(ctx, serverURL, rate, dur, false); err != nil {
 		return r, err
 	}
-	r.PooledP50, r.PooledP99, err = ferryLatency(ctx, serverURL, rate, dur, true)
+	r.PooledP50, r.PooledP99, _, err = ferryLatency(ctx, serverURL, rate, dur, true)
 	r.LatencyDur = dur.String()
 	return r, err
 }

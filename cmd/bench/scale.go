@@ -81,7 +81,7 @@ func scaleAt(ctx context.Context, serverURL string, size, backlog, rate int, dur
 	}
 
 	// Pickup at rate, on the same table (the backlog completed too).
-	pt.PickupP50, pt.PickupP99, err = latencyOn(ctx, pool, ferry.Config{DatabaseURL: pool.Config().ConnString(), AdminAddr: "off"}, rate, dur)
+	pt.PickupP50, pt.PickupP99, _, err = latencyOn(ctx, pool, ferry.Config{DatabaseURL: pool.Config().ConnString(), AdminAddr: "off"}, rate, dur)
 	return pt, err
 }
 
