@@ -165,6 +165,14 @@ func runAll(ctx context.Context, serverURL, path string, quick bool) error {
 		res.LatencyInsertToStartP50MS, res.LatencyInsertToStartP99MS = ptr(p50), ptr(p99)
 		res.LatencyColdP99MS = ptr(cold)
 	}
+	if !quick {
+		step("insert-to-start latency against the insert rate")
+		if pts, err := pickupSweep(ctx, serverURL, pickupRates, sz.latencyDur); err != nil {
+			note("pickup_sweep", err)
+		} else if err := plotPickup(pts, plotsDir); err != nil {
+			note("plot_pickup", err)
+		}
+	}
 	step("worker through PgBouncer in transaction mode against direct")
 	if r, err := pgbouncerThroughput(ctx, serverURL, sz.backlog/2, 3, 500, sz.latencyDur); err != nil {
 		note("pgbouncer", err)
@@ -196,6 +204,11 @@ func runAll(ctx context.Context, serverURL, path string, quick bool) error {
 		res.FailoverPartitionMSMedian, res.FailoverPartitionMSMax = ptr(r.PartitionMedianMS), ptr(r.PartitionMaxMS)
 		if r.Overlaps > 0 {
 			note("failover_overlaps", fmt.Errorf("%d overlaps observed", r.Overlaps))
+		}
+		if !quick {
+			if err := plotFailover(r, plotsDir); err != nil {
+				note("plot_failover", err)
+			}
 		}
 	}
 	step("crash failover at the default settings")
@@ -258,6 +271,9 @@ func runAll(ctx context.Context, serverURL, path string, quick bool) error {
 		if r, err := scaleBench(ctx, serverURL, []int{0, 1_000_000, 5_000_000}, 50_000, 500, 10*time.Second); err != nil {
 			note("scale", err)
 		} else {
+			if err := plotScale(r, plotsDir); err != nil {
+				note("plot_scale", err)
+			}
 			one, five := r.Points[1], r.Points[2]
 			res.ScaleThroughputRatio1M, res.ScalePickupP99Ratio1M = ptr(one.JobsPerSec/r.Points[0].JobsPerSec), ptr(one.PickupP99/r.Points[0].PickupP99)
 			res.ScaleThroughputRatio5M, res.ScalePickupP99Ratio5M = ptr(five.JobsPerSec/r.Points[0].JobsPerSec), ptr(five.PickupP99/r.Points[0].PickupP99)
@@ -545,26 +561,61 @@ func ferryLatency(ctx context.Context, serverURL string, rate int, dur time.Dura
 	return latencyOn(ctx, pool, cfg, rate, dur)
 }
 
+// plotsDir is where the full run draws its pictures.
+const plotsDir = "docs/bench"
+
+// pickupRates are the insert rates of the pickup sweep.
+var pickupRates = []int{100, 250, 500, 1000, 2000}
+
+// pickupSweep measures insert to start at each rate, each on a database
+// of its own.
+func pickupSweep(ctx context.Context, serverURL string, rates []int, dur time.Duration) ([]pickupPoint, error) {
+	var pts []pickupPoint
+	for _, rate := range rates {
+		pool, drop, err := scratch(ctx, serverURL)
+		if err != nil {
+			return nil, err
+		}
+		lats, _, err := latencySamples(ctx, pool, ferry.Config{DatabaseURL: pool.Config().ConnString(), AdminAddr: "off"}, rate, dur)
+		drop()
+		if err != nil {
+			return nil, fmt.Errorf("%d jobs/s: %w", rate, err)
+		}
+		pts = append(pts, pickupPoint{Rate: rate, P50: pct(lats, 50), P90: pct(lats, 90), P99: pct(lats, 99)})
+	}
+	return pts, nil
+}
+
 // latencyOn runs a ferry server of cfg, with a kind that records when each
 // job starts, inserts jobs at rate for dur on pool through jobs.Inserter,
 // after a warm-up, and returns insert-to-start p50 and p99 in ms, and the
 // warm-up's p99.
 func latencyOn(ctx context.Context, pool *pgxpool.Pool, cfg ferry.Config, rate int, dur time.Duration) (p50, p99, coldP99 float64, err error) {
+	lats, cold, err := latencySamples(ctx, pool, cfg, rate, dur)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	return pct(lats, 50), pct(lats, 99), pct(cold, 99), nil
+}
+
+// latencySamples is latencyOn's measurement: every job's insert to start,
+// in ms, measured and in the warm-up.
+func latencySamples(ctx context.Context, pool *pgxpool.Pool, cfg ferry.Config, rate int, dur time.Duration) (lats, cold []float64, err error) {
 	w := &stampKind{}
 	cfg.Kinds = []jobs.Kind{jobs.Define[stampArgs](w, river.QueueDefault, "bench stamp")}
 	cfg.Logger = slog.New(slog.DiscardHandler)
 	srv, err := ferry.New(ctx, cfg)
 	if err != nil {
-		return 0, 0, 0, err
+		return nil, nil, err
 	}
 	stop, err := runServer(ctx, srv)
 	if err != nil {
-		return 0, 0, 0, err
+		return nil, nil, err
 	}
 	defer stop()
 	ins, err := jobs.NewInserter(pool)
 	if err != nil {
-		return 0, 0, 0, err
+		return nil, nil, err
 	}
 	// A warm-up of outboxWarmUp at the same rate first: a server's first
 	// second is slower, and is reported apart (cold).
@@ -579,7 +630,7 @@ func latencyOn(ctx context.Context, pool *pgxpool.Pool, cfg ferry.Config, rate i
 			return err
 		})
 		if err != nil {
-			return 0, 0, 0, err
+			return nil, nil, err
 		}
 	}
 	deadline := time.Now().Add(30 * time.Second)
@@ -591,13 +642,13 @@ func latencyOn(ctx context.Context, pool *pgxpool.Pool, cfg ferry.Config, rate i
 			break
 		}
 		if time.Now().After(deadline) {
-			return 0, 0, 0, fmt.Errorf("only %d of %d jobs started", got, warm+n)
+			return nil, nil, fmt.Errorf("only %d of %d jobs started", got, warm+n)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return pct(w.lats, 50), pct(w.lats, 99), pct(w.cold, 99), nil
+	return w.lats, w.cold, nil
 }
 
 // workerPeakRSS runs a real worker process over a backlog and reads its

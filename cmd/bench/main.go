@@ -15,6 +15,10 @@
 //	go run ./cmd/bench -mode failover -trials 3 -partitions 100 -tick 1s # 100 network partitions of the leader
 //	go run ./cmd/bench -mode pgfailover -trials 5 # Postgres primary crashed, synchronous standby promoted
 //	go run ./cmd/bench -mode riverbest -backlog 50000 # ferry's defaults against bare River at River's own bench settings
+//	go run ./cmd/bench -mode bulkcopy -backlog 1000000 # enqueue bulk (file and pipe) against a plain COPY, peak RSS
+//	go run ./cmd/bench -mode counts -backlog 5000000 # enqueue, console, River UI and /metrics counts with 5M finished jobs
+//	go run ./cmd/bench -mode scale -backlog 50000 -plots docs/bench # throughput and pickup with 0, 1M and 5M finished jobs
+//	go run ./cmd/bench -mode pickup -rate 500 -duration 10s -plots docs/bench # insert to start after a warm-up; a sweep of rates
 package main
 
 import (
@@ -93,6 +97,7 @@ func main() {
 		insCool  = flag.Duration("insert-cooldown", 5*time.Millisecond, "inserting client's fetch cooldown (its insert-notify limiter)")
 		rate     = flag.Int("rate", 500, "latency mode: inserts per second; ticks mode: load jobs per second")
 		dur      = flag.Duration("duration", 4*time.Second, "latency and ticks modes: how long to run")
+		plots    = flag.String("plots", "", "pickup, scale and failover modes: draw SVG pictures into this directory (pickup: a sweep of insert rates)")
 		backlog  = flag.Int("backlog", 50000, "throughput, sealed and pgbouncer modes: jobs in the backlog (sealed, pgbouncer: half); outbox mode: messages for the relay")
 		trials   = flag.Int("trials", 20, "failover mode: trials of each kind; orphans and pgfailover modes: trials")
 		parts    = flag.Int("partitions", -1, "failover mode: partition trials (default: -trials)")
@@ -185,6 +190,18 @@ func main() {
 		}
 		fmt.Fprintf(os.Stderr, "ferry at its defaults, jobs.Inserter at %d/s for %s after a %s warm-up: insert to start p50 %.1f ms p99 %.1f ms (the warm-up's p99 %.1f ms)\n",
 			*rate, *dur, outboxWarmUp, p50, p99, cold)
+		if *plots != "" {
+			pts, err := pickupSweep(ctx, *url, pickupRates, *dur)
+			if err == nil {
+				err = plotPickup(pts, *plots)
+			}
+			if err != nil {
+				log.Fatalf("bench: pickup: %v", redact.Postgres(err.Error()))
+			}
+			for _, pt := range pts {
+				fmt.Fprintf(os.Stderr, "%d jobs/s: p50 %.1f ms p90 %.1f ms p99 %.1f ms\n", pt.Rate, pt.P50, pt.P90, pt.P99)
+			}
+		}
 		_ = json.NewEncoder(os.Stdout).Encode(map[string]float64{"latency_insert_to_start_p50_ms": p50, "latency_insert_to_start_p99_ms": p99, "latency_insert_to_start_cold_p99_ms": cold})
 		return
 	case "scale":
@@ -197,6 +214,11 @@ func main() {
 				p.Finished, *backlog, p.JobsPerSec, *rate, p.PickupP50, p.PickupP99)
 		}
 		fmt.Fprintf(os.Stderr, "largest / empty: throughput %.3f (target ≥ 0.8), pickup p99 %.3f (target ≤ 1.5)\n", r.ThroughputRatio, r.PickupP99Ratio)
+		if *plots != "" {
+			if err := plotScale(r, *plots); err != nil {
+				log.Fatalf("bench: scale: %v", err)
+			}
+		}
 		_ = json.NewEncoder(os.Stdout).Encode(r)
 		return
 	case "counts":
@@ -279,6 +301,11 @@ func main() {
 				r.PartitionDemotionMedianMS, r.PartitionDemotionMaxMS, r.PartitionMedianMS, r.PartitionMaxMS)
 		}
 		fmt.Fprintf(os.Stderr, "%s overlaps %d; max holders seen %d\n", line, r.Overlaps, r.MaxHoldersSeen)
+		if *plots != "" {
+			if err := plotFailover(r, *plots); err != nil {
+				log.Fatalf("bench: failover: %v", err)
+			}
+		}
 		_ = json.NewEncoder(os.Stdout).Encode(r)
 		return
 	case "orphans":
