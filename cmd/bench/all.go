@@ -92,6 +92,9 @@ type results struct {
 	BulkFilePeakRSSMB         *float64          `json:"bulk_file_peak_rss_mb"`
 	BulkStdinPeakRSSMB        *float64          `json:"bulk_stdin_peak_rss_mb"`
 	ConsoleCountsMS5M         *float64          `json:"console_counts_ms_5m"`
+	SustainedP99Drift         *float64          `json:"sustained_p99_drift"`
+	SustainedDeadTuples       *float64          `json:"sustained_river_job_dead_tuples"`
+	SustainedTableMB          *float64          `json:"sustained_river_job_mb"`
 	ScaleThroughputRatio1M    *float64          `json:"scale_throughput_ratio_1m"`
 	ScalePickupP99Ratio1M     *float64          `json:"scale_pickup_p99_ratio_1m"`
 	ScaleThroughputRatio5M    *float64          `json:"scale_throughput_ratio_5m"`
@@ -278,6 +281,12 @@ func runAll(ctx context.Context, serverURL, path string, quick bool) error {
 			res.ScaleThroughputRatio1M, res.ScalePickupP99Ratio1M = ptr(one.JobsPerSec/r.Points[0].JobsPerSec), ptr(one.PickupP99/r.Points[0].PickupP99)
 			res.ScaleThroughputRatio5M, res.ScalePickupP99Ratio5M = ptr(five.JobsPerSec/r.Points[0].JobsPerSec), ptr(five.PickupP99/r.Points[0].PickupP99)
 		}
+		step("ten minutes at half the maximum")
+		if r, err := sustained(ctx, serverURL, 50_000, 10*time.Minute); err != nil {
+			note("sustained", err)
+		} else {
+			res.SustainedP99Drift, res.SustainedDeadTuples, res.SustainedTableMB = ptr(r.Drift), ptr(float64(r.DeadTuples)), ptr(r.TableMB)
+		}
 		step("counts with 5 million finished jobs")
 		if r, err := countsAtScale(ctx, serverURL, 5_000_000, 5); err != nil {
 			note("counts", err)
@@ -365,6 +374,8 @@ func printTable(r results) {
 		{"bulk peak RSS, file / pipe", fmt.Sprintf("%s / %s", f(r.BulkFilePeakRSSMB, "MB"), f(r.BulkStdinPeakRSSMB, "MB")), "bounded"},
 		{"worker throughput, 5M finished jobs / none", f(r.ScaleThroughputRatio5M, ""), "≥ 0.8"},
 		{"pickup p99, 5M finished jobs / none", f(r.ScalePickupP99Ratio5M, ""), "≤ 1.5"},
+		{"pickup p99 drift over 10 minutes at half the maximum, last / first minute", f(r.SustainedP99Drift, ""), "≤ 1.5"},
+		{"river_job after those 10 minutes: dead tuples, size", fmt.Sprintf("%s, %s", f(r.SustainedDeadTuples, ""), f(r.SustainedTableMB, "MB")), ""},
 		{"slowest enqueue/console count, 5M finished jobs", f(r.ConsoleCountsMS5M, "ms"), "≤ 100 ms"},
 		{"slowest River UI count, 5M finished jobs", f(r.RiverUICountsMS5M, "ms"), ""},
 		{"/metrics scrape, 5M finished jobs: first (finished counts) / later", fmt.Sprintf("%s / %s", f(r.MetricsFirstScrapeMS5M, "ms"), f(r.MetricsScrapeMS5M, "ms")), ""},

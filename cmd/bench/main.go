@@ -18,6 +18,7 @@
 //	go run ./cmd/bench -mode bulkcopy -backlog 1000000 # enqueue bulk (file and pipe) against a plain COPY, peak RSS
 //	go run ./cmd/bench -mode counts -backlog 5000000 # enqueue, console, River UI and /metrics counts with 5M finished jobs
 //	go run ./cmd/bench -mode scale -backlog 50000 -plots docs/bench # throughput and pickup with 0, 1M and 5M finished jobs
+//	go run ./cmd/bench -mode sustained -backlog 50000 -duration 10m # half the maximum for 10 minutes: p99 drift, dead tuples
 //	go run ./cmd/bench -mode pickup -rate 500 -duration 10s -plots docs/bench # insert to start after a warm-up; a sweep of rates
 package main
 
@@ -88,7 +89,7 @@ type result struct {
 
 func main() {
 	var (
-		mode     = flag.String("mode", "sweep", "all, quick, sweep, latency, throughput, failover, orphans, ticks, outbox, sealed, bounded, pgbouncer, pgfailover, riverbest, bulkcopy, counts, scale or pickup")
+		mode     = flag.String("mode", "sweep", "all, quick, sweep, latency, throughput, failover, orphans, ticks, outbox, sealed, bounded, pgbouncer, pgfailover, riverbest, bulkcopy, counts, scale, pickup or sustained")
 		out      = flag.String("out", "bench/results.json", "all and quick modes: where to write the results")
 		url      = flag.String("database-url", os.Getenv("TEST_DATABASE_URL"), "server to create scratch databases on")
 		cooldown = flag.Duration("cooldown", 5*time.Millisecond, "worker fetch cooldown")
@@ -181,6 +182,15 @@ func main() {
 		}
 		fmt.Fprintf(os.Stderr, "%d ferry.noop jobs, %d paired rounds: plain COPY best %.0f/s; enqueue bulk --file best %.0f/s (median ratio %.3f, peak RSS %.0f MB); --file - from a pipe best %.0f/s (median ratio %.3f, peak RSS %.0f MB)\n",
 			r.Jobs, r.Rounds, r.CopyJobsPerSec, r.FileJobsPerSec, r.FileRatio, r.FilePeakRSSMB, r.StdinJobsPerSec, r.StdinRatio, r.StdinPeakRSSMB)
+		_ = json.NewEncoder(os.Stdout).Encode(r)
+		return
+	case "sustained":
+		r, err := sustained(ctx, *url, *backlog, *dur)
+		if err != nil {
+			log.Fatalf("bench: sustained: %v", redact.Postgres(err.Error()))
+		}
+		fmt.Fprintf(os.Stderr, "ferry at its defaults: backlog worked at %.0f jobs/s; then %d jobs/s (reached %.0f) for %s (%d jobs): insert-to-start p99 by minute %.1f ms; last/first %.2f (target ≤ 1.5); river_job at the end: %d live, %d dead tuples, %.0f MB\n",
+			r.MaxJobsPerSec, r.Rate, r.Inserted, *dur, r.Jobs, r.P99ByMinute, r.Drift, r.LiveTuples, r.DeadTuples, r.TableMB)
 		_ = json.NewEncoder(os.Stdout).Encode(r)
 		return
 	case "pickup":

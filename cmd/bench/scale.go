@@ -60,29 +60,37 @@ func scaleAt(ctx context.Context, serverURL string, size, backlog, rate int, dur
 	}
 
 	// The backlog, worked by ferry at its defaults.
-	if err := noopBacklog(ctx, pool, backlog, nil); err != nil {
-		return pt, err
-	}
-	srv, err := ferry.New(ctx, ferry.Config{DatabaseURL: pool.Config().ConnString(), AdminAddr: "off",
-		Logger: slog.New(slog.NewJSONHandler(discard{}, &slog.HandlerOptions{Level: slog.LevelInfo}))})
-	if err != nil {
-		return pt, err
-	}
-	start := time.Now()
-	stop, err := runServer(ctx, srv)
-	if err != nil {
-		return pt, err
-	}
-	err = waitNoneWaiting(ctx, pool)
-	pt.JobsPerSec = float64(backlog) / time.Since(start).Seconds()
-	stop()
-	if err != nil {
+	if pt.JobsPerSec, err = backlogRate(ctx, pool, backlog); err != nil {
 		return pt, err
 	}
 
 	// Pickup at rate, on the same table (the backlog completed too).
 	pt.PickupP50, pt.PickupP99, _, err = latencyOn(ctx, pool, ferry.Config{DatabaseURL: pool.Config().ConnString(), AdminAddr: "off"}, rate, dur)
 	return pt, err
+}
+
+// backlogRate writes a backlog of n no-op jobs into pool's database and
+// returns the rate at which a ferry server at its defaults works it,
+// counted on River's fetch index.
+func backlogRate(ctx context.Context, pool *pgxpool.Pool, n int) (float64, error) {
+	if err := noopBacklog(ctx, pool, n, nil); err != nil {
+		return 0, err
+	}
+	srv, err := ferry.New(ctx, ferry.Config{DatabaseURL: pool.Config().ConnString(), AdminAddr: "off",
+		Logger: slog.New(slog.NewJSONHandler(discard{}, &slog.HandlerOptions{Level: slog.LevelInfo}))})
+	if err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	stop, err := runServer(ctx, srv)
+	if err != nil {
+		return 0, err
+	}
+	defer stop()
+	if err := waitNoneWaiting(ctx, pool); err != nil {
+		return 0, err
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
 }
 
 // fillFinished writes n finished jobs (in three queues, 1 in 100

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+
+	"github.com/ferryq/ferry"
+	"github.com/ferryq/ferry/jobs"
+)
+
+// sustainedResult is ferry at its defaults under a steady load at half its
+// measured maximum, for a long run.
+type sustainedResult struct {
+	MaxJobsPerSec float64 `json:"sustained_max_jobs_per_sec"`
+	Rate          int     `json:"sustained_rate"`
+	Jobs          int     `json:"sustained_jobs"`
+	// Inserted is the rate the producer reached (a batch that takes longer
+	// than its 10 ms skips ticks).
+	Inserted float64 `json:"sustained_inserted_per_sec"`
+	// P99ByMinute is insert-to-start p99 of the jobs inserted in each
+	// minute; Drift the last minute's over the first's (target ≤ 1.5).
+	P99ByMinute []float64 `json:"sustained_p99_ms_by_minute"`
+	Drift       float64   `json:"sustained_p99_drift"`
+	// river_job at the end: rows live and dead (pg_stat_user_tables) and
+	// its size with indexes and TOAST.
+	LiveTuples int64   `json:"sustained_river_job_live_tuples"`
+	DeadTuples int64   `json:"sustained_river_job_dead_tuples"`
+	TableMB    float64 `json:"sustained_river_job_mb"`
+}
+
+// sustainKind records each job's insert time and its insert-to-start.
+type sustainKind struct {
+	river.WorkerDefaults[stampArgs]
+	mu  sync.Mutex
+	at  []int64   // insert time, unix ns
+	lat []float64 // ms
+}
+
+func (w *sustainKind) Work(_ context.Context, job *river.Job[stampArgs]) error {
+	lat := float64(time.Since(time.Unix(0, job.Args.At)).Microseconds()) / 1000
+	w.mu.Lock()
+	w.at, w.lat = append(w.at, job.Args.At), append(w.lat, lat)
+	w.mu.Unlock()
+	return nil
+}
+
+// sustained measures ferry's backlog throughput at its defaults, then
+// inserts at half of it for dur (through jobs.Inserter, a batch every
+// 10 ms, each job stamped with its insert time) into a server with the
+// defaults, and reports p99 by minute and the table at the end.
+func sustained(ctx context.Context, serverURL string, backlog int, dur time.Duration) (sustainedResult, error) {
+	var res sustainedResult
+	pool, drop, err := scratch(ctx, serverURL)
+	if err != nil {
+		return res, err
+	}
+	defer drop()
+
+	// The maximum: a backlog worked at the defaults.
+	if res.MaxJobsPerSec, err = backlogRate(ctx, pool, backlog); err != nil {
+		return res, err
+	}
+	res.Rate = int(res.MaxJobsPerSec / 2)
+
+	// The steady load.
+	w := &sustainKind{}
+	srv, err := ferry.New(ctx, ferry.Config{DatabaseURL: pool.Config().ConnString(), AdminAddr: "off",
+		Kinds:  []jobs.Kind{jobs.Define[stampArgs](w, river.QueueDefault, "bench stamp")},
+		Logger: slog.New(slog.NewJSONHandler(discard{}, &slog.HandlerOptions{Level: slog.LevelInfo}))})
+	if err != nil {
+		return res, err
+	}
+	stop, err := runServer(ctx, srv)
+	if err != nil {
+		return res, err
+	}
+	defer stop()
+	ins, err := jobs.NewInserter(pool)
+	if err != nil {
+		return res, err
+	}
+	const every = 10 * time.Millisecond
+	perBatch := max(1, res.Rate/int(time.Second/every))
+	t := time.NewTicker(every)
+	defer t.Stop()
+	t0 := time.Now()
+	params := make([]river.InsertManyParams, perBatch)
+	for time.Since(t0) < dur {
+		<-t.C
+		now := time.Now().UnixNano()
+		for i := range params {
+			params[i] = river.InsertManyParams{Args: stampArgs{At: now}}
+		}
+		if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			_, err := ins.Client().InsertManyTx(ctx, tx, params)
+			return err
+		}); err != nil {
+			return res, err
+		}
+		res.Jobs += perBatch
+	}
+	res.Inserted = float64(res.Jobs) / time.Since(t0).Seconds()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		w.mu.Lock()
+		got := len(w.lat)
+		w.mu.Unlock()
+		if got >= res.Jobs {
+			break
+		}
+		if time.Now().After(deadline) {
+			return res, fmt.Errorf("only %d of %d jobs started", got, res.Jobs)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	w.mu.Lock()
+	minutes := int(dur / time.Minute)
+	buckets := make([][]float64, max(minutes, 1))
+	for i, at := range w.at {
+		m := min(int(time.Duration(at-t0.UnixNano())/time.Minute), len(buckets)-1)
+		buckets[max(m, 0)] = append(buckets[max(m, 0)], w.lat[i])
+	}
+	w.mu.Unlock()
+	for _, b := range buckets {
+		res.P99ByMinute = append(res.P99ByMinute, pct(b, 99))
+	}
+	res.Drift = res.P99ByMinute[len(res.P99ByMinute)-1] / res.P99ByMinute[0]
+
+	var bytes int64
+	if err := pool.QueryRow(ctx, `SELECT n_live_tup, n_dead_tup, pg_total_relation_size('river_job')
+		FROM pg_stat_user_tables WHERE relname = 'river_job'`).Scan(&res.LiveTuples, &res.DeadTuples, &bytes); err != nil {
+		return res, err
+	}
+	res.TableMB = float64(bytes) / (1 << 20)
+	return res, nil
+}
