@@ -305,11 +305,19 @@ func TestDeliverWorker_RouteQueues(t *testing.T) {
 	unknown := b.seed(t, testTopic, `{}`, "retired")
 	var legacy []int64
 	for _, a := range []DeliverArgs{{MessageID: known, Route: "billing"}, {MessageID: unknown, Route: "retired"}} {
-		res, err := client.Insert(ctx, a, &river.InsertOpts{Queue: Queue, MaxAttempts: 24})
-		require.NoError(t, err)
-		legacy = append(legacy, res.Job.ID)
-		_, err = pool.Exec(ctx, `UPDATE ferry_outbox_delivery SET job_id = $3 WHERE message_id = $1 AND route = $2`, a.MessageID, a.Route, res.Job.ID)
-		require.NoError(t, err)
+		// The job and the delivery's record of it in one transaction, as the
+		// relay writes them: a job committed first could be forwarded (and
+		// its delivery pointed at the new job) before this UPDATE pointed it
+		// back at the old one.
+		require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			res, err := client.InsertTx(ctx, tx, a, &river.InsertOpts{Queue: Queue, MaxAttempts: 24})
+			if err != nil {
+				return err
+			}
+			legacy = append(legacy, res.Job.ID)
+			_, err = tx.Exec(ctx, `UPDATE ferry_outbox_delivery SET job_id = $3 WHERE message_id = $1 AND route = $2`, a.MessageID, a.Route, res.Job.ID)
+			return err
+		}))
 	}
 
 	require.Eventually(t, func() bool { return b.delivery(t, known, "billing").Status == "delivered" }, 10*time.Second, 20*time.Millisecond)
