@@ -286,6 +286,9 @@ func runAll(ctx context.Context, serverURL, path string, quick bool) error {
 			note("sustained", err)
 		} else {
 			res.SustainedP99Drift, res.SustainedDeadTuples, res.SustainedTableMB = ptr(r.Drift), ptr(float64(r.DeadTuples)), ptr(r.TableMB)
+			if r.Unstarted > 0 {
+				note("sustained", fmt.Errorf("fell behind: %d of %d jobs had not started two minutes after the last insert", r.Unstarted, r.Jobs))
+			}
 		}
 		step("counts with 5 million finished jobs")
 		if r, err := countsAtScale(ctx, serverURL, 5_000_000, 5); err != nil {
