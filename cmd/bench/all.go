@@ -506,7 +506,7 @@ func ferryThroughput(ctx context.Context, serverURL string, n int, keys *seal.Ke
 	}
 	// ferry's default queues and workers (cfg.Queues nil).
 	cfg.SealKeys = keys
-	cfg.Logger = slog.New(slog.NewJSONHandler(discard{}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	cfg.Logger = workerLog()
 	srv, err := ferry.New(ctx, cfg)
 	if err != nil {
 		return 0, err
@@ -533,6 +533,7 @@ type stampKind struct {
 	river.WorkerDefaults[stampArgs]
 	mu         sync.Mutex
 	lats, cold []float64 // measured; warm-up
+	at         []int64   // each measured job's insert time, unix ns (lats[i] is at[i]'s)
 }
 
 func (w *stampKind) Work(_ context.Context, job *river.Job[stampArgs]) error {
@@ -541,7 +542,7 @@ func (w *stampKind) Work(_ context.Context, job *river.Job[stampArgs]) error {
 	if job.Args.Warm {
 		w.cold = append(w.cold, lat)
 	} else {
-		w.lats = append(w.lats, lat)
+		w.lats, w.at = append(w.lats, lat), append(w.at, job.Args.At)
 	}
 	w.mu.Unlock()
 	return nil
@@ -618,11 +619,7 @@ func latencySamples(ctx context.Context, pool *pgxpool.Pool, cfg ferry.Config, r
 	w := &stampKind{}
 	cfg.Kinds = []jobs.Kind{jobs.Define[stampArgs](w, river.QueueDefault, "bench stamp")}
 	cfg.Logger = slog.New(slog.DiscardHandler)
-	srv, err := ferry.New(ctx, cfg)
-	if err != nil {
-		return nil, nil, err
-	}
-	stop, err := runServer(ctx, srv)
+	_, stop, err := startServer(ctx, cfg)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -631,9 +628,9 @@ func latencySamples(ctx context.Context, pool *pgxpool.Pool, cfg ferry.Config, r
 	if err != nil {
 		return nil, nil, err
 	}
-	// A warm-up of outboxWarmUp at the same rate first: a server's first
+	// A warm-up of warmUp at the same rate first: a server's first
 	// second is slower, and is reported apart (cold).
-	warm := int(float64(rate) * outboxWarmUp.Seconds())
+	warm := int(float64(rate) * warmUp.Seconds())
 	n := int(float64(rate) * dur.Seconds())
 	t := time.NewTicker(time.Second / time.Duration(rate))
 	defer t.Stop()

@@ -28,6 +28,7 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"log/slog"
 	"os"
 	"slices"
 	"sync"
@@ -202,7 +203,7 @@ func main() {
 			log.Fatalf("bench: pickup: %v", redact.Postgres(err.Error()))
 		}
 		fmt.Fprintf(os.Stderr, "ferry at its defaults, jobs.Inserter at %d/s for %s after a %s warm-up: insert to start p50 %.1f ms p99 %.1f ms (the warm-up's p99 %.1f ms)\n",
-			*rate, *dur, outboxWarmUp, p50, p99, cold)
+			*rate, *dur, warmUp, p50, p99, cold)
 		if *plots != "" {
 			pts, err := pickupSweep(ctx, *url, pickupRates, *dur)
 			if err == nil {
@@ -356,19 +357,30 @@ func main() {
 	_ = json.NewEncoder(os.Stdout).Encode(results)
 }
 
-// runServer runs srv until stop, and returns once it has started; a
-// server that fails before it starts is an error.
-func runServer(ctx context.Context, srv *ferry.Server) (stop func(), err error) {
+// startServer creates a ferry server of cfg and runs it until stop, and
+// returns once it has started; a server that fails before it starts is an
+// error.
+func startServer(ctx context.Context, cfg ferry.Config) (srv *ferry.Server, stop func(), err error) {
+	srv, err = ferry.New(ctx, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(runCtx) }()
 	select {
 	case <-srv.Started():
-		return func() { cancel(); <-done }, nil
+		return srv, func() { cancel(); <-done }, nil
 	case err := <-done:
 		cancel()
-		return nil, fmt.Errorf("server: %w", err)
+		return nil, nil, fmt.Errorf("server: %w", err)
 	}
+}
+
+// workerLog is a real worker's logger, JSON at info, whose records are
+// formatted and dropped.
+func workerLog() *slog.Logger {
+	return slog.New(slog.NewJSONHandler(discard{}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 }
 
 // scratch creates a migrated database and returns a pool on it and a drop

@@ -36,7 +36,7 @@ type outboxResult struct {
 	RelayLagP99MS float64 `json:"outbox_relay_lag_p99_ms"`
 	FetchLagP50MS float64 `json:"outbox_fetch_lag_p50_ms"`
 	FetchLagP99MS float64 `json:"outbox_fetch_lag_p99_ms"`
-	// The warm-up's figures: the server's first outboxWarmUp.
+	// The warm-up's figures: the server's first warmUp.
 	E2EColdP99MS       float64 `json:"outbox_e2e_cold_p99_ms"`
 	E2EColdMaxMS       float64 `json:"outbox_e2e_cold_max_ms"`
 	FetchCooldownMS    float64 `json:"fetch_cooldown_ms"`
@@ -105,9 +105,9 @@ func relayThroughput(ctx context.Context, serverURL string, n, batch int) (float
 // outboxLags are the two first legs of each message's path, in ms.
 type outboxLags struct{ relay, fetch []float64 }
 
-// outboxWarmUp is how long the outbox and pickup benches insert at their
+// warmUp is how long the outbox and pickup benches insert at their
 // rate before they measure.
-const outboxWarmUp = 2 * time.Second
+const warmUp = 2 * time.Second
 
 // outboxLatency measures commit to delivery start for messages added at
 // rate for dur, after a warm-up whose figures it returns apart (cold).
@@ -131,7 +131,7 @@ func outboxLatency(ctx context.Context, serverURL string, rate int, dur time.Dur
 		mu.Unlock()
 		return nil
 	}
-	srv, err := ferry.New(ctx, ferry.Config{
+	_, stop, err := startServer(ctx, ferry.Config{
 		DatabaseURL:  pool.Config().ConnString(),
 		AdminAddr:    "off",
 		OutboxRoutes: []outbox.Route{{Topic: "bench", Name: "handler", Handler: handler}},
@@ -140,16 +140,12 @@ func outboxLatency(ctx context.Context, serverURL string, rate int, dur time.Dur
 	if err != nil {
 		return nil, nil, lags, err
 	}
-	stop, err := runServer(ctx, srv)
-	if err != nil {
-		return nil, nil, lags, err
-	}
 	defer stop()
 
-	// A warm-up of outboxWarmUp at the same rate first: a server's first
+	// A warm-up of warmUp at the same rate first: a server's first
 	// second (its pool filling, its leader's first passes) is slower, and
 	// is reported apart (cold).
-	warm := int(float64(rate) * outboxWarmUp.Seconds())
+	warm := int(float64(rate) * warmUp.Seconds())
 	n := int(float64(rate) * dur.Seconds())
 	t := time.NewTicker(time.Second / time.Duration(rate))
 	defer t.Stop()

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -76,13 +75,9 @@ func backlogRate(ctx context.Context, pool *pgxpool.Pool, n int) (float64, error
 	if err := noopBacklog(ctx, pool, n, nil); err != nil {
 		return 0, err
 	}
-	srv, err := ferry.New(ctx, ferry.Config{DatabaseURL: pool.Config().ConnString(), AdminAddr: "off",
-		Logger: slog.New(slog.NewJSONHandler(discard{}, &slog.HandlerOptions{Level: slog.LevelInfo}))})
-	if err != nil {
-		return 0, err
-	}
 	start := time.Now()
-	stop, err := runServer(ctx, srv)
+	_, stop, err := startServer(ctx, ferry.Config{DatabaseURL: pool.Config().ConnString(), AdminAddr: "off",
+		Logger: workerLog()})
 	if err != nil {
 		return 0, err
 	}

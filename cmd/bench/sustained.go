@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -37,22 +35,6 @@ type sustainedResult struct {
 	TableMB    float64 `json:"sustained_river_job_mb"`
 }
 
-// sustainKind records each job's insert time and its insert-to-start.
-type sustainKind struct {
-	river.WorkerDefaults[stampArgs]
-	mu  sync.Mutex
-	at  []int64   // insert time, unix ns
-	lat []float64 // ms
-}
-
-func (w *sustainKind) Work(_ context.Context, job *river.Job[stampArgs]) error {
-	lat := float64(time.Since(time.Unix(0, job.Args.At)).Microseconds()) / 1000
-	w.mu.Lock()
-	w.at, w.lat = append(w.at, job.Args.At), append(w.lat, lat)
-	w.mu.Unlock()
-	return nil
-}
-
 // sustained measures ferry's backlog throughput at its defaults, then
 // inserts at half of it for dur (through jobs.Inserter, a batch every
 // 10 ms, each job stamped with its insert time) into a server with the
@@ -72,14 +54,10 @@ func sustained(ctx context.Context, serverURL string, backlog int, dur time.Dura
 	res.Rate = int(res.MaxJobsPerSec / 2)
 
 	// The steady load.
-	w := &sustainKind{}
-	srv, err := ferry.New(ctx, ferry.Config{DatabaseURL: pool.Config().ConnString(), AdminAddr: "off",
+	w := &stampKind{}
+	_, stop, err := startServer(ctx, ferry.Config{DatabaseURL: pool.Config().ConnString(), AdminAddr: "off",
 		Kinds:  []jobs.Kind{jobs.Define[stampArgs](w, river.QueueDefault, "bench stamp")},
-		Logger: slog.New(slog.NewJSONHandler(discard{}, &slog.HandlerOptions{Level: slog.LevelInfo}))})
-	if err != nil {
-		return res, err
-	}
-	stop, err := runServer(ctx, srv)
+		Logger: workerLog()})
 	if err != nil {
 		return res, err
 	}
@@ -112,7 +90,7 @@ func sustained(ctx context.Context, serverURL string, backlog int, dur time.Dura
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		w.mu.Lock()
-		got := len(w.lat)
+		got := len(w.lats)
 		w.mu.Unlock()
 		if got >= res.Jobs {
 			break
@@ -131,7 +109,7 @@ func sustained(ctx context.Context, serverURL string, backlog int, dur time.Dura
 	buckets := make([][]float64, max(minutes, 1))
 	for i, at := range w.at {
 		m := min(int(time.Duration(at-t0.UnixNano())/time.Minute), len(buckets)-1)
-		buckets[max(m, 0)] = append(buckets[max(m, 0)], w.lat[i])
+		buckets[max(m, 0)] = append(buckets[max(m, 0)], w.lats[i])
 	}
 	w.mu.Unlock()
 	for _, b := range buckets {

@@ -75,7 +75,7 @@ func tickLag(ctx context.Context, serverURL string, schedules int, dur time.Dura
 			Args: jobs.NoopArgs{}, Overlap: periodic.OverlapAllow,
 		})
 	}
-	srv, err := ferry.New(ctx, ferry.Config{
+	_, stop, err := startServer(ctx, ferry.Config{
 		DatabaseURL:  pool.Config().ConnString() + "&pool_max_conns=60",
 		AdminAddr:    "off",
 		LeaderTick:   time.Second,
@@ -83,10 +83,6 @@ func tickLag(ctx context.Context, serverURL string, schedules int, dur time.Dura
 		Schedules:    scheds,
 		Logger:       slog.New(tickLog{mu: &mu, lag: &insertLag}),
 	})
-	if err != nil {
-		return res, err
-	}
-	stop, err := runServer(ctx, srv)
 	if err != nil {
 		return res, err
 	}
