@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 )
@@ -112,12 +112,6 @@ func (m *ledgerMiddleware) Work(ctx context.Context, job *rivertype.JobRow, doIn
 	return doInner(ctx)
 }
 
-// settleDB is what settle runs on: the worker's pool.
-type settleDB interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-}
-
 // A settlement is what settle writes for one stray, in River's place.
 type settlement struct {
 	id, attempt int64
@@ -185,7 +179,7 @@ WHERE id = $1 AND state = 'running' AND attempt = $2 AND attempted_by[cardinalit
 // exception is a completer held up for longer than after (a pool starved
 // for that long), whose late write of a failure could then mark a later
 // attempt retryable: the job runs once more, never less.
-func (l *Ledger) settle(ctx context.Context, conn settleDB, clientID string, after time.Duration) (Settled, error) {
+func (l *Ledger) settle(ctx context.Context, conn *pgxpool.Pool, clientID string, after time.Duration) (Settled, error) {
 	var s Settled
 	listed := l.now()
 	rows, err := conn.Query(ctx, straysSQL, clientID, after.Seconds())

@@ -230,6 +230,10 @@ WHERE id = $1 RETURNING dead_at IS NOT NULL`
 	stopSQL = `UPDATE ferry_worker SET stopped_at = now(), last_seen_at = now() WHERE id = $1`
 )
 
+// lease is how long the server lets the liveness session be silent
+// (idle_session_timeout): three ticks plus the tick timeout.
+func (w *Worker) lease() time.Duration { return 3*w.cfg.Tick + w.cfg.TickTimeout }
+
 // connect opens a liveness session with the server-side lease set.
 func (w *Worker) connect(ctx context.Context) (*pgx.Conn, error) {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -238,8 +242,7 @@ func (w *Worker) connect(ctx context.Context) (*pgx.Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
 	}
-	lease := 3*w.cfg.Tick + w.cfg.TickTimeout
-	if _, err := conn.Exec(cctx, "SET idle_session_timeout = "+strconv.FormatInt(lease.Milliseconds(), 10)); err != nil {
+	if _, err := conn.Exec(cctx, "SET idle_session_timeout = "+strconv.FormatInt(w.lease().Milliseconds(), 10)); err != nil {
 		var pgErr *pgconn.PgError
 		if !errors.As(err, &pgErr) || pgErr.Code != "42704" { // Postgres < 14 has no such setting
 			closeQuietly(conn)
@@ -322,7 +325,7 @@ func (w *Worker) run(ctx context.Context, conn *pgx.Conn) {
 		// server, not this timeout, decides whether the session lives, and a
 		// shorter client timeout would close a live session (and free the
 		// worker's lock) when the process merely pauses mid-statement.
-		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*w.cfg.Tick+w.cfg.TickTimeout)
+		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.lease())
 		var dead bool
 		err := conn.QueryRow(bctx, heartbeatSQL, id).Scan(&dead)
 		cancel()
