@@ -44,7 +44,7 @@
 // every River client that installs UniqueKeyMiddleware (the server's: the
 // scheduler, the relay and Telegram insert through it).
 //
-// The bound is enforced in the database (migrations 010 and 013), not in
+// The bound is enforced in the database (migrations 010, 013 and 018), not in
 // Go, so that
 // it holds on every path that writes river_job: plain-SQL inserts from other
 // services, River's own clients, `enqueue jobs retry` of a finalized job, a
@@ -90,16 +90,32 @@
 // 0.68 with the sequences, whose inserters never wait; 0.85 to 0.86 since a
 // statement whose jobs go to one queue (each single insert, each chunk of
 // a bulk insert) costs one query over its rows and the queue's counters.
-// What remains is that query, a nextval, and the trigger machinery itself:
-// with the query cut out (an experiment), the ratio was 0.905, so a bound
-// enforced by a trigger cannot reach the 0.9 target on this machine. A
-// bound checked in Go, by a statement of its own in the inserting
-// transaction, measured no better (pgbench with River's insert SQL, 8
-// clients: 0.81 of the unbounded rate against the trigger's 0.77; the round
-// trip costs what the trigger does), and would leave plain-SQL inserts
-// unbounded.
-// Making River's INSERT … ON CONFLICT DO UPDATE stop firing the UPDATE
-// trigger (a row-level UPDATE trigger, tried) changed nothing measurable.
+// Migration 018 took what remained to 0.90 to 0.92: the bounds are
+// compiled into the INSERT trigger's function (ferry_queue_compile writes
+// it anew, at commit, whenever a transaction changes a bound or a queue's
+// counters: one branch per bounded queue, bound and sequences as
+// constants), so no row of ferry_queue is read on the way in; the jobs
+// gone from the queue (refunded + released) are cached in the session, a
+// value never above the true one (both only grow while the counters run,
+// and a restart of the counters renames the setting), and read again
+// only when the cached value puts the queue over its bound; and a single
+// row is read with LIMIT 1 rather than an aggregate, whose executor start
+// cost more than the rest of the trigger. Measured in instructions
+// (callgrind, River's insert SQL on a single-user backend, one job per
+// transaction): 735,000 an insert without ferry's triggers, 180,000 more
+// with a bound before, about 90,000 after (the INSERT trigger 61,000, the
+// UPDATE trigger that River's INSERT … ON CONFLICT DO UPDATE fires 28,000).
+// Changing ferry_queue is refused in REPEATABLE READ or SERIALIZABLE (the
+// compile must read committed rows), and takes a role that owns
+// ferry_queue_count_insert (the migrating role, which bounding a first
+// queue needs anyway, for CREATE TRIGGER on river_job). A bound checked in Go, by a
+// statement of its own in the inserting transaction, measured no better
+// than the trigger of migration 013 (pgbench with River's insert SQL, 8
+// clients: 0.81 of the unbounded rate against the trigger's 0.77; the
+// round trip costs what the trigger did), and would leave plain-SQL
+// inserts unbounded. A trigger with transition tables cannot take a
+// column list (UPDATE OF state, queue), so River's inserts still call the
+// UPDATE trigger, which returns after one LIMIT 1 read.
 //
 // Counters are exact only while a queue is bounded, so setting a bound on a
 // queue that had none counts its jobs in a transaction that first takes

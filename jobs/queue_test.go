@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -453,4 +454,157 @@ func TestQueueBound_TriggersOnlyWithABound(t *testing.T) {
 	require.True(t, armed())
 	require.NoError(t, b.insert(t, 1))
 	requireQueueFull(t, b.insert(t, 1), b.queue, 11, 11)
+}
+
+// sessionBound is a bounded queue whose inserts all run on one connection,
+// so that what the session caches (migration 018: the queue's refunded +
+// released, in a setting) carries from one insert to the next.
+func sessionBound(t *testing.T, maxLength int64) *boundBundle {
+	t.Helper()
+	url := pgtest.URL(t)
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	return setupBound(t, maxLength, pgtest.PoolFor(t, url+sep+"pool_max_conns=1"))
+}
+
+// setBound sets the bundle's queue's bound, as a worker does at start.
+func (b *boundBundle) setBound(t *testing.T, maxLength int64) {
+	t.Helper()
+	_, err := jobs.SetQueueBounds(t.Context(), b.pool, []jobs.QueueBound{{Name: b.queue, MaxLength: maxLength}})
+	require.NoError(t, err)
+}
+
+// cachedGone is what the bundle's session caches for its queue, "" for
+// nothing: the setting's name is in the INSERT trigger's function, as
+// ferry_queue_compile wrote it.
+func (b *boundBundle) cachedGone(t *testing.T) string {
+	t.Helper()
+	var name string
+	require.NoError(t, b.pool.QueryRow(t.Context(), `
+		SELECT substring(p.prosrc from 'ferry\.queue_gone_[0-9]+_' || q.admitted::oid || '\M')
+		FROM pg_proc p, ferry_queue q
+		WHERE p.proname = 'ferry_queue_count_insert' AND q.name = $1`, b.queue).Scan(&name))
+	require.NotEmpty(t, name)
+	var v *string
+	require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT current_setting($1, true)`, name).Scan(&v))
+	if v == nil {
+		return ""
+	}
+	return *v
+}
+
+// TestQueueBound_CachedGone: a session's cached count of the jobs gone
+// from a queue is never used after the queue's counters restart, nor does
+// it hide a lowered bound.
+func TestQueueBound_CachedGone(t *testing.T) {
+	t.Parallel()
+
+	t.Run("CountersRestart", func(t *testing.T) {
+		t.Parallel()
+		b := sessionBound(t, 3)
+		require.NoError(t, b.insert(t, 3))
+		_, err := b.pool.Exec(t.Context(), `DELETE FROM river_job WHERE queue = $1`, b.queue)
+		require.NoError(t, err)
+		require.Empty(t, b.cachedGone(t))
+		// Over the bound with nothing cached: the statement reads the three
+		// deletions and caches them.
+		require.NoError(t, b.insert(t, 1))
+		require.Equal(t, "4", b.cachedGone(t), "one refund and three releases cached")
+
+		// Unbound and bound again: the counters start from the one job
+		// there, at zero gone. A session still counting three (four) gone
+		// would let seven jobs in.
+		b.setBound(t, 0)
+		b.setBound(t, 3)
+		require.NoError(t, b.insert(t, 2))
+		requireQueueFull(t, b.insert(t, 1), b.queue, 3, 3)
+		require.EqualValues(t, 3, b.count(t))
+	})
+
+	t.Run("LoweredBound", func(t *testing.T) {
+		t.Parallel()
+		b := sessionBound(t, 10)
+		require.NoError(t, b.insert(t, 3))
+		b.setBound(t, 3)
+		requireQueueFull(t, b.insert(t, 1), b.queue, 3, 3)
+	})
+
+	t.Run("ReleasesSeenNearTheBound", func(t *testing.T) {
+		t.Parallel()
+		b := sessionBound(t, 2)
+		for round := range 5 {
+			require.NoError(t, b.insert(t, 2), "round %d", round)
+			requireQueueFull(t, b.insert(t, 1), b.queue, 2, 2)
+			_, err := b.pool.Exec(t.Context(), `DELETE FROM river_job WHERE queue = $1`, b.queue)
+			require.NoError(t, err)
+		}
+	})
+}
+
+// TestQueueBound_Compile: the INSERT trigger's function is written anew
+// from ferry_queue by each transaction that changes a bound, one after
+// another, in READ COMMITTED only.
+func TestQueueBound_Compile(t *testing.T) {
+	t.Parallel()
+
+	t.Run("ConcurrentChanges", func(t *testing.T) {
+		t.Parallel()
+		pool := pgtest.PoolFor(t, pgtest.NewDatabase(t, true))
+		a, b := setupBound(t, 10, pool), setupBound(t, 10, pool)
+		require.NoError(t, a.insert(t, 2))
+		require.NoError(t, b.insert(t, 2))
+		// The first transaction holds its commit after its compile (a
+		// deferred trigger of this test's, after ferry's by name); the
+		// second commits meanwhile, and must compile after the first
+		// commits, with the first's bound.
+		_, err := pool.Exec(t.Context(), `
+			CREATE FUNCTION test_hold() RETURNS trigger LANGUAGE plpgsql AS $$
+			BEGIN PERFORM pg_sleep(0.3); RETURN NULL; END $$;
+			CREATE CONSTRAINT TRIGGER zz_test_hold AFTER UPDATE ON ferry_queue
+				DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
+				WHEN (current_setting('ferry_test.hold', true) = 'on')
+				EXECUTE FUNCTION test_hold()`)
+		require.NoError(t, err)
+		txs := make([]pgx.Tx, 2)
+		for i, q := range []string{a.queue, b.queue} {
+			tx, err := pool.Begin(t.Context())
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+			if i == 0 { // the trigger's WHEN is read at the update
+				_, err = tx.Exec(t.Context(), `SET LOCAL ferry_test.hold = 'on'`)
+				require.NoError(t, err)
+			}
+			_, err = tx.Exec(t.Context(), `UPDATE ferry_queue SET max_length = 2 WHERE name = $1`, q)
+			require.NoError(t, err)
+			txs[i] = tx
+		}
+		var pid uint32
+		require.NoError(t, txs[0].QueryRow(t.Context(), `SELECT pg_backend_pid()`).Scan(&pid))
+		first := make(chan error, 1)
+		go func() { first <- txs[0].Commit(t.Context()) }()
+		require.Eventually(t, func() bool {
+			var waiting bool
+			err := pool.QueryRow(t.Context(), `SELECT coalesce(bool_or(wait_event = 'PgSleep'), false) FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&waiting)
+			return err == nil && waiting
+		}, 10*time.Second, 5*time.Millisecond, "the first commit holds after its compile")
+		require.NoError(t, txs[1].Commit(t.Context()))
+		require.NoError(t, <-first)
+		requireQueueFull(t, a.insert(t, 1), a.queue, 2, 2)
+		requireQueueFull(t, b.insert(t, 1), b.queue, 2, 2)
+	})
+
+	t.Run("RepeatableReadRefused", func(t *testing.T) {
+		t.Parallel()
+		b := setupBound(t, 10)
+		tx, err := b.pool.BeginTx(t.Context(), pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(context.Background()) }()
+		_, err = tx.Exec(t.Context(), `UPDATE ferry_queue SET max_length = 1 WHERE name = $1`, b.queue)
+		require.NoError(t, err)
+		err = tx.Commit(t.Context())
+		require.ErrorContains(t, err, "READ COMMITTED")
+		require.NoError(t, b.insert(t, 2), "the bound stayed at 10")
+	})
 }

@@ -26,7 +26,9 @@ import (
 // all three; ratios of best-of rates measured minutes apart ranged from
 // 0.75 to 0.89 for one build). The unbounded_* ratios are
 // thus the cost of ferry's triggers to a deployment without bounds, and
-// the bounded_* ratios the cost of a bound against that deployment.
+// the bounded_* ratios the cost of a bound against that deployment. Within
+// a round the variants' single inserts take turns in slices of a tenth of
+// their jobs (insertRates).
 type boundedResult struct {
 	Jobs                       int     `json:"jobs"`
 	Rounds                     int     `json:"rounds"`
@@ -79,12 +81,13 @@ func boundedBench(ctx context.Context, serverURL string, n, rounds int) (bounded
 	best := func(cur *float64, v float64) { *cur = max(*cur, v) }
 	var insRatios, bulkRatios, trigInsRatios, trigBulkRatios []float64
 	for range rounds {
+		rates, err := insertRates(ctx, pools, inserters, n)
+		if err != nil {
+			return r, err
+		}
 		var ins, bulk [3]float64
 		for i, v := range variants {
-			var err error
-			if ins[v], err = insertRate(ctx, pools[i], inserters[i], n); err != nil {
-				return r, err
-			}
+			ins[v] = rates[i]
 			if bulk[v], err = bulkRate(ctx, pools[i], inserters[i], 10*n); err != nil {
 				return r, err
 			}
@@ -144,9 +147,32 @@ func prepareVariant(ctx context.Context, pool *pgxpool.Pool, v boundVariant, n, 
 	return nil
 }
 
-// insertRate inserts n jobs, one per transaction, as a service does, from
-// 8 goroutines.
-func insertRate(ctx context.Context, pool *pgxpool.Pool, ins *jobs.Inserter, n int) (float64, error) {
+// insertRates measures the insert rate of each pool and its inserter, n
+// jobs each (insertTime), taking turns in slices of n/10, about a tenth of
+// a second: a slow spell of this shared machine, which lasts seconds, then
+// falls on every variant alike.
+func insertRates(ctx context.Context, pools []*pgxpool.Pool, inserters []*jobs.Inserter, n int) ([]float64, error) {
+	const slices = 10
+	took := make([]time.Duration, len(pools))
+	for s := range slices {
+		for i := range pools {
+			d, err := insertTime(ctx, pools[i], inserters[i], n*(s+1)/slices-n*s/slices)
+			if err != nil {
+				return nil, err
+			}
+			took[i] += d
+		}
+	}
+	rates := make([]float64, len(pools))
+	for i, d := range took {
+		rates[i] = float64(n) / d.Seconds()
+	}
+	return rates, nil
+}
+
+// insertTime inserts n jobs, one per transaction, as a service does, from
+// 8 goroutines, and says how long they took.
+func insertTime(ctx context.Context, pool *pgxpool.Pool, ins *jobs.Inserter, n int) (time.Duration, error) {
 	const goroutines = 8
 	opts := &river.InsertOpts{Queue: benchQueue}
 	start := time.Now()
@@ -175,7 +201,7 @@ func insertRate(ctx context.Context, pool *pgxpool.Pool, ins *jobs.Inserter, n i
 	if werr != nil {
 		return 0, werr
 	}
-	return float64(n) / time.Since(start).Seconds(), nil
+	return time.Since(start), nil
 }
 
 // bulkRate inserts n jobs with COPY in chunks of 10,000 in one

@@ -71,11 +71,12 @@ func sealedInsert(ctx context.Context, serverURL string, keys *seal.Keys, n, rou
 	}
 	var ins, bulk []float64
 	for range rounds {
-		var rate, brate [2]float64
+		var brate [2]float64
+		rate, err := insertRates(ctx, pools[:], inserters[:], n)
+		if err != nil {
+			return 0, 0, err
+		}
 		for i, in := range inserters {
-			if rate[i], err = insertRate(ctx, pools[i], in, n); err != nil {
-				return 0, 0, err
-			}
 			if brate[i], err = bulkRate(ctx, pools[i], in, 10*n); err != nil {
 				return 0, 0, err
 			}
