@@ -15,7 +15,7 @@ import (
 
 // boundedResult is what the bounded mode measures: inserts through
 // jobs.Inserter (one job per transaction, from several goroutines) and bulk
-// inserts (COPY in chunks in one transaction, as `enqueue bulk` does), each
+// inserts (COPY in chunks, as `enqueue bulk` does), each
 // with the queue bounded, unbounded (ferry's schema as a deployment without
 // bounds has it: since migration 013 the counting triggers are not on
 // river_job then), and on river_job as River makes it (every trigger of
@@ -27,8 +27,8 @@ import (
 // 0.75 to 0.89 for one build). The unbounded_* ratios are
 // thus the cost of ferry's triggers to a deployment without bounds, and
 // the bounded_* ratios the cost of a bound against that deployment. Within
-// a round the variants' single inserts take turns in slices of a tenth of
-// their jobs (insertRates).
+// a round the variants take turns in slices (takeTurns): a tenth of the
+// single inserts, one chunk of the bulk insert.
 type boundedResult struct {
 	Jobs                       int     `json:"jobs"`
 	Rounds                     int     `json:"rounds"`
@@ -80,17 +80,14 @@ func boundedBench(ctx context.Context, serverURL string, n, rounds int) (bounded
 	}
 	best := func(cur *float64, v float64) { *cur = max(*cur, v) }
 	var insRatios, bulkRatios, trigInsRatios, trigBulkRatios []float64
-	for range rounds {
-		rates, err := insertRates(ctx, pools, inserters, n)
+	for round := range rounds {
+		insRates, bulkRates, err := insertAndBulkRates(ctx, pools, inserters, n, round)
 		if err != nil {
 			return r, err
 		}
 		var ins, bulk [3]float64
 		for i, v := range variants {
-			ins[v] = rates[i]
-			if bulk[v], err = bulkRate(ctx, pools[i], inserters[i], 10*n); err != nil {
-				return r, err
-			}
+			ins[v], bulk[v] = insRates[i], bulkRates[i]
 		}
 		best(&r.InsertNoTriggersPerSec, ins[variantNoTriggers])
 		best(&r.BulkNoTriggersPerSec, bulk[variantNoTriggers])
@@ -147,27 +144,46 @@ func prepareVariant(ctx context.Context, pool *pgxpool.Pool, v boundVariant, n, 
 	return nil
 }
 
-// insertRates measures the insert rate of each pool and its inserter, n
-// jobs each (insertTime), taking turns in slices of n/10, about a tenth of
-// a second: a slow spell of this shared machine, which lasts seconds, then
-// falls on every variant alike.
-func insertRates(ctx context.Context, pools []*pgxpool.Pool, inserters []*jobs.Inserter, n int) ([]float64, error) {
-	const slices = 10
-	took := make([]time.Duration, len(pools))
+// takeTurns measures the rate of each variant i doing n jobs, in slices
+// of n/slices that the variants take in turns (run(i, k) does k jobs of
+// variant i and says how long they took). Each slice lasts a fraction of a
+// second, so a slow spell of this shared machine, which lasts seconds,
+// falls on every variant alike; and the variant that goes first turns
+// with the round, so that none always runs in the wake of the others'
+// writes (a checkpoint, autovacuum).
+func takeTurns(variants, n, slices, round int, run func(i, k int) (time.Duration, error)) ([]float64, error) {
+	took := make([]time.Duration, variants)
 	for s := range slices {
-		for i := range pools {
-			d, err := insertTime(ctx, pools[i], inserters[i], n*(s+1)/slices-n*s/slices)
+		for j := range variants {
+			i := (j + round) % variants
+			d, err := run(i, n*(s+1)/slices-n*s/slices)
 			if err != nil {
 				return nil, err
 			}
 			took[i] += d
 		}
 	}
-	rates := make([]float64, len(pools))
+	rates := make([]float64, variants)
 	for i, d := range took {
 		rates[i] = float64(n) / d.Seconds()
 	}
 	return rates, nil
+}
+
+// insertAndBulkRates measures, for each pool and its inserter, n inserts
+// one job per transaction (insertTime, in slices of n/10) and 10n jobs
+// by COPY (bulkTime, in slices of a chunk of 10,000), taking turns.
+func insertAndBulkRates(ctx context.Context, pools []*pgxpool.Pool, inserters []*jobs.Inserter, n, round int) (ins, bulk []float64, err error) {
+	ins, err = takeTurns(len(pools), n, 10, round, func(i, k int) (time.Duration, error) {
+		return insertTime(ctx, pools[i], inserters[i], k)
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	bulk, err = takeTurns(len(pools), 10*n, max(1, 10*n/bulkChunk), round, func(i, k int) (time.Duration, error) {
+		return bulkTime(ctx, pools[i], inserters[i], k)
+	})
+	return ins, bulk, err
 }
 
 // insertTime inserts n jobs, one per transaction, as a service does, from
@@ -204,10 +220,13 @@ func insertTime(ctx context.Context, pool *pgxpool.Pool, ins *jobs.Inserter, n i
 	return time.Since(start), nil
 }
 
-// bulkRate inserts n jobs with COPY in chunks of 10,000 in one
-// transaction, as `enqueue bulk` does.
-func bulkRate(ctx context.Context, pool *pgxpool.Pool, ins *jobs.Inserter, n int) (float64, error) {
-	params := make([]river.InsertManyParams, 10_000)
+// bulkChunk is the size of enqueue bulk's chunks.
+const bulkChunk = 10_000
+
+// bulkTime inserts n jobs with COPY in chunks of bulkChunk in one
+// transaction, as `enqueue bulk` does, and says how long they took.
+func bulkTime(ctx context.Context, pool *pgxpool.Pool, ins *jobs.Inserter, n int) (time.Duration, error) {
+	params := make([]river.InsertManyParams, min(n, bulkChunk))
 	for i := range params {
 		params[i] = river.InsertManyParams{Args: jobs.NoopArgs{}, InsertOpts: &river.InsertOpts{Queue: benchQueue}}
 	}
@@ -223,7 +242,7 @@ func bulkRate(ctx context.Context, pool *pgxpool.Pool, ins *jobs.Inserter, n int
 	if err != nil {
 		return 0, fmt.Errorf("bulk: %w", err)
 	}
-	return float64(n) / time.Since(start).Seconds(), nil
+	return time.Since(start), nil
 }
 
 func checkCount(ctx context.Context, pool *pgxpool.Pool, queue string, want int) error {

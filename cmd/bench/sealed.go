@@ -70,16 +70,10 @@ func sealedInsert(ctx context.Context, serverURL string, keys *seal.Keys, n, rou
 		}
 	}
 	var ins, bulk []float64
-	for range rounds {
-		var brate [2]float64
-		rate, err := insertRates(ctx, pools[:], inserters[:], n)
+	for round := range rounds {
+		rate, brate, err := insertAndBulkRates(ctx, pools[:], inserters[:], n, round)
 		if err != nil {
 			return 0, 0, err
-		}
-		for i, in := range inserters {
-			if brate[i], err = bulkRate(ctx, pools[i], in, 10*n); err != nil {
-				return 0, 0, err
-			}
 		}
 		ins, bulk = append(ins, rate[1]/rate[0]), append(bulk, brate[1]/brate[0])
 	}
