@@ -556,18 +556,28 @@ func TestQueueBound_Compile(t *testing.T) {
 		require.NoError(t, a.insert(t, 2))
 		require.NoError(t, b.insert(t, 2))
 		// The first transaction holds its commit after its compile (a
-		// deferred trigger of this test's, after ferry's by name); the
-		// second commits meanwhile, and must compile after the first
-		// commits, with the first's bound.
-		_, err := pool.Exec(t.Context(), `
+		// deferred trigger of this test's, after ferry's by name, waits
+		// for an advisory lock the test holds); the second commits
+		// meanwhile, and must compile after the first commits, with the
+		// first's bound.
+		const holdKey = 8110999
+		_, err := pool.Exec(t.Context(), fmt.Sprintf(`
 			CREATE FUNCTION test_hold() RETURNS trigger LANGUAGE plpgsql AS $$
-			BEGIN PERFORM pg_sleep(0.3); RETURN NULL; END $$;
+			BEGIN PERFORM pg_advisory_xact_lock(%d); RETURN NULL; END $$;
 			CREATE CONSTRAINT TRIGGER zz_test_hold AFTER UPDATE ON ferry_queue
 				DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
 				WHEN (current_setting('ferry_test.hold', true) = 'on')
-				EXECUTE FUNCTION test_hold()`)
+				EXECUTE FUNCTION test_hold()`, holdKey))
 		require.NoError(t, err)
+		holder, err := pool.Acquire(t.Context())
+		require.NoError(t, err)
+		defer holder.Release()
+		_, err = holder.Exec(t.Context(), `SELECT pg_advisory_lock($1)`, holdKey)
+		require.NoError(t, err)
+		defer func() { _, _ = holder.Exec(context.Background(), `SELECT pg_advisory_unlock_all()`) }()
+
 		txs := make([]pgx.Tx, 2)
+		pids := make([]uint32, 2)
 		for i, q := range []string{a.queue, b.queue} {
 			tx, err := pool.Begin(t.Context())
 			require.NoError(t, err)
@@ -578,19 +588,26 @@ func TestQueueBound_Compile(t *testing.T) {
 			}
 			_, err = tx.Exec(t.Context(), `UPDATE ferry_queue SET max_length = 2 WHERE name = $1`, q)
 			require.NoError(t, err)
+			require.NoError(t, tx.QueryRow(t.Context(), `SELECT pg_backend_pid()`).Scan(&pids[i]))
 			txs[i] = tx
 		}
-		var pid uint32
-		require.NoError(t, txs[0].QueryRow(t.Context(), `SELECT pg_backend_pid()`).Scan(&pid))
-		first := make(chan error, 1)
-		go func() { first <- txs[0].Commit(t.Context()) }()
-		require.Eventually(t, func() bool {
-			var waiting bool
-			err := pool.QueryRow(t.Context(), `SELECT coalesce(bool_or(wait_event = 'PgSleep'), false) FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&waiting)
-			return err == nil && waiting
-		}, 10*time.Second, 5*time.Millisecond, "the first commit holds after its compile")
-		require.NoError(t, txs[1].Commit(t.Context()))
-		require.NoError(t, <-first)
+		waiting := func(pid uint32) func() bool {
+			return func() bool {
+				var w bool
+				err := pool.QueryRow(t.Context(), `SELECT coalesce(bool_or(wait_event_type = 'Lock'), false) FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&w)
+				return err == nil && w
+			}
+		}
+		errs := make([]chan error, 2)
+		for i, tx := range txs {
+			errs[i] = make(chan error, 1)
+			go func() { errs[i] <- tx.Commit(t.Context()) }()
+			require.Eventually(t, waiting(pids[i]), 30*time.Second, 5*time.Millisecond, "commit %d waits", i)
+		}
+		_, err = holder.Exec(t.Context(), `SELECT pg_advisory_unlock($1)`, holdKey)
+		require.NoError(t, err)
+		require.NoError(t, <-errs[0])
+		require.NoError(t, <-errs[1])
 		requireQueueFull(t, a.insert(t, 1), a.queue, 2, 2)
 		requireQueueFull(t, b.insert(t, 1), b.queue, 2, 2)
 	})

@@ -3,7 +3,7 @@ DROP TRIGGER ferry_queue_compile_update ON ferry_queue;
 DROP TRIGGER ferry_queue_compile_insert ON ferry_queue;
 DROP FUNCTION ferry_queue_compile_trigger();
 DROP FUNCTION ferry_queue_compile(text);
-DROP FUNCTION ferry_queue_admit_fresh(text, bigint, bigint, regclass, regclass, text);
+DROP FUNCTION ferry_queue_admit_fresh(text, bigint, bigint);
 
 -- Migration 013's INSERT trigger function: the queue's row and its
 -- released count read by each statement.
