@@ -458,10 +458,12 @@ func TestQueueBound_TriggersOnlyWithABound(t *testing.T) {
 
 // sessionBound is a bounded queue whose inserts all run on one connection,
 // so that what the session caches (migration 018: the queue's refunded +
-// released, in a setting) carries from one insert to the next.
+// released, in a setting named after the compile) carries from one insert
+// to the next; in a database of its own, where no other test's bound
+// compiles the INSERT trigger's function anew (renaming the setting).
 func sessionBound(t *testing.T, maxLength int64) *boundBundle {
 	t.Helper()
-	url := pgtest.URL(t)
+	url := pgtest.NewDatabase(t, true)
 	sep := "?"
 	if strings.Contains(url, "?") {
 		sep = "&"
