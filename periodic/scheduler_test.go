@@ -179,8 +179,9 @@ func TestScheduler_Overlap(t *testing.T) {
 	require.Contains(t, *got[1].Reason, "overlap: previous run (job")
 	require.Nil(t, got[1].JobID)
 
-	// Once the previous job finishes, the next tick enqueues again.
-	_, err := b.pool.Exec(ctx, "UPDATE river_job SET state = 'completed', finalized_at = now() WHERE id = $1", *got[0].JobID)
+	// Once the previous job is finalized (River's JobCancel finalizes a job
+	// that is not running at once), the next tick enqueues again.
+	_, err := b.client.JobCancel(ctx, *got[0].JobID)
 	require.NoError(t, err)
 	require.NoError(t, s.claim(ctx, sc, base.Add(2*time.Minute), ""))
 	got = ticks(t, b.pool, "ov")
@@ -207,7 +208,7 @@ func TestScheduler_CatchUp(t *testing.T) {
 		require.NoError(t, s.sync(ctx, base))
 		// The previous leader's last tick.
 		require.NoError(t, s.claim(ctx, s.durable[0], base, ""))
-		_, err := b.pool.Exec(ctx, "UPDATE river_job SET state = 'completed', finalized_at = now()")
+		_, err := b.client.JobCancel(ctx, *ticks(t, b.pool, sc.ID)[0].JobID)
 		require.NoError(t, err)
 		return b, s
 	}
