@@ -22,12 +22,22 @@
 // whose updates it relays) and embedders insert with) writes metadata.ferry_seal,
 // one string:
 //
-//	2.<key id>.<run id: 128 random bits>.<due: unix seconds>.<1 if encrypted, else 0>.<HMAC-SHA256>.<queue>
+//	3.<key id prefix>.<run id: 96 random bits>.<due: unix seconds>.<HMAC-SHA256-128>.<queue>
 //
-// (River's GIN index on metadata indexes a string as one entry, where an
-// object's keys and values were thirteen, written again at each of a job's
-// updates. Version 1, the object {"v": 1, "k", "r", "q", "d", "m"}, still
-// verifies.)
+// ("3e" for "3" when the args are encrypted; 65 characters for the
+// default queue). Every byte of it is paid at each of a job's three rows
+// (insert, fetch, completion: River copies each into WAL, its RETURNING
+// results and a hash table, and its GIN index on metadata takes the seal
+// as a unique entry), and a no-op job's row is two thirds the size without
+// one, so the seal is as short as its guarantees allow: the MAC is
+// HMAC-SHA256 truncated to its first 128 bits (RFC 4868's HMAC-SHA-256-128),
+// the run id 96 random bits (two of a billion claims a week collide once
+// in 10^11 weeks: the later would be refused as replayed), and the key is
+// named by the first 16 bits of its id, which only choose the keys to try
+// (two keys of a worker that share them are both tried). Version 2's
+// string (2.<key id>.<run id>.<due>.<0|1>.<HMAC-SHA256>.<queue>, 102
+// characters) and version 1's object {"v": 1, "k", "r", "q", "d", "m"}
+// still verify.
 //
 // The MAC covers the kind, the queue, the run id, the due time and the args.
 // River's InsertManyFast path (the COPY of `enqueue bulk`) runs insert
@@ -44,8 +54,8 @@
 //
 // under a key derived (HKDF) from the sealing key, with the kind, queue,
 // run id and due time as additional data, so that an envelope opens only in
-// the job it was made for. The seal then has "e": true, the MAC covers the
-// envelope (and that flag), and the verifier decrypts after the MAC, queue
+// the job it was made for. The seal's version is then "3e", the MAC covers
+// the envelope (and that flag), and the verifier decrypts after the MAC, queue
 // and claim checks hold, putting the args back in the job row before River
 // decodes them for the kind's worker. An envelope that does not open is
 // invalid. Anyone reading river_job (River UI, `enqueue jobs get`, `enqueue
@@ -134,14 +144,23 @@
 // # Cost
 //
 // Measured with `go run ./cmd/bench -mode sealed` (5 rounds, medians of the
-// rounds' ratios, on a shared 2-core machine): a worker with keys works
-// 0.93 to 0.95 as many no-op jobs per second as one without
-// (sealed_worker_ratio; target 0.9): the MAC over the canonical args
-// (Check: 1.5 µs, BenchmarkCheck) and the larger rows. The claim is paid
+// rounds' ratios, on a shared 2-core machine whose runs swing by 0.05): a
+// worker with keys works 0.82 to 0.91 as many no-op jobs per second as one
+// without with a backlog of 50,000 (sealed_worker_ratio; target 0.9; 0.93
+// to 0.95 in earlier runs against a slower unsealed worker), and 0.76 with
+// 200,000. The MAC over the canonical args is 1.5 µs (BenchmarkCheck);
+// the rest is the seal's bytes in River's rows, and above all River's GIN
+// index on metadata (river_job_metadata_index), which takes each row's
+// seal as one more, unique, entry: with that index dropped, a sealed worker
+// spent as much Postgres CPU per job as an unsealed one (100,000 jobs:
+// 95 µs against 87 to 105), with it 117 to 121 µs against 95 to 106.
+// ferry leaves River's schema as River made it; a deployment that never
+// queries river_job by metadata could drop that index. The claim is paid
 // by inserters: jobs.Inserter with keys inserts one job per transaction at
-// 0.77 to 0.81 of the unsealed rate (0.96 without the claim) and COPYs at
-// 0.34 to 0.37 (0.53 without it: the seal itself, 2.5 µs a job in Go, BenchmarkSeal,
-// and the larger rows), keys sealed_insert_ratio and sealed_bulk_ratio.
+// 0.74 to 0.81 of the unsealed rate (0.96 without the claim) and COPYs at
+// 0.34 to 0.43 (0.53 without it: the seal itself, 2.5 µs a job in Go,
+// BenchmarkSeal, and the larger rows), keys sealed_insert_ratio and
+// sealed_bulk_ratio.
 // A deployment without keys has no insert trigger of this design.
 //
 // # What is detectable

@@ -190,13 +190,13 @@ func (k *Keys) IDs() []string {
 	return ids
 }
 
-func (k *Keys) byID(id string) (key, bool) {
-	for _, key := range k.keys {
-		if key.id == id {
-			return key, true
-		}
+// madeBy says whether st names key k as its sealer: the whole key id
+// (versions 1 and 2) or its first keyPrefixLen hex digits (version 3).
+func (st stamp) madeBy(k key) bool {
+	if st.V >= 3 {
+		return len(st.K) == keyPrefixLen && strings.HasPrefix(k.id, st.K)
 	}
-	return key{}, false
+	return k.id == st.K
 }
 
 // String says how many keys there are, and never shows one.

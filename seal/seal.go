@@ -6,6 +6,7 @@ import (
 	"crypto/aes"
 	"crypto/cipher"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
@@ -27,58 +28,97 @@ import (
 const MetadataKey = "ferry_seal"
 
 // version is the seal format this package writes: the MAC's domain and
-// fields, and the compact form of stamp.encode. Seals of version 1 (a JSON
-// object) still verify.
-const version = 2
+// fields, and the compact form of stamp.encode. Seals of versions 1 (a JSON
+// object) and 2 (a longer string) still verify.
+const version = 3
 
-// stamp is a seal's fields. Version 2 stores them as one string
+// The lengths of version 3's fields: a key id prefix (hex), a run id and a
+// MAC (bytes, written base64url).
+const (
+	keyPrefixLen = 4  // hex digits of the key id: 16 bits
+	runIDBytes   = 12 // 96 random bits: base64url, 16 characters
+	macBytes     = 16 // HMAC-SHA256 truncated to 128 bits: 22 characters
+)
+
+// stamp is a seal's fields. Versions 2 and 3 store them as one string
 // (stamp.encode); version 1 stored this struct as a JSON object.
 type stamp struct {
 	V int    `json:"v"`
-	K string `json:"k"`           // id of the key that sealed (a hash, never the key)
-	R string `json:"r"`           // run id: 128 random bits, base64url
+	K string `json:"k"`           // id of the key that sealed (a hash, never the key); version 3: its first 4 hex digits
+	R string `json:"r"`           // run id: random bits, base64url
 	Q string `json:"q"`           // the queue it was sealed for
 	D int64  `json:"d"`           // due: unix seconds of its scheduled time at insert
 	E bool   `json:"e,omitempty"` // the args are an envelope (FERRY_SEAL_ENCRYPT)
-	M string `json:"m"`           // HMAC-SHA256, base64url
+	M string `json:"m"`           // HMAC-SHA256, base64url; version 3: its first 16 bytes
 }
 
-// encode is the compact form of a version-2 seal, one JSON string:
+// encode is the compact form of a version-3 seal, one JSON string:
 //
-//	2.<key id>.<run id>.<due>.<1 if encrypted, else 0>.<mac>.<queue>
+//	3.<key id prefix>.<run id>.<due>.<mac>.<queue>
 //
-// River indexes metadata with GIN (jsonb_ops), and every update of a job
-// (fetch, completion) writes its index entries again: a string is two
-// entries (its key and its value) where version 1's object was thirteen,
-// and that was most of what a seal cost a worker. Key id (hex), run id and
-// MAC (base64url) and due (digits) hold no dot; the queue is last and
-// taken whole.
+// with "3e" for "3" when the args are encrypted: 65 characters for the
+// default queue, where version 2's form,
+// 2.<key id>.<run id>.<due>.<0|1>.<mac>.<queue>, was 102. River writes a
+// job's row anew at each update (fetch, completion), and its GIN index on
+// metadata (jsonb_ops) takes the seal as one unique entry each time: the
+// seal was two fifths of a no-op job's row. Hence a 96-bit run id, a
+// 128-bit MAC and 16 bits of key id, which only pick the keys to try
+// (package doc, "The seal"). The run id and the due time stay the third
+// and fourth fields, where the database reads them (migration 014). Key
+// id, run id and MAC (hex, base64url) and due (digits) hold no dot; the
+// queue is last and taken whole.
 func (st stamp) encode() string {
-	e := "0"
+	v := strconv.Itoa(st.V)
 	if st.E {
-		e = "1"
+		v += "e"
 	}
-	return strings.Join([]string{strconv.Itoa(st.V), st.K, st.R, strconv.FormatInt(st.D, 10), e, st.M, st.Q}, ".")
+	return strings.Join([]string{v, st.K, st.R, strconv.FormatInt(st.D, 10), st.M, st.Q}, ".")
 }
 
 // errMalformed is parseStamp's one error: the verifier says "malformed".
 var errMalformed = errors.New("malformed seal")
 
-// parseStamp reads metadata.ferry_seal: a version-2 string, or a version-1
-// object.
+// parseStamp reads metadata.ferry_seal: a version-3 or version-2 string,
+// or a version-1 object.
 func parseStamp(v gjson.Result) (stamp, error) {
 	var st stamp
 	switch v.Type {
 	case gjson.String:
-		f := strings.SplitN(v.Str, ".", 7)
-		if len(f) != 7 || f[0] != "2" || (f[4] != "0" && f[4] != "1") {
+		ver, rest, _ := strings.Cut(v.Str, ".")
+		switch ver {
+		case "3", "3e":
+			var ok bool
+			st = stamp{V: 3, E: ver == "3e"}
+			var d string
+			if st.K, rest, ok = strings.Cut(rest, "."); !ok {
+				return stamp{}, errMalformed
+			}
+			if st.R, rest, ok = strings.Cut(rest, "."); !ok {
+				return stamp{}, errMalformed
+			}
+			if d, rest, ok = strings.Cut(rest, "."); !ok {
+				return stamp{}, errMalformed
+			}
+			if st.M, st.Q, ok = strings.Cut(rest, "."); !ok {
+				return stamp{}, errMalformed
+			}
+			var err error
+			if st.D, err = strconv.ParseInt(d, 10, 64); err != nil {
+				return stamp{}, errMalformed
+			}
+		case "2":
+			f := strings.SplitN(v.Str, ".", 7)
+			if len(f) != 7 || (f[4] != "0" && f[4] != "1") {
+				return stamp{}, errMalformed
+			}
+			d, err := strconv.ParseInt(f[3], 10, 64)
+			if err != nil {
+				return stamp{}, errMalformed
+			}
+			st = stamp{V: 2, K: f[1], R: f[2], D: d, E: f[4] == "1", M: f[5], Q: f[6]}
+		default:
 			return stamp{}, errMalformed
 		}
-		d, err := strconv.ParseInt(f[3], 10, 64)
-		if err != nil {
-			return stamp{}, errMalformed
-		}
-		st = stamp{V: 2, K: f[1], R: f[2], D: d, E: f[4] == "1", M: f[5], Q: f[6]}
 	case gjson.JSON:
 		if err := json.Unmarshal([]byte(v.Raw), &st); err != nil || st.V != 1 {
 			return stamp{}, errMalformed
@@ -141,12 +181,12 @@ func Seal(keys *Keys, kind, queue string, args, metadata []byte, due time.Time) 
 	if keys.Len() == 0 {
 		return nil, nil, errors.New("ferry: seal: no keys to seal with")
 	}
-	var run [16]byte
+	var run [runIDBytes]byte
 	if _, err := rand.Read(run[:]); err != nil {
 		return nil, nil, fmt.Errorf("ferry: seal: run id: %w", err)
 	}
 	k := keys.keys[0]
-	st := stamp{V: version, K: k.id, R: base64.RawURLEncoding.EncodeToString(run[:]), Q: queue, D: due.Unix(), E: keys.encrypt}
+	st := stamp{V: version, K: k.id[:keyPrefixLen], R: base64.RawURLEncoding.EncodeToString(run[:]), Q: queue, D: due.Unix(), E: keys.encrypt}
 	if st.E {
 		if args, err = st.encrypt(k.enc, kind, args); err != nil {
 			return nil, nil, err
@@ -156,7 +196,8 @@ func Seal(keys *Keys, kind, queue string, args, metadata []byte, due time.Time) 
 	if err != nil {
 		return nil, nil, fmt.Errorf("ferry: seal: %s args: %w", kind, err)
 	}
-	st.M = base64.RawURLEncoding.EncodeToString(st.mac(k, kind, canon))
+	var sum [sha256.Size]byte
+	st.M = base64.RawURLEncoding.EncodeToString(st.mac(sum[:0], k, kind, canon))
 	meta, err := withStamp(metadata, st)
 	return args, meta, err
 }
@@ -238,10 +279,11 @@ func withStamp(metadata []byte, st stamp) ([]byte, error) {
 	return json.Marshal(meta)
 }
 
-// mac is HMAC-SHA256 under key over the seal's fields and kind and the
-// canonical args, each length-prefixed so that no two field lists encode
-// alike.
-func (st stamp) mac(k key, kind string, canonArgs []byte) []byte {
+// mac appends to b the HMAC-SHA256 under key over the seal's fields and
+// kind and the canonical args, each length-prefixed so that no two field
+// lists encode alike: all of it, or for version 3 its first macBytes
+// (a truncated HMAC, as RFC 4868's HMAC-SHA256-128).
+func (st stamp) mac(b []byte, k key, kind string, canonArgs []byte) []byte {
 	h := k.macs.Get().(hash.Hash)
 	defer k.macs.Put(h)
 	h.Reset()
@@ -260,7 +302,11 @@ func (st stamp) mac(k key, kind string, canonArgs []byte) []byte {
 		field([]byte("encrypted"))
 	}
 	field(canonArgs)
-	return h.Sum(nil)
+	b = h.Sum(b)
+	if st.V >= 3 {
+		b = b[:len(b)-sha256.Size+macBytes]
+	}
+	return b
 }
 
 // canonical is the form of a JSON document that the MAC covers: one that

@@ -3,6 +3,7 @@ package seal
 import (
 	"context"
 	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -161,19 +162,25 @@ func (v *Verifier) Check(job *rivertype.JobRow) *RefusedError {
 	refuse := func(r Reason, format string, args ...any) *RefusedError {
 		return &RefusedError{Reason: r, JobID: job.ID, Kind: job.Kind, Detail: fmt.Sprintf(format, args...)}
 	}
-	// The two keys of metadata the check reads, without decoding the rest
-	// (River stores metadata as jsonb: it is a valid document).
-	meta := gjson.GetManyBytes(job.Metadata, MetadataKey, claimKey)
+	// The two keys of metadata the check reads, in one pass without
+	// decoding the rest (River stores metadata as jsonb: a valid document,
+	// no key twice).
+	var meta [2]gjson.Result
+	gjson.ParseBytes(job.Metadata).ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case MetadataKey:
+			meta[0] = v
+		case claimKey:
+			meta[1] = v
+		}
+		return true
+	})
 	if meta[0].Type == gjson.Null {
 		return refuse(ReasonMissing, "the job has no seal; it was not inserted by ferry with seal keys")
 	}
 	st, err := parseStamp(meta[0])
 	if err != nil {
 		return refuse(ReasonInvalid, "the seal is malformed")
-	}
-	k, ok := v.cfg.Keys.byID(st.K)
-	if !ok {
-		return refuse(ReasonInvalid, "the seal was made with key %q, which this worker does not have", st.K)
 	}
 	got, err := base64.RawURLEncoding.DecodeString(st.M)
 	if err != nil {
@@ -183,7 +190,27 @@ func (v *Verifier) Check(job *rivertype.JobRow) *RefusedError {
 	if err != nil {
 		return refuse(ReasonInvalid, "the args are not JSON the seal can cover")
 	}
-	if !hmac.Equal(got, st.mac(k, job.Kind, canon)) {
+	// The keys the seal names (a version-3 seal names 16 bits of the key
+	// id: two keys of a worker may share them), the one whose MAC matches.
+	var (
+		k            key
+		named, found bool
+		sum          [sha256.Size]byte
+	)
+	for _, c := range v.cfg.Keys.keys {
+		if !st.madeBy(c) {
+			continue
+		}
+		named = true
+		if hmac.Equal(got, st.mac(sum[:0], c, job.Kind, canon)) {
+			k, found = c, true
+			break
+		}
+	}
+	if !named {
+		return refuse(ReasonInvalid, "the seal was made with key %q, which this worker does not have", st.K)
+	}
+	if !found {
 		return refuse(ReasonInvalid, "the seal does not match the job's kind, args or run id: altered")
 	}
 	if st.Q != job.Queue {

@@ -82,17 +82,24 @@ func sealedInsert(ctx context.Context, serverURL string, keys *seal.Keys, n, rou
 	return insertRatio, bulkRatio, nil
 }
 
-// pairedRounds measures base then other in each of rounds rounds, so that
+// pairedRounds measures base and other in each of rounds rounds, so that
 // drift in the machine's load hits both alike, and returns the best rate of
-// each and the median of the rounds' own ratios other/base.
+// each and the median of the rounds' own ratios other/base. The one that
+// goes first turns with the round: neither always runs in the wake of the
+// other's writes (its database dropped, a checkpoint).
 func pairedRounds(rounds int, base, other func() (float64, error)) (bestBase, bestOther, ratio float64, err error) {
 	var ratios []float64
-	for range rounds {
-		b, err := base()
-		if err != nil {
-			return 0, 0, 0, err
+	for r := range rounds {
+		var b, o float64
+		if r%2 == 0 {
+			if b, err = base(); err == nil {
+				o, err = other()
+			}
+		} else {
+			if o, err = other(); err == nil {
+				b, err = base()
+			}
 		}
-		o, err := other()
 		if err != nil {
 			return 0, 0, 0, err
 		}
