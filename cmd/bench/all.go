@@ -27,25 +27,40 @@ import (
 	"github.com/ferryq/ferry/internal/dburl"
 	"github.com/ferryq/ferry/internal/testkit/fleet"
 	"github.com/ferryq/ferry/jobs"
+	"github.com/ferryq/ferry/outbox"
 	"github.com/ferryq/ferry/seal"
 )
 
 // sizes of one bench run: full (go tool task bench) or quick (bench:quick).
 type sizes struct {
-	backlog    int           // no-op jobs for the throughput comparison
-	latencyDur time.Duration // at 500 jobs/s
-	relay      int           // outbox messages for the relay
-	outboxDur  time.Duration // at 500 messages/s
-	tickDur    time.Duration // 10 schedules every second
-	trials     int           // failover trials of each kind (1 s tick)
-	defTrials  int           // crash failover trials at the default settings
-	orphans    int           // orphan rescue trials (1 s tick, 100 jobs)
-	bulk       int           // lines for enqueue bulk
+	backlog      int           // no-op jobs for the throughput comparison
+	latencyDur   time.Duration // at 500 jobs/s
+	relay        int           // outbox messages for the relay
+	outboxDur    time.Duration // at 500 messages/s
+	tickDur      time.Duration // 10 schedules every second
+	trials       int           // failover trials of each kind (1 s tick)
+	defTrials    int           // crash failover trials at the default settings (0: none)
+	orphans      int           // orphan rescue trials (1 s tick, 100 jobs)
+	bulk         int           // lines for enqueue bulk
+	rounds       int           // paired rounds of the sealed and bounded ratios
+	pairRounds   int           // paired rounds against River at its best and through PgBouncer
+	locks        int           // lock acquisitions of the fencing oracle
+	lockKills    int           // kill -9 of the lock's holder, and as many pg_terminate_backend
+	relayBatches []int         // the relay batch sizes measured
 }
 
 var (
-	fullSizes  = sizes{backlog: 200_000, latencyDur: 10 * time.Second, relay: 100_000, outboxDur: 10 * time.Second, tickDur: 15 * time.Second, trials: 10, defTrials: 3, orphans: 20, bulk: 1_000_000}
-	quickSizes = sizes{backlog: 20_000, latencyDur: 3 * time.Second, relay: 20_000, outboxDur: 3 * time.Second, tickDur: 11 * time.Second, trials: 3, defTrials: 1, orphans: 5, bulk: 100_000}
+	fullSizes = sizes{backlog: 200_000, latencyDur: 10 * time.Second, relay: 100_000, outboxDur: 10 * time.Second, tickDur: 15 * time.Second,
+		trials: 10, defTrials: 3, orphans: 20, bulk: 1_000_000, rounds: 5, pairRounds: 3, locks: 10_000, lockKills: 10, relayBatches: relayBatches}
+	// quickSizes measure the full run's figures (but the scale, sustained,
+	// counts, pickup-sweep and default-tick failover ones) in under three
+	// minutes on a 2-core machine (total_seconds): one trial of each
+	// failover at a 1 s tick, three rounds of each ratio (two against River
+	// at its best and through PgBouncer), the relay at its default batch
+	// and the largest.
+	quickSizes = sizes{backlog: 20_000, latencyDur: 3 * time.Second, relay: 10_000, outboxDur: 3 * time.Second, tickDur: 4 * time.Second,
+		trials: 1, defTrials: 0, orphans: 2, bulk: 50_000, rounds: 3, pairRounds: 2, locks: 600, lockKills: 2,
+		relayBatches: []int{outbox.DefaultBatchSize, 5000}}
 )
 
 // results is bench/results.json: the keys are read by tools; keep them.
@@ -118,6 +133,10 @@ type results struct {
 	BroadcastP99MS            *float64          `json:"broadcast_p99_ms"`
 	BroadcastMsgsPerSec       *float64          `json:"broadcast_msgs_per_sec"`
 	Notes                     map[string]string `json:"notes"`
+	// StepSeconds is how long each step of the run took, by the name it
+	// prints; TotalSeconds the whole run's (bench:quick's target: 180).
+	StepSeconds  map[string]float64 `json:"step_seconds"`
+	TotalSeconds float64            `json:"total_seconds"`
 	lockResults
 }
 
@@ -130,7 +149,8 @@ func runAll(ctx context.Context, serverURL, path string, quick bool) error {
 	if quick {
 		sz = quickSizes
 	}
-	res := results{CPUs: runtime.NumCPU(), Date: time.Now().UTC().Format(time.RFC3339), Quick: quick, Notes: map[string]string{}}
+	began := time.Now()
+	res := results{CPUs: runtime.NumCPU(), Date: began.UTC().Format(time.RFC3339), Quick: quick, Notes: map[string]string{}, StepSeconds: map[string]float64{}}
 	if out, err := exec.Command("git", "rev-parse", "--short=12", "HEAD").Output(); err == nil {
 		res.Rev = strings.TrimSpace(string(out))
 	} else {
@@ -140,7 +160,20 @@ func runAll(ctx context.Context, serverURL, path string, quick bool) error {
 		res.Notes[key] = err.Error()
 		fmt.Fprintf(os.Stderr, "bench: %s: %v\n", key, err)
 	}
-	step := func(name string) { fmt.Fprintf(os.Stderr, "bench: %s …\n", name) }
+	// step starts the step name, and ends the one before (its time in
+	// StepSeconds and on stderr).
+	var current string
+	stepAt := began
+	step := func(name string) {
+		if current != "" {
+			res.StepSeconds[current] = time.Since(stepAt).Seconds()
+			fmt.Fprintf(os.Stderr, "bench: %s: %.1f s\n", current, time.Since(stepAt).Seconds())
+		}
+		current, stepAt = name, time.Now()
+		if name != "" {
+			fmt.Fprintf(os.Stderr, "bench: %s …\n", name)
+		}
+	}
 
 	step("worker throughput, bare River then ferry")
 	if river, ferryRate, err := workerThroughput(ctx, serverURL, sz.backlog); err != nil {
@@ -149,13 +182,13 @@ func runAll(ctx context.Context, serverURL, path string, quick bool) error {
 		res.WorkerRiverJobsPerSec, res.WorkerFerryJobsPerSec, res.WorkerRatio = ptr(river), ptr(ferryRate), ptr(ferryRate/river)
 	}
 	step("worker throughput, bare River at River's own bench settings against ferry's defaults, paired rounds")
-	if river, ferryRate, ratio, err := riverBestRatio(ctx, serverURL, sz.backlog, 3); err != nil {
+	if river, ferryRate, ratio, err := riverBestRatio(ctx, serverURL, sz.backlog, sz.pairRounds); err != nil {
 		note("worker_river_best", err)
 	} else {
 		res.RiverBestJobsPerSec, res.FerryDefaultJobsPerSec, res.WorkerRatioVsRiverBest = ptr(river), ptr(ferryRate), ptr(ratio)
 	}
 	step("worker throughput, ferry without then with seal keys")
-	if r, err := sealedThroughput(ctx, serverURL, sz.backlog/2, 5); err != nil {
+	if r, err := sealedThroughput(ctx, serverURL, sz.backlog/2, sz.rounds); err != nil {
 		note("sealed", err)
 	} else {
 		res.UnsealedWorkerJobsPerSec, res.SealedWorkerJobsPerSec, res.SealedWorkerRatio = ptr(r.Unsealed), ptr(r.Sealed), ptr(r.Ratio)
@@ -177,14 +210,14 @@ func runAll(ctx context.Context, serverURL, path string, quick bool) error {
 		}
 	}
 	step("worker through PgBouncer in transaction mode against direct")
-	if r, err := pgbouncerThroughput(ctx, serverURL, sz.backlog/2, 3, 500, sz.latencyDur); err != nil {
+	if r, err := pgbouncerThroughput(ctx, serverURL, sz.backlog/2, sz.pairRounds, 500, sz.latencyDur, false); err != nil {
 		note("pgbouncer", err)
 	} else {
 		res.PgBouncerWorkerRatio = ptr(r.Ratio)
 		res.PgBouncerLatencyP50MS, res.PgBouncerLatencyP99MS = ptr(r.PooledP50), ptr(r.PooledP99)
 	}
 	step("outbox")
-	if r, err := outboxBench(ctx, serverURL, sz.relay, 500, sz.outboxDur); err != nil {
+	if r, err := outboxBench(ctx, serverURL, sz.relay, 500, sz.outboxDur, sz.relayBatches); err != nil {
 		note("outbox", err)
 	} else {
 		res.OutboxRelayMsgsPerSec, res.OutboxE2EP50MS, res.OutboxE2EP99MS = ptr(r.BestRelayPerSec), ptr(r.E2EP50MS), ptr(r.E2EP99MS)
@@ -214,13 +247,17 @@ func runAll(ctx context.Context, serverURL, path string, quick bool) error {
 			}
 		}
 	}
-	step("crash failover at the default settings")
-	if r, err := failover(ctx, serverURL, failoverPlan{crash: sz.defTrials}); err != nil {
-		note("failover_default", err)
-	} else {
-		res.FailoverCrashDefaultMSMed, res.FailoverCrashDefaultMSMax = ptr(r.CrashMedianMS), ptr(r.CrashMaxMS)
-		if r.Overlaps > 0 {
-			note("failover_default_overlaps", fmt.Errorf("%d overlaps observed", r.Overlaps))
+	// At the default 15 s tick a takeover takes 15 to 25 s whatever the
+	// size: the full run only (quick's defTrials is 0).
+	if sz.defTrials > 0 {
+		step("crash failover at the default settings")
+		if r, err := failover(ctx, serverURL, failoverPlan{crash: sz.defTrials}); err != nil {
+			note("failover_default", err)
+		} else {
+			res.FailoverCrashDefaultMSMed, res.FailoverCrashDefaultMSMax = ptr(r.CrashMedianMS), ptr(r.CrashMaxMS)
+			if r.Overlaps > 0 {
+				note("failover_default_overlaps", fmt.Errorf("%d overlaps observed", r.Overlaps))
+			}
 		}
 	}
 	step("Postgres primary failover: the primary crashed under load, its synchronous standby promoted")
@@ -236,7 +273,7 @@ func runAll(ctx context.Context, serverURL, path string, quick bool) error {
 		res.OrphanRescueMSP99, res.OrphanRescueMSMax = ptr(r.P99MS), ptr(r.MaxMS)
 	}
 	step("bounded queues: inserts and bulk with a bound, without, and without the triggers")
-	if r, err := boundedBench(ctx, serverURL, sz.backlog/20, 5); err != nil {
+	if r, err := boundedBench(ctx, serverURL, sz.backlog/20, sz.rounds); err != nil {
 		note("bounded", err)
 	} else {
 		res.BoundedInsertRatio, res.BoundedBulkRatio = ptr(r.BoundedInsertRatio), ptr(r.BoundedBulkRatio)
@@ -252,7 +289,7 @@ func runAll(ctx context.Context, serverURL, path string, quick bool) error {
 		}
 	}
 	step("locks: 16 processes, fencing oracle with kill -9 and pg_terminate_backend of the holder")
-	if r, err := lockStep(ctx, serverURL, quick); err != nil {
+	if r, err := lockStep(ctx, serverURL, sz.locks, sz.lockKills); err != nil {
 		note("locks", err)
 	} else {
 		res.lockResults = r
@@ -305,6 +342,8 @@ func runAll(ctx context.Context, serverURL, path string, quick bool) error {
 		res.WorkerPeakRSSMB = ptr(mb)
 	}
 
+	step("")
+	res.TotalSeconds = time.Since(began).Seconds()
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}

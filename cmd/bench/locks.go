@@ -51,14 +51,11 @@ type lockResults struct {
 	LockKillFreeMSMax *float64 `json:"lock_kill_free_ms_max"`
 }
 
-// lockStep is -mode all's (and quick's) lock bench: 16 processes, 10,000
-// acquisitions (2,000 when quick), 10 kills and 10 terminations.
-func lockStep(ctx context.Context, serverURL string, quick bool) (lockResults, error) {
-	n := 10_000
-	if quick {
-		n = 2_000
-	}
-	r, err := lockBench(ctx, serverURL, 16, n, 10)
+// lockStep is -mode all's (and quick's) lock bench: 16 processes, n
+// acquisitions, kills kill -9 of the holder and as many terminations of its
+// sessions (full run: 10,000 and 10; quick: 1,000 and 3).
+func lockStep(ctx context.Context, serverURL string, n, kills int) (lockResults, error) {
+	r, err := lockBench(ctx, serverURL, 16, n, kills)
 	if err != nil {
 		return lockResults{}, err
 	}

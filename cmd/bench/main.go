@@ -254,7 +254,7 @@ func main() {
 		_ = json.NewEncoder(os.Stdout).Encode(map[string]float64{"river_best_jobs_per_sec": river, "ferry_default_jobs_per_sec": ferryRate, "worker_ratio_vs_river_best": ratio})
 		return
 	case "pgbouncer":
-		r, err := pgbouncerThroughput(ctx, *url, *backlog/2, 5, *rate, *dur)
+		r, err := pgbouncerThroughput(ctx, *url, *backlog/2, 5, *rate, *dur, true)
 		if err != nil {
 			log.Fatalf("bench: pgbouncer: %v", redact.Postgres(err.Error()))
 		}
@@ -272,7 +272,7 @@ func main() {
 		_ = json.NewEncoder(os.Stdout).Encode(r)
 		return
 	case "outbox":
-		r, err := outboxBench(ctx, *url, *backlog, *rate, *dur)
+		r, err := outboxBench(ctx, *url, *backlog, *rate, *dur, relayBatches)
 		if err != nil {
 			log.Fatalf("bench: outbox: %v", redact.Postgres(err.Error()))
 		}

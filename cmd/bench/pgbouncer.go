@@ -30,8 +30,10 @@ type pgbouncerResult struct {
 }
 
 // pgbouncerThroughput measures n-job backlogs rounds times each way, direct
-// then pooled in each round, and the latency at rate for dur each way.
-func pgbouncerThroughput(ctx context.Context, serverURL string, n, rounds, rate int, dur time.Duration) (pgbouncerResult, error) {
+// and pooled in each round, and the latency at rate for dur pooled, and
+// direct too when direct is set (the full run measures that latency in a
+// step of its own).
+func pgbouncerThroughput(ctx context.Context, serverURL string, n, rounds, rate int, dur time.Duration, direct bool) (pgbouncerResult, error) {
 	var (
 		r   pgbouncerResult
 		err error
@@ -42,8 +44,10 @@ func pgbouncerThroughput(ctx context.Context, serverURL string, n, rounds, rate 
 	if err != nil {
 		return r, err
 	}
-	if r.DirectP50, r.DirectP99, _, err = ferryLatency(ctx, serverURL, rate, dur, false); err != nil {
-		return r, err
+	if direct {
+		if r.DirectP50, r.DirectP99, _, err = ferryLatency(ctx, serverURL, rate, dur, false); err != nil {
+			return r, err
+		}
 	}
 	r.PooledP50, r.PooledP99, _, err = ferryLatency(ctx, serverURL, rate, dur, true)
 	r.LatencyDur = dur.String()
