@@ -114,8 +114,10 @@
 //     (run_id, job_id, due): a COPY of a million sealed jobs claims them in
 //     a few statements, not a million.
 //   - On an UPDATE that changes a row's id, seal or mark, a row-level
-//     trigger (its WHEN is false for River's fetch and completion updates)
-//     claims the row's run id again for its id.
+//     trigger claims the row's run id again for its id. Its WHEN only asks
+//     whether the id or the metadata changed (false for River's fetch and
+//     completion; Postgres prepares a WHEN again at each statement, so it
+//     is kept small, migration 020), and its function tests the rest.
 //   - On delete, a statement trigger marks the deleted jobs' claims gone.
 //
 // When the run id was held already by another job id, or by a deleted job,

@@ -401,6 +401,20 @@ func TestVerifier_Check(t *testing.T) {
 		require.Nil(t, v.Check(get(res.Job.ID)))
 	})
 
+	t.Run("MetadataMergedByRiver", func(t *testing.T) {
+		// River merges metadata into a job's row (output, rescue counts):
+		// the row's claim is its own still, and it gets no mark.
+		res, err := ins.Insert(ctx, effectArgs{N: 12}, &river.InsertOpts{Queue: queue})
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, `UPDATE river_job SET metadata = metadata || '{"river:rescue_count": 1}' WHERE id = $1`, res.Job.ID)
+		require.NoError(t, err)
+		var stored string
+		require.NoError(t, pool.QueryRow(ctx, `SELECT metadata::text FROM river_job WHERE id = $1`, res.Job.ID).Scan(&stored))
+		require.NotContains(t, stored, "ferry_seal_claim")
+		require.Contains(t, stored, "river:rescue_count")
+		require.Nil(t, v.Check(get(res.Job.ID)))
+	})
+
 	t.Run("SealCopiedOntoAnotherRow", func(t *testing.T) {
 		other, err := ins.Insert(ctx, effectArgs{N: 9}, &river.InsertOpts{Queue: queue})
 		require.NoError(t, err)
