@@ -37,7 +37,10 @@
 // (two keys of a worker that share them are both tried). Version 2's
 // string (2.<key id>.<run id>.<due>.<0|1>.<HMAC-SHA256>.<queue>, 102
 // characters) and version 1's object {"v": 1, "k", "r", "q", "d", "m"}
-// still verify.
+// still verify. A seal's new version is read only by workers built with
+// it: builds before version 3 refuse version-3 seals as invalid, so
+// moving from such a build stops every worker and inserter together
+// rather than rolling (a worker seals too: its scheduler and relay).
 //
 // The MAC covers the kind, the queue, the run id, the due time and the args.
 // River's InsertManyFast path (the COPY of `enqueue bulk`) runs insert
