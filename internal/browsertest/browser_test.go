@@ -542,13 +542,24 @@ func (b *browser) do(what string, actions ...chromedp.Action[chromedp.Void]) {
 	}
 }
 
+// text is the visible text of the first node that matches css, trimmed.
+// The node is found and read in one evaluation in the page, which its own
+// scripts cannot interleave: a live page swaps its content, and a node found
+// by one protocol call could be gone by the next, which reads it ("No node
+// with given id found"). It waits for the node to be there.
 func (b *browser) text(css string) string {
 	b.t.Helper()
-	s, err := chromedp.Run(b.step(), chromedp.Text(chromedp.CSS(css)))
+	q, err := json.Marshal(css)
 	if err != nil {
+		b.t.Fatal(err)
+	}
+	s, err := chromedp.Run(b.step(), chromedp.Poll[[]string](
+		`(() => { const e = document.querySelector(`+string(q)+`); return e === null ? null : [e.innerText]; })()`,
+		chromedp.WithPollingInterval(pollEvery)))
+	if err != nil || len(s) != 1 {
 		b.t.Fatalf("browser: read %s: %v", css, err)
 	}
-	return strings.TrimSpace(s)
+	return strings.TrimSpace(s[0])
 }
 
 // screenshot saves a full-page PNG.

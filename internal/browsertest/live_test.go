@@ -70,7 +70,9 @@ func TestAdminConsole_LiveLeader(t *testing.T) {
 	_, err = chromedp.Run(b.step(), chromedp.Poll[bool](
 		`document.getElementById("holder") !== null && document.getElementById("holder").innerText.includes(`+fmt.Sprintf("%q", want)+`)`,
 		chromedp.WithPollingInterval(pollEvery)))
-	require.NoError(t, err, "the page shows the new leader; it shows: %s", b.text("#holder"))
+	if err != nil {
+		t.Fatalf("the page does not show the new leader (%v); it shows: %s", err, b.text("#holder"))
+	}
 	stayed, err := chromedp.Run(b.step(), chromedp.Evaluate[bool](`window.notReloaded === true && Number(document.body.dataset.live) > 0`))
 	require.NoError(t, err)
 	require.True(t, stayed, "the page changed in place: no reload, the live script swapped its content")
