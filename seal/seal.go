@@ -84,28 +84,18 @@ func parseStamp(v gjson.Result) (stamp, error) {
 	var st stamp
 	switch v.Type {
 	case gjson.String:
-		ver, rest, _ := strings.Cut(v.Str, ".")
+		ver, _, _ := strings.Cut(v.Str, ".")
 		switch ver {
 		case "3", "3e":
-			var ok bool
-			st = stamp{V: 3, E: ver == "3e"}
-			var d string
-			if st.K, rest, ok = strings.Cut(rest, "."); !ok {
+			f := strings.SplitN(v.Str, ".", 6)
+			if len(f) != 6 {
 				return stamp{}, errMalformed
 			}
-			if st.R, rest, ok = strings.Cut(rest, "."); !ok {
+			d, err := strconv.ParseInt(f[3], 10, 64)
+			if err != nil {
 				return stamp{}, errMalformed
 			}
-			if d, rest, ok = strings.Cut(rest, "."); !ok {
-				return stamp{}, errMalformed
-			}
-			if st.M, st.Q, ok = strings.Cut(rest, "."); !ok {
-				return stamp{}, errMalformed
-			}
-			var err error
-			if st.D, err = strconv.ParseInt(d, 10, 64); err != nil {
-				return stamp{}, errMalformed
-			}
+			st = stamp{V: 3, K: f[1], R: f[2], D: d, E: ver == "3e", M: f[4], Q: f[5]}
 		case "2":
 			f := strings.SplitN(v.Str, ".", 7)
 			if len(f) != 7 || (f[4] != "0" && f[4] != "1") {
