@@ -35,11 +35,11 @@ func (s *Server) logSeal(ctx context.Context) {
 	// backlog (counting every waiting job read all of it).
 	err := s.pool.QueryRow(ctx, `
 		SELECT count(*) FROM unnest($1::text[]) AS q(name), LATERAL (
-			SELECT metadata FROM river_job
+			SELECT tags, metadata FROM river_job
 			WHERE state = 'available' AND queue = q.name
 			ORDER BY priority, scheduled_at, id
 			LIMIT 1000) AS next
-		WHERE NOT (next.metadata ? $2)`, queues, seal.MetadataKey).Scan(&waiting)
+		WHERE NOT ferry_sealed(next.tags, next.metadata)`, queues).Scan(&waiting)
 	if err != nil {
 		log.Warn("seal: could not count unsealed waiting jobs", "error", err)
 	}

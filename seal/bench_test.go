@@ -12,7 +12,7 @@ func BenchmarkSeal(b *testing.B) {
 	keys := benchKeys(b)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, _, err := Seal(keys, "ferry.noop", "default", []byte(`{}`), []byte(`{}`), time.Now()); err != nil {
+		if _, _, err := Seal(keys, "ferry.noop", "default", []byte(`{}`), time.Now()); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -22,7 +22,7 @@ func BenchmarkSeal(b *testing.B) {
 // Verifier.Check on a sealed no-op job, which reads no database.
 func BenchmarkCheck(b *testing.B) {
 	keys := benchKeys(b)
-	args, meta, err := Seal(keys, "ferry.noop", "default", []byte(`{}`), []byte(`{}`), time.Now())
+	args, tag, err := Seal(keys, "ferry.noop", "default", []byte(`{}`), time.Now())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -30,7 +30,7 @@ func BenchmarkCheck(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	job := &rivertype.JobRow{ID: 1, Kind: "ferry.noop", Queue: "default", Attempt: 1, EncodedArgs: args, Metadata: meta}
+	job := &rivertype.JobRow{ID: 1, Kind: "ferry.noop", Queue: "default", Attempt: 1, EncodedArgs: args, Metadata: []byte(`{}`), Tags: []string{tag}}
 	b.ReportAllocs()
 	for b.Loop() {
 		job.EncodedArgs = args

@@ -19,28 +19,45 @@
 // The insert middleware (Middleware, installed by jobs.Middleware on every
 // River client ferry builds: jobs.Inserter, the enqueue CLI, the server's
 // client that the scheduler, the outbox relay (and so the Telegram poller,
-// whose updates it relays) and embedders insert with) writes metadata.ferry_seal,
-// one string:
+// whose updates it relays) and embedders insert with) appends the seal to
+// the job's tags, after the caller's, one string:
 //
 //	3.<key id prefix>.<run id: 96 random bits>.<due: unix seconds>.<HMAC-SHA256-128>.<queue>
 //
 // ("3e" for "3" when the args are encrypted; 65 characters for the
 // default queue). Every byte of it is paid at each of a job's three rows
 // (insert, fetch, completion: River copies each into WAL, its RETURNING
-// results and a hash table, and its GIN index on metadata takes the seal
-// as a unique entry), and a no-op job's row is two thirds the size without
-// one, so the seal is as short as its guarantees allow: the MAC is
+// results and a hash table), and a no-op job's row is two thirds the size
+// without one, so the seal is as short as its guarantees allow: the MAC is
 // HMAC-SHA256 truncated to its first 128 bits (RFC 4868's HMAC-SHA-256-128),
 // the run id 96 random bits (two of a billion claims a week collide once
 // in 10^11 weeks: the later would be refused as replayed), and the key is
 // named by the first 16 bits of its id, which only choose the keys to try
-// (two keys of a worker that share them are both tried). Version 2's
-// string (2.<key id>.<run id>.<due>.<0|1>.<HMAC-SHA256>.<queue>, 102
-// characters) and version 1's object {"v": 1, "k", "r", "q", "d", "m"}
-// still verify. A seal's new version is read only by workers built with
-// it: builds before version 3 refuse version-3 seals as invalid, so
-// moving from such a build stops every worker and inserter together
-// rather than rolling (a worker seals too: its scheduler and relay).
+// (two keys of a worker that share them are both tried).
+//
+// # Where the seal is
+//
+// A job's seal is the last of its tags that begins "3." or "3e." (Tag).
+// River's tag format, [\w][\w-]+[\w], has no dot: no tag that River's
+// client accepts (InsertOpts.Tags, `enqueue job --tag`) is taken for a
+// seal. River UI, `enqueue jobs list|get` and `enqueue dead list` show it
+// among the job's tags. The database reads the same tag (ferry_seal_tag,
+// migration 021), which matters: the run id it claims must be that of the
+// seal the worker checks, or a copy given a second seal would pass.
+//
+// Seals were in metadata.ferry_seal until migration 021. River indexes
+// metadata with GIN (river_job_metadata_index, jsonb_ops) and no tag, and
+// that index took each row version's seal as one more entry, unique to the
+// job: a sealed worker spent a fifth more Postgres CPU per job than an
+// unsealed one, and the index grew by an entry a job. A job without a seal
+// tag is checked by the seal of its metadata, as builds before wrote it:
+// version 3's string, version 2's (2.<key id>.<run id>.<due>.<0|1>.<HMAC-SHA256>.<queue>,
+// 102 characters) or version 1's object {"v": 1, "k", "r", "q", "d", "m"};
+// jobs such builds left waiting run after an upgrade. Builds before seal
+// tags refuse a job sealed in a tag as missing, and builds before version
+// 3 refuse version-3 seals as invalid: moving from such a build stops
+// every worker and inserter together rather than rolling (a worker seals
+// too: its scheduler and relay).
 //
 // The MAC covers the kind, the queue, the run id, the due time and the args.
 // River's InsertManyFast path (the COPY of `enqueue bulk`) runs insert
@@ -82,7 +99,7 @@
 // before the kind's worker (and before River decodes the args), so a refused
 // job never runs, not even once. In order:
 //
-//   - missing: no metadata.ferry_seal;
+//   - missing: no seal tag, and no metadata.ferry_seal;
 //   - invalid: a malformed seal, a key id this worker lacks, or a MAC that
 //     does not match the job's kind and args (altered);
 //   - queue: a good seal for another queue (the job was moved);
@@ -118,9 +135,10 @@
 //     a few statements, not a million.
 //   - On an UPDATE that changes a row's id, seal or mark, a row-level
 //     trigger claims the row's run id again for its id. Its WHEN only asks
-//     whether the id or the metadata changed (false for River's fetch and
-//     completion; Postgres prepares a WHEN again at each statement, so it
-//     is kept small, migration 020), and its function tests the rest.
+//     whether the id, the tags or the metadata changed (false for River's
+//     fetch and completion; Postgres prepares a WHEN again at each
+//     statement, so it is kept small, migrations 020 and 021), and its
+//     function tests the rest.
 //   - On delete, a statement trigger marks the deleted jobs' claims gone.
 //
 // When the run id was held already by another job id, or by a deleted job,
@@ -150,22 +168,19 @@
 //
 // Measured with `go run ./cmd/bench -mode sealed` (5 rounds, medians of the
 // rounds' ratios, on a shared 2-core machine whose runs swing by 0.05): a
-// worker with keys works 0.82 to 0.91 as many no-op jobs per second as one
-// without with a backlog of 50,000 (sealed_worker_ratio; target 0.9; 0.93
-// to 0.95 in earlier runs against a slower unsealed worker), and 0.76 with
-// 200,000. The MAC over the canonical args is 1.5 µs (BenchmarkCheck);
-// the rest is the seal's bytes in River's rows, and above all River's GIN
-// index on metadata (river_job_metadata_index), which takes each row's
-// seal as one more, unique, entry: with that index dropped, a sealed worker
-// spent as much Postgres CPU per job as an unsealed one (100,000 jobs:
-// 95 µs against 87 to 105), with it 117 to 121 µs against 95 to 106.
-// ferry leaves River's schema as River made it; a deployment that never
-// queries river_job by metadata could drop that index. The claim is paid
-// by inserters: jobs.Inserter with keys inserts one job per transaction at
-// 0.74 to 0.81 of the unsealed rate (0.96 without the claim) and COPYs at
-// 0.34 to 0.43 (0.53 without it: the seal itself, 2.5 µs a job in Go,
-// BenchmarkSeal, and the larger rows), keys sealed_insert_ratio and
-// sealed_bulk_ratio.
+// worker with keys works 0.90 to 0.97 as many no-op jobs per second as one
+// without with a backlog of 50,000 (sealed_worker_ratio, target 0.9; five
+// runs, median 0.92), and 0.93 with 200,000. With the seal in metadata, before migration 021, it
+// was 0.71 to 0.91 and 0.76: River's GIN index on metadata took each row
+// version's seal as a unique entry (with that index dropped, a sealed
+// worker spent as much Postgres CPU per job as an unsealed one). The MAC
+// over the canonical args is 1.5 µs (BenchmarkCheck); the rest is the
+// seal's bytes in River's rows. The claim is paid by inserters:
+// jobs.Inserter with keys inserts one job per transaction at 0.71 to 0.76
+// of the unsealed rate and COPYs at 0.43 to 0.48 (keys
+// sealed_insert_ratio and sealed_bulk_ratio; without the claim, 0.86 and
+// 0.79 to 0.85: the seal itself, 2.5 µs a job in Go, BenchmarkSeal, and
+// the larger rows).
 // A deployment without keys has no insert trigger of this design.
 //
 // # What is detectable

@@ -20,10 +20,10 @@ func TestCheck_KeyPrefixShared(t *testing.T) {
 	a, b := keysSharingPrefix(t)
 	sealer, err := ParseKeys(a)
 	require.NoError(t, err)
-	args, meta, err := Seal(sealer, "seal_test.prefix", "default", []byte(`{"n":1}`), nil, time.Now())
+	args, tag, err := Seal(sealer, "seal_test.prefix", "default", []byte(`{"n":1}`), time.Now())
 	require.NoError(t, err)
 	job := func(args []byte) *rivertype.JobRow {
-		return &rivertype.JobRow{ID: 1, Kind: "seal_test.prefix", Queue: "default", Attempt: 1, EncodedArgs: args, Metadata: meta}
+		return &rivertype.JobRow{ID: 1, Kind: "seal_test.prefix", Queue: "default", Attempt: 1, EncodedArgs: args, Metadata: []byte(`{}`), Tags: []string{tag}}
 	}
 	for _, set := range []string{a + "," + b, b + "," + a} {
 		keys, err := ParseKeys(set)
@@ -56,7 +56,7 @@ func TestCheck_KeyPrefixShared(t *testing.T) {
 
 // TestSeal_Compact: a version-3 seal of a job of the default queue is 65
 // characters, its fields where the database reads them (run id third, due
-// fourth, migration 014).
+// fourth, migrations 014 and 021).
 func TestSeal_Compact(t *testing.T) {
 	t.Parallel()
 	keys, err := ParseKeys(GenerateKey())
@@ -67,11 +67,11 @@ func TestSeal_Compact(t *testing.T) {
 		if enc {
 			k = keys.WithEncryption(true)
 		}
-		_, meta, err := Seal(k, "kind", "default", []byte(`{}`), nil, due)
+		_, text, err := Seal(k, "kind", "default", []byte(`{}`), due)
 		require.NoError(t, err)
-		st, err := parseStamp(gjson.GetBytes(meta, MetadataKey))
+		st, err := parseStamp(gjson.Result{Type: gjson.String, Str: text})
 		require.NoError(t, err)
-		text := st.encode()
+		require.Equal(t, text, st.encode())
 		f := strings.Split(text, ".")
 		require.Len(t, f, 6, text)
 		if enc {
@@ -109,8 +109,9 @@ func keysSharingPrefix(t *testing.T) (string, string) {
 	return "", ""
 }
 
-// TestCheck_Missing: a job without a seal in its metadata (none, empty,
-// another key, a JSON null) is refused as missing, not malformed.
+// TestCheck_Missing: a job without a seal tag or a seal in its metadata
+// (none, empty, another key, a JSON null; tags that are not seals) is
+// refused as missing, not malformed.
 func TestCheck_Missing(t *testing.T) {
 	t.Parallel()
 	keys, err := ParseKeys(GenerateKey())
@@ -118,8 +119,10 @@ func TestCheck_Missing(t *testing.T) {
 	v, err := NewVerifier(VerifierConfig{Keys: keys})
 	require.NoError(t, err)
 	for _, m := range []string{`{}`, `{"other": "3.x"}`, `{"ferry_seal": null}`} {
-		refusal := v.Check(&rivertype.JobRow{ID: 1, Kind: "k", Queue: "default", Attempt: 1, EncodedArgs: []byte(`{}`), Metadata: []byte(m)})
-		require.NotNil(t, refusal, m)
-		require.Equal(t, ReasonMissing, refusal.Reason, m)
+		for _, tags := range [][]string{nil, {"nightly"}, {"3", "3e", "3x.y", "x3.y"}} {
+			refusal := v.Check(&rivertype.JobRow{ID: 1, Kind: "k", Queue: "default", Attempt: 1, EncodedArgs: []byte(`{}`), Metadata: []byte(m), Tags: tags})
+			require.NotNil(t, refusal, "%s %q", m, tags)
+			require.Equal(t, ReasonMissing, refusal.Reason, "%s %q", m, tags)
+		}
 	}
 }

@@ -16,10 +16,11 @@ import (
 	"github.com/ferryq/ferry/internal/testkit/pgtest"
 )
 
-// TestOlderSeals: a job sealed in version 1's form (a JSON object, as
-// ferry wrote seals before the compact forms) or version 2's (a longer
-// string, with the whole key id and MAC) still verifies, and the database
-// claims its run id like a version-3 seal's: a copy is refused.
+// TestOlderSeals: a job sealed in metadata.ferry_seal, where seals were
+// before they moved into a tag (migration 021), in version 1's form (a
+// JSON object), version 2's (a longer string, with the whole key id and
+// MAC) or version 3's (a seal tag's string), still verifies, and the
+// database claims its run id like a seal tag's: a copy is refused.
 func TestOlderSeals(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
@@ -31,17 +32,25 @@ func TestOlderSeals(t *testing.T) {
 	args := []byte(`{"n":1}`)
 	canon, err := canonical(args)
 	require.NoError(t, err)
-	for _, v := range []int{1, 2} {
+	for _, v := range []int{1, 2, 3} {
 		t.Run(fmt.Sprintf("Version%d", v), func(t *testing.T) {
 			queue := fmt.Sprintf("seal_v%d_%d", v, time.Now().UnixNano())
 			st := stamp{V: v, K: k.id, R: fmt.Sprintf("v%d-run-%s", v, queue), Q: queue, D: time.Now().Unix()}
 			st.M = base64.RawURLEncoding.EncodeToString(st.mac(nil, k, "seal_test.v1", canon))
-			require.Len(t, st.M, 43, "the whole HMAC-SHA256")
+			if v < 3 {
+				require.Len(t, st.M, 43, "the whole HMAC-SHA256")
+			}
 			var form json.RawMessage
-			if v == 1 {
+			switch v {
+			case 1:
 				form, err = json.Marshal(st)
-			} else {
+			case 2:
 				form, err = json.Marshal(fmt.Sprintf("2.%s.%s.%d.0.%s.%s", st.K, st.R, st.D, st.M, st.Q))
+			default:
+				var tag string
+				_, tag, err = Seal(keys, "seal_test.v1", queue, args, time.Now())
+				require.NoError(t, err)
+				form, err = json.Marshal(tag)
 			}
 			require.NoError(t, err)
 			meta, err := json.Marshal(map[string]json.RawMessage{MetadataKey: form})

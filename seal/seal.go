@@ -1,7 +1,6 @@
 package seal
 
 import (
-	"bytes"
 	"context"
 	"crypto/aes"
 	"crypto/cipher"
@@ -24,8 +23,24 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// MetadataKey is the key of a job's metadata that holds its seal.
+// MetadataKey is the key of a job's metadata that held its seal before
+// seals moved into a tag (migration 021). A job without a seal tag is
+// checked by the seal it holds there, if any.
 const MetadataKey = "ferry_seal"
+
+// Tag returns the seal among a job's tags: the last tag that begins "3."
+// or "3e.". River's tag format ([\w][\w-]+[\w]) has no dot, so no tag
+// that River's client accepts is taken for a seal. The database reads the
+// same tag (ferry_seal_tag, migration 021): the claim and the check are of
+// one seal.
+func Tag(tags []string) (string, bool) {
+	for i := len(tags) - 1; i >= 0; i-- {
+		if t := tags[i]; strings.HasPrefix(t, "3.") || strings.HasPrefix(t, "3e.") {
+			return t, true
+		}
+	}
+	return "", false
+}
 
 // version is the seal format this package writes: the MAC's domain and
 // fields, and the compact form of stamp.encode. Seals of versions 1 (a JSON
@@ -52,21 +67,21 @@ type stamp struct {
 	M string `json:"m"`           // HMAC-SHA256, base64url; version 3: its first 16 bytes
 }
 
-// encode is the compact form of a version-3 seal, one JSON string:
+// encode is the compact form of a version-3 seal, the job's seal tag:
 //
 //	3.<key id prefix>.<run id>.<due>.<mac>.<queue>
 //
 // with "3e" for "3" when the args are encrypted: 65 characters for the
 // default queue, where version 2's form,
 // 2.<key id>.<run id>.<due>.<0|1>.<mac>.<queue>, was 102. River writes a
-// job's row anew at each update (fetch, completion), and its GIN index on
-// metadata (jsonb_ops) takes the seal as one unique entry each time: the
-// seal was two fifths of a no-op job's row. Hence a 96-bit run id, a
-// 128-bit MAC and 16 bits of key id, which only pick the keys to try
-// (package doc, "The seal"). The run id and the due time stay the third
-// and fourth fields, where the database reads them (migration 014). Key
-// id, run id and MAC (hex, base64url) and due (digits) hold no dot; the
-// queue is last and taken whole.
+// job's row anew at each update (fetch, completion), and a seal was two
+// fifths of a no-op job's row. Hence a 96-bit run id, a 128-bit MAC and
+// 16 bits of key id, which only pick the keys to try (package doc, "The
+// seal"). The run id and the due time are the third and fourth fields,
+// where the database reads them (migrations 014 and 021). Key id, run id
+// and MAC (hex, base64url) and due (digits) hold no dot; the queue is
+// last and taken whole. River's tags are at most 255 characters, and its
+// queue names 128: a seal fits.
 func (st stamp) encode() string {
 	v := strconv.Itoa(st.V)
 	if st.E {
@@ -78,8 +93,8 @@ func (st stamp) encode() string {
 // errMalformed is parseStamp's one error: the verifier says "malformed".
 var errMalformed = errors.New("malformed seal")
 
-// parseStamp reads metadata.ferry_seal: a version-3 or version-2 string,
-// or a version-1 object.
+// parseStamp reads a seal: a seal tag (version 3) or metadata.ferry_seal
+// (a version-3 or version-2 string, or a version-1 object).
 func parseStamp(v gjson.Result) (stamp, error) {
 	var st stamp
 	switch v.Type {
@@ -152,11 +167,11 @@ func (m *sealMiddleware) InsertMany(ctx context.Context, params []*rivertype.Job
 		if p.ScheduledAt != nil {
 			due = *p.ScheduledAt
 		}
-		args, meta, err := Seal(m.keys, p.Kind, p.Queue, p.EncodedArgs, p.Metadata, due)
+		args, tag, err := Seal(m.keys, p.Kind, p.Queue, p.EncodedArgs, due)
 		if err != nil {
 			return nil, err
 		}
-		p.EncodedArgs, p.Metadata = args, meta
+		p.EncodedArgs, p.Tags = args, append(p.Tags, tag)
 	}
 	return doInner(ctx)
 }
@@ -165,31 +180,30 @@ func (m *sealMiddleware) InsertMany(ctx context.Context, params []*rivertype.Job
 // due, with keys' first key: a fresh run id and a MAC over the kind, the
 // queue, the run id, the due time and the canonical form of the args. It
 // returns the args to store (args, or when keys encrypt, an envelope of
-// them) and metadata with the seal. Inserters that bypass River's insert
-// middleware call it for each job.
-func Seal(keys *Keys, kind, queue string, args, metadata []byte, due time.Time) (sealedArgs, sealedMeta []byte, err error) {
+// them) and the seal, to append to the job's tags. Inserters that bypass
+// River's insert middleware call it for each job.
+func Seal(keys *Keys, kind, queue string, args []byte, due time.Time) (sealedArgs []byte, tag string, err error) {
 	if keys.Len() == 0 {
-		return nil, nil, errors.New("ferry: seal: no keys to seal with")
+		return nil, "", errors.New("ferry: seal: no keys to seal with")
 	}
 	var run [runIDBytes]byte
 	if _, err := rand.Read(run[:]); err != nil {
-		return nil, nil, fmt.Errorf("ferry: seal: run id: %w", err)
+		return nil, "", fmt.Errorf("ferry: seal: run id: %w", err)
 	}
 	k := keys.keys[0]
 	st := stamp{V: version, K: k.id[:keyPrefixLen], R: base64.RawURLEncoding.EncodeToString(run[:]), Q: queue, D: due.Unix(), E: keys.encrypt}
 	if st.E {
 		if args, err = st.encrypt(k.enc, kind, args); err != nil {
-			return nil, nil, err
+			return nil, "", err
 		}
 	}
 	canon, err := canonical(args)
 	if err != nil {
-		return nil, nil, fmt.Errorf("ferry: seal: %s args: %w", kind, err)
+		return nil, "", fmt.Errorf("ferry: seal: %s args: %w", kind, err)
 	}
 	var sum [sha256.Size]byte
 	st.M = base64.RawURLEncoding.EncodeToString(st.mac(sum[:0], k, kind, canon))
-	meta, err := withStamp(metadata, st)
-	return args, meta, err
+	return args, st.encode(), nil
 }
 
 // encrypt returns the envelope of args: AES-256-GCM under key, with a
@@ -248,25 +262,6 @@ func (st stamp) additionalData(kind string) []byte {
 		ad = append(ad, f...)
 	}
 	return ad
-}
-
-// withStamp sets metadata.ferry_seal to st, keeping the rest.
-func withStamp(metadata []byte, st stamp) ([]byte, error) {
-	meta := map[string]json.RawMessage{}
-	if len(bytes.TrimSpace(metadata)) > 0 {
-		if err := json.Unmarshal(metadata, &meta); err != nil {
-			return nil, fmt.Errorf("ferry: seal: job metadata is not a JSON object: %w", err)
-		}
-		if meta == nil {
-			meta = map[string]json.RawMessage{}
-		}
-	}
-	b, err := json.Marshal(st.encode())
-	if err != nil {
-		return nil, err
-	}
-	meta[MetadataKey] = b
-	return json.Marshal(meta)
 }
 
 // mac appends to b the HMAC-SHA256 under key over the seal's fields and

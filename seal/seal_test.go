@@ -1,10 +1,9 @@
 package seal_test
 
 import (
-	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
-	"time"
 
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -71,14 +70,64 @@ func TestSeal_JSONBRoundTrip(t *testing.T) {
 	})
 }
 
-// TestSeal_KeepsMetadata: sealing keeps what the metadata held.
-func TestSeal_KeepsMetadata(t *testing.T) {
+// TestMiddleware_Tag: the insert middleware appends the seal to the
+// job's tags, after the caller's, and leaves its metadata as it was; the
+// seal verifies.
+func TestMiddleware_Tag(t *testing.T) {
 	t.Parallel()
+	pool := pgtest.Pool(t)
 	keys := mustKeys(t, newKey(t))
-	_, meta, err := seal.Seal(keys, "k", "q", []byte(`{}`), []byte(`{"ferry_unique_key":"x"}`), time.Now())
+	ins, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Middleware: []rivertype.Middleware{seal.Middleware(keys)}})
 	require.NoError(t, err)
-	var m map[string]any
-	require.NoError(t, json.Unmarshal(meta, &m))
-	require.Equal(t, "x", m["ferry_unique_key"])
-	require.Contains(t, m, seal.MetadataKey)
+	v, err := seal.NewVerifier(seal.VerifierConfig{Keys: keys})
+	require.NoError(t, err)
+	queue := fmt.Sprintf("seal_tag_%d", queueSeq.Add(1))
+	res, err := ins.Insert(t.Context(), effectArgs{N: 1}, &river.InsertOpts{
+		Queue: queue, Tags: []string{"nightly", "billing"}, Metadata: []byte(`{"trace": "abc"}`),
+	})
+	require.NoError(t, err)
+	job, err := ins.JobGet(t.Context(), res.Job.ID)
+	require.NoError(t, err)
+	require.Len(t, job.Tags, 3)
+	require.Equal(t, []string{"nightly", "billing"}, job.Tags[:2])
+	tag, ok := seal.Tag(job.Tags)
+	require.True(t, ok)
+	require.Equal(t, job.Tags[2], tag)
+	require.Regexp(t, `^3\.[0-9a-f]{4}\.[\w-]{16}\.\d+\.[\w-]{22}\.`+queue+`$`, tag)
+	require.JSONEq(t, `{"trace": "abc"}`, string(job.Metadata))
+	require.Nil(t, v.Check(job))
+}
+
+// TestTag_SameInSQL: the database takes the same tag for a job's seal as
+// the worker (ferry_seal_tag, migration 021, and Tag): the last that
+// begins "3." or "3e.". A claim made for another seal than the one
+// checked would let a copy pass.
+func TestTag_SameInSQL(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	for _, tags := range [][]string{
+		nil, {}, {"nightly"}, {"3", "3e", "3x.y", "x3.y", "3e"},
+		{"3.a.b.1.m.q"}, {"3e.a.b.1.m.q"}, {"3.a.b.1.m.q", "nightly"},
+		{"nightly", "3.a.b.1.m.q"}, {"3.first.r1.1.m.q", "3e.last.r2.1.m.q"},
+		{"3e.first.r1.1.m.q", "3.last.r2.1.m.q", "zzz"}, {"3.", "x"}, {"x", "3e."},
+	} {
+		want, ok := seal.Tag(tags)
+		var got *string
+		var run *string
+		require.NoError(t, pool.QueryRow(t.Context(),
+			`SELECT ferry_seal_tag($1::varchar(255)[]), ferry_seal_run_id($1::varchar(255)[], '{}')`, tags).Scan(&got, &run))
+		if !ok {
+			require.Nil(t, got, "%q", tags)
+			require.Nil(t, run, "%q", tags)
+			continue
+		}
+		require.NotNil(t, got, "%q", tags)
+		require.Equal(t, want, *got, "%q", tags)
+		if f := strings.Split(want, "."); len(f) > 2 && f[2] != "" {
+			require.NotNil(t, run, "%q", tags)
+			require.Equal(t, f[2], *run, "%q", tags)
+		} else {
+			require.Nil(t, run, "%q", tags)
+		}
+	}
 }

@@ -162,7 +162,8 @@ func (v *Verifier) Check(job *rivertype.JobRow) *RefusedError {
 	refuse := func(r Reason, format string, args ...any) *RefusedError {
 		return &RefusedError{Reason: r, JobID: job.ID, Kind: job.Kind, Detail: fmt.Sprintf(format, args...)}
 	}
-	// The two keys of metadata the check reads, in one pass without
+	// The two keys of metadata the check reads (the seal of a job sealed
+	// before seals were tags, and the claim mark), in one pass without
 	// decoding the rest (River stores metadata as jsonb: a valid document,
 	// no key twice).
 	var meta [2]gjson.Result
@@ -175,6 +176,11 @@ func (v *Verifier) Check(job *rivertype.JobRow) *RefusedError {
 		}
 		return true
 	})
+	if t, ok := Tag(job.Tags); ok {
+		// The seal is a tag (migration 021); metadata.ferry_seal is read
+		// only for jobs sealed before, which have none.
+		meta[0] = gjson.Result{Type: gjson.String, Str: t}
+	}
 	if meta[0].Type == gjson.Null {
 		return refuse(ReasonMissing, "the job has no seal; it was not inserted by ferry with seal keys")
 	}

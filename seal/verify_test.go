@@ -2,7 +2,6 @@ package seal_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -330,14 +329,13 @@ type otherArgs struct {
 
 func (otherArgs) Kind() string { return "seal_test.other" }
 
-// sealOf reads job's seal, a version-3 string
+// sealOf reads job's seal tag, a version-3 string
 // ("3[e].<key id prefix>.<run id>.<due>.<mac>.<queue>"), into its named fields.
 func sealOf(t *testing.T, job *rivertype.JobRow) map[string]any {
 	t.Helper()
-	var meta map[string]any
-	require.NoError(t, json.Unmarshal(job.Metadata, &meta))
-	text, ok := meta[seal.MetadataKey].(string)
-	require.True(t, ok, "job %d is sealed, in the compact form: %s", job.ID, job.Metadata)
+	text, ok := seal.Tag(job.Tags)
+	require.True(t, ok, "job %d is sealed, in a tag: %q", job.ID, job.Tags)
+	require.NotContains(t, string(job.Metadata), seal.MetadataKey+`"`, "the seal is not in metadata")
 	f := strings.SplitN(text, ".", 6)
 	require.Len(t, f, 6, text)
 	require.Contains(t, []string{"3", "3e"}, f[0])
@@ -419,10 +417,36 @@ func TestVerifier_Check(t *testing.T) {
 		other, err := ins.Insert(ctx, effectArgs{N: 9}, &river.InsertOpts{Queue: queue})
 		require.NoError(t, err)
 		_, err = pool.Exec(ctx, `
-			UPDATE river_job j SET args = o.args, kind = o.kind, metadata = o.metadata
+			UPDATE river_job j SET args = o.args, kind = o.kind, tags = o.tags
 			FROM river_job o WHERE o.id = $1 AND j.id = $2`, origID, other.Job.ID)
 		require.NoError(t, err)
 		requireReason(seal.ReasonReplayed, v.Check(get(other.Job.ID)))
+	})
+
+	t.Run("CopyWithAnotherSealTag", func(t *testing.T) {
+		// A copy given a second seal tag: the worker and the database take
+		// the same one, the last. Before the original's, the copy is a
+		// replay; after it, a seal that does not match.
+		fresh, err := ins.Insert(ctx, effectArgs{N: 13}, &river.InsertOpts{Queue: queue})
+		require.NoError(t, err)
+		freshTag := sealOf(t, get(fresh.Job.ID))
+		forged := fmt.Sprintf("3.%s.%s.%s.%s.%s", freshTag["k"], "aaaaaaaaaaaaaaaa", freshTag["d"], freshTag["m"], queue)
+		for _, tc := range []struct {
+			name string
+			sql  string
+			want seal.Reason
+		}{
+			{"Before", `array_prepend($2::varchar, tags)`, seal.ReasonReplayed},
+			{"After", `array_append(tags, $2::varchar)`, seal.ReasonInvalid},
+		} {
+			var id int64
+			require.NoError(t, pool.QueryRow(ctx, `
+				INSERT INTO river_job (args, kind, max_attempts, metadata, queue, priority, state, tags)
+				SELECT args, kind, max_attempts, metadata, queue, priority, 'available', `+tc.sql+`
+				FROM river_job WHERE id = $1
+				RETURNING id`, origID, forged).Scan(&id))
+			requireReason(tc.want, v.Check(get(id)))
+		}
 	})
 
 	t.Run("CopyUnderTheDeletedOriginalsID", func(t *testing.T) {
@@ -432,8 +456,8 @@ func TestVerifier_Check(t *testing.T) {
 		_, err = pool.Exec(ctx, `DELETE FROM river_job WHERE id = $1`, res.Job.ID)
 		require.NoError(t, err)
 		_, err = pool.Exec(ctx, `
-			INSERT INTO river_job (id, args, kind, max_attempts, metadata, queue, priority, state)
-			VALUES ($1, $2, $3, 25, $4, $5, 1, 'available')`, keep.ID, keep.EncodedArgs, keep.Kind, keep.Metadata, keep.Queue)
+			INSERT INTO river_job (id, args, kind, max_attempts, metadata, queue, priority, state, tags)
+			VALUES ($1, $2, $3, 25, $4, $5, 1, 'available', $6)`, keep.ID, keep.EncodedArgs, keep.Kind, keep.Metadata, keep.Queue, keep.Tags)
 		require.NoError(t, err)
 		requireReason(seal.ReasonReplayed, v.Check(get(keep.ID)))
 	})
@@ -469,8 +493,8 @@ func TestVerifier_Check(t *testing.T) {
 		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM ferry_seal_run WHERE run_id = $1`, sealOf(t, orig)["r"]).Scan(&left))
 		require.Zero(t, left, "the claim was deleted")
 		_, err = pool.Exec(ctx, `
-			INSERT INTO river_job (args, kind, max_attempts, metadata, queue, priority, state, attempt)
-			VALUES ($1, $2, 25, $3, $4, 1, 'available', 3)`, orig.EncodedArgs, orig.Kind, orig.Metadata, orig.Queue)
+			INSERT INTO river_job (args, kind, max_attempts, metadata, queue, priority, state, attempt, tags)
+			VALUES ($1, $2, 25, $3, $4, 1, 'available', 3, $5)`, orig.EncodedArgs, orig.Kind, orig.Metadata, orig.Queue, orig.Tags)
 		require.NoError(t, err)
 		var cp int64
 		require.NoError(t, pool.QueryRow(ctx, `SELECT max(id) FROM river_job WHERE queue = $1`, queue).Scan(&cp))
@@ -532,14 +556,14 @@ func TestArm(t *testing.T) {
 	var claimed, marked int
 	require.NoError(t, pool.QueryRow(ctx, `
 		SELECT count(*) FILTER (WHERE s.job_id = j.id), count(*) FILTER (WHERE j.metadata ? 'ferry_seal_claim')
-		FROM river_job j JOIN ferry_seal_run s ON s.run_id = ferry_seal_run_id(j.metadata)
+		FROM river_job j JOIN ferry_seal_run s ON s.run_id = ferry_seal_run_id(j.tags, j.metadata)
 		WHERE j.queue = 'seal_arm_bulk'`).Scan(&claimed, &marked))
 	require.Equal(t, 100, claimed)
 	require.Zero(t, marked)
 
 	rows, err := pool.Query(ctx, `
-		INSERT INTO river_job (args, kind, max_attempts, metadata, queue, priority, state)
-		SELECT args, kind, max_attempts, metadata, queue, priority, 'available'
+		INSERT INTO river_job (args, kind, max_attempts, metadata, queue, priority, state, tags)
+		SELECT args, kind, max_attempts, metadata, queue, priority, 'available', tags
 		FROM river_job, generate_series(1, 2) WHERE id = $1
 		RETURNING id`, res.Job.ID)
 	require.NoError(t, err)
@@ -562,8 +586,8 @@ func copyJob(t *testing.T, pool *pgxpool.Pool, id int64) int64 {
 	t.Helper()
 	var copyID int64
 	require.NoError(t, pool.QueryRow(t.Context(), `
-		INSERT INTO river_job (args, kind, max_attempts, metadata, queue, priority, state)
-		SELECT args, kind, max_attempts, metadata - 'ferry_seal_claim', queue, priority, 'available'
+		INSERT INTO river_job (args, kind, max_attempts, metadata, queue, priority, state, tags)
+		SELECT args, kind, max_attempts, metadata - 'ferry_seal_claim', queue, priority, 'available', tags
 		FROM river_job WHERE id = $1
 		RETURNING id`, id).Scan(&copyID))
 	return copyID

@@ -102,8 +102,8 @@ func TestSeal(t *testing.T) {
 		defer func() { _ = tx.Rollback(context.Background()) }()
 		var copyID int64
 		require.NoError(t, tx.QueryRow(t.Context(), `
-			INSERT INTO river_job (args, kind, max_attempts, metadata, queue, priority, state)
-			SELECT args, kind, max_attempts, metadata, queue, priority, 'available' FROM river_job WHERE id = $1
+			INSERT INTO river_job (args, kind, max_attempts, metadata, queue, priority, state, tags)
+			SELECT args, kind, max_attempts, metadata, queue, priority, 'available', tags FROM river_job WHERE id = $1
 			RETURNING id`, id).Scan(&copyID))
 		if set != "" {
 			_, err := tx.Exec(t.Context(), "UPDATE river_job SET "+set+" WHERE id = $1", copyID)
@@ -149,8 +149,8 @@ func TestSeal(t *testing.T) {
 	// a DELETE) removed it: the claim is gone, the copy refused.
 	orig, err := pool.Exec(t.Context(), `
 		WITH gone AS (DELETE FROM river_job WHERE id = $1 RETURNING *)
-		INSERT INTO river_job (id, args, kind, max_attempts, metadata, queue, priority, state)
-		SELECT id, args, kind, max_attempts, metadata, queue, priority, 'available' FROM gone`, rotated)
+		INSERT INTO river_job (id, args, kind, max_attempts, metadata, queue, priority, state, tags)
+		SELECT id, args, kind, max_attempts, metadata, queue, priority, 'available', tags FROM gone`, rotated)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, orig.RowsAffected())
 	requireRefused(rotated, "replayed")
@@ -283,8 +283,8 @@ outbox:
 	var completed, unsealed, refused int
 	require.Eventually(t, func() bool {
 		require.NoError(t, pool.QueryRow(t.Context(), `
-			SELECT count(*) FILTER (WHERE state = 'completed' AND metadata ? 'ferry_seal'),
-			       count(*) FILTER (WHERE NOT metadata ? 'ferry_seal'),
+			SELECT count(*) FILTER (WHERE state = 'completed' AND ferry_sealed(tags, metadata) AND NOT metadata ? 'ferry_seal'),
+			       count(*) FILTER (WHERE NOT ferry_sealed(tags, metadata)),
 			       count(*) FILTER (WHERE state = 'discarded')
 			FROM river_job`).Scan(&completed, &unsealed, &refused))
 		return completed >= 3
