@@ -634,15 +634,33 @@ func lockMessage(ctx context.Context, tx pgx.Tx, id int64) error {
 }
 
 // markDelivered records the delivery delivered, and the message delivered
-// when no delivery of it is left undone, in tx.
-func markDelivered(ctx context.Context, tx pgx.Tx, id int64, route string) error {
-	if err := lockMessage(ctx, tx, id); err != nil {
-		return err
+// when no delivery of it is left undone, in tx. Its three statements go in
+// one round trip (a pipeline, run in order): the message's lock first, so
+// that the last route to finish sees every other one done. A message gone
+// is errMessageGone, and the caller's transaction rolls back whatever the
+// two updates after the lock did.
+func markDelivered(ctx context.Context, tx pgx.Tx, id int64, route string) (err error) {
+	b := &pgx.Batch{}
+	b.Queue(sqlLockMessage, id)
+	b.Queue(sqlDelivered, id, route)
+	b.Queue(sqlMessageDelivered, id)
+	br := tx.SendBatch(ctx, b)
+	defer func() {
+		if cerr := br.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("record delivered: %w", cerr)
+		}
+	}()
+	var one int
+	switch err := br.QueryRow().Scan(&one); {
+	case errors.Is(err, pgx.ErrNoRows):
+		return errMessageGone
+	case err != nil:
+		return fmt.Errorf("lock message: %w", err)
 	}
-	if _, err := tx.Exec(ctx, sqlDelivered, id, route); err != nil {
+	if _, err := br.Exec(); err != nil {
 		return fmt.Errorf("record delivered: %w", err)
 	}
-	if _, err := tx.Exec(ctx, sqlMessageDelivered, id); err != nil {
+	if _, err := br.Exec(); err != nil {
 		return fmt.Errorf("record message delivered: %w", err)
 	}
 	return nil

@@ -534,6 +534,30 @@ func TestDeliverWorker_Webhook(t *testing.T) {
 		require.Contains(t, err.Error(), "message not found")
 	})
 
+	t.Run("MessageDeletedWhileDelivered", func(t *testing.T) {
+		t.Parallel()
+		// Retention deletes the message while its webhook is answered: the
+		// record of the delivery finds it gone, and the job is cancelled
+		// rather than retried.
+		b := deliverSetup(t)
+		var id int64
+		srv := hookServer(t, func(w http.ResponseWriter, r *http.Request) {
+			_, err := b.pool.Exec(r.Context(), "DELETE FROM ferry_outbox WHERE id = $1", id)
+			if err != nil {
+				w.WriteHeader(http.StatusInternalServerError)
+			}
+		})
+		w := b.worker(t, DeliverConfig{Client: srv.Client()}, hookRoute(srv, "billing"))
+		id = b.seed(t, testTopic, `{}`, "billing")
+
+		err := w.Work(ctx, deliverJob(id, "billing", 1, 24))
+		requireJobCancel(t, err)
+		require.Contains(t, err.Error(), "message not found")
+		var left int
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM ferry_outbox_delivery WHERE message_id = $1", id).Scan(&left))
+		require.Zero(t, left, "nothing of the message is written back")
+	})
+
 	t.Run("AlreadyDeliveredSkipped", func(t *testing.T) {
 		t.Parallel()
 		b := deliverSetup(t)
