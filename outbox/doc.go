@@ -29,9 +29,12 @@
 // pending, with last_error "waiting for room: queue full: …"
 // (ErrWaitingForRoom), and is relayed once the queue has room, at the
 // latest on the next poll; it is never stuck for this. A refused statement
-// aborts its transaction, so the relay inserts the batch's jobs in a
-// savepoint, and on a refusal each message's jobs in a savepoint of their
-// own: the messages to other queues go. Its claims leave out the topics of
+// aborts its transaction, so when one of the batch's queues is bounded the
+// relay inserts the batch's jobs in a savepoint, and on a refusal each
+// message's jobs in a savepoint of their own: the messages to other queues
+// go. (Without a bound, no savepoint: two round trips fewer. A bound set
+// in between aborts the transaction, and the batch is relayed again at
+// once, with savepoints.) Its claims leave out the topics of
 // routes whose queues ferry_queue shows at their bound, so waiting
 // messages never fill the batches that messages to other routes need. A
 // message is relayed whole: with two routes, one of them full, it waits

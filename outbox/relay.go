@@ -176,6 +176,9 @@ const (
 		  AND (topic = ANY($2) OR route_wait_since <= now() - make_interval(secs => $3))
 		  AND NOT (topic = ANY($4))
 		ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`
+	// sqlBoundedQueues lists the queues with a bound: an insert into any
+	// other never fails for want of room.
+	sqlBoundedQueues = `SELECT name FROM ferry_queue WHERE max_length IS NOT NULL`
 	// sqlFullQueues lists the bounded queues at their bound, read without
 	// a lock (see package jobs, "Bounded queues"): a hint, which the
 	// queue's own check makes exact.
@@ -196,8 +199,9 @@ const (
 // other queues are relayed meanwhile. It returns how many messages it
 // claimed.
 //
-// A refused statement aborts its transaction, so the delivery jobs are
-// inserted in a savepoint; when a queue refuses them, each message's jobs
+// A refused statement aborts its transaction, so when one of their queues
+// is bounded the delivery jobs are inserted in a savepoint (see relayOnce);
+// when a queue refuses them, each message's jobs
 // are inserted again in a savepoint of their own, and only the messages
 // of full queues stay behind. So that full queues do not fill every batch
 // with messages that cannot go (and keep the others waiting behind them),
@@ -210,9 +214,33 @@ func (r *Relay) RelayOnce(ctx context.Context) (int, error) {
 }
 
 // relayOnce is RelayOnce; full says whether a claim filled its batch.
+//
+// Its transaction makes six round trips to Postgres when no route's queue
+// is bounded (eleven before): BEGIN; the live routes, the bounded and the
+// full queues; both claims; River's insert of the delivery jobs (and its
+// notification of the queue's producers, when its client sends one); the
+// deliveries recorded and the messages marked; COMMIT.
+// The statements of each step go in one pipeline (pgx.Batch). The
+// insert runs in a savepoint only when one of its queues is bounded: a
+// queue without a bound never refuses a job. A bound set meanwhile that
+// refuses one aborts the transaction, and the batch is relayed again at
+// once, with savepoints.
 func (r *Relay) relayOnce(ctx context.Context) (n int, full bool, err error) {
+	n, full, err = r.relayTx(ctx, false)
+	if errors.Is(err, jobs.ErrQueueFull) {
+		n, full, err = r.relayTx(ctx, true)
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("outbox: relay: %w", err)
+	}
+	return n, full, nil
+}
+
+// relayTx is one relay transaction; careful inserts the delivery jobs in
+// a savepoint whatever their queues.
+func (r *Relay) relayTx(ctx context.Context, careful bool) (n int, full bool, err error) {
 	err = pgx.BeginFunc(ctx, r.cfg.Pool, func(tx pgx.Tx) error {
-		live, err := LiveRoutes(ctx, tx)
+		live, bounded, fullQueues, err := relayState(ctx, tx)
 		if err != nil {
 			return err
 		}
@@ -221,10 +249,7 @@ func (r *Relay) relayOnce(ctx context.Context) (n int, full bool, err error) {
 		for topic := range routes {
 			routed = append(routed, topic)
 		}
-		fullTopics, err := topicsOfFullQueues(ctx, tx, routes)
-		if err != nil {
-			return err
-		}
+		fullTopics := topicsOf(routes, fullQueues)
 		var (
 			id      int64
 			topic   string
@@ -236,11 +261,7 @@ func (r *Relay) relayOnce(ctx context.Context) (n int, full bool, err error) {
 			names   []string
 			params  []river.InsertManyParams
 		)
-		claim := func(sql string, args ...any) error {
-			rows, err := tx.Query(ctx, sql, args...)
-			if err != nil {
-				return fmt.Errorf("claim messages: %w", err)
-			}
+		claim := func(rows pgx.Rows) error {
 			c, err := pgx.ForEachRow(rows, []any{&id, &topic, &waiting}, func() error {
 				rs := routes[topic]
 				switch {
@@ -267,14 +288,25 @@ func (r *Relay) relayOnce(ctx context.Context) (n int, full bool, err error) {
 			full = full || int(c.RowsAffected()) >= r.cfg.BatchSize
 			return nil
 		}
-		if err := claim(sqlClaimNew, r.cfg.BatchSize, fullTopics); err != nil {
-			return err
+		claims := &pgx.Batch{}
+		claims.Queue(sqlClaimNew, r.cfg.BatchSize, fullTopics)
+		claims.Queue(sqlClaimWaiting, r.cfg.BatchSize, routed, r.cfg.RouteGrace.Seconds(), fullTopics)
+		br := tx.SendBatch(ctx, claims)
+		for range 2 {
+			rows, _ := br.Query() // its error is the rows'
+			if err := claim(rows); err != nil {
+				_ = br.Close()
+				return err
+			}
 		}
-		if err := claim(sqlClaimWaiting, r.cfg.BatchSize, routed, r.cfg.RouteGrace.Seconds(), fullTopics); err != nil {
-			return err
+		if err := br.Close(); err != nil {
+			return fmt.Errorf("claim messages: %w", err)
 		}
 		if len(params) > 0 {
-			jobIDs, waitRoom, err := r.insertDeliveries(ctx, tx, params, msgIDs)
+			inSavepoint := careful || slices.ContainsFunc(params, func(p river.InsertManyParams) bool {
+				return slices.Contains(bounded, p.InsertOpts.Queue)
+			})
+			jobIDs, waitRoom, err := r.insertDeliveries(ctx, tx, params, msgIDs, inSavepoint)
 			if err != nil {
 				return fmt.Errorf("insert delivery jobs: %w", err)
 			}
@@ -301,12 +333,13 @@ func (r *Relay) relayOnce(ctx context.Context) (n int, full bool, err error) {
 				// at once. The next wake or poll tries them again.
 				full = false
 			}
-			if _, err := tx.Exec(ctx, `INSERT INTO ferry_outbox_delivery (message_id, route, job_id)
-				SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[])`, msgIDs, names, jobIDs); err != nil {
-				return fmt.Errorf("record deliveries: %w", err)
-			}
-			if _, err := tx.Exec(ctx, `UPDATE ferry_outbox SET status = 'relayed', relayed_at = now(), last_error = NULL WHERE id = ANY($1)`, relayed); err != nil {
-				return fmt.Errorf("mark relayed: %w", err)
+			// Recorded and marked in one round trip.
+			b := &pgx.Batch{}
+			b.Queue(`INSERT INTO ferry_outbox_delivery (message_id, route, job_id)
+				SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[])`, msgIDs, names, jobIDs)
+			b.Queue(`UPDATE ferry_outbox SET status = 'relayed', relayed_at = now(), last_error = NULL WHERE id = ANY($1)`, relayed)
+			if err := tx.SendBatch(ctx, b).Close(); err != nil {
+				return fmt.Errorf("record deliveries and mark relayed: %w", err)
 			}
 		}
 		if len(waitNow) > 0 {
@@ -323,43 +356,77 @@ func (r *Relay) relayOnce(ctx context.Context) (n int, full bool, err error) {
 		}
 		return nil
 	})
-	if err != nil {
-		return 0, false, fmt.Errorf("outbox: relay: %w", err)
-	}
-	return n, full, nil
+	return n, full, err
 }
 
-// topicsOfFullQueues returns the topics one of whose routes' queues is at
-// its bound.
-func topicsOfFullQueues(ctx context.Context, tx pgx.Tx, routes map[string][]string) ([]string, error) {
-	rows, err := tx.Query(ctx, sqlFullQueues)
-	if err != nil {
-		return nil, fmt.Errorf("read full queues: %w", err)
+// relayState reads, in one round trip, what a relay transaction claims
+// by: the routes of live workers (LiveRoutes), the bounded queues and
+// those at their bound.
+func relayState(ctx context.Context, tx pgx.Tx) (live map[string][]string, bounded, full []string, err error) {
+	b := &pgx.Batch{}
+	b.Queue(sqlLiveRoutes)
+	b.Queue(sqlBoundedQueues)
+	b.Queue(sqlFullQueues)
+	br := tx.SendBatch(ctx, b)
+	defer func() {
+		if cerr := br.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("read live routes and full queues: %w", cerr)
+		}
+	}()
+	rows, _ := br.Query() // its error is the rows'
+	live = map[string][]string{}
+	var topic, route string
+	if _, err := pgx.ForEachRow(rows, []any{&topic, &route}, func() error {
+		live[topic] = append(live[topic], route)
+		return nil
+	}); err != nil {
+		return nil, nil, nil, fmt.Errorf("outbox: read live routes: %w", err)
 	}
-	full, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("read full queues: %w", err)
+	rows, _ = br.Query()
+	if bounded, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		return nil, nil, nil, fmt.Errorf("read bounded queues: %w", err)
 	}
+	rows, _ = br.Query()
+	if full, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		return nil, nil, nil, fmt.Errorf("read full queues: %w", err)
+	}
+	return live, bounded, full, nil
+}
+
+// topicsOf returns the topics one of whose routes' queues is in full.
+func topicsOf(routes map[string][]string, full []string) []string {
 	topics := []string{}
 	if len(full) == 0 {
-		return topics, nil
+		return topics
 	}
 	for topic, rs := range routes {
 		if slices.ContainsFunc(rs, func(name string) bool { return slices.Contains(full, QueueFor(name)) }) {
 			topics = append(topics, topic)
 		}
 	}
-	return topics, nil
+	return topics
 }
 
 // insertDeliveries inserts params (the delivery jobs of the messages
 // msgIDs, parallel to params, each message's jobs next to each other) in
-// a savepoint of tx, and returns their job ids. When a queue refuses them
-// as full, it inserts each message's jobs in a savepoint of their own and
-// returns, for each message refused, its last_error (ErrWaitingForRoom and
-// why); a refused message's job ids are 0.
-func (r *Relay) insertDeliveries(ctx context.Context, tx pgx.Tx, params []river.InsertManyParams, msgIDs []int64) ([]int64, map[int64]string, error) {
+// a savepoint of tx when inSavepoint, else in tx itself, and returns their
+// job ids. When a queue refuses them as full (in a savepoint), it inserts
+// each message's jobs in a savepoint of their own and returns, for each
+// message refused, its last_error (ErrWaitingForRoom and why); a refused
+// message's job ids are 0. Outside a savepoint a refusal is the error
+// (jobs.ErrQueueFull), and tx is aborted.
+func (r *Relay) insertDeliveries(ctx context.Context, tx pgx.Tx, params []river.InsertManyParams, msgIDs []int64, inSavepoint bool) ([]int64, map[int64]string, error) {
 	jobIDs := make([]int64, len(params))
+	if !inSavepoint {
+		res, err := r.cfg.Inserter.InsertManyTx(ctx, tx, params)
+		if err != nil {
+			return nil, nil, jobs.AsQueueFull(err)
+		}
+		for i, jr := range res {
+			jobIDs[i] = jr.Job.ID
+		}
+		return jobIDs, nil, nil
+	}
 	insert := func(lo, hi int) error {
 		return pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error {
 			res, err := r.cfg.Inserter.InsertManyTx(ctx, sp, params[lo:hi])

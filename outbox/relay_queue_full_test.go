@@ -4,8 +4,13 @@ import (
 	"context"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferryq/ferry/jobs"
@@ -79,4 +84,65 @@ func TestRelay_QueueFull(t *testing.T) {
 	s, lastErr = status(o3)
 	require.Equal(t, "relayed", s)
 	require.Nil(t, lastErr)
+}
+
+// boundingInserter sets a bound on queue (with bound jobs in it already,
+// full) just before its first insert: a bound set after the relay read
+// which queues have one.
+type boundingInserter struct {
+	Inserter
+	pool  *pgxpool.Pool
+	queue string
+	once  sync.Once
+	err   error
+}
+
+func (b *boundingInserter) InsertManyTx(ctx context.Context, tx pgx.Tx, params []river.InsertManyParams) ([]*rivertype.JobInsertResult, error) {
+	b.once.Do(func() {
+		_, b.err = jobs.SetQueueBounds(ctx, b.pool, []jobs.QueueBound{{Name: b.queue, MaxLength: 1}})
+	})
+	if b.err != nil {
+		return nil, b.err
+	}
+	return b.Inserter.InsertManyTx(ctx, tx, params)
+}
+
+// TestRelay_BoundSetMeanwhile: the relay inserts outside a savepoint when
+// no route's queue has a bound; a bound set meanwhile that refuses the
+// jobs aborts that transaction, and the batch is relayed again at once,
+// reading the bound: the message waits, pending, the others are relayed,
+// and the relay reports no error. It is relayed once the queue has room.
+func TestRelay_BoundSetMeanwhile(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := relaySetup(t)
+	routes, err := NewRoutes(webhook("order.placed", "billing"), webhook("user.signed", "crm"))
+	require.NoError(t, err)
+	// One job in the billing queue already: a bound of 1 is full.
+	first, err := b.client.Insert(ctx, DeliverArgs{MessageID: 0, Route: "billing"}, &river.InsertOpts{Queue: QueueFor("billing")})
+	require.NoError(t, err)
+	ins := &boundingInserter{Inserter: b.client, pool: b.pool, queue: QueueFor("billing")}
+	relay := NewRelay(RelayConfig{Pool: b.pool, Inserter: ins, Routes: routes, Logger: slog.New(slog.DiscardHandler)})
+	status := func(id int64) string {
+		var s string
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT status FROM ferry_outbox WHERE id = $1", id).Scan(&s))
+		return s
+	}
+
+	o := b.add(t, "order.placed", `{}`)
+	u := b.add(t, "user.signed", `{}`)
+	n, err := relay.RelayOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "the second pass leaves out the full queue's topic")
+	require.Equal(t, "pending", status(o))
+	require.Equal(t, "relayed", status(u))
+	require.Equal(t, 1, count(t, b.pool, "SELECT count(*) FROM river_job WHERE queue = $1", QueueFor("billing")), "nothing of the aborted transaction is left")
+	require.Zero(t, count(t, b.pool, "SELECT count(*) FROM ferry_outbox_delivery WHERE message_id = $1", o))
+
+	_, err = b.client.JobCancel(ctx, first.Job.ID)
+	require.NoError(t, err)
+	n, err = relay.RelayOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Equal(t, "relayed", status(o))
 }
