@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -137,6 +138,10 @@ type results struct {
 	// prints; TotalSeconds the whole run's (bench:quick's target: 180).
 	StepSeconds  map[string]float64 `json:"step_seconds"`
 	TotalSeconds float64            `json:"total_seconds"`
+	// Server is the settings of the Postgres server that shape the
+	// figures (serverSettings): without autovacuum, say, river_job keeps
+	// every dead row of a long run.
+	Server map[string]string `json:"server"`
 	lockResults
 }
 
@@ -159,6 +164,10 @@ func runAll(ctx context.Context, serverURL, path string, quick bool) error {
 	note := func(key string, err error) {
 		res.Notes[key] = err.Error()
 		fmt.Fprintf(os.Stderr, "bench: %s: %v\n", key, err)
+	}
+	var err error
+	if res.Server, err = serverSettings(ctx, serverURL); err != nil {
+		return err
 	}
 	// step starts the step name, and ends the one before (its time in
 	// StepSeconds and on stderr).
@@ -790,4 +799,31 @@ func noopBacklog(ctx context.Context, pool *pgxpool.Pool, n int, mw rivertype.Mi
 		}
 	}
 	return nil
+}
+
+// serverSettings reads the settings of the server at serverURL that shape
+// the bench's figures.
+func serverSettings(ctx context.Context, serverURL string) (map[string]string, error) {
+	conn, err := pgx.Connect(ctx, serverURL)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	rows, err := conn.Query(ctx, `SELECT name, current_setting(name) FROM pg_settings
+		WHERE name IN ('server_version', 'autovacuum', 'synchronous_commit', 'fsync', 'shared_buffers', 'max_connections')`)
+	if err != nil {
+		return nil, fmt.Errorf("read the server's settings: %w", err)
+	}
+	out := map[string]string{}
+	var name, value string
+	if _, err := pgx.ForEachRow(rows, []any{&name, &value}, func() error {
+		out[name] = value
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("read the server's settings: %w", err)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("read the server's settings: none")
+	}
+	return out, nil
 }
