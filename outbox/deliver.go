@@ -622,8 +622,14 @@ const (
 var errMessageGone = errors.New("message not found (deleted by retention?)")
 
 func lockMessage(ctx context.Context, tx pgx.Tx, id int64) error {
+	return lockedMessage(tx.QueryRow(ctx, sqlLockMessage, id))
+}
+
+// lockedMessage reads the row of sqlLockMessage: errMessageGone when the
+// message is no more.
+func lockedMessage(row pgx.Row) error {
 	var one int
-	err := tx.QueryRow(ctx, sqlLockMessage, id).Scan(&one)
+	err := row.Scan(&one)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return errMessageGone
 	}
@@ -650,12 +656,8 @@ func markDelivered(ctx context.Context, tx pgx.Tx, id int64, route string) (err 
 			err = fmt.Errorf("record delivered: %w", cerr)
 		}
 	}()
-	var one int
-	switch err := br.QueryRow().Scan(&one); {
-	case errors.Is(err, pgx.ErrNoRows):
-		return errMessageGone
-	case err != nil:
-		return fmt.Errorf("lock message: %w", err)
+	if err := lockedMessage(br.QueryRow()); err != nil {
+		return err
 	}
 	if _, err := br.Exec(); err != nil {
 		return fmt.Errorf("record delivered: %w", err)

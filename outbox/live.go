@@ -86,13 +86,18 @@ func LiveRoutes(ctx context.Context, q Querier) (map[string][]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("outbox: read live routes: %w", err)
 	}
+	return collectRoutes(rows)
+}
+
+// collectRoutes reads the rows of sqlLiveRoutes (topic, route) into
+// LiveRoutes's map.
+func collectRoutes(rows pgx.Rows) (map[string][]string, error) {
 	out := map[string][]string{}
 	var topic, route string
-	_, err = pgx.ForEachRow(rows, []any{&topic, &route}, func() error {
+	if _, err := pgx.ForEachRow(rows, []any{&topic, &route}, func() error {
 		out[topic] = append(out[topic], route)
 		return nil
-	})
-	if err != nil {
+	}); err != nil {
 		return nil, fmt.Errorf("outbox: read live routes: %w", err)
 	}
 	return out, nil

@@ -176,14 +176,13 @@ const (
 		  AND (topic = ANY($2) OR route_wait_since <= now() - make_interval(secs => $3))
 		  AND NOT (topic = ANY($4))
 		ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`
-	// sqlBoundedQueues lists the queues with a bound: an insert into any
-	// other never fails for want of room.
-	sqlBoundedQueues = `SELECT name FROM ferry_queue WHERE max_length IS NOT NULL`
-	// sqlFullQueues lists the bounded queues at their bound, read without
-	// a lock (see package jobs, "Bounded queues"): a hint, which the
-	// queue's own check makes exact.
-	sqlFullQueues = `SELECT q.name FROM ferry_queue q
-		WHERE q.max_length IS NOT NULL AND q.admitted IS NOT NULL AND ferry_queue_length(q) >= q.max_length`
+	// sqlBoundedQueues lists the queues with a bound (an insert into any
+	// other never fails for want of room), and whether each is at it,
+	// read without a lock (see package jobs, "Bounded queues"): a hint,
+	// which the queue's own check makes exact.
+	sqlBoundedQueues = `SELECT q.name,
+		CASE WHEN q.admitted IS NULL THEN false ELSE ferry_queue_length(q) >= q.max_length END
+		FROM ferry_queue q WHERE q.max_length IS NOT NULL`
 )
 
 // RelayOnce claims up to BatchSize new pending messages, oldest first, and
@@ -216,8 +215,8 @@ func (r *Relay) RelayOnce(ctx context.Context) (int, error) {
 // relayOnce is RelayOnce; full says whether a claim filled its batch.
 //
 // Its transaction makes six round trips to Postgres when no route's queue
-// is bounded (eleven before): BEGIN; the live routes, the bounded and the
-// full queues; both claims; River's insert of the delivery jobs (and its
+// is bounded (eleven before): BEGIN; the live routes and the bounded
+// queues, full or not; both claims; River's insert of the delivery jobs (and its
 // notification of the queue's producers, when its client sends one); the
 // deliveries recorded and the messages marked; COMMIT.
 // The statements of each step go in one pipeline (pgx.Batch). The
@@ -361,34 +360,34 @@ func (r *Relay) relayTx(ctx context.Context, careful bool) (n int, full bool, er
 
 // relayState reads, in one round trip, what a relay transaction claims
 // by: the routes of live workers (LiveRoutes), the bounded queues and
-// those at their bound.
+// those of them at their bound.
 func relayState(ctx context.Context, tx pgx.Tx) (live map[string][]string, bounded, full []string, err error) {
 	b := &pgx.Batch{}
 	b.Queue(sqlLiveRoutes)
 	b.Queue(sqlBoundedQueues)
-	b.Queue(sqlFullQueues)
 	br := tx.SendBatch(ctx, b)
 	defer func() {
 		if cerr := br.Close(); err == nil && cerr != nil {
-			err = fmt.Errorf("read live routes and full queues: %w", cerr)
+			err = fmt.Errorf("read live routes and bounded queues: %w", cerr)
 		}
 	}()
 	rows, _ := br.Query() // its error is the rows'
-	live = map[string][]string{}
-	var topic, route string
-	if _, err := pgx.ForEachRow(rows, []any{&topic, &route}, func() error {
-		live[topic] = append(live[topic], route)
+	if live, err = collectRoutes(rows); err != nil {
+		return nil, nil, nil, err
+	}
+	rows, _ = br.Query()
+	var (
+		name string
+		atIt bool
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&name, &atIt}, func() error {
+		bounded = append(bounded, name)
+		if atIt {
+			full = append(full, name)
+		}
 		return nil
 	}); err != nil {
-		return nil, nil, nil, fmt.Errorf("outbox: read live routes: %w", err)
-	}
-	rows, _ = br.Query()
-	if bounded, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
 		return nil, nil, nil, fmt.Errorf("read bounded queues: %w", err)
-	}
-	rows, _ = br.Query()
-	if full, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
-		return nil, nil, nil, fmt.Errorf("read full queues: %w", err)
 	}
 	return live, bounded, full, nil
 }
