@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -46,8 +48,10 @@ const (
 	TopicHeader = "Ferry-Topic"
 	// RouteHeader carries the route's name.
 	RouteHeader = "Ferry-Route"
-	// SignatureHeader carries the signature, "t=<unix seconds>,v1=<hex
-	// HMAC-SHA256>" (see Sign). It is absent when the route has no secret.
+	// SignatureHeader carries ferry's own signature, "t=<unix
+	// seconds>,v1=<hex HMAC-SHA256>" (see Sign), beside the Standard
+	// Webhooks headers (WebhookSignatureHeader). It is absent when the
+	// route has no secret.
 	SignatureHeader = "Ferry-Signature"
 )
 
@@ -183,7 +187,7 @@ func NewDeliverWorker(cfg DeliverConfig) *DeliverWorker {
 		w.now = time.Now
 	}
 	for _, r := range w.routes.All() {
-		if r.URL != "" && len(r.Secret) == 0 {
+		if r.URL != "" && len(r.Secrets) == 0 {
 			w.log.Warn("outbox: route has no secret; its requests are not signed", "route", r.Name, "topic", r.Topic)
 		}
 	}
@@ -258,6 +262,9 @@ type attempt struct {
 	outcome outcome
 	status  int // HTTP status; 0 for a Go handler or a transport error
 	err     error
+	// retryAfter is the wait the receiver asked for (Retry-After on a
+	// 429 or 503); 0 leaves the next attempt to the backoff table.
+	retryAfter time.Duration
 }
 
 // Work implements river.Worker.
@@ -377,13 +384,18 @@ func (w *DeliverWorker) post(ctx context.Context, route Route, msg Message) atte
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "ferry-outbox")
-	req.Header.Set(EventIDHeader, msg.EventID())
+	id, at := msg.EventID(), w.now()
+	req.Header.Set(EventIDHeader, id)
 	req.Header.Set(TopicHeader, msg.Topic)
 	req.Header.Set(RouteHeader, route.Name)
-	var sig string
-	if len(route.Secret) > 0 {
-		sig = Sign(route.Secret, w.now(), msg.EventID(), msg.Payload)
-		req.Header.Set(SignatureHeader, sig)
+	req.Header.Set(WebhookIDHeader, id)
+	req.Header.Set(WebhookTimestampHeader, strconv.FormatInt(at.Unix(), 10))
+	var sigs []string
+	if len(route.Secrets) > 0 {
+		std, ferry := SignStandard(route.Secrets, id, at, msg.Payload), signFerry(route.Secrets, at, id, msg.Payload)
+		req.Header.Set(WebhookSignatureHeader, std)
+		req.Header.Set(SignatureHeader, ferry)
+		sigs = []string{std, ferry}
 	}
 
 	resp, err := w.client.Do(req)
@@ -401,7 +413,7 @@ func (w *DeliverWorker) post(ctx context.Context, route Route, msg Message) atte
 		}
 	}
 	defer resp.Body.Close()
-	snippet := readSnippet(resp.Body, scrubber(route, sig))
+	snippet := readSnippet(resp.Body, scrubber(route, sigs))
 	// Drain a bounded amount more so the connection can be reused.
 	_, _ = io.CopyN(io.Discard, resp.Body, 64<<10)
 
@@ -415,7 +427,15 @@ func (w *DeliverWorker) post(ctx context.Context, route Route, msg Message) atte
 	switch {
 	case code >= 200 && code < 300:
 		return attempt{outcome: delivered, status: code}
-	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500:
+	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
+		// The receiver may say when to come back; the next attempt is
+		// then, rather than the backoff's.
+		wait, ok := retryAfter(resp.Header.Get("Retry-After"), w.now())
+		if ok {
+			statusErr = fmt.Errorf("%w (Retry-After %s)", statusErr, wait)
+		}
+		return attempt{outcome: retry, status: code, err: statusErr, retryAfter: wait}
+	case code == http.StatusRequestTimeout || code >= 500:
 		return attempt{outcome: retry, status: code, err: statusErr}
 	case code >= 300 && code < 400:
 		loc := ""
@@ -423,9 +443,39 @@ func (w *DeliverWorker) post(ctx context.Context, route Route, msg Message) atte
 			loc = " to " + redact.URL(l)
 		}
 		return attempt{outcome: stuck, status: code, err: fmt.Errorf("%s: status %d: redirect%s not followed; fix the route's url", target, code, loc)}
+	case code == http.StatusGone:
+		// The receiver says the endpoint is gone for good: no attempt
+		// can succeed until the route changes.
+		return attempt{outcome: stuck, status: code, err: fmt.Errorf("%w; 410 Gone: the receiver has retired this endpoint, fix or remove the route, then enqueue outbox reset", statusErr)}
 	default:
 		return attempt{outcome: stuck, status: code, err: statusErr}
 	}
+}
+
+// maxRetryAfter bounds the wait a receiver's Retry-After can ask for; a
+// longer one is cut to it.
+const maxRetryAfter = 24 * time.Hour
+
+// retryAfter parses a Retry-After value, delay-seconds or an HTTP date,
+// into the wait from now: at least a second (a 0 or a past date would
+// retry at once, again and again), at most maxRetryAfter. ok is false when
+// v is empty or neither form.
+func retryAfter(v string, now time.Time) (wait time.Duration, ok bool) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0, false
+	}
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if n < 0 {
+			return 0, false
+		}
+		wait = time.Duration(min(n, int64(maxRetryAfter/time.Second))) * time.Second
+	} else if t, err := http.ParseTime(v); err == nil {
+		wait = t.Sub(now).Round(time.Second)
+	} else {
+		return 0, false
+	}
+	return min(max(wait, time.Second), maxRetryAfter), true
 }
 
 // workHandler runs a Go handler route: in one transaction, Receive, the
@@ -543,7 +593,7 @@ func (w *DeliverWorker) finish(ctx context.Context, job *river.Job[DeliverArgs],
 		lastErr := truncate(res.err.Error(), maxLastError)
 		riverLimit := job.MaxAttempts > 0 && job.Attempt >= job.MaxAttempts
 		if !riverLimit && job.Attempt < w.maxAttempts {
-			next := w.now().Add(backoff(job.Attempt))
+			next := w.now().Add(cmp.Or(res.retryAfter, backoff(job.Attempt)))
 			w.retryAt.Store(retryKey{job.ID, job.Attempt}, next)
 			err := wrap(res.err)
 			if rerr := recordFailed(rctx, w.pool, a.MessageID, a.Route, lastErr, next); rerr != nil {
@@ -701,16 +751,24 @@ func recordStuck(ctx context.Context, pool *pgxpool.Pool, id int64, route, lastE
 
 // scrubber returns what must never reach last_error or a log from a
 // receiver's answer (a debug page may echo the request): the route's
-// secret, the signature sent, the URL's query string and userinfo.
-func scrubber(route Route, sig string) *strings.Replacer {
+// secrets in every form they are written (raw, base64, whsec_), the
+// signature headers sent and each signature in them, the URL's query
+// string and userinfo.
+func scrubber(route Route, sigs []string) *strings.Replacer {
 	var pairs []string
-	if len(route.Secret) > 0 {
-		pairs = append(pairs, string(route.Secret), redact.Placeholder)
+	for _, key := range route.Secrets {
+		b64 := base64.StdEncoding.EncodeToString(key)
+		pairs = append(pairs, SecretPrefix+b64, redact.Placeholder, string(key), redact.Placeholder, b64, redact.Placeholder)
 	}
-	if sig != "" {
-		pairs = append(pairs, sig, redact.Placeholder)
-		if _, v1, ok := strings.Cut(sig, "v1="); ok {
-			pairs = append(pairs, v1, redact.Placeholder)
+	for _, header := range sigs {
+		pairs = append(pairs, header, redact.Placeholder)
+		for part := range strings.FieldsFuncSeq(header, func(r rune) bool { return r == ' ' || r == ',' }) {
+			if v, ok := strings.CutPrefix(part, "v1="); ok {
+				part = v
+			}
+			if len(part) > 2 && part != "v1" && !strings.HasPrefix(part, "t=") {
+				pairs = append(pairs, part, redact.Placeholder)
+			}
 		}
 	}
 	if u, err := url.Parse(route.URL); err == nil {

@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferryq/ferry/internal/testkit/logtest"
@@ -136,6 +138,12 @@ func statusHook(t *testing.T, status int, body string) *httptest.Server {
 	})
 }
 
+// seenRequest is a request a test's receiver took.
+type seenRequest struct {
+	header http.Header
+	body   []byte
+}
+
 const (
 	testSecret = "s3cret-route-key"
 	testQuery  = "t0ken-in-query"
@@ -145,7 +153,7 @@ const (
 // hookRoute is a webhook route named name to srv, with a secret and a
 // credential in the query string (both must stay out of last_error).
 func hookRoute(srv *httptest.Server, name string) Route {
-	return Route{Topic: testTopic, Name: name, URL: srv.URL + "/hook?token=" + testQuery, Secret: []byte(testSecret)}
+	return Route{Topic: testTopic, Name: name, URL: srv.URL + "/hook?token=" + testQuery, Secrets: [][]byte{[]byte(testSecret)}}
 }
 
 func TestDeliverArgs_Kind(t *testing.T) {
@@ -297,6 +305,61 @@ func TestDeliverWorker_Webhook(t *testing.T) {
 		require.Equal(t, "ferry-outbox", s.header.Get("User-Agent"))
 		require.Equal(t, "acme", s.header.Get("X-Tenant"))
 		require.Regexp(t, `^t=\d+,v1=[0-9a-f]{64}$`, s.header.Get("Ferry-Signature"))
+
+		// Standard Webhooks: the same event id, the attempt's time, and a
+		// signature that the project's own Go library accepts.
+		require.Equal(t, fmt.Sprint(id), s.header.Get("webhook-id"))
+		require.Regexp(t, `^\d+$`, s.header.Get("webhook-timestamp"))
+		require.Regexp(t, `^v1,[A-Za-z0-9+/]{43}=$`, s.header.Get("webhook-signature"))
+		wh, err := standardwebhooks.NewWebhookRaw([]byte(testSecret))
+		require.NoError(t, err)
+		require.NoError(t, wh.Verify([]byte(s.body), s.header))
+	})
+
+	t.Run("RotationSignsWithEverySecret", func(t *testing.T) {
+		t.Parallel()
+		b := deliverSetup(t)
+		got := make(chan seenRequest, 1)
+		srv := hookServer(t, func(w http.ResponseWriter, r *http.Request) {
+			body, _ := io.ReadAll(r.Body)
+			got <- seenRequest{header: r.Header.Clone(), body: body}
+		})
+		const newSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+		keys, err := ParseSecrets(newSecret + "," + testSecret)
+		require.NoError(t, err)
+		route := hookRoute(srv, "billing")
+		route.Secrets = keys
+		w := b.worker(t, DeliverConfig{Client: srv.Client()}, route)
+		id := b.seed(t, testTopic, `{"order_id":7}`, "billing")
+		require.NoError(t, w.Work(ctx, deliverJob(id, "billing", 1, 24)))
+		req := <-got
+
+		require.Len(t, strings.Fields(req.header.Get("webhook-signature")), 2)
+		require.Equal(t, 2, strings.Count(req.header.Get("Ferry-Signature"), "v1="))
+		// Either secret alone verifies, in the library and in Verify, in
+		// both header sets; a third does not.
+		whNew, err := standardwebhooks.NewWebhook(newSecret)
+		require.NoError(t, err)
+		whOld, err := standardwebhooks.NewWebhookRaw([]byte(testSecret))
+		require.NoError(t, err)
+		require.NoError(t, whNew.Verify(req.body, req.header))
+		require.NoError(t, whOld.Verify(req.body, req.header))
+		for _, secret := range []string{newSecret, testSecret} {
+			r := httptest.NewRequest(http.MethodPost, "/hook", bytes.NewReader(req.body))
+			r.Header = req.header.Clone()
+			gotID, _, err := Verify(r, []byte(secret), 0)
+			require.NoError(t, err)
+			require.Equal(t, fmt.Sprint(id), gotID)
+			r = httptest.NewRequest(http.MethodPost, "/hook", bytes.NewReader(req.body))
+			r.Header = req.header.Clone()
+			r.Header.Del("webhook-signature")
+			_, _, err = Verify(r, []byte(secret), 0)
+			require.NoError(t, err, "Ferry-Signature alone")
+		}
+		r := httptest.NewRequest(http.MethodPost, "/hook", bytes.NewReader(req.body))
+		r.Header = req.header.Clone()
+		_, _, err = Verify(r, []byte("a-third-secret"), 0)
+		require.ErrorIs(t, err, ErrBadSignature)
 	})
 
 	t.Run("NoSecretUnsigned", func(t *testing.T) {
@@ -304,10 +367,14 @@ func TestDeliverWorker_Webhook(t *testing.T) {
 		b := deliverSetup(t)
 		sig := make(chan []string, 2)
 		srv := hookServer(t, func(w http.ResponseWriter, r *http.Request) {
-			sig <- r.Header.Values("Ferry-Signature")
+			if r.Header.Get("webhook-id") == "" || r.Header.Get("webhook-timestamp") == "" {
+				sig <- []string{"no webhook-id or webhook-timestamp"}
+				return
+			}
+			sig <- append(r.Header.Values("Ferry-Signature"), r.Header.Values("webhook-signature")...)
 		})
 		route := hookRoute(srv, "open")
-		route.Secret = nil
+		route.Secrets = nil
 		w := b.worker(t, DeliverConfig{Client: srv.Client()}, route, hookRoute(srv, "signed"))
 		require.Equal(t, 1, strings.Count(b.logs.String(), "route has no secret"), b.logs.String())
 		require.Contains(t, b.logs.String(), `"route":"open"`)
@@ -337,7 +404,7 @@ func TestDeliverWorker_Webhook(t *testing.T) {
 		require.WithinDuration(t, w.NextRetry(job), *d.NextAttemptAt, time.Microsecond, "River retries when next_attempt_at says")
 		require.Nil(t, d.DeliveredAt)
 		require.Equal(t, "relayed", b.message(t, job.Args.MessageID).Status)
-		for _, secret := range []string{testSecret, testQuery, "v1="} {
+		for _, secret := range []string{testSecret, testQuery, "v1=", "v1,"} {
 			require.NotContains(t, *d.LastError, secret)
 			require.NotContains(t, err.Error(), secret)
 			require.NotContains(t, b.logs.String(), secret)
@@ -355,7 +422,7 @@ func TestDeliverWorker_Webhook(t *testing.T) {
 			// the URL, then far more than a snippet.
 			srv := hookServer(t, func(w http.ResponseWriter, r *http.Request) {
 				w.WriteHeader(status)
-				fmt.Fprintf(w, "expected secret %s, got signature %s for %s\n%s", testSecret, r.Header.Get("Ferry-Signature"), r.URL, strings.Repeat("x", 5000))
+				fmt.Fprintf(w, "expected secret %s, got signatures %s and %s for %s\n%s", testSecret, r.Header.Get("Ferry-Signature"), r.Header.Get("webhook-signature"), r.URL, strings.Repeat("x", 5000))
 			})
 			now := time.Now()
 			w := b.worker(t, DeliverConfig{Client: srv.Client(), Now: func() time.Time { return now }}, hookRoute(srv, "billing"))
@@ -422,6 +489,80 @@ func TestDeliverWorker_Webhook(t *testing.T) {
 			job := deliverJob(id, "billing", i+1, 24)
 			requireRetried(t, b, w, job, w.Work(ctx, job), now, i+1, delay)
 		}
+	})
+
+	// answerRetryAfter works attempt attempt of a delivery to a receiver
+	// that answers status with Retry-After retryAfter, the clock at now.
+	answerRetryAfter := func(t *testing.T, status int, retryAfter string, now time.Time, attempt int) (*deliverBundle, *DeliverWorker, *river.Job[DeliverArgs], error) {
+		t.Helper()
+		b := deliverSetup(t)
+		srv := hookServer(t, func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Retry-After", retryAfter)
+			w.WriteHeader(status)
+		})
+		w := b.worker(t, DeliverConfig{Client: srv.Client(), Now: func() time.Time { return now }}, hookRoute(srv, "billing"))
+		job := deliverJob(b.seed(t, testTopic, `{}`, "billing"), "billing", attempt, 24)
+		return b, w, job, w.Work(ctx, job)
+	}
+
+	t.Run("RetryAfterHonoured", func(t *testing.T) {
+		t.Parallel()
+		now := time.Now().Truncate(time.Second)
+		for _, tc := range []struct {
+			status     int
+			retryAfter string
+			want       time.Duration
+			inError    string
+		}{
+			{http.StatusTooManyRequests, "30", 30 * time.Second, "(Retry-After 30s)"},
+			{http.StatusServiceUnavailable, now.Add(2 * time.Minute).UTC().Format(http.TimeFormat), 2 * time.Minute, "(Retry-After 2m0s)"},
+			{http.StatusTooManyRequests, "0", time.Second, "(Retry-After 1s)"},
+			{http.StatusTooManyRequests, "9999999", 24 * time.Hour, "(Retry-After 24h0m0s)"},
+		} {
+			// The backoff's own wait after attempt 3 would be 60 s ±10 %.
+			b, w, job, err := answerRetryAfter(t, tc.status, tc.retryAfter, now, 3)
+			requireJobRetry(t, err)
+			d := b.delivery(t, job.Args.MessageID, "billing")
+			require.Equal(t, "pending", d.Status)
+			require.NotNil(t, d.NextAttemptAt)
+			require.Equal(t, tc.want, d.NextAttemptAt.Sub(now), "Retry-After %q on %d, exactly, without jitter", tc.retryAfter, tc.status)
+			require.WithinDuration(t, w.NextRetry(job), *d.NextAttemptAt, time.Microsecond, "River retries when next_attempt_at says")
+			require.Contains(t, *d.LastError, tc.inError)
+		}
+	})
+
+	t.Run("RetryAfterIgnored", func(t *testing.T) {
+		t.Parallel()
+		// On a status other than 429 and 503, or when unreadable, the
+		// backoff table decides.
+		now := time.Now()
+		for _, tc := range []struct {
+			status     int
+			retryAfter string
+		}{
+			{http.StatusInternalServerError, "30"},
+			{http.StatusTooManyRequests, "soon"},
+			{http.StatusServiceUnavailable, "-5"},
+		} {
+			b, w, job, err := answerRetryAfter(t, tc.status, tc.retryAfter, now, 1)
+			lastErr := requireRetried(t, b, w, job, err, now, 1, 5*time.Second)
+			require.NotContains(t, lastErr, "Retry-After")
+		}
+	})
+
+	t.Run("GoneStuck", func(t *testing.T) {
+		t.Parallel()
+		b := deliverSetup(t)
+		srv := statusHook(t, http.StatusGone, "endpoint retired\n")
+		w := b.worker(t, DeliverConfig{Client: srv.Client()}, hookRoute(srv, "billing"))
+		id := b.seed(t, testTopic, `{}`, "billing")
+
+		requireJobCancel(t, w.Work(ctx, deliverJob(id, "billing", 1, 24)))
+		d := b.delivery(t, id, "billing")
+		require.Equal(t, "stuck", d.Status)
+		require.Equal(t, 1, d.Attempts)
+		require.Equal(t, fmt.Sprintf("POST %s/hook?…: status 410: endpoint retired; 410 Gone: the receiver has retired this endpoint, fix or remove the route, then enqueue outbox reset", srv.URL), *d.LastError)
+		require.Equal(t, "stuck", b.message(t, id).Status)
 	})
 
 	t.Run("NotFoundStuck", func(t *testing.T) {

@@ -98,15 +98,20 @@
 // # Delivering
 //
 // Routes map a topic to receivers: HTTP webhooks (from the config file) or
-// Go handlers (from code). A webhook gets a POST of the payload with
-// Ferry-Event-Id, Ferry-Topic, Ferry-Route and Ferry-Signature (HMAC-SHA256
-// over the timestamp and the body with the route's secret). 2xx is
-// delivered; 408, 429, 5xx and transport errors retry on the backoff table
-// 5, 15, 60, 300, 900, 3600 s (then 3600) with jitter; any other status is
-// stuck at once; after the maximum attempts (FERRY_OUTBOX_MAX_ATTEMPTS,
-// default 24) the delivery is stuck. Stuck rows keep their last error and
-// stay until Reset (enqueue outbox reset) puts them back. Nothing is deleted
-// by delivery.
+// Go handlers (from code). A webhook gets a POST of the payload signed per
+// Standard Webhooks (www.standardwebhooks.com): webhook-id (the event id),
+// webhook-timestamp and webhook-signature (SignStandard), so a receiver in
+// any language verifies it with that project's library; and, for receivers
+// written before those, Ferry-Event-Id, Ferry-Topic, Ferry-Route and
+// Ferry-Signature (Sign). A route's secrets (ParseSecrets: whsec_ or raw,
+// several while one is rotated) each sign every request. 2xx is delivered;
+// 408, 429, 5xx and transport errors retry on the backoff table 5, 15, 60,
+// 300, 900, 3600 s (then 3600) with jitter, or when a 429's or 503's
+// Retry-After says; any other status is stuck at once (410 Gone with its
+// reason); after the maximum attempts (FERRY_OUTBOX_MAX_ATTEMPTS, default
+// 24) the delivery is stuck. Stuck rows keep their last error and stay
+// until Reset (enqueue outbox reset) puts them back. Nothing is deleted by
+// delivery.
 //
 // # Receiving once
 //
@@ -115,5 +120,6 @@
 // it is the first time; a Go handler runs inside that transaction, which
 // also completes the delivery's River job (river.JobCompleteTx), so its
 // effect happens once. HTTP receivers keep their own UNIQUE on the event id;
-// Verify checks a request's signature and timestamp for them.
+// Verify checks a request's signature (the standard headers, or
+// Ferry-Signature from an older worker) and timestamp for them.
 package outbox

@@ -49,9 +49,13 @@ type Route struct {
 
 	// URL of the webhook (http or https).
 	URL string
-	// Secret signs each request (Ferry-Signature, HMAC-SHA256); from the
-	// environment variable the config names, never from the file.
-	Secret []byte
+	// Secrets are the keys that sign each request (webhook-signature and
+	// Ferry-Signature, HMAC-SHA256): one, or several while a secret is
+	// rotated, each signing. The config file names the environment
+	// variable that holds them (secret_env), never the secrets themselves;
+	// ParseSecrets reads its "whsec_…" or raw form. None: the requests are
+	// not signed.
+	Secrets [][]byte
 	// Headers are sent with every request.
 	Headers map[string]string
 	// Timeout of one request; default 10s.

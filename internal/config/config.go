@@ -287,7 +287,11 @@ func (o OutboxSection) routes() ([]outbox.Route, error) {
 			if !ok || secret == "" {
 				return nil, fieldErrorf(where, "secret_env", "%s is not set in the environment", e.SecretEnv)
 			}
-			r.Secret = []byte(secret)
+			keys, err := outbox.ParseSecrets(secret)
+			if err != nil {
+				return nil, fieldErrorf(where, "secret_env", "%s: %v", e.SecretEnv, err)
+			}
+			r.Secrets = keys
 		}
 		if e.Timeout != "" {
 			d, err := time.ParseDuration(e.Timeout)

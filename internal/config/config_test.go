@@ -291,9 +291,23 @@ outbox:
 	r := loaded.Routes[0]
 	require.Equal(t, "order.placed", r.Topic)
 	require.Equal(t, "billing", r.Name)
-	require.Equal(t, []byte("s3cret"), r.Secret)
+	require.Equal(t, [][]byte{[]byte("s3cret")}, r.Secrets)
 	require.Equal(t, 3*time.Second, r.Timeout)
 	require.Equal(t, map[string]string{"X-Team": "billing"}, r.Headers)
+}
+
+// TestParse_RouteSecrets: secret_env holds one secret or several (a
+// rotation), each raw or whsec_; a bad one is one line that never quotes it.
+func TestParse_RouteSecrets(t *testing.T) {
+	doc := "outbox:\n  routes:\n    - {topic: a, name: r, url: 'http://x/', secret_env: FERRY_TEST_HOOK_SECRETS}\n"
+	t.Setenv("FERRY_TEST_HOOK_SECRETS", "whsec_a2V5, raw-old")
+	loaded, err := Parse([]byte(doc), registry(t))
+	require.NoError(t, err)
+	require.Equal(t, [][]byte{[]byte("key"), []byte("raw-old")}, loaded.Routes[0].Secrets)
+
+	t.Setenv("FERRY_TEST_HOOK_SECRETS", "raw-old,whsec_s3cr3t+not+b64!")
+	_, err = Parse([]byte(doc), registry(t))
+	require.EqualError(t, err, `outbox.routes[0] (name "r"): secret_env: FERRY_TEST_HOOK_SECRETS: secret 2 of 2: starts with whsec_ but the rest is not standard base64`)
 }
 
 func TestParse_Bots(t *testing.T) {
