@@ -119,6 +119,9 @@ type results struct {
 	MetricsFirstScrapeMS5M    *float64          `json:"metrics_first_scrape_ms_5m"`
 	MetricsScrapeMS5M         *float64          `json:"metrics_scrape_ms_5m"`
 	WorkerPeakRSSMB           *float64          `json:"worker_peak_rss_mb"`
+	LeanModules               *float64          `json:"lean_modules"`
+	LeanRiverModules          *float64          `json:"lean_river_modules"`
+	LeanBinaryRatio           *float64          `json:"lean_binary_ratio"`
 	UnsealedWorkerJobsPerSec  *float64          `json:"unsealed_worker_jobs_per_sec"`
 	SealedWorkerJobsPerSec    *float64          `json:"sealed_worker_jobs_per_sec"`
 	SealedWorkerRatio         *float64          `json:"sealed_worker_ratio"`
@@ -351,6 +354,15 @@ func runAll(ctx context.Context, serverURL, path string, quick bool) error {
 		res.WorkerPeakRSSMB = ptr(mb)
 	}
 
+	if !quick {
+		step("a service's modules and binary: ferry's writer packages against River alone")
+		if r, err := leanConsumers(ctx); err != nil {
+			note("lean", err)
+		} else {
+			res.LeanModules, res.LeanRiverModules, res.LeanBinaryRatio = ptr(float64(r.Modules)), ptr(float64(r.RiverModules)), ptr(r.BinaryRatio)
+		}
+	}
+
 	step("")
 	res.TotalSeconds = time.Since(began).Seconds()
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
@@ -431,6 +443,8 @@ func printTable(r results) {
 		{"slowest River UI count, 5M finished jobs", f(r.RiverUICountsMS5M, "ms"), ""},
 		{"/metrics scrape, 5M finished jobs: first (finished counts) / later", fmt.Sprintf("%s / %s", f(r.MetricsFirstScrapeMS5M, "ms"), f(r.MetricsScrapeMS5M, "ms")), ""},
 		{"worker peak RSS", f(r.WorkerPeakRSSMB, "MB"), ""},
+		{"a writer service's modules (River alone)", f(r.LeanModules, "") + " (" + f(r.LeanRiverModules, "") + ")", "≤ 40"},
+		{"a writer service's binary / River alone", f(r.LeanBinaryRatio, ""), "≤ 1.1"},
 	}
 	for _, row := range rows {
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", row[0], row[1], row[2])

@@ -15,6 +15,7 @@
 //	go run ./cmd/bench -mode failover -trials 3 -partitions 100 -tick 1s # 100 network partitions of the leader
 //	go run ./cmd/bench -mode pgfailover -trials 5 # Postgres primary crashed, synchronous standby promoted
 //	go run ./cmd/bench -mode riverbest -backlog 50000 # ferry's defaults against bare River at River's own bench settings
+//	go run ./cmd/bench -mode lean # a service importing jobs and outbox: modules and binary size against River alone
 //	go run ./cmd/bench -mode bulkcopy -backlog 1000000 # enqueue bulk (file and pipe) against a plain COPY, peak RSS
 //	go run ./cmd/bench -mode counts -backlog 5000000 # enqueue, console, River UI and /metrics counts with 5M finished jobs
 //	go run ./cmd/bench -mode scale -backlog 50000 -plots docs/bench # throughput and pickup with 0, 1M and 5M finished jobs
@@ -90,7 +91,7 @@ type result struct {
 
 func main() {
 	var (
-		mode     = flag.String("mode", "sweep", "all, quick, sweep, latency, throughput, failover, orphans, ticks, outbox, sealed, bounded, pgbouncer, pgfailover, riverbest, bulkcopy, counts, scale, pickup or sustained")
+		mode     = flag.String("mode", "sweep", "all, quick, sweep, latency, throughput, failover, orphans, ticks, outbox, sealed, bounded, pgbouncer, pgfailover, riverbest, lean, bulkcopy, counts, scale, pickup or sustained")
 		out      = flag.String("out", "bench/results.json", "all and quick modes: where to write the results")
 		url      = flag.String("database-url", os.Getenv("TEST_DATABASE_URL"), "server to create scratch databases on")
 		cooldown = flag.Duration("cooldown", 5*time.Millisecond, "worker fetch cooldown")
@@ -252,6 +253,15 @@ func main() {
 		fmt.Fprintf(os.Stderr, "backlog of %d no-op jobs, 3 paired rounds: bare River at its bench settings (%d workers, %s cooldown, %s poll) best %.0f/s; ferry at its defaults (%s) best %.0f/s; median ratio %.3f\n",
 			*backlog, riverBestWorkers, riverBestCooldown, riverBestPoll, river, ferry.DefaultQueues, ferryRate, ratio)
 		_ = json.NewEncoder(os.Stdout).Encode(map[string]float64{"river_best_jobs_per_sec": river, "ferry_default_jobs_per_sec": ferryRate, "worker_ratio_vs_river_best": ratio})
+		return
+	case "lean":
+		r, err := leanConsumers(ctx)
+		if err != nil {
+			log.Fatalf("bench: lean: %v", err)
+		}
+		fmt.Fprintf(os.Stderr, "a service inserting with jobs and outbox: %d modules, binary %.1f MB; with River and pgx alone: %d modules, %.1f MB; binary ratio %.3f\n",
+			r.Modules, r.BinaryMB, r.RiverModules, r.RiverBinaryMB, r.BinaryRatio)
+		_ = json.NewEncoder(os.Stdout).Encode(r)
 		return
 	case "pgbouncer":
 		r, err := pgbouncerThroughput(ctx, *url, *backlog/2, 5, *rate, *dur, true)
