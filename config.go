@@ -14,6 +14,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ferryq/ferry/broadcast"
 	"github.com/ferryq/ferry/election"
@@ -240,6 +242,14 @@ type Config struct {
 	// Logger defaults to a JSON logger on stderr.
 	Logger *slog.Logger
 
+	// TracerProvider makes the spans of every job ("river.work/<kind>", a
+	// child of the span that inserted it), of the outbox relay and of each
+	// webhook request (which carries its W3C traceparent). Default: the
+	// global provider (otel.GetTracerProvider), which records nothing
+	// unless the embedder set one; `worker run` sets one from the OTEL_*
+	// variables (internal/tracing.Setup). Its shutdown is the caller's.
+	TracerProvider trace.TracerProvider
+
 	// Version is reported in logs and ferry_build_info; defaults to the
 	// module version of the binary.
 	Version string
@@ -263,6 +273,9 @@ func (c Config) WithDefaults() Config {
 	c.AdminAddr = cmp.Or(c.AdminAddr, DefaultAdminAddr)
 	c.ElectionDatabaseURL = cmp.Or(c.ElectionDatabaseURL, c.DatabaseURL)
 	c.Pooler = cmp.Or(c.Pooler, dburl.PoolerNone)
+	if c.TracerProvider == nil {
+		c.TracerProvider = otel.GetTracerProvider()
+	}
 	if s, err := schema.Parse(c.Schema); err == nil {
 		c.Schema = s
 	}

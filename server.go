@@ -30,6 +30,7 @@ import (
 	"github.com/ferryq/ferry/internal/metrics"
 	"github.com/ferryq/ferry/internal/redact"
 	"github.com/ferryq/ferry/internal/retention"
+	"github.com/ferryq/ferry/internal/tracing"
 	"github.com/ferryq/ferry/jobs"
 	"github.com/ferryq/ferry/locks"
 	"github.com/ferryq/ferry/migrations"
@@ -209,7 +210,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 
-	deliver := outbox.NewDeliverWorker(outbox.DeliverConfig{Pool: pool, Routes: routes, MaxAttempts: maxAttempts, Logger: cfg.Logger})
+	deliver := outbox.NewDeliverWorker(outbox.DeliverConfig{Pool: pool, Routes: routes, MaxAttempts: maxAttempts, Logger: cfg.Logger, TracerProvider: cfg.TracerProvider})
 	if err := registry.Add(deliver.Kind()); err != nil {
 		return fail(err)
 	}
@@ -280,7 +281,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// liveness heartbeat can settle what River lost (liveness.Ledger).
 	ledger := liveness.NewLedger()
 	middleware = append([]rivertype.Middleware{ledger.Middleware()}, middleware...)
-	middleware = append(middleware, s.metrics.Middleware(), jobs.ErrorMiddleware(registry.Sensitive))
+	// The tracing middleware wraps the error middleware, so a span's status
+	// holds the error as River stores it (bounded, or withheld).
+	middleware = append(middleware, s.metrics.Middleware(), tracing.Middleware(cfg.TracerProvider), jobs.ErrorMiddleware(registry.Sensitive))
 	s.river, err = river.NewClient(riverpgxv5.New(pool), &river.Config{
 		// The id is the worker's identity in attempted_by, in ferry_worker
 		// and in the fence on river_job (internal/liveness).
@@ -361,7 +364,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.elector.Register("rescue", rescuer.Run)
 	s.elector.Register("broadcast-leader", s.announceLeader)
 	s.elector.Register("broadcast-console", s.watchConsole)
-	s.relay = outbox.NewRelay(outbox.RelayConfig{Pool: pool, ListenConfig: sessions.Config().ConnConfig, Schema: cfg.Schema, Inserter: s.river, Routes: delivered, RouteGrace: cfg.OutboxRouteGrace, MaxAttempts: maxAttempts, Logger: cfg.Logger})
+	s.relay = outbox.NewRelay(outbox.RelayConfig{Pool: pool, ListenConfig: sessions.Config().ConnConfig, Schema: cfg.Schema, Inserter: s.river, Routes: delivered, RouteGrace: cfg.OutboxRouteGrace, MaxAttempts: maxAttempts, TracerProvider: cfg.TracerProvider, Logger: cfg.Logger})
 	s.services = []service{s.elector, s.sched, s.relay}
 	if err := s.metrics.Registry.Register(metrics.NewOutboxCollector(pool, cfg.Logger)); err != nil {
 		return fail(err)

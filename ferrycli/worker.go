@@ -1,6 +1,7 @@
 package ferrycli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -22,6 +23,7 @@ import (
 	"github.com/ferryq/ferry/internal/redact"
 	"github.com/ferryq/ferry/internal/retention"
 	"github.com/ferryq/ferry/internal/schema"
+	"github.com/ferryq/ferry/internal/tracing"
 	"github.com/ferryq/ferry/jobs"
 	"github.com/ferryq/ferry/migrations"
 	"github.com/ferryq/ferry/outbox"
@@ -181,6 +183,9 @@ func WorkerConfig(c *cli.Context) (ferry.Config, error) {
 	}, nil
 }
 
+// tracingFlushTimeout bounds the export of the last spans on stop.
+const tracingFlushTimeout = 5 * time.Second
+
 func workerRun(opts WorkerOptions) *cli.Command {
 	return &cli.Command{
 		Name:  "run",
@@ -202,6 +207,22 @@ given.`,
 			}
 			opts.addTo(&cfg)
 			ctx := signalContext(c)
+			// Traces, when the OTEL_* variables ask for them; flushed on
+			// the way out.
+			tp, shutdownTracing, err := tracing.Setup(ctx, cmp.Or(cfg.Version, ferry.Version()), c.App.Writer, cfg.Logger)
+			if err != nil {
+				return &UsageError{Err: err}
+			}
+			defer func() {
+				sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), tracingFlushTimeout)
+				defer cancel()
+				if err := shutdownTracing(sctx); err != nil {
+					cfg.Logger.Warn("tracing: flush on stop", "error", err)
+				}
+			}()
+			if tp != nil {
+				cfg.TracerProvider = tp
+			}
 			srv, err := ferry.New(ctx, cfg)
 			if errors.Is(err, ferry.ErrConfig) {
 				return &UsageError{Err: err}

@@ -29,7 +29,10 @@
 // caller's pgx.Tx, so the job exists if and only if the caller's transaction
 // commits. WithUniqueKey gives an insert a caller-chosen idempotency key;
 // UniqueKeyMiddleware, installed on every River client ferry builds (an
-// Inserter's and the server's), is what enforces it.
+// Inserter's and the server's), is what enforces it. When the inserting
+// context holds an OpenTelemetry span, its W3C trace context goes into the
+// job's metadata (traceparent, tracestate), and the worker's span of the
+// job is its child (see Middleware); this package uses the trace API only.
 //
 // # Bounded queues
 //

@@ -20,6 +20,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/ferryq/ferry/internal/schema"
+	"github.com/ferryq/ferry/internal/traceparent"
 	"github.com/ferryq/ferry/seal"
 )
 
@@ -291,10 +292,13 @@ func WithUniqueKey(opts *river.InsertOpts, key string) *river.InsertOpts {
 }
 
 // Middleware is the insert middleware every River client ferry builds
-// installs: UniqueKeyMiddleware, then, with keys, the seal's (seal.Middleware),
-// which seals what the unique key step leaves.
+// installs: the trace context's (the inserting context's W3C traceparent
+// and tracestate go into each job's metadata, so that the worker's span
+// joins the caller's trace; nothing when the context holds no span),
+// UniqueKeyMiddleware, then, with keys, the seal's (seal.Middleware), which
+// seals what the unique key step leaves.
 func Middleware(keys *seal.Keys) []rivertype.Middleware {
-	mw := []rivertype.Middleware{UniqueKeyMiddleware()}
+	mw := []rivertype.Middleware{traceparent.InsertMiddleware(), UniqueKeyMiddleware()}
 	if m := seal.Middleware(keys); m != nil {
 		mw = append(mw, m)
 	}

@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/ferryq/ferry/internal/traceparent"
 )
 
 // MaxPayloadBytes bounds a message's payload: its JSON text as Postgres
@@ -49,7 +51,10 @@ func WithDedupKey(key string) AddOption {
 // Add writes a message in the caller's transaction and returns its id (the
 // event id receivers dedup on). It exists if and only if tx commits; the
 // relay turns it into delivery jobs right after. payload is JSON
-// (json.RawMessage or []byte) or any value json.Marshal accepts.
+// (json.RawMessage or []byte) or any value json.Marshal accepts. When ctx
+// holds an OpenTelemetry span, its W3C trace context is stored with the
+// message (columns traceparent, tracestate), and the relay, the delivery
+// and the webhook request (its traceparent header) join that trace.
 //
 // Bad input returns one of the errors above before anything is written, and
 // a duplicate dedup key does not abort tx.
@@ -68,10 +73,14 @@ func Add(ctx context.Context, tx pgx.Tx, topic string, payload any, opts ...AddO
 	if err != nil {
 		return 0, err
 	}
+	// The caller's span, if any: the relay, the delivery jobs and the
+	// webhook requests join its trace.
+	parent, state := traceparent.FromContext(ctx)
 	var id int64
-	err = tx.QueryRow(ctx, `INSERT INTO ferry_outbox (topic, payload, dedup_key) VALUES ($1, $2, $3)
+	err = tx.QueryRow(ctx, `INSERT INTO ferry_outbox (topic, payload, dedup_key, traceparent, tracestate)
+		VALUES ($1, $2, $3, NULLIF($4, ''), NULLIF($5, ''))
 		ON CONFLICT (topic, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING RETURNING id`,
-		topic, string(body), o.dedupKey).Scan(&id)
+		topic, string(body), o.dedupKey, parent, state).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, fmt.Errorf("%w: %q in %q", ErrDuplicate, *o.dedupKey, topic)
 	}

@@ -23,8 +23,13 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/ferryq/ferry/internal/redact"
+	"github.com/ferryq/ferry/internal/traceparent"
 	"github.com/ferryq/ferry/jobs"
 )
 
@@ -115,6 +120,12 @@ type DeliverConfig struct {
 	// Now is the clock of signature timestamps and next attempt times;
 	// default time.Now.
 	Now func() time.Time
+	// TracerProvider makes a client span for each webhook request, a
+	// child of the job's span (a child of the message's writer, through
+	// the relay), whose W3C context the request carries in its traceparent
+	// header. Default: none recorded, though a traced message's context
+	// still goes out in traceparent.
+	TracerProvider trace.TracerProvider
 }
 
 // DeliverWorker works outbox.deliver: it posts a message to a webhook or
@@ -153,6 +164,7 @@ type DeliverWorker struct {
 	// that time (the jitter is random). Keyed by retryKey; NextRetry
 	// removes the entry.
 	retryAt sync.Map
+	tracer  trace.Tracer
 }
 
 type retryKey struct {
@@ -177,6 +189,11 @@ func NewDeliverWorker(cfg DeliverConfig) *DeliverWorker {
 		log:         cfg.Logger,
 		now:         cfg.Now,
 	}
+	tp := cfg.TracerProvider
+	if tp == nil {
+		tp = noop.NewTracerProvider()
+	}
+	w.tracer = tp.Tracer(tracerName)
 	if w.routes == nil {
 		w.routes = &Routes{}
 	}
@@ -370,8 +387,27 @@ func (w *DeliverWorker) load(ctx context.Context, a DeliverArgs) (Message, *stri
 func (w *DeliverWorker) post(ctx context.Context, route Route, msg Message) attempt {
 	timeout := routeTimeout(route)
 	target := "POST " + redact.URL(route.URL)
+	sctx, span := w.tracer.Start(ctx, http.MethodPost, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
+		attribute.String("http.request.method", http.MethodPost),
+		attribute.String("url.full", redact.URL(route.URL)),
+		attribute.String("ferry.outbox.route", route.Name),
+		attribute.Int64("ferry.outbox.message_id", msg.ID)))
+	defer span.End()
+	res := w.send(sctx, ctx, route, msg, target, timeout)
+	if res.status != 0 {
+		span.SetAttributes(attribute.Int("http.response.status_code", res.status))
+	}
+	if res.outcome != delivered {
+		span.SetStatus(codes.Error, res.err.Error())
+	}
+	return res
+}
+
+// send is post's request: sctx is its span's context, jobCtx the job's.
+func (w *DeliverWorker) send(sctx, jobCtx context.Context, route Route, msg Message, target string, timeout time.Duration) attempt {
+	ctx := jobCtx
 	timedOut := fmt.Errorf("%s: timed out after %s", target, timeout)
-	rctx, cancel := context.WithTimeoutCause(ctx, timeout, timedOut)
+	rctx, cancel := context.WithTimeoutCause(sctx, timeout, timedOut)
 	defer cancel()
 
 	req, err := http.NewRequestWithContext(rctx, http.MethodPost, route.URL, bytes.NewReader(msg.Payload))
@@ -388,6 +424,7 @@ func (w *DeliverWorker) post(ctx context.Context, route Route, msg Message) atte
 	req.Header.Set(EventIDHeader, id)
 	req.Header.Set(TopicHeader, msg.Topic)
 	req.Header.Set(RouteHeader, route.Name)
+	traceparent.InjectHeader(rctx, req.Header)
 	req.Header.Set(WebhookIDHeader, id)
 	req.Header.Set(WebhookTimestampHeader, strconv.FormatInt(at.Unix(), 10))
 	var sigs []string

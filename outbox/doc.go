@@ -15,6 +15,13 @@
 //	INSERT INTO ferry_outbox (topic, payload, dedup_key)
 //	VALUES ('order.placed', '{"order_id": 42}', 'order-42');
 //
+// A message written in a traced request keeps its W3C trace context (Add
+// stores the context's span; a plain-SQL writer may set the traceparent
+// and tracestate columns, whose format the database checks): the relay's
+// span of it (RelayConfig.TracerProvider), its delivery jobs and the
+// webhook requests (DeliverConfig.TracerProvider; their traceparent header)
+// join that trace.
+//
 // # Relaying
 //
 // A Relay runs in every worker process. Woken by the trigger's NOTIFY (with

@@ -16,10 +16,15 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivershared/startstop"
 	"github.com/riverqueue/river/rivertype"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/ferryq/ferry/internal/pglisten"
 	"github.com/ferryq/ferry/internal/redact"
 	"github.com/ferryq/ferry/internal/schema"
+	"github.com/ferryq/ferry/internal/traceparent"
 	"github.com/ferryq/ferry/jobs"
 )
 
@@ -43,6 +48,9 @@ const (
 	// and what Publish notifies when a worker declares its routes.
 	NotifyChannel = "ferry_outbox"
 )
+
+// tracerName names the tracer of the outbox's spans.
+const tracerName = "github.com/ferryq/ferry/outbox"
 
 // ErrNoRoute is why a message whose topic has no route is stuck: its text
 // is the message's last_error.
@@ -90,7 +98,13 @@ type RelayConfig struct {
 	PollInterval time.Duration
 	// MaxAttempts of each delivery job (FERRY_OUTBOX_MAX_ATTEMPTS).
 	MaxAttempts int
-	Logger      *slog.Logger
+	// TracerProvider makes the relay's spans: one "outbox.relay" span per
+	// traced message (one written with a span in its context), a child of
+	// the writer's, and the parent of its delivery jobs. Default: none
+	// recorded, though the message's trace context still passes to its
+	// delivery jobs.
+	TracerProvider trace.TracerProvider
+	Logger         *slog.Logger
 }
 
 // Relay moves pending messages into River delivery jobs. It runs on every
@@ -101,8 +115,9 @@ type Relay struct {
 	// Stop (safe twice, and without Start), Started, Stopped.
 	startstop.BaseStartStop
 
-	cfg  RelayConfig
-	wake chan struct{}
+	cfg    RelayConfig
+	wake   chan struct{}
+	tracer trace.Tracer
 }
 
 // NewRelay returns a relay; Start starts it.
@@ -114,7 +129,10 @@ func NewRelay(cfg RelayConfig) *Relay {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Relay{cfg: cfg, wake: make(chan struct{}, 1)}
+	if cfg.TracerProvider == nil {
+		cfg.TracerProvider = noop.NewTracerProvider()
+	}
+	return &Relay{cfg: cfg, wake: make(chan struct{}, 1), tracer: cfg.TracerProvider.Tracer(tracerName)}
 }
 
 // Start relays in the background until Stop (or ctx ends): at once, on
@@ -163,15 +181,37 @@ func (r *Relay) Drain(ctx context.Context) error {
 	}
 }
 
+// traceMessage starts the relay span of a traced message (parent set),
+// appends it to spans, and returns the metadata that makes the message's
+// delivery jobs its children; nil for a message without a trace.
+func (r *Relay) traceMessage(ctx context.Context, id int64, topic string, parent, state *string, spans *[]trace.Span) ([]byte, error) {
+	if parent == nil {
+		return nil, nil
+	}
+	ctx = traceparent.ContextWith(ctx, *parent, deref(state))
+	ctx, span := r.tracer.Start(ctx, "outbox.relay", trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(attribute.Int64("ferry.outbox.message_id", id), attribute.String("ferry.outbox.topic", topic)))
+	*spans = append(*spans, span)
+	p, st := traceparent.FromContext(ctx)
+	return traceparent.SetMetadata(nil, p, st)
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
 // SQL of the relay.
 const (
 	// sqlClaimNew claims messages the relay has not looked at yet.
-	sqlClaimNew = `SELECT id, topic, false FROM ferry_outbox
+	sqlClaimNew = `SELECT id, topic, false, traceparent, tracestate FROM ferry_outbox
 		WHERE status = 'pending' AND route_wait_since IS NULL AND NOT (topic = ANY($2))
 		ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`
 	// sqlClaimWaiting claims waiting messages that are due: their topic
 	// has a route now ($2), or their grace ($3 seconds) is over.
-	sqlClaimWaiting = `SELECT id, topic, true FROM ferry_outbox
+	sqlClaimWaiting = `SELECT id, topic, true, traceparent, tracestate FROM ferry_outbox
 		WHERE status = 'pending' AND route_wait_since IS NOT NULL
 		  AND (topic = ANY($2) OR route_wait_since <= now() - make_interval(secs => $3))
 		  AND NOT (topic = ANY($4))
@@ -238,6 +278,16 @@ func (r *Relay) relayOnce(ctx context.Context) (n int, full bool, err error) {
 // relayTx is one relay transaction; careful inserts the delivery jobs in
 // a savepoint whatever their queues.
 func (r *Relay) relayTx(ctx context.Context, careful bool) (n int, full bool, err error) {
+	// The spans of the traced messages relayed, ended with the transaction.
+	var spans []trace.Span
+	defer func() {
+		for _, span := range spans {
+			if err != nil {
+				span.SetStatus(codes.Error, err.Error())
+			}
+			span.End()
+		}
+	}()
 	err = pgx.BeginFunc(ctx, r.cfg.Pool, func(tx pgx.Tx) error {
 		live, bounded, fullQueues, err := relayState(ctx, tx)
 		if err != nil {
@@ -250,18 +300,19 @@ func (r *Relay) relayTx(ctx context.Context, careful bool) (n int, full bool, er
 		}
 		fullTopics := topicsOf(routes, fullQueues)
 		var (
-			id      int64
-			topic   string
-			waiting bool
-			relayed []int64
-			waitNow []int64
-			noRoute []int64
-			msgIDs  []int64
-			names   []string
-			params  []river.InsertManyParams
+			id            int64
+			topic         string
+			waiting       bool
+			parent, state *string
+			relayed       []int64
+			waitNow       []int64
+			noRoute       []int64
+			msgIDs        []int64
+			names         []string
+			params        []river.InsertManyParams
 		)
 		claim := func(rows pgx.Rows) error {
-			c, err := pgx.ForEachRow(rows, []any{&id, &topic, &waiting}, func() error {
+			c, err := pgx.ForEachRow(rows, []any{&id, &topic, &waiting, &parent, &state}, func() error {
 				rs := routes[topic]
 				switch {
 				case len(rs) == 0 && waiting:
@@ -270,11 +321,15 @@ func (r *Relay) relayTx(ctx context.Context, careful bool) (n int, full bool, er
 					waitNow = append(waitNow, id)
 				default:
 					relayed = append(relayed, id)
+					metadata, err := r.traceMessage(ctx, id, topic, parent, state, &spans)
+					if err != nil {
+						return err
+					}
 					for _, name := range rs {
 						msgIDs, names = append(msgIDs, id), append(names, name)
 						params = append(params, river.InsertManyParams{
 							Args:       DeliverArgs{MessageID: id, Route: name},
-							InsertOpts: &river.InsertOpts{Queue: QueueFor(name), MaxAttempts: r.cfg.MaxAttempts},
+							InsertOpts: &river.InsertOpts{Queue: QueueFor(name), MaxAttempts: r.cfg.MaxAttempts, Metadata: metadata},
 						})
 					}
 				}

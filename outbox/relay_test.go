@@ -134,7 +134,10 @@ func TestPlainSQLWriter(t *testing.T) {
 		_, err := b.pool.Exec(ctx, sql, args...)
 		return err
 	}
-	require.NoError(t, insert(`INSERT INTO ferry_outbox (topic, payload, dedup_key) VALUES ('order.placed', '{"order_id": 1}', 'k1')`))
+	// A traced service writes the W3C trace context of its span beside the
+	// message; the relay passes it to the delivery jobs.
+	const parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	require.NoError(t, insert(`INSERT INTO ferry_outbox (topic, payload, dedup_key, traceparent, tracestate) VALUES ('order.placed', '{"order_id": 1}', 'k1', $1, 'congo=t61rcWkgMzE')`, parent))
 
 	for name, tc := range map[string]struct {
 		sql        string
@@ -142,14 +145,19 @@ func TestPlainSQLWriter(t *testing.T) {
 		constraint string
 		code       string
 	}{
-		"bad topic":        {`INSERT INTO ferry_outbox (topic, payload) VALUES ('order placed', '{}')`, nil, "ferry_outbox_topic_format", "23514"},
-		"long topic":       {`INSERT INTO ferry_outbox (topic, payload) VALUES (repeat('a', 129), '{}')`, nil, "ferry_outbox_topic_format", "23514"},
-		"big payload":      {`INSERT INTO ferry_outbox (topic, payload) VALUES ('t', jsonb_build_object('x', repeat('a', 262144)))`, nil, "ferry_outbox_payload_size", "23514"},
-		"empty dedup key":  {`INSERT INTO ferry_outbox (topic, payload, dedup_key) VALUES ('t', '{}', '')`, nil, "ferry_outbox_dedup_key_length", "23514"},
-		"duplicate key":    {`INSERT INTO ferry_outbox (topic, payload, dedup_key) VALUES ('order.placed', '{}', 'k1')`, nil, "ferry_outbox_topic_dedup_key", "23505"},
-		"bad status":       {`INSERT INTO ferry_outbox (topic, payload, status) VALUES ('t', '{}', 'sent')`, nil, "ferry_outbox_status", "23514"},
-		"null payload":     {`INSERT INTO ferry_outbox (topic, payload) VALUES ('t', NULL)`, nil, "", "23502"},
-		"payload not json": {`INSERT INTO ferry_outbox (topic, payload) VALUES ('t', 'not json')`, nil, "", "22P02"},
+		"bad topic":         {`INSERT INTO ferry_outbox (topic, payload) VALUES ('order placed', '{}')`, nil, "ferry_outbox_topic_format", "23514"},
+		"long topic":        {`INSERT INTO ferry_outbox (topic, payload) VALUES (repeat('a', 129), '{}')`, nil, "ferry_outbox_topic_format", "23514"},
+		"big payload":       {`INSERT INTO ferry_outbox (topic, payload) VALUES ('t', jsonb_build_object('x', repeat('a', 262144)))`, nil, "ferry_outbox_payload_size", "23514"},
+		"empty dedup key":   {`INSERT INTO ferry_outbox (topic, payload, dedup_key) VALUES ('t', '{}', '')`, nil, "ferry_outbox_dedup_key_length", "23514"},
+		"duplicate key":     {`INSERT INTO ferry_outbox (topic, payload, dedup_key) VALUES ('order.placed', '{}', 'k1')`, nil, "ferry_outbox_topic_dedup_key", "23505"},
+		"bad status":        {`INSERT INTO ferry_outbox (topic, payload, status) VALUES ('t', '{}', 'sent')`, nil, "ferry_outbox_status", "23514"},
+		"null payload":      {`INSERT INTO ferry_outbox (topic, payload) VALUES ('t', NULL)`, nil, "", "23502"},
+		"payload not json":  {`INSERT INTO ferry_outbox (topic, payload) VALUES ('t', 'not json')`, nil, "", "22P02"},
+		"bad traceparent":   {`INSERT INTO ferry_outbox (topic, payload, traceparent) VALUES ('t', '{}', $1)`, []any{"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7"}, "ferry_outbox_traceparent_format", "23514"},
+		"traceparent upper": {`INSERT INTO ferry_outbox (topic, payload, traceparent) VALUES ('t', '{}', $1)`, []any{"00-4BF92F3577B34DA6A3CE929D0E0E4736-00F067AA0BA902B7-01"}, "ferry_outbox_traceparent_format", "23514"},
+		"zero trace id":     {`INSERT INTO ferry_outbox (topic, payload, traceparent) VALUES ('t', '{}', $1)`, []any{"00-00000000000000000000000000000000-00f067aa0ba902b7-01"}, "ferry_outbox_traceparent_format", "23514"},
+		"zero parent id":    {`INSERT INTO ferry_outbox (topic, payload, traceparent) VALUES ('t', '{}', $1)`, []any{"00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01"}, "ferry_outbox_traceparent_format", "23514"},
+		"state alone":       {`INSERT INTO ferry_outbox (topic, payload, tracestate) VALUES ('t', '{}', 'congo=t61rcWkgMzE')`, nil, "ferry_outbox_tracestate_length", "23514"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			err := insert(tc.sql, tc.args...)
@@ -167,6 +175,9 @@ func TestPlainSQLWriter(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	require.Equal(t, 1, count(t, b.pool, "SELECT count(*) FROM ferry_outbox_delivery WHERE route = 'billing' AND job_id IS NOT NULL"))
+	var metadata string
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT j.metadata::text FROM river_job j JOIN ferry_outbox_delivery d ON d.job_id = j.id WHERE d.route = 'billing'`).Scan(&metadata))
+	require.JSONEq(t, `{"traceparent": "`+parent+`", "tracestate": "congo=t61rcWkgMzE"}`, metadata, "no tracer: the writer's own context, passed on")
 }
 
 func TestRelay_RelayOnce(t *testing.T) {

@@ -119,6 +119,7 @@ type results struct {
 	MetricsFirstScrapeMS5M    *float64          `json:"metrics_first_scrape_ms_5m"`
 	MetricsScrapeMS5M         *float64          `json:"metrics_scrape_ms_5m"`
 	WorkerPeakRSSMB           *float64          `json:"worker_peak_rss_mb"`
+	OtelWorkerRatio           *float64          `json:"otel_worker_ratio"`
 	LeanModules               *float64          `json:"lean_modules"`
 	LeanRiverModules          *float64          `json:"lean_river_modules"`
 	LeanBinaryRatio           *float64          `json:"lean_binary_ratio"`
@@ -198,6 +199,12 @@ func runAll(ctx context.Context, serverURL, path string, quick bool) error {
 		note("worker_river_best", err)
 	} else {
 		res.RiverBestJobsPerSec, res.FerryDefaultJobsPerSec, res.WorkerRatioVsRiverBest = ptr(river), ptr(ferryRate), ptr(ratio)
+	}
+	step("worker throughput, ferry without then with every job traced")
+	if r, err := otelThroughput(ctx, serverURL, sz.backlog/2, sz.rounds); err != nil {
+		note("otel", err)
+	} else {
+		res.OtelWorkerRatio = ptr(r.Ratio)
 	}
 	step("worker throughput, ferry without then with seal keys")
 	if r, err := sealedThroughput(ctx, serverURL, sz.backlog/2, sz.rounds); err != nil {
@@ -443,6 +450,7 @@ func printTable(r results) {
 		{"slowest River UI count, 5M finished jobs", f(r.RiverUICountsMS5M, "ms"), ""},
 		{"/metrics scrape, 5M finished jobs: first (finished counts) / later", fmt.Sprintf("%s / %s", f(r.MetricsFirstScrapeMS5M, "ms"), f(r.MetricsScrapeMS5M, "ms")), ""},
 		{"worker peak RSS", f(r.WorkerPeakRSSMB, "MB"), ""},
+		{"worker ratio traced / not", f(r.OtelWorkerRatio, ""), "≥ 0.95"},
 		{"a writer service's modules (River alone)", f(r.LeanModules, "") + " (" + f(r.LeanRiverModules, "") + ")", "≤ 40"},
 		{"a writer service's binary / River alone", f(r.LeanBinaryRatio, ""), "≤ 1.1"},
 	}
@@ -544,8 +552,9 @@ func bareRiverThroughput(ctx context.Context, serverURL string, n, workerCount i
 // ferryThroughput works a backlog of n no-op jobs with ferry's whole worker
 // stack and returns its rate. With keys, the backlog is sealed with them and
 // the worker verifies every job. Pooled, the worker's job traffic goes
-// through PgBouncer in transaction mode (FERRY_POOLER=transaction).
-func ferryThroughput(ctx context.Context, serverURL string, n int, keys *seal.Keys, pooled bool) (float64, error) {
+// through PgBouncer in transaction mode (FERRY_POOLER=transaction). tune,
+// if any, changes the worker's configuration last.
+func ferryThroughput(ctx context.Context, serverURL string, n int, keys *seal.Keys, pooled bool, tune ...func(*ferry.Config)) (float64, error) {
 	pool, drop, err := scratch(ctx, serverURL)
 	if err != nil {
 		return 0, err
@@ -569,6 +578,9 @@ func ferryThroughput(ctx context.Context, serverURL string, n int, keys *seal.Ke
 	// ferry's default queues and workers (cfg.Queues nil).
 	cfg.SealKeys = keys
 	cfg.Logger = workerLog()
+	for _, f := range tune {
+		f(&cfg)
+	}
 	srv, err := ferry.New(ctx, cfg)
 	if err != nil {
 		return 0, err

@@ -15,6 +15,7 @@
 //	go run ./cmd/bench -mode failover -trials 3 -partitions 100 -tick 1s # 100 network partitions of the leader
 //	go run ./cmd/bench -mode pgfailover -trials 5 # Postgres primary crashed, synchronous standby promoted
 //	go run ./cmd/bench -mode riverbest -backlog 50000 # ferry's defaults against bare River at River's own bench settings
+//	go run ./cmd/bench -mode otel -backlog 50000 # worker with every job traced (OTLP/HTTP to loopback) against without
 //	go run ./cmd/bench -mode lean # a service importing jobs and outbox: modules and binary size against River alone
 //	go run ./cmd/bench -mode bulkcopy -backlog 1000000 # enqueue bulk (file and pipe) against a plain COPY, peak RSS
 //	go run ./cmd/bench -mode counts -backlog 5000000 # enqueue, console, River UI and /metrics counts with 5M finished jobs
@@ -91,7 +92,7 @@ type result struct {
 
 func main() {
 	var (
-		mode     = flag.String("mode", "sweep", "all, quick, sweep, latency, throughput, failover, orphans, ticks, outbox, sealed, bounded, pgbouncer, pgfailover, riverbest, lean, bulkcopy, counts, scale, pickup or sustained")
+		mode     = flag.String("mode", "sweep", "all, quick, sweep, latency, throughput, failover, orphans, ticks, outbox, sealed, bounded, pgbouncer, pgfailover, riverbest, otel, lean, bulkcopy, counts, scale, pickup or sustained")
 		out      = flag.String("out", "bench/results.json", "all and quick modes: where to write the results")
 		url      = flag.String("database-url", os.Getenv("TEST_DATABASE_URL"), "server to create scratch databases on")
 		cooldown = flag.Duration("cooldown", 5*time.Millisecond, "worker fetch cooldown")
@@ -253,6 +254,15 @@ func main() {
 		fmt.Fprintf(os.Stderr, "backlog of %d no-op jobs, 3 paired rounds: bare River at its bench settings (%d workers, %s cooldown, %s poll) best %.0f/s; ferry at its defaults (%s) best %.0f/s; median ratio %.3f\n",
 			*backlog, riverBestWorkers, riverBestCooldown, riverBestPoll, river, ferry.DefaultQueues, ferryRate, ratio)
 		_ = json.NewEncoder(os.Stdout).Encode(map[string]float64{"river_best_jobs_per_sec": river, "ferry_default_jobs_per_sec": ferryRate, "worker_ratio_vs_river_best": ratio})
+		return
+	case "otel":
+		r, err := otelThroughput(ctx, *url, *backlog/2, 5)
+		if err != nil {
+			log.Fatalf("bench: otel: %v", redact.Postgres(err.Error()))
+		}
+		fmt.Fprintf(os.Stderr, "ferry worker, %d no-op jobs, 5 rounds: without traces %.0f jobs/s, every job traced and exported over OTLP/HTTP %.0f jobs/s (best of each), ratio %.3f (median of the rounds'), %d spans exported\n",
+			*backlog/2, r.Off, r.On, r.Ratio, r.Spans)
+		_ = json.NewEncoder(os.Stdout).Encode(r)
 		return
 	case "lean":
 		r, err := leanConsumers(ctx)

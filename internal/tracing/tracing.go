@@ -1,0 +1,110 @@
+// Package tracing is the worker side of ferry's OpenTelemetry traces: the
+// River work middleware that runs every job in a span joined to the trace
+// of the code that inserted it, and the tracer provider that the standard
+// OTEL_* environment variables configure (Setup).
+//
+// River's own otelriver middleware links a job's span to its inserter's
+// rather than parenting it, so an outbox delivery would start a trace of its
+// own; ferry's parents it, so one trace runs from the request that wrote a
+// message through the relay and the delivery job to the webhook request.
+// A job's span is "river.work/<kind>", a consumer span with the job's queue
+// (messaging.destination.name), id (messaging.message.id) and attempt
+// (river.job.attempt); a failed attempt that will be retried records
+// its span in the job's metadata (ferry.first_attempt), and every later
+// attempt links to it.
+package tracing
+
+import (
+	"context"
+	"errors"
+
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+	"github.com/tidwall/gjson"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/ferryq/ferry/internal/traceparent"
+)
+
+// FirstAttemptKey is the job metadata key that holds the W3C traceparent of
+// a job's first failed attempt, which later attempts link to.
+const FirstAttemptKey = "ferry.first_attempt"
+
+// tracerName names the tracer of the work spans.
+const tracerName = "github.com/ferryq/ferry"
+
+// Middleware returns the River work middleware that runs each job in a
+// span of tp: a child of the trace context in the job's metadata (put there
+// by the inserting side, jobs.Middleware), linked to the job's first
+// attempt when this one is a retry. With a provider that records nothing
+// (the default), the job's context still carries the inserter's trace
+// context, which an outbox delivery passes on in its traceparent header.
+func Middleware(tp trace.TracerProvider) rivertype.Middleware {
+	return &middleware{tracer: tp.Tracer(tracerName)}
+}
+
+type middleware struct {
+	river.MiddlewareDefaults
+	tracer trace.Tracer
+}
+
+var _ rivertype.WorkerMiddleware = (*middleware)(nil)
+
+func (m *middleware) Work(ctx context.Context, job *rivertype.JobRow, doInner func(context.Context) error) error {
+	parent, state := traceparent.FromMetadata(job.Metadata)
+	ctx = traceparent.ContextWith(ctx, parent, state)
+	opts := []trace.SpanStartOption{
+		trace.WithSpanKind(trace.SpanKindConsumer),
+		// Few attributes: each is encoded and sent with every job's span
+		// (the kind is in the name; the system and operation are the
+		// tracer's, ferry's).
+		trace.WithAttributes(
+			attribute.String("messaging.destination.name", job.Queue),
+			attribute.Int64("messaging.message.id", job.ID),
+			attribute.Int("river.job.attempt", job.Attempt),
+		),
+	}
+	first := ""
+	if job.Attempt > 1 {
+		first = gjson.GetBytes(job.Metadata, gjsonKey(FirstAttemptKey)).String()
+		if sc := trace.SpanContextFromContext(traceparent.ContextWith(context.Background(), first, "")); sc.IsValid() {
+			opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc, Attributes: []attribute.KeyValue{attribute.String("ferry.link", "first_attempt")}}))
+		}
+	}
+	ctx, span := m.tracer.Start(ctx, "river.work/"+job.Kind, opts...)
+	defer span.End()
+
+	err := doInner(ctx)
+	var (
+		snooze *rivertype.JobSnoozeError
+		cancel *rivertype.JobCancelError
+	)
+	switch {
+	case err == nil, errors.As(err, &snooze):
+	default:
+		span.SetStatus(codes.Error, err.Error())
+		if first == "" && !errors.As(err, &cancel) && span.IsRecording() {
+			// River may retry it: later attempts link to this one. The
+			// update is merged into the job's metadata with the attempt's
+			// result, in the same statement.
+			if p, _ := traceparent.FromContext(ctx); p != "" {
+				_ = river.MetadataSet(ctx, FirstAttemptKey, p)
+			}
+		}
+	}
+	return err
+}
+
+// gjsonKey escapes the dot of a metadata key for gjson's path syntax.
+func gjsonKey(k string) string {
+	out := make([]byte, 0, len(k)+2)
+	for i := 0; i < len(k); i++ {
+		if k[i] == '.' {
+			out = append(out, '\\')
+		}
+		out = append(out, k[i])
+	}
+	return string(out)
+}

@@ -1,0 +1,3 @@
+ALTER TABLE ferry_outbox
+    DROP COLUMN tracestate,
+    DROP COLUMN traceparent;
