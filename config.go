@@ -157,7 +157,8 @@ type Config struct {
 
 	// AdminAddr is where the admin console (/admin/, /riverui/), /healthz,
 	// /readyz and /metrics listen; "off" disables the admin server.
-	// AdminToken protects all but /healthz.
+	// AdminToken protects all but /healthz and /readyz (which tells its
+	// reason for not being ready only with the token).
 	AdminAddr  string
 	AdminToken string
 

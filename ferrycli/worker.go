@@ -91,7 +91,7 @@ func WorkerFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "settle-after", Value: liveness.DefaultSettleAfter, Usage: "time a job shown running on this live worker, which it does not run (a fetch or completion River lost), is left to River before the worker settles it", EnvVars: []string{"FERRY_SETTLE_AFTER"}},
 		&cli.DurationFlag{Name: "shutdown-grace", Value: ferry.DefaultShutdownGrace, Usage: "time running jobs get to finish on stop before they are cancelled (and retried)", EnvVars: []string{"FERRY_SHUTDOWN_GRACE"}},
 		&cli.StringFlag{Name: "admin-addr", Value: ferry.DefaultAdminAddr, Usage: "address of the admin console (/admin/, /riverui/), /healthz, /readyz and /metrics, or off", EnvVars: []string{"FERRY_ADMIN_ADDR"}},
-		&cli.StringFlag{Name: "admin-token", Usage: "token required on the admin surface (all but /healthz)", EnvVars: []string{"FERRY_ADMIN_TOKEN"}},
+		&cli.StringFlag{Name: "admin-token", Usage: "token required on the admin surface (all but /healthz, and /readyz without its reason)", EnvVars: []string{"FERRY_ADMIN_TOKEN"}},
 		&cli.BoolFlag{Name: "migrate", Usage: "apply pending migrations before starting", EnvVars: []string{"FERRY_MIGRATE"}},
 		&cli.IntFlag{Name: "outbox-max-attempts", Usage: "attempts of each outbox delivery before it is stuck", DefaultText: "the config file's, else 24", EnvVars: []string{"FERRY_OUTBOX_MAX_ATTEMPTS"}},
 		&cli.DurationFlag{Name: "outbox-route-grace", Value: outbox.DefaultRouteGrace, Usage: "how long a message whose topic no live worker routes, or a delivery whose route none declares, waits for one before it is stuck", EnvVars: []string{"FERRY_OUTBOX_ROUTE_GRACE"}},

@@ -26,9 +26,12 @@ import (
 type Config struct {
 	// Addr is host:port; port 0 picks a free one (see Server.Addr).
 	Addr string
-	// Token, when set, is required on every path but /healthz: given once
-	// on the sign-in page (a session cookie follows), or on every request
-	// (Authorization: Bearer, for scripts).
+	// Token, when set, is required on every path but /healthz and
+	// /readyz: given once on the sign-in page (a session cookie follows),
+	// or on every request (Authorization: Bearer, for scripts). /readyz
+	// answers without it, so that probes which cannot send a secret (a
+	// kubelet's) can read it, but says why it is not ready only to a
+	// request that carries it.
 	Token string
 	// Replica names this process (its worker name); the pages and the
 	// Ferry-Replica header of every signed-in answer say which replica
@@ -37,7 +40,8 @@ type Config struct {
 	// Gatherer is what /metrics exposes.
 	Gatherer prometheus.Gatherer
 	// Ready reports whether this process can do its work (database reachable,
-	// schema at head); /readyz answers 503 with its error otherwise.
+	// schema at head); /readyz answers 503 otherwise, with its error to a
+	// request that passed authentication.
 	Ready func(ctx context.Context) error
 	// Console feeds ferry's pages under /admin/ and their JSON under
 	// /admin/api/; without it they are not served.
@@ -195,6 +199,12 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		defer cancel()
 		if err := s.cfg.Ready(ctx); err != nil {
 			w.WriteHeader(http.StatusServiceUnavailable)
+			if s.cfg.Token != "" && !s.signedIn(r) && !s.hasToken(r) {
+				// A probe without the token learns the state, not
+				// the reason: that may name the database's host.
+				_, _ = w.Write([]byte("not ready\n"))
+				return
+			}
 			_, _ = fmt.Fprintf(w, "not ready: %v\n", err)
 			return
 		}
@@ -202,10 +212,11 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write([]byte("ready\n"))
 }
 
-// auth requires the token on every path but /healthz. Without a token it
-// requires a loopback Host instead: the server listens on loopback only
-// then, and a name that resolves there (DNS rebinding) must not let a web
-// page read or drive it.
+// auth requires the token on every path but /healthz and /readyz (which
+// gives its reason only with the token). Without a token it requires a
+// loopback Host instead, on every path but /healthz: the server listens on
+// loopback only then, and a name that resolves there (DNS rebinding) must
+// not let a web page read or drive it.
 //
 // With a token, a request passes with a valid session cookie (a browser,
 // after the sign-in page) or with the token itself (a script: bearer, or
@@ -223,7 +234,7 @@ func (s *Server) auth(next http.Handler) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
-		case r.URL.Path == "/healthz" || r.URL.Path == loginPath:
+		case r.URL.Path == "/healthz" || r.URL.Path == "/readyz" || r.URL.Path == loginPath:
 		case s.signedIn(r) || s.hasToken(r):
 		case wantsPage(r):
 			toLogin(w, r)

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -105,8 +106,10 @@ func TestServer_Token(t *testing.T) {
 
 	code, _ := get(t, b.base+"/healthz", nil)
 	require.Equal(t, http.StatusOK, code, "healthz never needs the token")
+	code, _ = get(t, b.base+"/readyz", nil)
+	require.Equal(t, http.StatusOK, code, "readyz never needs the token")
 
-	for _, path := range []string{"/readyz", "/metrics"} {
+	for _, path := range []string{"/metrics"} {
 		t.Run(strings.TrimPrefix(path, "/"), func(t *testing.T) {
 			code, body := get(t, b.base+path, nil)
 			require.Equal(t, http.StatusUnauthorized, code)
@@ -125,6 +128,44 @@ func TestServer_Token(t *testing.T) {
 			code, _ = get(t, b.base+path, func(r *http.Request) { r.SetBasicAuth("s3cret", "") })
 			require.Equal(t, http.StatusUnauthorized, code, "the token is the password, not the user")
 		})
+	}
+}
+
+// /readyz answers a probe that cannot send the token (a kubelet's), from
+// any host, with the state alone; the reason, which may name the
+// database's host, goes only to a request with the token. Everything else
+// stays guarded.
+func TestServer_ReadyzWithoutToken(t *testing.T) {
+	t.Parallel()
+	var ready atomic.Bool
+	b := setup(t, Config{Token: "s3cret", Ready: func(context.Context) error {
+		if ready.Load() {
+			return nil
+		}
+		return errors.New("database unreachable: dial tcp db.internal:5432")
+	}})
+	probe := func(r *http.Request) { r.Host = "10.1.2.3:9090" } // a kubelet's Host: the pod's address
+
+	code, body := get(t, b.base+"/readyz", probe)
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Equal(t, "not ready\n", body, "no reason without the token")
+
+	code, body = get(t, b.base+"/readyz", func(r *http.Request) { r.Header.Set("Authorization", "Bearer wrong") })
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Equal(t, "not ready\n", body, "no reason with a wrong token")
+
+	code, body = get(t, b.base+"/readyz", func(r *http.Request) { r.Header.Set("Authorization", "Bearer s3cret") })
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Equal(t, "not ready: database unreachable: dial tcp db.internal:5432\n", body)
+
+	ready.Store(true)
+	code, body = get(t, b.base+"/readyz", probe)
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, "ready\n", body)
+
+	for _, path := range []string{"/metrics", "/admin/", "/admin/api/summary", "/riverui/"} {
+		code, _ = get(t, b.base+path, probe)
+		require.Equal(t, http.StatusUnauthorized, code, "%s still needs the token", path)
 	}
 }
 

@@ -1,7 +1,7 @@
 // Package admin serves ferry's operator HTTP surface on FERRY_ADMIN_ADDR:
 //
 //	/healthz            liveness (never needs the token)
-//	/readyz             database reachable and schema at head
+//	/readyz             database reachable and schema at head (its reason only with the token)
 //	/metrics            Prometheus
 //	/riverui/           River UI (riverqueue.com/riverui), when Config.RiverUI is set
 //	/admin/             ferry's own pages: the summary, leader, workers, schedules, outbox, telegram
@@ -43,16 +43,19 @@
 //
 // # Authentication
 //
-// FERRY_ADMIN_TOKEN (Config.Token) protects everything but /healthz and the
-// sign-in page. A browser that opens a page without a session is sent to
-// /admin/login, which takes the token once, compares it in constant time,
-// and sets a session cookie (SessionCookie): HttpOnly, SameSite=Strict,
-// Path=/, Secure when the browser reached the server over TLS (a TLS
-// connection, or an https Origin on the sign-in form behind a proxy that
-// terminates TLS). River UI works after that: its own requests carry the
-// cookie. (A URL with basic-auth credentials in it does not: browsers refuse
-// the fetches of a page loaded that way.) POST /admin/logout clears the
-// cookie.
+// FERRY_ADMIN_TOKEN (Config.Token) protects everything but /healthz, /readyz
+// and the sign-in page. /readyz answers any request, since a probe such as a
+// kubelet's cannot carry a secret, but tells why it is not ready only to a
+// request with the token or a session; the others get "not ready".
+//
+// A browser that opens a page without a session is sent to /admin/login,
+// which takes the token once, compares it in constant time, and sets a
+// session cookie (SessionCookie): HttpOnly, SameSite=Strict, Path=/, Secure
+// when the browser reached the server over TLS (a TLS connection, or an
+// https Origin on the sign-in form behind a proxy that terminates TLS).
+// River UI works after that: its own requests carry the cookie. (A URL with
+// basic-auth credentials in it does not: browsers refuse the fetches of a
+// page loaded that way.) POST /admin/logout clears the cookie.
 //
 // The session is stateless: "v1.<expiry>.<HMAC-SHA256 of both>", with a key
 // derived from the token (HKDF-SHA256). So every replica with the same token

@@ -366,7 +366,7 @@ func checkNoSecrets(t *testing.T, base, token string, secrets []string) {
 	paths := []string{
 		"/admin/", "/admin/leader", "/admin/workers", "/admin/schedules", "/admin/outbox", "/admin/telegram",
 		"/admin/api/summary", "/admin/api/leader", "/admin/api/workers", "/admin/api/schedules", "/admin/api/outbox", "/admin/api/telegram",
-		"/readyz", "/metrics", "/riverui/", "/riverui/api/jobs?state=completed", "/riverui/api/jobs?state=available",
+		"/metrics", "/riverui/", "/riverui/api/jobs?state=completed", "/riverui/api/jobs?state=available",
 	}
 	read := func(path, auth, accept string) (*http.Response, string) {
 		req, err := http.NewRequest(http.MethodGet, base+path, nil)
@@ -404,6 +404,11 @@ func checkNoSecrets(t *testing.T, base, token string, secrets []string) {
 	}
 	resp, _ := read("/admin/login", "", "text/html")
 	require.Equal(t, http.StatusOK, resp.StatusCode)
+	// /readyz answers probes without the token (its reason only with it).
+	for _, auth := range []string{"", "Bearer wrong", "Bearer " + token} {
+		resp, body := read("/readyz", auth, "text/plain")
+		require.Equal(t, http.StatusOK, resp.StatusCode, "GET /readyz (%q): %s", auth, body)
+	}
 }
 
 func jobState(t *testing.T, pool *pgxpool.Pool, id int64) string {
