@@ -18,19 +18,18 @@
 // WorkerOptions carries what a binary adds to the configuration: its job
 // kinds, schedules, outbox routes, Telegram command routers and leader
 // runnables. Everything else comes from the flags and their environment
-// variables (DATABASE_URL, FERRY_QUEUES, FERRY_CONFIG …), as for ferry's own
-// worker:
+// variables (DATABASE_URL, FERRY_QUEUES, FERRY_CONFIG, OTEL_* …), as for
+// ferry's own worker. WorkerMain is the whole main of such a binary (see
+// examples/embedded):
 //
 //	func main() {
-//		app := ferrycli.WorkerApp(ferrycli.WorkerOptions{
+//		ferrycli.WorkerMain(ferrycli.WorkerOptions{
 //			Kinds: []jobs.Kind{jobs.Define[SendInvoiceArgs](&SendInvoiceWorker{}, "billing", "send one invoice")},
 //		})
-//		app.Name = "billing-worker"
-//		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-//		code := ferrycli.Run(ctx, app, os.Args)
-//		stop()
-//		os.Exit(code)
 //	}
+//
+// To add commands of your own, build the app with WorkerApp and run it
+// with Run instead.
 //
 // To build the ferry.Config and call ferry.New yourself, give a command of
 // your own the flags of WorkerFlags and read them with WorkerConfig.

@@ -8,7 +8,10 @@ import (
 	"maps"
 	"net"
 	"os"
+	"os/signal"
+	"path/filepath"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -57,6 +60,22 @@ func (o WorkerOptions) addTo(cfg *ferry.Config) {
 		}
 		maps.Copy(cfg.TelegramRouters, o.TelegramRouters)
 	}
+}
+
+// WorkerMain is the whole main of a worker binary: WorkerApp(opts), named
+// after the binary, run with os.Args until SIGINT or SIGTERM stops it
+// gracefully, then os.Exit with Run's exit code. A service that embeds
+// ferry's worker gets, through this one call, the same commands, FERRY_*
+// flags and environment variables, config file and exit codes as ferry's
+// own worker, with its kinds, schedules, routes and leader runnables added
+// (see examples/embedded).
+func WorkerMain(opts WorkerOptions) {
+	app := WorkerApp(opts)
+	app.Name = filepath.Base(os.Args[0])
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := Run(ctx, app, os.Args)
+	stop()
+	os.Exit(code)
 }
 
 // WorkerApp returns the `worker` app: run, migrate, version. `run` works

@@ -1,20 +1,9 @@
 // Command worker runs ferry's job workers and migrates its schema. The app
 // lives in package ferrycli, which also builds worker binaries with job
-// kinds of their own; see `worker --help`.
+// kinds of their own (ferrycli.WorkerMain; see examples/embedded); see
+// `worker --help`.
 package main
 
-import (
-	"context"
-	"os"
-	"os/signal"
-	"syscall"
+import "github.com/ferryq/ferry/ferrycli"
 
-	"github.com/ferryq/ferry/ferrycli"
-)
-
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := ferrycli.Run(ctx, ferrycli.WorkerApp(ferrycli.WorkerOptions{}), os.Args)
-	stop()
-	os.Exit(code)
-}
+func main() { ferrycli.WorkerMain(ferrycli.WorkerOptions{}) }
