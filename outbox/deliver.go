@@ -393,7 +393,7 @@ func (w *DeliverWorker) post(ctx context.Context, route Route, msg Message) atte
 		attribute.String("ferry.outbox.route", route.Name),
 		attribute.Int64("ferry.outbox.message_id", msg.ID)))
 	defer span.End()
-	res := w.send(sctx, ctx, route, msg, target, timeout)
+	res := w.send(ctx, sctx, route, msg, target, timeout)
 	if res.status != 0 {
 		span.SetAttributes(attribute.Int("http.response.status_code", res.status))
 	}
@@ -403,11 +403,11 @@ func (w *DeliverWorker) post(ctx context.Context, route Route, msg Message) atte
 	return res
 }
 
-// send is post's request: sctx is its span's context, jobCtx the job's.
-func (w *DeliverWorker) send(sctx, jobCtx context.Context, route Route, msg Message, target string, timeout time.Duration) attempt {
-	ctx := jobCtx
+// send is post's request: ctx is the job's context, spanCtx its span's (a
+// child of ctx), which the request is made in and carries.
+func (w *DeliverWorker) send(ctx, spanCtx context.Context, route Route, msg Message, target string, timeout time.Duration) attempt {
 	timedOut := fmt.Errorf("%s: timed out after %s", target, timeout)
-	rctx, cancel := context.WithTimeoutCause(sctx, timeout, timedOut)
+	rctx, cancel := context.WithTimeoutCause(spanCtx, timeout, timedOut)
 	defer cancel()
 
 	req, err := http.NewRequestWithContext(rctx, http.MethodPost, route.URL, bytes.NewReader(msg.Payload))

@@ -39,8 +39,9 @@ import (
 //
 // A value it does not know is an error naming the variable; no value of
 // theirs is ever logged (OTEL_EXPORTER_OTLP_HEADERS holds credentials).
-// Setup also makes W3C trace context and baggage the global propagator, for
-// an embedder's own instrumentation.
+// Setup also makes the provider the global one, and W3C trace context and
+// baggage the global propagator, for the instrumentation of a job's own
+// code (an embedder's, through ferrycli.WorkerMain).
 func Setup(ctx context.Context, version string, stdout io.Writer, log *slog.Logger) (trace.TracerProvider, func(context.Context) error, error) {
 	off := func(context.Context) error { return nil }
 	if strings.EqualFold(strings.TrimSpace(os.Getenv("OTEL_SDK_DISABLED")), "true") {
@@ -89,6 +90,9 @@ func Setup(ctx context.Context, version string, stdout io.Writer, log *slog.Logg
 		return nil, off, fmt.Errorf("tracing: resource: %w", err)
 	}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
+	// Global too: the spans a job's own code makes with otel.Tracer (its
+	// HTTP client's, its database driver's) are children of the job's.
+	otel.SetTracerProvider(tp)
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
 	attrs := []any{"exporter", exporter}
 	if protocol != "" {
