@@ -341,7 +341,7 @@ func runAll(ctx context.Context, serverURL, path string, quick bool) error {
 		if r, err := sustained(ctx, serverURL, 50_000, 10*time.Minute); err != nil {
 			note("sustained", err)
 		} else {
-			res.SustainedP99Drift, res.SustainedDeadTuples, res.SustainedTableMB = ptr(r.Drift), ptr(float64(r.DeadTuples)), ptr(r.TableMB)
+			res.SustainedP99Drift, res.SustainedDeadTuples, res.SustainedTableMB = r.Drift, ptr(float64(r.DeadTuples)), ptr(r.TableMB)
 			if r.Unstarted > 0 {
 				note("sustained", fmt.Errorf("fell behind: %d of %d jobs had not started two minutes after the last insert", r.Unstarted, r.Jobs))
 			}

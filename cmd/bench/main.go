@@ -192,8 +192,8 @@ func main() {
 		if err != nil {
 			log.Fatalf("bench: sustained: %v", redact.Postgres(err.Error()))
 		}
-		fmt.Fprintf(os.Stderr, "ferry at its defaults: backlog worked at %.0f jobs/s; then %d jobs/s (reached %.0f) for %s (%d jobs): insert-to-start p99 by minute %.1f ms; last/first %.2f (target ≤ 1.5); river_job at the end: %d live, %d dead tuples, %.0f MB\n",
-			r.MaxJobsPerSec, r.Rate, r.Inserted, *dur, r.Jobs, r.P99ByMinute, r.Drift, r.LiveTuples, r.DeadTuples, r.TableMB)
+		fmt.Fprintf(os.Stderr, "ferry at its defaults: backlog worked at %.0f jobs/s; then %d jobs/s (reached %.0f) for %s (%d jobs): insert-to-start p99 by minute %.1f ms; last/first %s (target ≤ 1.5); river_job at the end: %d live, %d dead tuples, %.0f MB\n",
+			r.MaxJobsPerSec, r.Rate, r.Inserted, *dur, r.Jobs, r.P99ByMinute, driftText(r.Drift), r.LiveTuples, r.DeadTuples, r.TableMB)
 		if r.Unstarted > 0 {
 			fmt.Fprintf(os.Stderr, "FELL BEHIND: %d of %d jobs had not started two minutes after the last insert\n", r.Unstarted, r.Jobs)
 		}

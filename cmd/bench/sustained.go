@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -25,9 +26,11 @@ type sustainedResult struct {
 	// the jobs that started.
 	Unstarted int `json:"sustained_unstarted"`
 	// P99ByMinute is insert-to-start p99 of the jobs inserted in each
-	// minute; Drift the last minute's over the first's (target ≤ 1.5).
+	// minute; Drift the last minute's over the first's (target ≤ 1.5),
+	// null when the run fell behind or a minute has no started job: a
+	// p99 of the jobs that did start says nothing of those that did not.
 	P99ByMinute []float64 `json:"sustained_p99_ms_by_minute"`
-	Drift       float64   `json:"sustained_p99_drift"`
+	Drift       *float64  `json:"sustained_p99_drift"`
 	// river_job at the end: rows live and dead (pg_stat_user_tables) and
 	// its size with indexes and TOAST.
 	LiveTuples int64   `json:"sustained_river_job_live_tuples"`
@@ -112,10 +115,15 @@ func sustained(ctx context.Context, serverURL string, backlog int, dur time.Dura
 		buckets[max(m, 0)] = append(buckets[max(m, 0)], w.lats[i])
 	}
 	w.mu.Unlock()
+	measured := res.Unstarted == 0
 	for _, b := range buckets {
+		measured = measured && len(b) > 0
 		res.P99ByMinute = append(res.P99ByMinute, pct(b, 99))
 	}
-	res.Drift = res.P99ByMinute[len(res.P99ByMinute)-1] / res.P99ByMinute[0]
+	if measured {
+		drift := res.P99ByMinute[len(res.P99ByMinute)-1] / res.P99ByMinute[0]
+		res.Drift = &drift
+	}
 
 	var bytes int64
 	if err := pool.QueryRow(ctx, `SELECT n_live_tup, n_dead_tup, pg_total_relation_size('river_job')
@@ -124,4 +132,12 @@ func sustained(ctx context.Context, serverURL string, backlog int, dur time.Dura
 	}
 	res.TableMB = float64(bytes) / (1 << 20)
 	return res, nil
+}
+
+// driftText prints a drift, or why there is none.
+func driftText(d *float64) string {
+	if d == nil {
+		return "not measured (fell behind, or a minute started no job)"
+	}
+	return strconv.FormatFloat(*d, 'f', 2, 64)
 }
