@@ -386,10 +386,11 @@ func (w *DeliverWorker) load(ctx context.Context, a DeliverArgs) (Message, *stri
 // post sends msg to the webhook route once.
 func (w *DeliverWorker) post(ctx context.Context, route Route, msg Message) attempt {
 	timeout := routeTimeout(route)
-	target := "POST " + redact.URL(route.URL)
+	shown := redact.URL(route.URL)
+	target := "POST " + shown
 	sctx, span := w.tracer.Start(ctx, http.MethodPost, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
 		attribute.String("http.request.method", http.MethodPost),
-		attribute.String("url.full", redact.URL(route.URL)),
+		attribute.String("url.full", shown),
 		attribute.String("ferry.outbox.route", route.Name),
 		attribute.Int64("ferry.outbox.message_id", msg.ID)))
 	defer span.End()

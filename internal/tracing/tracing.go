@@ -68,7 +68,7 @@ func (m *middleware) Work(ctx context.Context, job *rivertype.JobRow, doInner fu
 	}
 	first := ""
 	if job.Attempt > 1 {
-		first = gjson.GetBytes(job.Metadata, gjsonKey(FirstAttemptKey)).String()
+		first = gjson.GetBytes(job.Metadata, gjson.Escape(FirstAttemptKey)).String()
 		if sc := trace.SpanContextFromContext(traceparent.ContextWith(context.Background(), first, "")); sc.IsValid() {
 			opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc, Attributes: []attribute.KeyValue{attribute.String("ferry.link", "first_attempt")}}))
 		}
@@ -95,16 +95,4 @@ func (m *middleware) Work(ctx context.Context, job *rivertype.JobRow, doInner fu
 		}
 	}
 	return err
-}
-
-// gjsonKey escapes the dot of a metadata key for gjson's path syntax.
-func gjsonKey(k string) string {
-	out := make([]byte, 0, len(k)+2)
-	for i := 0; i < len(k); i++ {
-		if k[i] == '.' {
-			out = append(out, '\\')
-		}
-		out = append(out, k[i])
-	}
-	return string(out)
 }
