@@ -20,11 +20,11 @@ import (
 	"github.com/ferryq/ferry/broadcast"
 	"github.com/ferryq/ferry/election"
 	"github.com/ferryq/ferry/internal/admin"
-	"github.com/ferryq/ferry/internal/dburl"
+	"github.com/ferryq/ferry/internal/base/dburl"
+	"github.com/ferryq/ferry/internal/base/redact"
+	"github.com/ferryq/ferry/internal/base/schema"
 	"github.com/ferryq/ferry/internal/liveness"
-	"github.com/ferryq/ferry/internal/redact"
 	"github.com/ferryq/ferry/internal/retention"
-	"github.com/ferryq/ferry/internal/schema"
 	"github.com/ferryq/ferry/jobs"
 	"github.com/ferryq/ferry/outbox"
 	"github.com/ferryq/ferry/periodic"
@@ -135,7 +135,7 @@ type Config struct {
 	// and ferry's (FERRY_SCHEMA; default "", the search_path's first,
 	// usually public): several deployments share a database, each in its
 	// own schema, with its own leader, schedules, outbox and workers
-	// (internal/schema). Every session ferry opens sets search_path to it;
+	// (internal/base/schema). Every session ferry opens sets search_path to it;
 	// through a transaction pooler, which does not pass search_path on,
 	// the role's own search_path must lead to it (checked at start).
 	Schema string

@@ -13,7 +13,7 @@ import (
 
 	"github.com/ferryq/ferry"
 	"github.com/ferryq/ferry/internal/admin"
-	"github.com/ferryq/ferry/internal/testkit/pgtest"
+	"github.com/ferryq/ferry/internal/base/pgtest"
 	"github.com/ferryq/ferry/jobs"
 )
 

@@ -2,6 +2,20 @@ module github.com/ferryq/ferry
 
 go 1.26.8
 
+// ferry's library modules (the packages a service imports to write: jobs,
+// outbox, seal, locks, broadcast; the migrations; their shared internals),
+// from this repository. Replace directives count only here: a service that
+// requires them gets tagged versions.
+replace (
+	github.com/ferryq/ferry/broadcast => ./broadcast
+	github.com/ferryq/ferry/internal/base => ./internal/base
+	github.com/ferryq/ferry/jobs => ./jobs
+	github.com/ferryq/ferry/locks => ./locks
+	github.com/ferryq/ferry/migrations => ./migrations
+	github.com/ferryq/ferry/outbox => ./outbox
+	github.com/ferryq/ferry/seal => ./seal
+)
+
 require (
 	github.com/chromedp/cdproto v0.160.1
 	github.com/chromedp/chromedp v0.23.1
@@ -91,6 +105,13 @@ require (
 	github.com/envoyproxy/protoc-gen-validate v1.3.3 // indirect
 	github.com/fatih/color v1.19.0 // indirect
 	github.com/felixge/httpsnoop v1.1.0 // indirect
+	github.com/ferryq/ferry/broadcast v0.0.0-00010101000000-000000000000
+	github.com/ferryq/ferry/internal/base v0.0.0-00010101000000-000000000000
+	github.com/ferryq/ferry/jobs v0.0.0-00010101000000-000000000000
+	github.com/ferryq/ferry/locks v0.0.0-00010101000000-000000000000
+	github.com/ferryq/ferry/migrations v0.0.0-00010101000000-000000000000
+	github.com/ferryq/ferry/outbox v0.0.0-00010101000000-000000000000
+	github.com/ferryq/ferry/seal v0.0.0-00010101000000-000000000000
 	github.com/fsnotify/fsnotify v1.10.1 // indirect
 	github.com/gabriel-vasile/mimetype v1.4.12 // indirect
 	github.com/go-jose/go-jose/v4 v4.1.4 // indirect
@@ -158,16 +179,16 @@ require (
 	go.opentelemetry.io/contrib/detectors/gcp v1.45.0 // indirect
 	go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc v0.70.0 // indirect
 	go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp v0.70.0 // indirect
-	go.opentelemetry.io/otel v1.47.0 // indirect
+	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/exporters/otlp/otlptrace v1.47.0 // indirect
-	go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc v1.47.0 // indirect
-	go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp v1.47.0 // indirect
-	go.opentelemetry.io/otel/exporters/stdout/stdouttrace v1.47.0 // indirect
+	go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc v1.47.0
+	go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp v1.47.0
+	go.opentelemetry.io/otel/exporters/stdout/stdouttrace v1.47.0
 	go.opentelemetry.io/otel/log v1.47.0 // indirect
 	go.opentelemetry.io/otel/metric v1.47.0 // indirect
-	go.opentelemetry.io/otel/sdk v1.47.0 // indirect
+	go.opentelemetry.io/otel/sdk v1.47.0
 	go.opentelemetry.io/otel/sdk/metric v1.47.0 // indirect
-	go.opentelemetry.io/otel/trace v1.47.0 // indirect
+	go.opentelemetry.io/otel/trace v1.47.0
 	go.opentelemetry.io/proto/otlp v1.11.0 // indirect
 	golang.org/x/crypto v0.57.0 // indirect
 	golang.org/x/image v0.30.0 // indirect

@@ -1,7 +1,9 @@
 package ferry_test
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -9,17 +11,29 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// libraryModules are ferry's modules of their own (each directory has a
+// go.mod): the packages a Go service imports to write in its own
+// transactions (jobs, outbox, seal, locks, broadcast), the migrations, and
+// the internal packages they share (internal/base). A service that requires
+// them gets their go.mod files' requirements, never the root module's
+// (River UI, Prometheus, the OpenTelemetry SDK, the CLI, the task runner,
+// the test and bench tools).
+var libraryModules = []string{"internal/base", "migrations", "seal", "jobs", "outbox", "locks", "broadcast"}
+
 // writerPackages are what a Go service imports to insert jobs and outbox
 // messages in its own transactions.
-var writerPackages = []string{"./jobs", "./outbox", "./seal", "./locks", "./broadcast"}
+var writerPackages = []string{
+	"github.com/ferryq/ferry/jobs", "github.com/ferryq/ferry/outbox", "github.com/ferryq/ferry/seal",
+	"github.com/ferryq/ferry/locks", "github.com/ferryq/ferry/broadcast",
+}
 
-// writerModules are the modules writerPackages may link: ferry, River and
-// pgx, and the modules River and pgx themselves link, by prefix; and the
-// OpenTelemetry trace API, exactly (the trace context of the caller goes
-// into each job and message), never its SDK or exporters.
+// writerModules are the modules writerPackages may link: ferry's library
+// modules, River and pgx, and the modules River and pgx themselves link, by
+// prefix; and the OpenTelemetry trace API, exactly (the trace context of
+// the caller goes into each job and message), never its SDK or exporters.
 var (
 	writerModules = []string{
-		"github.com/ferryq/ferry",
+		"github.com/ferryq/ferry/",    // the library modules, never the root one
 		"github.com/riverqueue/river", // and its riverdriver, rivershared, rivertype modules
 		"github.com/jackc/",           // pgx, puddle, pgpassfile, pgservicefile
 		"github.com/tidwall/",         // gjson and sjson, River's
@@ -32,6 +46,19 @@ var (
 		"github.com/cespare/xxhash/v2",   // the attribute package's
 	}
 )
+
+// libraryGraphModules are the modules the library modules' go.mod files may
+// bring into a service's module graph beyond writerModules: the
+// requirements of River's and the OpenTelemetry API's own go.mod files, and
+// the test libraries (testify, goleak) that River's tests use too.
+var libraryGraphModules = []string{
+	"github.com/robfig/cron/v3", "github.com/jackc/pgerrcode", // River's
+	"golang.org/x/mod", "golang.org/x/tools", // River's and goleak's
+	"github.com/stretchr/", "github.com/davecgh/go-spew", "github.com/pmezard/go-difflib", "github.com/kr/pretty",
+	"gopkg.in/check.v1", "gopkg.in/yaml.v3", "go.yaml.in/yaml/v3", "go.uber.org/goleak", // testify's and goleak's
+	"go.opentelemetry.io/otel/metric", "go.opentelemetry.io/otel/log", "go.opentelemetry.io/auto/sdk",
+	"github.com/go-logr/", "github.com/google/go-cmp", // the OpenTelemetry API's go.mod
+}
 
 // TestWriterPackagesLean: the packages a service imports to write link
 // nothing but River, pgx and the OpenTelemetry trace API: no Prometheus
@@ -52,4 +79,34 @@ func TestWriterPackagesLean(t *testing.T) {
 		modules = append(modules, mod)
 	}
 	require.Contains(t, modules, "github.com/riverqueue/river", "go list listed River: the check read something")
+	require.Contains(t, modules, "github.com/ferryq/ferry/jobs", "jobs is a module of its own")
+}
+
+// TestLibraryModulesLean: each library module's module graph (what a
+// service that requires it gets: go list -m all, in the module, outside any
+// workspace) holds River's, pgx's, the OpenTelemetry API's and the test
+// libraries' modules and ferry's library modules: never the root module,
+// whose go.mod lists the worker's, the CLI's and the tools' modules.
+func TestLibraryModulesLean(t *testing.T) {
+	t.Parallel()
+	for _, dir := range libraryModules {
+		t.Run(strings.ReplaceAll(dir, "/", "_"), func(t *testing.T) {
+			t.Parallel()
+			require.FileExists(t, filepath.Join(dir, "go.mod"))
+			cmd := exec.Command("go", "list", "-m", "-f", "{{.Path}}", "all")
+			cmd.Dir = dir
+			cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
+			out, err := cmd.CombinedOutput()
+			require.NoError(t, err, "go list -m all in %s: %s", dir, out)
+			mods := strings.Fields(string(out))
+			require.Equal(t, "github.com/ferryq/ferry/"+dir, mods[0], "the main module first")
+			require.Contains(t, mods, "github.com/riverqueue/river", "the check read the graph")
+			for _, mod := range mods[1:] {
+				require.NotEqual(t, "github.com/ferryq/ferry", mod, "%s requires the root module: its go.mod would bring the worker's modules to every service", dir)
+				allowed := slices.Contains(writerModulesExact, mod) ||
+					slices.ContainsFunc(append(slices.Clone(writerModules), libraryGraphModules...), func(prefix string) bool { return strings.HasPrefix(mod, prefix) })
+				require.True(t, allowed, "module %s is in the module graph of %s: every service that requires it gets it", mod, dir)
+			}
+		})
+	}
 }

@@ -10,7 +10,7 @@ import (
 
 	"github.com/ferryq/ferry/broadcast"
 	"github.com/ferryq/ferry/internal/admin"
-	"github.com/ferryq/ferry/internal/redact"
+	"github.com/ferryq/ferry/internal/base/redact"
 )
 
 // Broadcast returns this process's broadcast Broker: publish and subscribe

@@ -12,7 +12,7 @@ import (
 	"github.com/ferryq/ferry"
 	"github.com/ferryq/ferry/broadcast"
 	"github.com/ferryq/ferry/internal/admin"
-	"github.com/ferryq/ferry/internal/testkit/pgtest"
+	"github.com/ferryq/ferry/internal/base/pgtest"
 )
 
 func TestServer_Broadcast(t *testing.T) {

@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferryq/ferry"
-	"github.com/ferryq/ferry/internal/testkit/logtest"
-	"github.com/ferryq/ferry/internal/testkit/pgtest"
+	"github.com/ferryq/ferry/internal/base/logtest"
+	"github.com/ferryq/ferry/internal/base/pgtest"
 	"github.com/ferryq/ferry/jobs"
 )
 

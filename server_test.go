@@ -20,7 +20,7 @@ import (
 
 	"github.com/ferryq/ferry"
 	"github.com/ferryq/ferry/election"
-	"github.com/ferryq/ferry/internal/testkit/pgtest"
+	"github.com/ferryq/ferry/internal/base/pgtest"
 	"github.com/ferryq/ferry/jobs"
 	"github.com/ferryq/ferry/migrations"
 	"github.com/ferryq/ferry/outbox"

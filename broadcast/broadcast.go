@@ -16,8 +16,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/ferryq/ferry/internal/pglisten"
-	"github.com/ferryq/ferry/internal/schema"
+	"github.com/ferryq/ferry/internal/base/pglisten"
+	"github.com/ferryq/ferry/internal/base/schema"
 )
 
 // NotifyChannel is the one Postgres channel every ferry broadcast travels
@@ -43,7 +43,7 @@ type Config struct {
 	// own: a direct connection or a session-mode pool). Default: the
 	// Pool's connection settings.
 	ListenConfig *pgx.ConnConfig
-	// Schema is the deployment's FERRY_SCHEMA (package internal/schema):
+	// Schema is the deployment's FERRY_SCHEMA (package internal/base/schema):
 	// its brokers travel on a channel of their own, NotifyChannel and the
 	// schema's name, so that deployments sharing a database never hear
 	// each other. Default "": NotifyChannel.

@@ -98,4 +98,12 @@
 // A Broker with no Pool is an in-process bus with the same API: messages
 // reach the subscribers of this process only, at once. PublishTx returns
 // ErrNoDatabase there. It serves tests and single-process programs.
+//
+// # Module
+//
+// broadcast is a Go module of its own (github.com/ferryq/ferry/broadcast),
+// like jobs, outbox, seal and locks: a service that requires it gets River,
+// pgx and the OpenTelemetry trace API in its module graph, never the
+// worker's requirements (River UI, Prometheus, the OpenTelemetry SDK, the
+// CLI).
 package broadcast

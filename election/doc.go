@@ -149,7 +149,7 @@
 // hashtext(client id)) for the dead-worker fence (internal/liveness).
 // These are the default deployment's. A deployment in a schema of its own
 // (FERRY_SCHEMA) has an election key and a liveness namespace of its own,
-// named after the schema (internal/schema's Key64; migration 017's
+// named after the schema (internal/base/schema's Key64; migration 017's
 // ferry_liveness_namespace()), because advisory locks are per database;
 // the fence's client ids are unique anyway.
 package election

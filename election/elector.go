@@ -22,8 +22,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river/rivershared/startstop"
 
+	"github.com/ferryq/ferry/internal/base/redact"
 	"github.com/ferryq/ferry/internal/lease"
-	"github.com/ferryq/ferry/internal/redact"
 )
 
 // Defaults and limits.

@@ -8,7 +8,7 @@ import (
 // The advisory key table: every Postgres advisory lock key ferry takes, with
 // its owner, in the default deployment. Keys are per database: a deployment
 // in a schema of its own (FERRY_SCHEMA) takes the election and liveness
-// keys named after it (package internal/schema, migration 017). Single-key (bigint) locks show in
+// keys named after it (package internal/base/schema, migration 017). Single-key (bigint) locks show in
 // pg_locks with objsubid 1; two-int locks with objsubid 2, so the two forms
 // never collide. User code that wants named locks uses the two-int form with
 // a namespace of its own (its first int), never these keys.

@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/ferryq/ferry/internal/testkit/logtest"
+	"github.com/ferryq/ferry/internal/base/logtest"
 	"github.com/ferryq/ferry/internal/testkit/netproxy"
 )
 

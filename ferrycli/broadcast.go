@@ -13,7 +13,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/ferryq/ferry/broadcast"
-	"github.com/ferryq/ferry/internal/schema"
+	"github.com/ferryq/ferry/internal/base/schema"
 )
 
 func enqueueBroadcast() *cli.Command {

@@ -15,10 +15,10 @@ import (
 	"golang.org/x/term"
 
 	"github.com/ferryq/ferry/election"
-	"github.com/ferryq/ferry/internal/dburl"
+	"github.com/ferryq/ferry/internal/base/dburl"
+	"github.com/ferryq/ferry/internal/base/redact"
+	"github.com/ferryq/ferry/internal/base/schema"
 	"github.com/ferryq/ferry/internal/logging"
-	"github.com/ferryq/ferry/internal/redact"
-	"github.com/ferryq/ferry/internal/schema"
 	"github.com/ferryq/ferry/jobs"
 	"github.com/ferryq/ferry/seal"
 )

@@ -152,4 +152,12 @@
 // is the list every River client ferry builds installs: the unique key,
 // then the seal. A River client of your own inserting for ferry's workers
 // needs it too.
+//
+// # Module
+//
+// jobs is a Go module of its own (github.com/ferryq/ferry/jobs), like
+// outbox, seal, locks and broadcast: a service that requires it gets River,
+// pgx and the OpenTelemetry trace API in its module graph, never the
+// worker's requirements (River UI, Prometheus, the OpenTelemetry SDK, the
+// CLI).
 package jobs

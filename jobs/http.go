@@ -14,7 +14,7 @@ import (
 
 	"github.com/riverqueue/river"
 
-	"github.com/ferryq/ferry/internal/redact"
+	"github.com/ferryq/ferry/internal/base/redact"
 )
 
 // HTTPRequestArgs are the args of http.request: one HTTP call, the universal

@@ -19,8 +19,8 @@ import (
 	"github.com/riverqueue/river/rivershared/uniquestates"
 	"github.com/riverqueue/river/rivertype"
 
-	"github.com/ferryq/ferry/internal/schema"
-	"github.com/ferryq/ferry/internal/traceparent"
+	"github.com/ferryq/ferry/internal/base/schema"
+	"github.com/ferryq/ferry/internal/base/traceparent"
 	"github.com/ferryq/ferry/seal"
 )
 

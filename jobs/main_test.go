@@ -15,7 +15,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ferryq/ferry/internal/testkit/pgtest"
+	"github.com/ferryq/ferry/internal/base/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

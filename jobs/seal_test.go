@@ -7,7 +7,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ferryq/ferry/internal/testkit/pgtest"
+	"github.com/ferryq/ferry/internal/base/pgtest"
 	"github.com/ferryq/ferry/jobs"
 	"github.com/ferryq/ferry/seal"
 )

@@ -62,4 +62,12 @@
 // tell who holds the lock. A holder that cannot renew loses the lock at its
 // deadline, before the database's expiry. Waiting and renewal need a session
 // (LISTEN): a direct connection or a session-mode pooler.
+//
+// # Module
+//
+// locks is a Go module of its own (github.com/ferryq/ferry/locks), like
+// jobs, outbox, seal and broadcast: a service that requires it gets River,
+// pgx and the OpenTelemetry trace API in its module graph, never the
+// worker's requirements (River UI, Prometheus, the OpenTelemetry SDK, the
+// CLI).
 package locks

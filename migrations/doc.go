@@ -19,4 +19,10 @@
 // Down reverts ferry's migrations newest first, then River's. Reverting
 // everything (steps < 0) leaves the database without ferry's or River's
 // tables, and without their data.
+//
+// # Module
+//
+// migrations is a Go module of its own (github.com/ferryq/ferry/migrations),
+// like the packages a service imports to write (jobs, outbox, seal, locks,
+// broadcast): it requires River and pgx, never the worker's modules.
 package migrations

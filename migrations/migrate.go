@@ -18,7 +18,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 
-	"github.com/ferryq/ferry/internal/redact"
+	"github.com/ferryq/ferry/internal/base/redact"
 )
 
 // LockKey is the session advisory lock (single bigint form) that serialises
@@ -152,7 +152,7 @@ type Migrator struct {
 type Option func(*Migrator)
 
 // InSchema migrates the deployment of FERRY_SCHEMA s (package
-// internal/schema; "" is the default deployment): Up creates the schema
+// internal/base/schema; "" is the default deployment): Up creates the schema
 // when it is missing, checks that the pool's sessions find it first in
 // their search_path, and names what Postgres keeps per database after it
 // (migration 017). The pool's sessions must have that search_path

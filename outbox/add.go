@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/ferryq/ferry/internal/traceparent"
+	"github.com/ferryq/ferry/internal/base/traceparent"
 )
 
 // MaxPayloadBytes bounds a message's payload: its JSON text as Postgres

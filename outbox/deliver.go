@@ -28,8 +28,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
-	"github.com/ferryq/ferry/internal/redact"
-	"github.com/ferryq/ferry/internal/traceparent"
+	"github.com/ferryq/ferry/internal/base/redact"
+	"github.com/ferryq/ferry/internal/base/traceparent"
 	"github.com/ferryq/ferry/jobs"
 )
 

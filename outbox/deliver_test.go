@@ -20,11 +20,10 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
-	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ferryq/ferry/internal/testkit/logtest"
-	"github.com/ferryq/ferry/internal/testkit/pgtest"
+	"github.com/ferryq/ferry/internal/base/logtest"
+	"github.com/ferryq/ferry/internal/base/pgtest"
 	"github.com/ferryq/ferry/jobs"
 )
 
@@ -307,13 +306,12 @@ func TestDeliverWorker_Webhook(t *testing.T) {
 		require.Regexp(t, `^t=\d+,v1=[0-9a-f]{64}$`, s.header.Get("Ferry-Signature"))
 
 		// Standard Webhooks: the same event id, the attempt's time, and a
-		// signature that the project's own Go library accepts.
+		// signature (the official libraries verify real deliveries in
+		// internal/e2e's TestOutbox_StandardWebhooksRotation; this module
+		// stays free of their module).
 		require.Equal(t, fmt.Sprint(id), s.header.Get("webhook-id"))
 		require.Regexp(t, `^\d+$`, s.header.Get("webhook-timestamp"))
 		require.Regexp(t, `^v1,[A-Za-z0-9+/]{43}=$`, s.header.Get("webhook-signature"))
-		wh, err := standardwebhooks.NewWebhookRaw([]byte(testSecret))
-		require.NoError(t, err)
-		require.NoError(t, wh.Verify([]byte(s.body), s.header))
 	})
 
 	t.Run("RotationSignsWithEverySecret", func(t *testing.T) {
@@ -336,14 +334,8 @@ func TestDeliverWorker_Webhook(t *testing.T) {
 
 		require.Len(t, strings.Fields(req.header.Get("webhook-signature")), 2)
 		require.Equal(t, 2, strings.Count(req.header.Get("Ferry-Signature"), "v1="))
-		// Either secret alone verifies, in the library and in Verify, in
-		// both header sets; a third does not.
-		whNew, err := standardwebhooks.NewWebhook(newSecret)
-		require.NoError(t, err)
-		whOld, err := standardwebhooks.NewWebhookRaw([]byte(testSecret))
-		require.NoError(t, err)
-		require.NoError(t, whNew.Verify(req.body, req.header))
-		require.NoError(t, whOld.Verify(req.body, req.header))
+		// Either secret alone verifies, in both header sets; a third does
+		// not.
 		for _, secret := range []string{newSecret, testSecret} {
 			r := httptest.NewRequest(http.MethodPost, "/hook", bytes.NewReader(req.body))
 			r.Header = req.header.Clone()

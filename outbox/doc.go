@@ -129,4 +129,12 @@
 // effect happens once. HTTP receivers keep their own UNIQUE on the event id;
 // Verify checks a request's signature (the standard headers, or
 // Ferry-Signature from an older worker) and timestamp for them.
+//
+// # Module
+//
+// outbox is a Go module of its own (github.com/ferryq/ferry/outbox), like
+// jobs, seal, locks and broadcast: a service that requires it gets River,
+// pgx and the OpenTelemetry trace API in its module graph, never the
+// worker's requirements (River UI, Prometheus, the OpenTelemetry SDK, the
+// CLI).
 package outbox

@@ -13,9 +13,8 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ferryq/ferry/internal/liveness"
-	"github.com/ferryq/ferry/internal/testkit/logtest"
-	"github.com/ferryq/ferry/internal/testkit/pgtest"
+	"github.com/ferryq/ferry/internal/base/logtest"
+	"github.com/ferryq/ferry/internal/base/pgtest"
 	"github.com/ferryq/ferry/jobs"
 )
 
@@ -44,18 +43,6 @@ func TestQueueFor(t *testing.T) {
 	rs, err := NewRoutes(webhook("t", "billing"), webhook("u", "audit"))
 	require.NoError(t, err)
 	require.Equal(t, []string{"outbox_audit_b81f37a043a6f767e7c9", "outbox_billing_0c95c7ece1ce1a975027"}, rs.Queues())
-}
-
-// liveWorker starts a real liveness worker on url: the ferry_worker row and
-// the lock a worker process holds while it lives.
-func liveWorker(t *testing.T, url, clientID string) *liveness.Worker {
-	t.Helper()
-	w, err := liveness.New(liveness.Config{DatabaseURL: url, ClientID: clientID, Tick: time.Second, Logger: slog.New(slog.DiscardHandler)})
-	require.NoError(t, err)
-	require.NoError(t, w.Start(context.Background()))
-	t.Cleanup(w.Stop)
-	require.NotZero(t, w.ID(), "the worker registered")
-	return w
 }
 
 func mustRoutes(t *testing.T, routes ...Route) *Routes {
@@ -90,72 +77,6 @@ func messageOf(t *testing.T, b *relayBundle, id int64) messageState {
 	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT status, last_error, route_wait_since IS NOT NULL
 		FROM ferry_outbox WHERE id = $1`, id).Scan(&m.Status, &m.LastError, &m.Waiting))
 	return m
-}
-
-// TestRelay_RoutesOfLiveWorkers: a relay fans a message out to its own
-// routes and to those every live worker published, whichever replica it
-// runs on; the routes of a worker whose lock is gone, or that never held
-// one, do not count.
-func TestRelay_RoutesOfLiveWorkers(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	url := pgtest.NewDatabase(t, true)
-	pool := pgtest.PoolFor(t, url)
-	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
-	require.NoError(t, err)
-	b := &relayBundle{pool: pool, client: client}
-
-	remote := liveWorker(t, url, "remote-1")
-	require.NoError(t, Publish(ctx, pool, "remote-1", mustRoutes(t, webhook("order.placed", "crm"), webhook("audit.logged", "audit"))))
-	// Published by a process with no liveness row, so never alive.
-	require.NoError(t, Publish(ctx, pool, "ghost", mustRoutes(t, webhook("order.placed", "ghost"))))
-	live, err := LiveRoutes(ctx, pool)
-	require.NoError(t, err)
-	require.Equal(t, map[string][]string{"audit.logged": {"audit"}, "order.placed": {"crm"}}, live)
-
-	r := b.relay(t, webhook("order.placed", "billing")) // this process's own
-	placed := b.add(t, "order.placed", `{}`)
-	audited := b.add(t, "audit.logged", `{}`)
-	n, err := r.RelayOnce(ctx)
-	require.NoError(t, err)
-	require.Equal(t, 2, n)
-	require.Equal(t, map[string]string{"billing": QueueFor("billing"), "crm": QueueFor("crm")}, jobQueues(t, b, placed),
-		"one delivery per route of any live worker, each in its route's queue")
-	require.Equal(t, map[string]string{"audit": QueueFor("audit")}, jobQueues(t, b, audited),
-		"a topic this relay's process does not route at all")
-	require.Equal(t, 3, count(t, pool, `SELECT count(*) FROM ferry_outbox_delivery d JOIN river_job j ON j.id = d.job_id
-		WHERE d.route = j.args->>'route' AND d.message_id = (j.args->>'message_id')::bigint`), "each delivery recorded with its job")
-	require.Equal(t, "relayed", messageOf(t, b, audited).Status)
-
-	// The remote worker stops: its lock is released, its routes no longer
-	// count, and a new worker's publication deletes them.
-	remote.Stop()
-	live, err = LiveRoutes(ctx, pool)
-	require.NoError(t, err)
-	require.Empty(t, live)
-	stats, err := Stats(ctx, pool)
-	require.NoError(t, err)
-	require.Contains(t, stats, Stat{Topic: "audit.logged", Route: "audit", Status: StatusWaiting, Count: 1},
-		"a pending delivery whose route no live worker has waits, visibly")
-	later := b.add(t, "audit.logged", `{}`)
-	placedLater := b.add(t, "order.placed", `{}`)
-	_, err = r.RelayOnce(ctx)
-	require.NoError(t, err)
-	require.Equal(t, map[string]string{"billing": QueueFor("billing")}, jobQueues(t, b, placedLater))
-	m := messageOf(t, b, later)
-	require.Equal(t, "pending", m.Status, "waits for a route, not stuck")
-	require.Equal(t, ErrWaitingForRoute.Error(), *m.LastError)
-
-	liveWorker(t, url, "remote-2")
-	require.NoError(t, Publish(ctx, pool, "remote-2", mustRoutes(t, webhook("audit.logged", "audit"))))
-	require.Zero(t, count(t, pool, `SELECT count(*) FROM ferry_outbox_route WHERE client_id = 'remote-1'`), "a stopped worker's routes are deleted")
-	n, err = r.RelayOnce(ctx)
-	require.NoError(t, err)
-	require.Equal(t, 1, n, "the waiting message is relayed once a live worker routes its topic")
-	require.Equal(t, map[string]string{"audit": QueueFor("audit")}, jobQueues(t, b, later))
-	m = messageOf(t, b, later)
-	require.Equal(t, "relayed", m.Status)
-	require.Nil(t, m.LastError)
 }
 
 // TestRelay_WaitingForRoute: a message whose topic nobody routes waits,

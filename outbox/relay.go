@@ -21,10 +21,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
-	"github.com/ferryq/ferry/internal/pglisten"
-	"github.com/ferryq/ferry/internal/redact"
-	"github.com/ferryq/ferry/internal/schema"
-	"github.com/ferryq/ferry/internal/traceparent"
+	"github.com/ferryq/ferry/internal/base/pglisten"
+	"github.com/ferryq/ferry/internal/base/redact"
+	"github.com/ferryq/ferry/internal/base/schema"
+	"github.com/ferryq/ferry/internal/base/traceparent"
 	"github.com/ferryq/ferry/jobs"
 )
 
@@ -78,7 +78,7 @@ type RelayConfig struct {
 	// ListenConfig opens the relay's LISTEN session, which needs a session
 	// of its own (not a transaction pooler); default Pool's.
 	ListenConfig *pgx.ConnConfig
-	// Schema is the deployment's FERRY_SCHEMA (internal/schema): the relay
+	// Schema is the deployment's FERRY_SCHEMA (internal/base/schema): the relay
 	// listens on the channel ferry_outbox_channel() names there,
 	// NotifyChannel and the schema's name. Default "": NotifyChannel.
 	Schema   string

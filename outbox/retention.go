@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/ferryq/ferry/internal/loop"
+	"github.com/ferryq/ferry/internal/base/loop"
 )
 
 // retentionBatch bounds one DELETE, so a large backlog is cleaned in short

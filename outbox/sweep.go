@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river/rivertype"
 
-	"github.com/ferryq/ferry/internal/loop"
+	"github.com/ferryq/ferry/internal/base/loop"
 )
 
 // ErrRouteGone is why a delivery whose route no live worker has declared

@@ -3,7 +3,7 @@ package periodic
 import (
 	"testing"
 
-	"github.com/ferryq/ferry/internal/testkit/pgtest"
+	"github.com/ferryq/ferry/internal/base/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

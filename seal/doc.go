@@ -201,4 +201,11 @@
 // What a seal does not do: hide args without FERRY_SEAL_ENCRYPT (anyone who
 // can read river_job reads them), or stop a writer of river_job from deleting, delaying or
 // cancelling jobs. Sealed is "ran only as ferry inserted it", no more.
+//
+// # Module
+//
+// seal is a Go module of its own (github.com/ferryq/ferry/seal), like jobs,
+// outbox, locks and broadcast: a service that requires it gets River, pgx
+// and the OpenTelemetry trace API in its module graph, never the worker's
+// requirements (River UI, Prometheus, the OpenTelemetry SDK, the CLI).
 package seal

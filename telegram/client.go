@@ -13,7 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/ferryq/ferry/internal/redact"
+	"github.com/ferryq/ferry/internal/base/redact"
 )
 
 // DefaultAPIURL is the public Bot API server (FERRY_TELEGRAM_API_URL

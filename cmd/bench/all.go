@@ -25,7 +25,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/ferryq/ferry"
-	"github.com/ferryq/ferry/internal/dburl"
+	"github.com/ferryq/ferry/internal/base/dburl"
 	"github.com/ferryq/ferry/internal/testkit/fleet"
 	"github.com/ferryq/ferry/jobs"
 	"github.com/ferryq/ferry/outbox"

@@ -16,7 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ferryq/ferry/broadcast"
-	"github.com/ferryq/ferry/internal/testkit/scratchdb"
+	"github.com/ferryq/ferry/internal/base/scratchdb"
 )
 
 // broadcastResult is -mode broadcast: messages published at a steady

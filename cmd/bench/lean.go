@@ -119,8 +119,30 @@ func leanConsumers(ctx context.Context) (leanResult, error) {
 	}
 	defer os.RemoveAll(tmp)
 
+	// Every ferry module from this checkout, as a service would get them
+	// from the module proxy: the writer packages are modules of their own
+	// (jobs, outbox, ...), each requiring only the ferry modules it needs.
+	ferryMods, err := goCmd(ctx, root, "list", "-m", "-f", "{{.Path}} {{with .Replace}}{{.Path}}{{end}}", "all")
+	if err != nil {
+		return leanResult{}, err
+	}
+	var replaces []string
+	for line := range strings.Lines(ferryMods) {
+		path, dir, ok := strings.Cut(strings.TrimSpace(line), " ")
+		if !ok || !strings.HasPrefix(path, "github.com/ferryq/ferry/") {
+			continue
+		}
+		if !filepath.IsAbs(dir) {
+			dir = filepath.Join(root, dir)
+		}
+		replaces = append(replaces, path+" => "+dir)
+	}
+	if len(replaces) == 0 {
+		return leanResult{}, fmt.Errorf("no ferry module replaced in %s/go.mod: the writer packages are modules of their own", root)
+	}
 	var res leanResult
-	ferryMod := fmt.Sprintf("module example.com/ferryconsumer\n\ngo %s\n\nrequire github.com/ferryq/ferry v0.0.0\n\nreplace github.com/ferryq/ferry => %s\n", goVersion, root)
+	ferryMod := fmt.Sprintf("module example.com/ferryconsumer\n\ngo %s\n\nrequire (\n\tgithub.com/ferryq/ferry/jobs v0.0.0\n\tgithub.com/ferryq/ferry/outbox v0.0.0\n)\n\nreplace (\n\t%s\n)\n",
+		goVersion, strings.Join(replaces, "\n\t"))
 	if res.Modules, res.BinaryMB, err = leanBuild(ctx, filepath.Join(tmp, "ferry"), ferryMod, leanFerrySource); err != nil {
 		return leanResult{}, fmt.Errorf("ferry consumer: %w", err)
 	}

@@ -7,8 +7,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/ferryq/ferry/internal/base/scratchdb"
 	"github.com/ferryq/ferry/internal/testkit/lockoracle"
-	"github.com/ferryq/ferry/internal/testkit/scratchdb"
 )
 
 // Flags of -mode locks (the lock_* keys of -mode all and quick use 16

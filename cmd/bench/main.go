@@ -42,8 +42,8 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/ferryq/ferry"
-	"github.com/ferryq/ferry/internal/redact"
-	"github.com/ferryq/ferry/internal/testkit/scratchdb"
+	"github.com/ferryq/ferry/internal/base/redact"
+	"github.com/ferryq/ferry/internal/base/scratchdb"
 )
 
 type stampArgs struct {

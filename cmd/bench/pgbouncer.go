@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ferryq/ferry"
-	"github.com/ferryq/ferry/internal/dburl"
+	"github.com/ferryq/ferry/internal/base/dburl"
 	"github.com/ferryq/ferry/internal/testkit/pgbouncer"
 )
 

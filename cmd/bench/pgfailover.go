@@ -13,9 +13,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ferryq/ferry/election"
+	"github.com/ferryq/ferry/internal/base/scratchdb"
 	"github.com/ferryq/ferry/internal/testkit/fleet"
 	"github.com/ferryq/ferry/internal/testkit/pgcluster"
-	"github.com/ferryq/ferry/internal/testkit/scratchdb"
 	"github.com/ferryq/ferry/jobs"
 )
 

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/ferryq/ferry/internal/dburl"
+	"github.com/ferryq/ferry/internal/base/dburl"
 	"github.com/ferryq/ferry/internal/testkit/fleet"
 	"github.com/ferryq/ferry/internal/testkit/netproxy"
 )

@@ -19,13 +19,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ferryq/ferry/election"
-	"github.com/ferryq/ferry/internal/dburl"
-	"github.com/ferryq/ferry/internal/redact"
+	"github.com/ferryq/ferry/internal/base/dburl"
+	"github.com/ferryq/ferry/internal/base/redact"
+	"github.com/ferryq/ferry/internal/base/scratchdb"
 	"github.com/ferryq/ferry/internal/testkit/fleet"
 	"github.com/ferryq/ferry/internal/testkit/netproxy"
 	"github.com/ferryq/ferry/internal/testkit/pgbouncer"
 	"github.com/ferryq/ferry/internal/testkit/pgcluster"
-	"github.com/ferryq/ferry/internal/testkit/scratchdb"
 	"github.com/ferryq/ferry/jobs"
 	"github.com/ferryq/ferry/outbox"
 )

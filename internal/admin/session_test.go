@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferryq/ferry/election"
-	"github.com/ferryq/ferry/internal/testkit/logtest"
+	"github.com/ferryq/ferry/internal/base/logtest"
 )
 
 // sessionOf returns the session cookie a response sets, failing the test

@@ -27,8 +27,8 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ferryq/ferry/internal/testkit/logtest"
-	"github.com/ferryq/ferry/internal/testkit/pgtest"
+	"github.com/ferryq/ferry/internal/base/logtest"
+	"github.com/ferryq/ferry/internal/base/pgtest"
 	"github.com/ferryq/ferry/internal/testkit/proctest"
 	"github.com/ferryq/ferry/jobs"
 )

@@ -1,7 +1,7 @@
 // Package e2e holds ferry's end-to-end tests: the real worker and enqueue
 // binaries, built once per test run (internal/testkit/proctest), run as
 // subprocesses against a Postgres database of each test's own
-// (internal/testkit/pgtest), and stopped for real with SIGTERM and SIGKILL.
+// (internal/base/pgtest), and stopped for real with SIGTERM and SIGKILL.
 // The package has no code besides its tests.
 //
 // The tests assert what operators and monitors rely on: exit codes (0, 1, 2),

@@ -15,7 +15,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ferryq/ferry/internal/testkit/logtest"
+	"github.com/ferryq/ferry/internal/base/logtest"
 )
 
 // settler starts a Worker with a Ledger, a 200 ms heartbeat and a short

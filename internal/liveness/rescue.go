@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/ferryq/ferry/internal/loop"
+	"github.com/ferryq/ferry/internal/base/loop"
 )
 
 // DefaultMaxOrphaned is how many times a job's worker may die running it

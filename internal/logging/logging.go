@@ -19,6 +19,8 @@ import (
 
 	"github.com/lmittmann/tint"
 	"golang.org/x/term"
+
+	"github.com/ferryq/ferry/internal/base/logattr"
 )
 
 // Formats accepted by New.
@@ -68,12 +70,7 @@ func New(w io.Writer, format, level string) (*slog.Logger, error) {
 // makes: it writes a time.Duration as a Go duration string ("1m0s"), where
 // slog's JSON handler would write integer nanoseconds. A handler of a
 // test's own making uses it to see what production writes.
-func ReplaceAttr(_ []string, a slog.Attr) slog.Attr {
-	if a.Value.Kind() == slog.KindDuration {
-		a.Value = slog.StringValue(a.Value.Duration().String())
-	}
-	return a
-}
+func ReplaceAttr(groups []string, a slog.Attr) slog.Attr { return logattr.Replace(groups, a) }
 
 // River returns the logger to give River (river.Config.Logger) and River
 // UI: River's debug records are dropped (a firehose), its info records

@@ -15,10 +15,10 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ferryq/ferry/internal/base/logtest"
+	"github.com/ferryq/ferry/internal/base/pgtest"
 	"github.com/ferryq/ferry/internal/logging"
 	"github.com/ferryq/ferry/internal/metrics"
-	"github.com/ferryq/ferry/internal/testkit/logtest"
-	"github.com/ferryq/ferry/internal/testkit/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

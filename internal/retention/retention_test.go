@@ -9,8 +9,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ferryq/ferry/internal/testkit/logtest"
-	"github.com/ferryq/ferry/internal/testkit/pgtest"
+	"github.com/ferryq/ferry/internal/base/logtest"
+	"github.com/ferryq/ferry/internal/base/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

@@ -25,7 +25,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/ferryq/ferry/internal/traceparent"
+	"github.com/ferryq/ferry/internal/base/traceparent"
 )
 
 // FirstAttemptKey is the job metadata key that holds the W3C traceparent of

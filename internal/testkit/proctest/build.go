@@ -11,8 +11,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/ferryq/ferry/internal/base/pgtest"
 	"github.com/ferryq/ferry/internal/testkit/fleet"
-	"github.com/ferryq/ferry/internal/testkit/pgtest"
 )
 
 // dirPrefix names the build directories: proctest-<pid>-<random>, so that a

@@ -12,7 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/ferryq/ferry/internal/testkit/pgtest"
+	"github.com/ferryq/ferry/internal/base/pgtest"
 	"github.com/ferryq/ferry/internal/testkit/proctest"
 )
 
@@ -42,8 +42,8 @@ func TestBuild(t *testing.T) {
 
 	t.Run("NotAMainPackage", func(t *testing.T) {
 		t.Parallel()
-		msg := fatalOf(t, func(tb testing.TB) { proctest.Build(tb, "./internal/dburl") })
-		require.Contains(t, msg, "proctest: build ./internal/dburl")
+		msg := fatalOf(t, func(tb testing.TB) { proctest.Build(tb, "./internal/config") })
+		require.Contains(t, msg, "proctest: build ./internal/config")
 	})
 }
 

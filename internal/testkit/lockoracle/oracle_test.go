@@ -1,4 +1,4 @@
-package locks_test
+package lockoracle_test
 
 import (
 	"context"
@@ -7,13 +7,16 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ferryq/ferry/internal/base/pgtest"
 	"github.com/ferryq/ferry/internal/testkit/lockoracle"
-	"github.com/ferryq/ferry/internal/testkit/pgtest"
 	"github.com/ferryq/ferry/internal/testkit/proctest"
 )
 
-// Real contender processes take one lock in turns while holders are
-// killed (kill -9) and their sessions terminated: no write fenced by an
+// TestFencingOracle checks package locks (its test lives here, in the
+// module of the process harness: package locks is a module of its own that
+// links only River and pgx). Real contender processes take one lock in
+// turns while holders are killed (kill -9) and their sessions terminated:
+// no write fenced by an
 // older token commits after a newer one, and the lock is taken again after
 // every kill (its ttl frees it). The bench runs the same with 16 processes
 // and 10,000 acquisitions (go run ./cmd/bench -mode locks).

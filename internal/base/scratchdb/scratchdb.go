@@ -44,7 +44,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 
-	"github.com/ferryq/ferry/internal/dburl"
+	"github.com/ferryq/ferry/internal/base/dburl"
 	"github.com/ferryq/ferry/migrations"
 )
 

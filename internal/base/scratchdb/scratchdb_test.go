@@ -10,9 +10,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ferryq/ferry/internal/dburl"
-	"github.com/ferryq/ferry/internal/testkit/pgtest"
-	"github.com/ferryq/ferry/internal/testkit/scratchdb"
+	"github.com/ferryq/ferry/internal/base/dburl"
+	"github.com/ferryq/ferry/internal/base/pgtest"
+	"github.com/ferryq/ferry/internal/base/scratchdb"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

@@ -8,7 +8,7 @@
 // run in parallel (go test runs one process per package) never see each
 // other's election locks or notifications.
 //
-// The databases are made by internal/testkit/scratchdb (the template, the
+// The databases are made by internal/base/scratchdb (the template, the
 // names, the drop), which the bench and the chaos suite use too; pgtest
 // ties them to a test's or a package's life.
 package pgtest
@@ -26,8 +26,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
-	"github.com/ferryq/ferry/internal/redact"
-	"github.com/ferryq/ferry/internal/testkit/scratchdb"
+	"github.com/ferryq/ferry/internal/base/redact"
+	"github.com/ferryq/ferry/internal/base/scratchdb"
 )
 
 // DefaultURL is used when TEST_DATABASE_URL is unset. It matches the role and

@@ -15,7 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/ferryq/ferry/internal/redact"
+	"github.com/ferryq/ferry/internal/base/redact"
 )
 
 // Config says where and what to listen to.

@@ -16,7 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/ferryq/ferry/internal/logging"
+	"github.com/ferryq/ferry/internal/base/logattr"
 )
 
 // Recorder keeps log output in memory. Its zero value is ready; it is safe
@@ -41,10 +41,10 @@ func (r *Recorder) String() string {
 }
 
 // Logger returns a logger that writes JSON records at debug level and above
-// to r, shaped as production's are (logging.ReplaceAttr: durations as Go
+// to r, shaped as production's are (logattr.Replace: durations as Go
 // duration strings).
 func (r *Recorder) Logger() *slog.Logger {
-	return slog.New(slog.NewJSONHandler(r, &slog.HandlerOptions{Level: slog.LevelDebug, ReplaceAttr: logging.ReplaceAttr}))
+	return slog.New(slog.NewJSONHandler(r, &slog.HandlerOptions{Level: slog.LevelDebug, ReplaceAttr: logattr.Replace}))
 }
 
 // All returns every record whose message is msg, in the order written.

@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/ferryq/ferry/internal/testkit/logtest"
+	"github.com/ferryq/ferry/internal/base/logtest"
 )
 
 func TestRecorder(t *testing.T) {
