@@ -32,6 +32,7 @@ import (
 	"log"
 	"log/slog"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"time"
@@ -108,8 +109,21 @@ func main() {
 		orphans  = flag.Int("jobs", 100, "orphans mode: running jobs of the killed worker")
 		scheds   = flag.Int("schedules", 10, "ticks mode: schedules firing every second")
 		tick     = flag.Duration("tick", time.Second, "failover and orphans modes: leader tick and standby probe (failover 0: crash trials only, at the defaults of 15s and 60s)")
+		cpuProf  = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
 	)
 	flag.Parse()
+	if *cpuProf != "" {
+		f, err := os.Create(*cpuProf)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			log.Fatal(err)
+		}
+		// Every mode returns through here or exits with log.Fatal, which
+		// loses the profile: a failed run's profile is not worth reading.
+		defer pprof.StopCPUProfile()
+	}
 	if *url == "" {
 		*url = "postgres://ferry:ferry@127.0.0.1:5432/ferry?sslmode=disable"
 	}
