@@ -3,7 +3,7 @@
 // the one place log records are shaped:
 //
 //   - Durations are written as Go duration strings ("1m0s", "250ms") in
-//     every format, never as integer nanoseconds (ReplaceAttr).
+//     every format, never as integer nanoseconds (logattr.Replace).
 //   - River's own records go through River, which keeps River's chatter at
 //     debug level and drops the lines that repeat what ferry logs itself.
 package logging
@@ -50,27 +50,21 @@ func New(w io.Writer, format, level string) (*slog.Logger, error) {
 		tty = term.IsTerminal(int(f.Fd()))
 	}
 	text := func(timeFormat string) *slog.Logger {
-		return slog.New(tint.NewHandler(w, &tint.Options{Level: lvl, TimeFormat: timeFormat, NoColor: !tty, ReplaceAttr: ReplaceAttr}))
+		return slog.New(tint.NewHandler(w, &tint.Options{Level: lvl, TimeFormat: timeFormat, NoColor: !tty, ReplaceAttr: logattr.Replace}))
 	}
 	switch strings.ToLower(strings.TrimSpace(format)) {
 	case "", FormatAuto:
 		if tty {
 			return text(time.TimeOnly), nil
 		}
-		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl, ReplaceAttr: ReplaceAttr})), nil
+		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl, ReplaceAttr: logattr.Replace})), nil
 	case FormatText:
 		return text(time.DateTime), nil
 	case FormatJSON:
-		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl, ReplaceAttr: ReplaceAttr})), nil
+		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl, ReplaceAttr: logattr.Replace})), nil
 	}
 	return nil, fmt.Errorf("log format %q is not one of auto, text, json", format)
 }
-
-// ReplaceAttr is the slog.HandlerOptions.ReplaceAttr of every handler New
-// makes: it writes a time.Duration as a Go duration string ("1m0s"), where
-// slog's JSON handler would write integer nanoseconds. A handler of a
-// test's own making uses it to see what production writes.
-func ReplaceAttr(groups []string, a slog.Attr) slog.Attr { return logattr.Replace(groups, a) }
 
 // River returns the logger to give River (river.Config.Logger) and River
 // UI: River's debug records are dropped (a firehose), its info records

@@ -15,6 +15,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ferryq/ferry/internal/base/logattr"
 	"github.com/ferryq/ferry/internal/base/logtest"
 	"github.com/ferryq/ferry/internal/base/pgtest"
 	"github.com/ferryq/ferry/internal/logging"
@@ -130,8 +131,8 @@ func TestRiver_RealClient(t *testing.T) {
 
 	debugLogs, infoLogs := &logtest.Recorder{}, &logtest.Recorder{}
 	base := slog.New(slog.NewMultiHandler(
-		slog.NewJSONHandler(debugLogs, &slog.HandlerOptions{Level: slog.LevelDebug, ReplaceAttr: logging.ReplaceAttr}),
-		slog.NewJSONHandler(infoLogs, &slog.HandlerOptions{Level: slog.LevelInfo, ReplaceAttr: logging.ReplaceAttr}),
+		slog.NewJSONHandler(debugLogs, &slog.HandlerOptions{Level: slog.LevelDebug, ReplaceAttr: logattr.Replace}),
+		slog.NewJSONHandler(infoLogs, &slog.HandlerOptions{Level: slog.LevelInfo, ReplaceAttr: logattr.Replace}),
 	))
 	workers := river.NewWorkers()
 	river.AddWorker(workers, failWorker{})
