@@ -110,6 +110,7 @@ require (
 	github.com/ferryq/ferry/jobs v0.0.0-00010101000000-000000000000
 	github.com/ferryq/ferry/locks v0.0.0-00010101000000-000000000000
 	github.com/ferryq/ferry/migrations v0.0.0-00010101000000-000000000000
+	github.com/ferryq/ferry/otelferry v0.0.0-00010101000000-000000000000
 	github.com/ferryq/ferry/outbox v0.0.0-00010101000000-000000000000
 	github.com/ferryq/ferry/seal v0.0.0-00010101000000-000000000000
 	github.com/fsnotify/fsnotify v1.10.1 // indirect
@@ -209,3 +210,5 @@ require (
 )
 
 tool github.com/go-task/task/v3/cmd/task
+
+replace github.com/ferryq/ferry/otelferry => ./otelferry

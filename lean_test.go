@@ -14,11 +14,15 @@ import (
 // libraryModules are ferry's modules of their own (each directory has a
 // go.mod): the packages a Go service imports to write in its own
 // transactions (jobs, outbox, seal, locks, broadcast), the migrations, and
-// the internal packages they share (internal/base). A service that requires
-// them gets their go.mod files' requirements, never the root module's
-// (River UI, Prometheus, the OpenTelemetry SDK, the CLI, the task runner,
-// the test and bench tools).
-var libraryModules = []string{"internal/base", "migrations", "seal", "jobs", "outbox", "locks", "broadcast"}
+// the internal packages they share (internal/base); and otelferry, which a
+// traced service adds. A service that requires them gets their go.mod
+// files' requirements, never the root module's (River UI, Prometheus, the
+// OpenTelemetry SDK, the CLI, the task runner, the test and bench tools).
+var libraryModules = []string{"internal/base", "migrations", "seal", "jobs", "outbox", "locks", "broadcast", "otelferry"}
+
+// tracedModules are the library modules whose graph may hold the
+// OpenTelemetry API (tracingModules): otelferry alone.
+var tracedModules = []string{"otelferry"}
 
 // writerPackages are what a Go service imports to insert jobs and outbox
 // messages in its own transactions.
@@ -29,42 +33,40 @@ var writerPackages = []string{
 
 // writerModules are the modules writerPackages may link: ferry's library
 // modules, River and pgx, and the modules River and pgx themselves link, by
-// prefix; and the OpenTelemetry trace API, exactly (the trace context of
-// the caller goes into each job and message), never its SDK or exporters.
-var (
-	writerModules = []string{
-		"github.com/ferryq/ferry/",    // the library modules, never the root one
-		"github.com/riverqueue/river", // and its riverdriver, rivershared, rivertype modules
-		"github.com/jackc/",           // pgx, puddle, pgpassfile, pgservicefile
-		"github.com/tidwall/",         // gjson and sjson, River's
-		"golang.org/x/sync",           // pgx's and River's
-		"golang.org/x/text",           // pgx's
-	}
-	writerModulesExact = []string{
-		"go.opentelemetry.io/otel",       // propagation, attribute, codes
-		"go.opentelemetry.io/otel/trace", // the span context
-		"github.com/cespare/xxhash/v2",   // the attribute package's
-	}
-)
+// prefix. No tracing library: the caller's trace context goes into each job
+// and message through otelferry, which a traced service imports.
+var writerModules = []string{
+	"github.com/ferryq/ferry/",    // the library modules, never the root one
+	"github.com/riverqueue/river", // and its riverdriver, rivershared, rivertype modules
+	"github.com/jackc/",           // pgx, puddle, pgpassfile, pgservicefile
+	"github.com/tidwall/",         // gjson and sjson, River's
+	"golang.org/x/sync",           // pgx's and River's
+	"golang.org/x/text",           // pgx's
+}
 
 // libraryGraphModules are the modules the library modules' go.mod files may
 // bring into a service's module graph beyond writerModules: the
-// requirements of River's and the OpenTelemetry API's own go.mod files, and
-// the test libraries (testify, goleak) that River's tests use too.
+// requirements of River's own go.mod file, and the test libraries (testify,
+// goleak) that River's tests use too.
 var libraryGraphModules = []string{
 	"github.com/robfig/cron/v3", "github.com/jackc/pgerrcode", // River's
 	"golang.org/x/mod", "golang.org/x/tools", // River's and goleak's
 	"github.com/stretchr/", "github.com/davecgh/go-spew", "github.com/pmezard/go-difflib", "github.com/kr/pretty",
 	"gopkg.in/check.v1", "gopkg.in/yaml.v3", "go.yaml.in/yaml/v3", "go.uber.org/goleak", // testify's and goleak's
-	"go.opentelemetry.io/otel/metric", "go.opentelemetry.io/otel/log", "go.opentelemetry.io/auto/sdk",
-	"github.com/go-logr/", "github.com/google/go-cmp", // the OpenTelemetry API's go.mod
+}
+
+// tracingModules are the OpenTelemetry API's modules and its go.mod's
+// requirements: in otelferry's graph only, never its SDK or exporters.
+var tracingModules = []string{
+	"go.opentelemetry.io/otel", "go.opentelemetry.io/otel/trace", "go.opentelemetry.io/otel/metric",
+	"go.opentelemetry.io/otel/log", "go.opentelemetry.io/auto/sdk",
+	"github.com/go-logr/logr", "github.com/go-logr/stdr", "github.com/google/go-cmp", "github.com/cespare/xxhash/v2",
 }
 
 // TestWriterPackagesLean: the packages a service imports to write link
-// nothing but River, pgx and the OpenTelemetry trace API: no Prometheus
-// client, CLI, logger, YAML, console or OpenTelemetry SDK. (The worker side
-// registers metrics for them, internal/metrics, and sets tracing up,
-// internal/tracing.)
+// nothing but River and pgx: no Prometheus client, CLI, logger, YAML,
+// console or OpenTelemetry. (The worker side registers metrics for them,
+// internal/metrics, and sets tracing up, internal/tracing.)
 func TestWriterPackagesLean(t *testing.T) {
 	t.Parallel()
 	out, err := exec.Command("go", append([]string{"list", "-deps", "-f", "{{if .Module}}{{.ImportPath}} {{.Module.Path}}{{end}}"}, writerPackages...)...).CombinedOutput()
@@ -73,8 +75,7 @@ func TestWriterPackagesLean(t *testing.T) {
 	for line := range strings.Lines(string(out)) {
 		pkg, mod, ok := strings.Cut(strings.TrimSpace(line), " ")
 		require.True(t, ok, "go list line %q", line)
-		allowed := slices.Contains(writerModulesExact, mod) ||
-			slices.ContainsFunc(writerModules, func(prefix string) bool { return strings.HasPrefix(mod, prefix) })
+		allowed := slices.ContainsFunc(writerModules, func(prefix string) bool { return strings.HasPrefix(mod, prefix) })
 		require.True(t, allowed, "%s (module %s) is linked by a writer package: keep it out of %v", pkg, mod, writerPackages)
 		modules = append(modules, mod)
 	}
@@ -84,9 +85,10 @@ func TestWriterPackagesLean(t *testing.T) {
 
 // TestLibraryModulesLean: each library module's module graph (what a
 // service that requires it gets: go list -m all, in the module, outside any
-// workspace) holds River's, pgx's, the OpenTelemetry API's and the test
-// libraries' modules and ferry's library modules: never the root module,
-// whose go.mod lists the worker's, the CLI's and the tools' modules.
+// workspace) holds River's, pgx's and the test libraries' modules and
+// ferry's library modules, and otelferry's the OpenTelemetry API's too:
+// never the root module, whose go.mod lists the worker's, the CLI's and the
+// tools' modules.
 func TestLibraryModulesLean(t *testing.T) {
 	t.Parallel()
 	for _, dir := range libraryModules {
@@ -101,9 +103,13 @@ func TestLibraryModulesLean(t *testing.T) {
 			mods := strings.Fields(string(out))
 			require.Equal(t, "github.com/ferryq/ferry/"+dir, mods[0], "the main module first")
 			require.Contains(t, mods, "github.com/riverqueue/river", "the check read the graph")
+			traced := slices.Contains(tracedModules, dir)
+			if traced {
+				require.Contains(t, mods, "go.opentelemetry.io/otel/trace", "the check read the graph")
+			}
 			for _, mod := range mods[1:] {
 				require.NotEqual(t, "github.com/ferryq/ferry", mod, "%s requires the root module: its go.mod would bring the worker's modules to every service", dir)
-				allowed := slices.Contains(writerModulesExact, mod) ||
+				allowed := (traced && slices.Contains(tracingModules, mod)) ||
 					slices.ContainsFunc(append(slices.Clone(writerModules), libraryGraphModules...), func(prefix string) bool { return strings.HasPrefix(mod, prefix) })
 				require.True(t, allowed, "module %s is in the module graph of %s: every service that requires it gets it", mod, dir)
 			}

@@ -210,7 +210,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 
-	deliver := outbox.NewDeliverWorker(outbox.DeliverConfig{Pool: pool, Routes: routes, MaxAttempts: maxAttempts, Logger: cfg.Logger, TracerProvider: cfg.TracerProvider})
+	deliver := outbox.NewDeliverWorker(outbox.DeliverConfig{Pool: pool, Routes: routes, MaxAttempts: maxAttempts, Logger: cfg.Logger, Tracer: tracing.Outbox(cfg.TracerProvider)})
 	if err := registry.Add(deliver.Kind()); err != nil {
 		return fail(err)
 	}
@@ -364,7 +364,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.elector.Register("rescue", rescuer.Run)
 	s.elector.Register("broadcast-leader", s.announceLeader)
 	s.elector.Register("broadcast-console", s.watchConsole)
-	s.relay = outbox.NewRelay(outbox.RelayConfig{Pool: pool, ListenConfig: sessions.Config().ConnConfig, Schema: cfg.Schema, Inserter: s.river, Routes: delivered, RouteGrace: cfg.OutboxRouteGrace, MaxAttempts: maxAttempts, TracerProvider: cfg.TracerProvider, Logger: cfg.Logger})
+	s.relay = outbox.NewRelay(outbox.RelayConfig{Pool: pool, ListenConfig: sessions.Config().ConnConfig, Schema: cfg.Schema, Inserter: s.river, Routes: delivered, RouteGrace: cfg.OutboxRouteGrace, MaxAttempts: maxAttempts, Tracer: tracing.Outbox(cfg.TracerProvider), Logger: cfg.Logger})
 	s.services = []service{s.elector, s.sched, s.relay}
 	if err := s.metrics.Registry.Register(metrics.NewOutboxCollector(pool, cfg.Logger)); err != nil {
 		return fail(err)

@@ -102,8 +102,7 @@
 // # Module
 //
 // broadcast is a Go module of its own (github.com/ferryq/ferry/broadcast),
-// like jobs, outbox, seal and locks: a service that requires it gets River,
-// pgx and the OpenTelemetry trace API in its module graph, never the
-// worker's requirements (River UI, Prometheus, the OpenTelemetry SDK, the
-// CLI).
+// like jobs, outbox, seal and locks: a service that requires it gets River
+// and pgx in its module graph, never the worker's requirements (River UI,
+// Prometheus, OpenTelemetry, the CLI).
 package broadcast

@@ -30,9 +30,11 @@
 // commits. WithUniqueKey gives an insert a caller-chosen idempotency key;
 // UniqueKeyMiddleware, installed on every River client ferry builds (an
 // Inserter's and the server's), is what enforces it. When the inserting
-// context holds an OpenTelemetry span, its W3C trace context goes into the
-// job's metadata (traceparent, tracestate), and the worker's span of the
-// job is its child (see Middleware); this package uses the trace API only.
+// context holds an OpenTelemetry span and the service imports the otelferry
+// module (github.com/ferryq/ferry/otelferry), the span's W3C trace context
+// goes into the job's metadata (traceparent, tracestate), and the worker's
+// span of the job is its child (see Middleware); this package links no
+// tracing library itself.
 //
 // # Bounded queues
 //
@@ -156,8 +158,9 @@
 // # Module
 //
 // jobs is a Go module of its own (github.com/ferryq/ferry/jobs), like
-// outbox, seal, locks and broadcast: a service that requires it gets River,
-// pgx and the OpenTelemetry trace API in its module graph, never the
-// worker's requirements (River UI, Prometheus, the OpenTelemetry SDK, the
-// CLI).
+// outbox, seal, locks and broadcast: a service that requires it gets River
+// and pgx in its module graph, never the worker's requirements (River UI,
+// Prometheus, OpenTelemetry, the CLI). A service that traces with
+// OpenTelemetry adds otelferry, whose module brings the OpenTelemetry API
+// it has already.
 package jobs

@@ -66,8 +66,7 @@
 // # Module
 //
 // locks is a Go module of its own (github.com/ferryq/ferry/locks), like
-// jobs, outbox, seal and broadcast: a service that requires it gets River,
-// pgx and the OpenTelemetry trace API in its module graph, never the
-// worker's requirements (River UI, Prometheus, the OpenTelemetry SDK, the
-// CLI).
+// jobs, outbox, seal and broadcast: a service that requires it gets River
+// and pgx in its module graph, never the worker's requirements (River UI,
+// Prometheus, OpenTelemetry, the CLI).
 package locks

@@ -52,9 +52,10 @@ func WithDedupKey(key string) AddOption {
 // event id receivers dedup on). It exists if and only if tx commits; the
 // relay turns it into delivery jobs right after. payload is JSON
 // (json.RawMessage or []byte) or any value json.Marshal accepts. When ctx
-// holds an OpenTelemetry span, its W3C trace context is stored with the
-// message (columns traceparent, tracestate), and the relay, the delivery
-// and the webhook request (its traceparent header) join that trace.
+// holds an OpenTelemetry span and the service imports the otelferry module,
+// the span's W3C trace context is stored with the message (columns
+// traceparent, tracestate), and the relay, the delivery and the webhook
+// request (its traceparent header) join that trace.
 //
 // Bad input returns one of the errors above before anything is written, and
 // a duplicate dedup key does not abort tx.

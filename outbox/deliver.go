@@ -23,10 +23,6 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/ferryq/ferry/internal/base/redact"
 	"github.com/ferryq/ferry/internal/base/traceparent"
@@ -120,12 +116,12 @@ type DeliverConfig struct {
 	// Now is the clock of signature timestamps and next attempt times;
 	// default time.Now.
 	Now func() time.Time
-	// TracerProvider makes a client span for each webhook request, a
-	// child of the job's span (a child of the message's writer, through
-	// the relay), whose W3C context the request carries in its traceparent
-	// header. Default: none recorded, though a traced message's context
-	// still goes out in traceparent.
-	TracerProvider trace.TracerProvider
+	// Tracer makes a client span for each webhook request, a child of the
+	// job's span (a child of the message's writer, through the relay),
+	// whose W3C context the request carries in its traceparent header.
+	// Default: none recorded, though the job's trace context still goes
+	// out in traceparent.
+	Tracer Tracer
 }
 
 // DeliverWorker works outbox.deliver: it posts a message to a webhook or
@@ -164,7 +160,7 @@ type DeliverWorker struct {
 	// that time (the jitter is random). Keyed by retryKey; NextRetry
 	// removes the entry.
 	retryAt sync.Map
-	tracer  trace.Tracer
+	tracer  Tracer
 }
 
 type retryKey struct {
@@ -188,12 +184,8 @@ func NewDeliverWorker(cfg DeliverConfig) *DeliverWorker {
 		client:      noRedirects(cfg.Client),
 		log:         cfg.Logger,
 		now:         cfg.Now,
+		tracer:      cfg.Tracer,
 	}
-	tp := cfg.TracerProvider
-	if tp == nil {
-		tp = noop.NewTracerProvider()
-	}
-	w.tracer = tp.Tracer(tracerName)
 	if w.routes == nil {
 		w.routes = &Routes{}
 	}
@@ -388,19 +380,16 @@ func (w *DeliverWorker) post(ctx context.Context, route Route, msg Message) atte
 	timeout := routeTimeout(route)
 	shown := redact.URL(route.URL)
 	target := "POST " + shown
-	sctx, span := w.tracer.Start(ctx, http.MethodPost, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
-		attribute.String("http.request.method", http.MethodPost),
-		attribute.String("url.full", shown),
-		attribute.String("ferry.outbox.route", route.Name),
-		attribute.Int64("ferry.outbox.message_id", msg.ID)))
-	defer span.End()
+	if w.tracer == nil {
+		return w.send(ctx, ctx, route, msg, target, timeout)
+	}
+	sctx, end := w.tracer.Request(ctx, route.Name, shown, msg.ID)
 	res := w.send(ctx, sctx, route, msg, target, timeout)
-	if res.status != 0 {
-		span.SetAttributes(attribute.Int("http.response.status_code", res.status))
-	}
+	var err error
 	if res.outcome != delivered {
-		span.SetStatus(codes.Error, res.err.Error())
+		err = res.err
 	}
+	end(res.status, err)
 	return res
 }
 

@@ -16,11 +16,11 @@
 //	VALUES ('order.placed', '{"order_id": 42}', 'order-42');
 //
 // A message written in a traced request keeps its W3C trace context (Add
-// stores the context's span; a plain-SQL writer may set the traceparent
-// and tracestate columns, whose format the database checks): the relay's
-// span of it (RelayConfig.TracerProvider), its delivery jobs and the
-// webhook requests (DeliverConfig.TracerProvider; their traceparent header)
-// join that trace.
+// stores the context's span when the service imports the otelferry module;
+// a plain-SQL writer may set the traceparent and tracestate columns, whose
+// format the database checks): the relay's span of it (RelayConfig.Tracer),
+// its delivery jobs and the webhook requests (DeliverConfig.Tracer; their
+// traceparent header) join that trace.
 //
 // # Relaying
 //
@@ -133,8 +133,9 @@
 // # Module
 //
 // outbox is a Go module of its own (github.com/ferryq/ferry/outbox), like
-// jobs, seal, locks and broadcast: a service that requires it gets River,
-// pgx and the OpenTelemetry trace API in its module graph, never the
-// worker's requirements (River UI, Prometheus, the OpenTelemetry SDK, the
-// CLI).
+// jobs, seal, locks and broadcast: a service that requires it gets River
+// and pgx in its module graph, never the worker's requirements (River UI,
+// Prometheus, OpenTelemetry, the CLI). A service that traces with
+// OpenTelemetry imports github.com/ferryq/ferry/otelferry too, for Add to
+// store its spans' context.
 package outbox

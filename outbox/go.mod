@@ -21,12 +21,9 @@ require (
 	github.com/riverqueue/river/rivershared v0.51.2
 	github.com/riverqueue/river/rivertype v0.51.2
 	github.com/stretchr/testify v1.12.1
-	go.opentelemetry.io/otel v1.47.0
-	go.opentelemetry.io/otel/trace v1.47.0
 )
 
 require (
-	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/ferryq/ferry/migrations v0.0.0-00010101000000-000000000000 // indirect
 	github.com/ferryq/ferry/seal v0.0.0-00010101000000-000000000000 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect

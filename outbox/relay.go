@@ -16,10 +16,6 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivershared/startstop"
 	"github.com/riverqueue/river/rivertype"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/ferryq/ferry/internal/base/pglisten"
 	"github.com/ferryq/ferry/internal/base/redact"
@@ -48,9 +44,6 @@ const (
 	// and what Publish notifies when a worker declares its routes.
 	NotifyChannel = "ferry_outbox"
 )
-
-// tracerName names the tracer of the outbox's spans.
-const tracerName = "github.com/ferryq/ferry/outbox"
 
 // ErrNoRoute is why a message whose topic has no route is stuck: its text
 // is the message's last_error.
@@ -98,13 +91,13 @@ type RelayConfig struct {
 	PollInterval time.Duration
 	// MaxAttempts of each delivery job (FERRY_OUTBOX_MAX_ATTEMPTS).
 	MaxAttempts int
-	// TracerProvider makes the relay's spans: one "outbox.relay" span per
-	// traced message (one written with a span in its context), a child of
-	// the writer's, and the parent of its delivery jobs. Default: none
+	// Tracer makes the relay's spans: one "outbox.relay" span per traced
+	// message (one written with a span in its context), a child of the
+	// writer's, and the parent of its delivery jobs. Default: none
 	// recorded, though the message's trace context still passes to its
 	// delivery jobs.
-	TracerProvider trace.TracerProvider
-	Logger         *slog.Logger
+	Tracer Tracer
+	Logger *slog.Logger
 }
 
 // Relay moves pending messages into River delivery jobs. It runs on every
@@ -115,9 +108,8 @@ type Relay struct {
 	// Stop (safe twice, and without Start), Started, Stopped.
 	startstop.BaseStartStop
 
-	cfg    RelayConfig
-	wake   chan struct{}
-	tracer trace.Tracer
+	cfg  RelayConfig
+	wake chan struct{}
 }
 
 // NewRelay returns a relay; Start starts it.
@@ -129,10 +121,7 @@ func NewRelay(cfg RelayConfig) *Relay {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.TracerProvider == nil {
-		cfg.TracerProvider = noop.NewTracerProvider()
-	}
-	return &Relay{cfg: cfg, wake: make(chan struct{}, 1), tracer: cfg.TracerProvider.Tracer(tracerName)}
+	return &Relay{cfg: cfg, wake: make(chan struct{}, 1)}
 }
 
 // Start relays in the background until Stop (or ctx ends): at once, on
@@ -182,17 +171,19 @@ func (r *Relay) Drain(ctx context.Context) error {
 }
 
 // traceMessage starts the relay span of a traced message (parent set),
-// appends it to spans, and returns the metadata that makes the message's
-// delivery jobs its children; nil for a message without a trace.
-func (r *Relay) traceMessage(ctx context.Context, id int64, topic string, parent, state *string, spans *[]trace.Span) ([]byte, error) {
+// appends its end to ends, and returns the metadata that makes the
+// message's delivery jobs its children (without a Tracer, the writer's
+// children); nil for a message without a trace.
+func (r *Relay) traceMessage(ctx context.Context, id int64, topic string, parent, state *string, ends *[]func(error)) ([]byte, error) {
 	if parent == nil {
 		return nil, nil
 	}
-	ctx = traceparent.ContextWith(ctx, *parent, deref(state))
-	ctx, span := r.tracer.Start(ctx, "outbox.relay", trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithAttributes(attribute.Int64("ferry.outbox.message_id", id), attribute.String("ferry.outbox.topic", topic)))
-	*spans = append(*spans, span)
-	p, st := traceparent.FromContext(ctx)
+	p, st := *parent, deref(state)
+	if r.cfg.Tracer != nil {
+		var end func(error)
+		p, st, end = r.cfg.Tracer.Relay(ctx, p, st, id, topic)
+		*ends = append(*ends, end)
+	}
 	return traceparent.SetMetadata(nil, p, st)
 }
 
@@ -279,13 +270,10 @@ func (r *Relay) relayOnce(ctx context.Context) (n int, full bool, err error) {
 // a savepoint whatever their queues.
 func (r *Relay) relayTx(ctx context.Context, careful bool) (n int, full bool, err error) {
 	// The spans of the traced messages relayed, ended with the transaction.
-	var spans []trace.Span
+	var ends []func(error)
 	defer func() {
-		for _, span := range spans {
-			if err != nil {
-				span.SetStatus(codes.Error, err.Error())
-			}
-			span.End()
+		for _, end := range ends {
+			end(err)
 		}
 	}()
 	err = pgx.BeginFunc(ctx, r.cfg.Pool, func(tx pgx.Tx) error {
@@ -321,7 +309,7 @@ func (r *Relay) relayTx(ctx context.Context, careful bool) (n int, full bool, er
 					waitNow = append(waitNow, id)
 				default:
 					relayed = append(relayed, id)
-					metadata, err := r.traceMessage(ctx, id, topic, parent, state, &spans)
+					metadata, err := r.traceMessage(ctx, id, topic, parent, state, &ends)
 					if err != nil {
 						return err
 					}

@@ -205,7 +205,7 @@
 // # Module
 //
 // seal is a Go module of its own (github.com/ferryq/ferry/seal), like jobs,
-// outbox, locks and broadcast: a service that requires it gets River, pgx
-// and the OpenTelemetry trace API in its module graph, never the worker's
-// requirements (River UI, Prometheus, the OpenTelemetry SDK, the CLI).
+// outbox, locks and broadcast: a service that requires it gets River
+// and pgx in its module graph, never the worker's requirements (River UI,
+// Prometheus, OpenTelemetry, the CLI).
 package seal

@@ -26,6 +26,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ferryq/ferry/internal/base/traceparent"
+	"github.com/ferryq/ferry/otelferry"
 )
 
 // FirstAttemptKey is the job metadata key that holds the W3C traceparent of
@@ -54,7 +55,7 @@ var _ rivertype.WorkerMiddleware = (*middleware)(nil)
 
 func (m *middleware) Work(ctx context.Context, job *rivertype.JobRow, doInner func(context.Context) error) error {
 	parent, state := traceparent.FromMetadata(job.Metadata)
-	ctx = traceparent.ContextWith(ctx, parent, state)
+	ctx = otelferry.ContextWith(ctx, parent, state)
 	opts := []trace.SpanStartOption{
 		trace.WithSpanKind(trace.SpanKindConsumer),
 		// Few attributes: each is encoded and sent with every job's span
@@ -69,7 +70,7 @@ func (m *middleware) Work(ctx context.Context, job *rivertype.JobRow, doInner fu
 	first := ""
 	if job.Attempt > 1 {
 		first = gjson.GetBytes(job.Metadata, gjson.Escape(FirstAttemptKey)).String()
-		if sc := trace.SpanContextFromContext(traceparent.ContextWith(context.Background(), first, "")); sc.IsValid() {
+		if sc := trace.SpanContextFromContext(otelferry.ContextWith(context.Background(), first, "")); sc.IsValid() {
 			opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc, Attributes: []attribute.KeyValue{attribute.String("ferry.link", "first_attempt")}}))
 		}
 	}
@@ -89,7 +90,7 @@ func (m *middleware) Work(ctx context.Context, job *rivertype.JobRow, doInner fu
 			// River may retry it: later attempts link to this one. The
 			// update is merged into the job's metadata with the attempt's
 			// result, in the same statement.
-			if p, _ := traceparent.FromContext(ctx); p != "" {
+			if p, _ := otelferry.FromContext(ctx); p != "" {
 				_ = river.MetadataSet(ctx, FirstAttemptKey, p)
 			}
 		}

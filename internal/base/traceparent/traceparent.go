@@ -5,21 +5,23 @@
 // written in a traced request thus carries the request's trace to the
 // worker that runs or delivers it, even days later, in another process.
 //
-// It uses the OpenTelemetry trace API only, never the SDK: the packages a
-// service imports to write (jobs, outbox) stay free of exporters. When the
-// context holds no span, nothing is stored and nothing is allocated.
+// It links no tracing library: reading a context's span is the capture
+// function's job, which the otelferry module installs for OpenTelemetry
+// (SetCapture). Until one is installed no context holds a trace, and the
+// packages a service imports to write (jobs, outbox) stay free of any
+// tracing library's modules. When the context holds no span, nothing is
+// stored and nothing is allocated.
 package traceparent
 
 import (
 	"context"
 	"net/http"
+	"sync/atomic"
 
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
-	"go.opentelemetry.io/otel/propagation"
-	"go.opentelemetry.io/otel/trace"
 )
 
 // Keys of the trace context in a job's metadata, and the names of the W3C
@@ -29,33 +31,42 @@ const (
 	StateKey = "tracestate"
 )
 
-var w3c = propagation.TraceContext{}
+// Capture returns ctx's current span context as W3C header values: both
+// empty when ctx holds no valid span context.
+type Capture func(ctx context.Context) (parent, state string)
 
-// FromContext returns ctx's span context as W3C header values: both empty
-// when ctx holds no valid span context.
-func FromContext(ctx context.Context) (parent, state string) {
-	if !trace.SpanContextFromContext(ctx).IsValid() {
-		return "", ""
+var capture atomic.Pointer[Capture]
+
+// SetCapture installs f as the process's capture of trace context (nil
+// removes it). The otelferry module installs OpenTelemetry's when it is
+// imported; the worker imports it.
+func SetCapture(f Capture) {
+	if f == nil {
+		capture.Store(nil)
+		return
 	}
-	c := propagation.MapCarrier{}
-	w3c.Inject(ctx, c)
-	return c[Key], c[StateKey]
+	capture.Store(&f)
 }
 
-// ContextWith returns ctx holding the remote span context that parent and
-// state describe; ctx itself when parent is empty or malformed.
-func ContextWith(ctx context.Context, parent, state string) context.Context {
-	if parent == "" {
-		return ctx
+// FromContext returns ctx's span context as W3C header values: both empty
+// when ctx holds no valid span context or no capture is installed.
+func FromContext(ctx context.Context) (parent, state string) {
+	if f := capture.Load(); f != nil {
+		return (*f)(ctx)
 	}
-	return w3c.Extract(ctx, propagation.MapCarrier{Key: parent, StateKey: state})
+	return "", ""
 }
 
 // InjectHeader sets h's traceparent and tracestate headers from ctx's span
 // context; nothing when ctx holds none.
 func InjectHeader(ctx context.Context, h http.Header) {
-	if trace.SpanContextFromContext(ctx).IsValid() {
-		w3c.Inject(ctx, propagation.HeaderCarrier(h))
+	parent, state := FromContext(ctx)
+	if parent == "" {
+		return
+	}
+	h.Set(Key, parent)
+	if state != "" {
+		h.Set(StateKey, state)
 	}
 }
 
