@@ -1,6 +1,7 @@
 package ferrycli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -36,6 +37,7 @@ Examples:
 					databaseURLFlag(),
 					&cli.StringFlag{Name: "payload", Value: "{}", Usage: "JSON payload: inline, @file, or - for stdin"},
 					&cli.StringFlag{Name: "dedup-key", Usage: "unique per topic: a second message with this key writes nothing and returns the first one's id"},
+					&cli.StringFlag{Name: "ordering-key", Usage: "deliver after the earlier messages of the topic with this key, one at a time, in order"},
 					jsonFlag(),
 				},
 				Action: runOutboxAdd,
@@ -79,7 +81,7 @@ Examples:
    enqueue outbox list --topic order.placed --limit 20 --json`,
 				Flags: []cli.Flag{
 					databaseURLFlag(),
-					&cli.StringFlag{Name: "status", Usage: "pending, relayed, delivered, stuck, or waiting (for a route)"},
+					&cli.StringFlag{Name: "status", Usage: "pending, relayed, delivered, stuck, waiting (for a route), or blocked (ordered deliveries behind a stuck one)"},
 					&cli.StringFlag{Name: "topic", Usage: "only this topic"},
 					&cli.IntFlag{Name: "limit", Value: 100, Usage: "at most this many rows (1 to 10000)"},
 					jsonFlag(),
@@ -122,6 +124,9 @@ func runOutboxAdd(c *cli.Context) error {
 	if c.IsSet("dedup-key") {
 		opts = append(opts, outbox.WithDedupKey(c.String("dedup-key")))
 	}
+	if c.IsSet("ordering-key") {
+		opts = append(opts, outbox.WithOrderingKey(c.String("ordering-key")))
+	}
 	var (
 		id        int64
 		status    string
@@ -142,7 +147,7 @@ func runOutboxAdd(c *cli.Context) error {
 			return err
 		})
 	})
-	for _, bad := range []error{outbox.ErrInvalidTopic, outbox.ErrInvalidPayload, outbox.ErrPayloadTooLarge, outbox.ErrInvalidDedupKey} {
+	for _, bad := range []error{outbox.ErrInvalidTopic, outbox.ErrInvalidPayload, outbox.ErrPayloadTooLarge, outbox.ErrInvalidDedupKey, outbox.ErrInvalidOrderingKey} {
 		if errors.Is(err, bad) {
 			return &UsageError{Err: err}
 		}
@@ -168,9 +173,9 @@ const sqlOutboxByDedupKey = `SELECT id, status FROM ferry_outbox WHERE topic = $
 func runOutboxList(c *cli.Context) error {
 	f := outbox.ListFilter{Status: c.String("status"), Topic: c.String("topic"), Limit: c.Int("limit")}
 	switch f.Status {
-	case "", "pending", "relayed", "delivered", "stuck", "waiting":
+	case "", "pending", "relayed", "delivered", "stuck", "waiting", outbox.StatusBlocked:
 	default:
-		return usageErrorf("--status %q: want pending, relayed, delivered, stuck or waiting", f.Status)
+		return usageErrorf("--status %q: want pending, relayed, delivered, stuck, waiting or blocked", f.Status)
 	}
 	if f.Limit < 1 || f.Limit > 10000 {
 		return usageErrorf("--limit %d: must be 1 to 10000", f.Limit)
@@ -196,10 +201,11 @@ func runOutboxList(c *cli.Context) error {
 		if d.Attempts != nil {
 			attempts = strconv.Itoa(*d.Attempts)
 		}
-		rows = append(rows, []string{strconv.FormatInt(d.MessageID, 10), d.Topic, derefOr(d.Route, "-"), derefOr(d.Status, d.MessageStatus),
+		status := cmp.Or(d.Wait, derefOr(d.Status, d.MessageStatus))
+		rows = append(rows, []string{strconv.FormatInt(d.MessageID, 10), d.Topic, derefOr(d.Route, "-"), status, derefOr(d.OrderingKey, "-"),
 			attempts, truncate(derefOr(d.LastError, ""), 80), fmtTime(d.CreatedAt)})
 	}
-	return out.Table([]string{"ID", "TOPIC", "ROUTE", "STATUS", "ATTEMPTS", "LAST ERROR", "CREATED"}, rows)
+	return out.Table([]string{"ID", "TOPIC", "ROUTE", "STATUS", "KEY", "ATTEMPTS", "LAST ERROR", "CREATED"}, rows)
 }
 
 // sqlOutboxStuck reads, before a reset and locking them, the given

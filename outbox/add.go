@@ -33,10 +33,14 @@ var (
 	// ErrDuplicate: a message of the topic already has this dedup key
 	// (ferry_outbox_topic_dedup_key). The caller's transaction stays usable.
 	ErrDuplicate = errors.New("outbox: duplicate dedup key for topic")
+	// ErrInvalidOrderingKey: 1 to 256 characters when set
+	// (ferry_outbox_ordering_key_length).
+	ErrInvalidOrderingKey = errors.New("outbox: invalid ordering key")
 )
 
 type addOptions struct {
-	dedupKey *string
+	dedupKey    *string
+	orderingKey *string
 }
 
 // AddOption is an option of Add.
@@ -46,6 +50,16 @@ type AddOption func(*addOptions)
 // the same topic and key returns ErrDuplicate and writes nothing.
 func WithDedupKey(key string) AddOption {
 	return func(o *addOptions) { o.dedupKey = &key }
+}
+
+// WithOrderingKey orders the message after the messages of the same topic
+// and key written before it: to each route, their deliveries start in
+// message order (id), one at a time, and this one waits until the one
+// before it is delivered; while one is stuck, the key is blocked (see the
+// package doc, "Ordered delivery"). Messages without a key are delivered in
+// parallel. Keys are compared exactly: a tenant, an account, an order id.
+func WithOrderingKey(key string) AddOption {
+	return func(o *addOptions) { o.orderingKey = &key }
 }
 
 // Add writes a message in the caller's transaction and returns its id (the
@@ -70,6 +84,9 @@ func Add(ctx context.Context, tx pgx.Tx, topic string, payload any, opts ...AddO
 	if o.dedupKey != nil && (len(*o.dedupKey) == 0 || len([]rune(*o.dedupKey)) > 256) {
 		return 0, fmt.Errorf("%w: 1 to 256 characters", ErrInvalidDedupKey)
 	}
+	if o.orderingKey != nil && (len(*o.orderingKey) == 0 || len([]rune(*o.orderingKey)) > 256) {
+		return 0, fmt.Errorf("%w: 1 to 256 characters", ErrInvalidOrderingKey)
+	}
 	body, err := encodePayload(payload)
 	if err != nil {
 		return 0, err
@@ -78,10 +95,10 @@ func Add(ctx context.Context, tx pgx.Tx, topic string, payload any, opts ...AddO
 	// webhook requests join its trace.
 	parent, state := traceparent.FromContext(ctx)
 	var id int64
-	err = tx.QueryRow(ctx, `INSERT INTO ferry_outbox (topic, payload, dedup_key, traceparent, tracestate)
-		VALUES ($1, $2, $3, NULLIF($4, ''), NULLIF($5, ''))
+	err = tx.QueryRow(ctx, `INSERT INTO ferry_outbox (topic, payload, dedup_key, traceparent, tracestate, ordering_key)
+		VALUES ($1, $2, $3, NULLIF($4, ''), NULLIF($5, ''), $6)
 		ON CONFLICT (topic, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING RETURNING id`,
-		topic, string(body), o.dedupKey, parent, state).Scan(&id)
+		topic, string(body), o.dedupKey, parent, state, o.orderingKey).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, fmt.Errorf("%w: %q in %q", ErrDuplicate, *o.dedupKey, topic)
 	}
@@ -133,6 +150,8 @@ func translate(err error) error {
 		return fmt.Errorf("%w: %s", ErrPayloadTooLarge, pgErr.Message)
 	case "ferry_outbox_dedup_key_length":
 		return fmt.Errorf("%w: %s", ErrInvalidDedupKey, pgErr.Message)
+	case "ferry_outbox_ordering_key_length":
+		return fmt.Errorf("%w: %s", ErrInvalidOrderingKey, pgErr.Message)
 	case "ferry_outbox_topic_dedup_key":
 		return fmt.Errorf("%w: %s", ErrDuplicate, pgErr.Message)
 	}

@@ -370,7 +370,7 @@ func (w *DeliverWorker) load(ctx context.Context, a DeliverArgs) (Message, *stri
 	var status *string
 	var payload []byte
 	err := w.pool.QueryRow(ctx, sqlLoad, a.MessageID, a.Route).
-		Scan(&msg.Topic, &payload, &msg.DedupKey, &msg.CreatedAt, &status)
+		Scan(&msg.Topic, &payload, &msg.DedupKey, &msg.CreatedAt, &msg.OrderingKey, &status)
 	msg.Payload = payload
 	return msg, status, err
 }
@@ -528,7 +528,7 @@ func (w *DeliverWorker) workHandler(ctx context.Context, job *river.Job[DeliverA
 				return err
 			}
 		}
-		if err := markDelivered(hctx, tx, msg.ID, route.Name); err != nil {
+		if err := w.markDelivered(hctx, tx, msg, route.Name); err != nil {
 			return err
 		}
 		if _, err := river.JobCompleteTx[*riverpgxv5.Driver](hctx, tx, job); err != nil {
@@ -599,7 +599,7 @@ func (w *DeliverWorker) finish(ctx context.Context, job *river.Job[DeliverArgs],
 
 	switch res.outcome {
 	case delivered:
-		if err := pgx.BeginFunc(rctx, w.pool, func(tx pgx.Tx) error { return markDelivered(rctx, tx, a.MessageID, a.Route) }); err != nil {
+		if err := pgx.BeginFunc(rctx, w.pool, func(tx pgx.Tx) error { return w.markDelivered(rctx, tx, msg, a.Route) }); err != nil {
 			if errors.Is(err, errMessageGone) {
 				return river.JobCancel(wrap(err))
 			}
@@ -663,7 +663,7 @@ func (w *DeliverWorker) logDelivered(job *river.Job[DeliverArgs], msg Message, r
 
 // SQL of the worker.
 const (
-	sqlLoad = `SELECT o.topic, o.payload, o.dedup_key, o.created_at, d.status
+	sqlLoad = `SELECT o.topic, o.payload, o.dedup_key, o.created_at, coalesce(o.ordering_key, ''), d.status
 		FROM ferry_outbox o LEFT JOIN ferry_outbox_delivery d ON d.message_id = o.id AND d.route = $2
 		WHERE o.id = $1`
 
@@ -741,6 +741,30 @@ func markDelivered(ctx context.Context, tx pgx.Tx, id int64, route string) (err 
 	}
 	if _, err := br.Exec(); err != nil {
 		return fmt.Errorf("record message delivered: %w", err)
+	}
+	return nil
+}
+
+// markDelivered is markDelivered, and for a message with an ordering key,
+// in the same transaction, the start of the next delivery of its chain to
+// route (advance), by the River client of ctx's job.
+func (w *DeliverWorker) markDelivered(ctx context.Context, tx pgx.Tx, msg Message, route string) error {
+	if err := markDelivered(ctx, tx, msg.ID, route); err != nil {
+		return err
+	}
+	if msg.OrderingKey == "" {
+		return nil
+	}
+	var ins Inserter
+	if client, err := river.ClientFromContextSafely[pgx.Tx](ctx); err == nil {
+		ins = client
+	}
+	next, err := advance(ctx, tx, ins, msg, route, w.maxAttempts)
+	if err != nil {
+		return err
+	}
+	if next != 0 {
+		w.log.Debug("outbox: ordered delivery's turn", "message_id", next, "route", route, "after", msg.ID)
 	}
 	return nil
 }

@@ -718,29 +718,43 @@ var deliverQueueSeq atomic.Int64
 
 func startDeliverClient(t *testing.T, pool *pgxpool.Pool, w *DeliverWorker) *deliverClient {
 	t.Helper()
+	queue := fmt.Sprintf("outbox_test_%d", deliverQueueSeq.Add(1))
+	client := newRiverClient(t, pool, w, map[string]river.QueueConfig{queue: {MaxWorkers: 10}})
+	events, cancel := client.Subscribe(river.EventKindJobCompleted, river.EventKindJobFailed, river.EventKindJobCancelled)
+	t.Cleanup(cancel)
+	startRiver(t, client)
+	return &deliverClient{client: client, queue: queue, events: events}
+}
+
+// newRiverClient returns a River client (not started) that works queues
+// with w, fetching every few milliseconds.
+func newRiverClient(t *testing.T, pool *pgxpool.Pool, w *DeliverWorker, queues map[string]river.QueueConfig) *river.Client[pgx.Tx] {
+	t.Helper()
 	var reg jobs.Registry
 	require.NoError(t, reg.Add(w.Kind()))
 	workers, err := reg.Workers()
 	require.NoError(t, err)
-	queue := fmt.Sprintf("outbox_test_%d", deliverQueueSeq.Add(1))
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		FetchCooldown:     5 * time.Millisecond,
-		FetchPollInterval: 50 * time.Millisecond,
+		FetchPollInterval: 20 * time.Millisecond,
 		Logger:            slog.New(slog.DiscardHandler),
-		Queues:            map[string]river.QueueConfig{queue: {MaxWorkers: 10}},
+		Queues:            queues,
 		TestOnly:          true,
 		Workers:           workers,
 	})
 	require.NoError(t, err)
-	events, cancel := client.Subscribe(river.EventKindJobCompleted, river.EventKindJobFailed, river.EventKindJobCancelled)
-	t.Cleanup(cancel)
+	return client
+}
+
+// startRiver starts client and stops it when the test ends.
+func startRiver(t *testing.T, client *river.Client[pgx.Tx]) {
+	t.Helper()
 	require.NoError(t, client.Start(context.Background()))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		require.NoError(t, client.Stop(ctx))
 	})
-	return &deliverClient{client: client, queue: queue, events: events}
 }
 
 // insert inserts n jobs delivering message id to route.

@@ -120,6 +120,38 @@
 // until Reset (enqueue outbox reset) puts them back. Nothing is deleted by
 // delivery.
 //
+// # Ordered delivery
+//
+// Messages without an ordering key are delivered in parallel, as fast as
+// the route's workers go. Messages of one topic written with the same
+// ordering key (WithOrderingKey, or the ordering_key column from SQL: 1 to
+// 256 characters) are delivered to each route in message order, one at a
+// time: a message's delivery starts once the one before it is delivered
+// to that route, so each key's first successful arrivals at a receiver
+// come in order (retries of one message may repeat it, never overtake
+// it). Keys are independent: a slow or failing key never delays another.
+// The order is the messages' ids, which is their commit order when one
+// writer writes a key's messages in turn; two transactions that write
+// the same key at once have no order between them.
+//
+// Each (route, topic, key) is a chain, and at most one delivery of a chain
+// has a River job. The relay gives a job to a chain's first undelivered
+// delivery and records the later ones without one (job_id NULL,
+// "waiting for its turn" in Stats and List); the delivery that completes
+// inserts its successor's job in the transaction that records it
+// delivered. Both take the chain's advisory transaction lock, so neither
+// misses the other's commit, and relays on many replicas never start two
+// deliveries of one chain. The relay's release pass, every PollInterval,
+// starts a chain whose turn came without a job (a successor's queue was
+// full, a predecessor was deleted by hand).
+//
+// A stuck delivery blocks its chain: the later deliveries wait, counted as
+// StatusBlocked ("blocked") by Stats and selected by List's Status
+// "blocked", until Reset of the stuck message gives it a new job; once it
+// is delivered the chain goes on. A retried delivery holds its chain for
+// its backoff (5 s, 15 s, 60 s, …): a receiver that answers 429 or 503 with
+// Retry-After sets the pace.
+//
 // # Receiving once
 //
 // The wire is at least once. Receive records (consumer, event id) in

@@ -10,7 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferryq/ferry/internal/base/logtest"
@@ -198,29 +197,12 @@ func TestDeliverWorker_RouteQueues(t *testing.T) {
 	srv := statusHook(t, http.StatusNoContent, "")
 	w := b.worker(t, DeliverConfig{Client: srv.Client()}, hookRoute(srv, "billing"))
 
-	var reg jobs.Registry
-	require.NoError(t, reg.Add(w.Kind()))
-	workers, err := reg.Workers()
-	require.NoError(t, err)
-	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
-		FetchCooldown:     5 * time.Millisecond,
-		FetchPollInterval: 50 * time.Millisecond,
-		Logger:            slog.New(slog.DiscardHandler),
-		Queues: map[string]river.QueueConfig{
-			Queue: {MaxWorkers: 2}, QueueFor("billing"): {MaxWorkers: 2},
-			// A misconfiguration: a route's queue worked without the route.
-			QueueFor("retired"): {MaxWorkers: 2},
-		},
-		TestOnly: true,
-		Workers:  workers,
+	client := newRiverClient(t, pool, w, map[string]river.QueueConfig{
+		Queue: {MaxWorkers: 2}, QueueFor("billing"): {MaxWorkers: 2},
+		// A misconfiguration: a route's queue worked without the route.
+		QueueFor("retired"): {MaxWorkers: 2},
 	})
-	require.NoError(t, err)
-	require.NoError(t, client.Start(ctx))
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		require.NoError(t, client.Stop(sctx))
-	})
+	startRiver(t, client)
 
 	known := b.seed(t, testTopic, `{}`, "billing")
 	unknown := b.seed(t, testTopic, `{}`, "retired")

@@ -28,11 +28,32 @@ type Stat struct {
 // ErrWaitingForRoute); ListFilter.Status "waiting" selects these messages.
 const StatusWaiting = "waiting for a route"
 
+// States Stats and List report for the deliveries of ordered messages
+// (WithOrderingKey) that have no job yet: StatusTurn waits for the
+// delivery before it in its chain (running or retrying), StatusBlocked
+// for one that is stuck, until Reset puts it back. ListFilter.Status
+// "blocked" selects the blocked ones.
+const (
+	StatusTurn    = "waiting for its turn"
+	StatusBlocked = "blocked"
+)
+
+// sqlWaitState is the state of delivery d of message o: StatusBlocked or
+// StatusTurn for an ordered delivery that waits for its turn, d.status
+// otherwise.
+const sqlWaitState = `CASE WHEN d.status = 'pending' AND d.job_id IS NULL AND o.ordering_key IS NOT NULL THEN
+		CASE WHEN EXISTS (SELECT 1 FROM ferry_outbox_delivery sd JOIN ferry_outbox so ON so.id = sd.message_id
+			WHERE sd.route = d.route AND sd.status = 'stuck' AND so.topic = o.topic AND so.ordering_key = o.ordering_key AND so.id < o.id)
+		THEN '` + StatusBlocked + `' ELSE '` + StatusTurn + `' END
+	END`
+
 // Stats counts messages by topic and status, and deliveries by topic, route
 // and status. Pending messages that wait for a route, and pending
 // deliveries whose route no live worker declares (they wait in the route's
 // queue for a worker that has it: a worker stopped, or a route removed by a
-// deploy), are counted apart, with the status StatusWaiting.
+// deploy), are counted apart, with the status StatusWaiting; so are the
+// ordered deliveries that wait for their turn (StatusTurn) or behind a
+// stuck one (StatusBlocked).
 func Stats(ctx context.Context, q Querier) ([]Stat, error) {
 	rows, err := q.Query(ctx, `WITH live AS (`+sqlLive+`)
 		SELECT topic, '' AS route,
@@ -40,7 +61,8 @@ func Stats(ctx context.Context, q Querier) ([]Stat, error) {
 		FROM ferry_outbox GROUP BY 1, 2, 3
 		UNION ALL
 		SELECT o.topic, d.route,
-		       CASE WHEN d.status = 'pending' AND NOT EXISTS (SELECT 1 FROM live WHERE live.route = d.route) THEN $1 ELSE d.status END,
+		       coalesce(`+sqlWaitState+`,
+		         CASE WHEN d.status = 'pending' AND NOT EXISTS (SELECT 1 FROM live WHERE live.route = d.route) THEN $1 ELSE d.status END),
 		       count(*)
 		FROM ferry_outbox_delivery d JOIN ferry_outbox o ON o.id = d.message_id
 		GROUP BY 1, 2, 3
@@ -68,13 +90,18 @@ type Delivery struct {
 	JobID         *int64     `json:"job_id"`
 	DeliveredAt   *time.Time `json:"delivered_at"`
 	CreatedAt     time.Time  `json:"created_at"`
+	OrderingKey   *string    `json:"ordering_key"`
+	// Wait is StatusTurn or StatusBlocked for an ordered delivery that
+	// waits for its turn (Status is pending), "" otherwise.
+	Wait string `json:"wait,omitempty"`
 }
 
 // ListFilter narrows List.
 type ListFilter struct {
 	// Status selects rows whose message or delivery has this status
-	// (pending, relayed, delivered, stuck), or "waiting": messages that
-	// wait for a route; "" for any.
+	// (pending, relayed, delivered, stuck), "waiting": messages that
+	// wait for a route, or "blocked": ordered deliveries waiting behind a
+	// stuck one (StatusBlocked); "" for any.
 	Status string
 	Topic  string // "" for any
 	Limit  int    // default 100
@@ -88,12 +115,16 @@ func List(ctx context.Context, q Querier, f ListFilter) ([]Delivery, error) {
 		f.Limit = 100
 	}
 	rows, err := q.Query(ctx, `
-		SELECT o.id, o.topic, o.status, d.route, d.status, d.attempts, coalesce(d.last_error, o.last_error),
-		       d.next_attempt_at, d.job_id, coalesce(d.delivered_at, o.delivered_at), o.created_at
-		FROM ferry_outbox o LEFT JOIN ferry_outbox_delivery d ON d.message_id = o.id
-		WHERE ($1 = '' OR o.status = $1 OR d.status = $1 OR ($1 = 'waiting' AND o.status = 'pending' AND o.route_wait_since IS NOT NULL))
-		  AND ($2 = '' OR o.topic = $2)
-		ORDER BY o.id DESC, d.route LIMIT $3`, f.Status, f.Topic, f.Limit)
+		SELECT id, topic, message_status, route, status, attempts, last_error, next_attempt_at, job_id, delivered_at, created_at, ordering_key, wait
+		FROM (
+			SELECT o.id, o.topic, o.status AS message_status, d.route, d.status, d.attempts, coalesce(d.last_error, o.last_error) AS last_error,
+			       d.next_attempt_at, d.job_id, coalesce(d.delivered_at, o.delivered_at) AS delivered_at, o.created_at, o.ordering_key,
+			       coalesce(`+sqlWaitState+`, '') AS wait, o.route_wait_since
+			FROM ferry_outbox o LEFT JOIN ferry_outbox_delivery d ON d.message_id = o.id
+			WHERE ($2 = '' OR o.topic = $2)) l
+		WHERE ($1 = '' OR message_status = $1 OR status = $1 OR ($1 = 'waiting' AND message_status = 'pending' AND route_wait_since IS NOT NULL)
+		       OR ($1 = '`+StatusBlocked+`' AND wait = $1))
+		ORDER BY id DESC, route LIMIT $3`, f.Status, f.Topic, f.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: list: %w", err)
 	}

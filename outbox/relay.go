@@ -146,6 +146,7 @@ func (r *Relay) run(ctx context.Context) {
 	defer wg.Wait()
 	t := time.NewTimer(0)
 	defer t.Stop()
+	var released time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -155,6 +156,16 @@ func (r *Relay) run(ctx context.Context) {
 		}
 		if err := r.Drain(ctx); err != nil && ctx.Err() == nil {
 			r.cfg.Logger.Error("outbox: relay failed; retrying", "error", redact.Postgres(err.Error()), "retry_in", r.cfg.PollInterval)
+		}
+		// Every PollInterval, busy or not: ordered deliveries whose turn
+		// came without a job.
+		if time.Since(released) >= r.cfg.PollInterval {
+			released = time.Now()
+			if n, err := r.ReleaseOnce(ctx); err != nil && ctx.Err() == nil {
+				r.cfg.Logger.Error("outbox: release of ordered deliveries failed; retrying", "error", redact.Postgres(err.Error()), "retry_in", r.cfg.PollInterval)
+			} else if n > 0 {
+				r.cfg.Logger.Info("outbox: ordered deliveries released", "count", n)
+			}
 		}
 		t.Reset(r.cfg.PollInterval)
 	}
@@ -197,12 +208,12 @@ func deref(s *string) string {
 // SQL of the relay.
 const (
 	// sqlClaimNew claims messages the relay has not looked at yet.
-	sqlClaimNew = `SELECT id, topic, false, traceparent, tracestate FROM ferry_outbox
+	sqlClaimNew = `SELECT id, topic, false, traceparent, tracestate, ordering_key FROM ferry_outbox
 		WHERE status = 'pending' AND route_wait_since IS NULL AND NOT (topic = ANY($2))
 		ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`
 	// sqlClaimWaiting claims waiting messages that are due: their topic
 	// has a route now ($2), or their grace ($3 seconds) is over.
-	sqlClaimWaiting = `SELECT id, topic, true, traceparent, tracestate FROM ferry_outbox
+	sqlClaimWaiting = `SELECT id, topic, true, traceparent, tracestate, ordering_key FROM ferry_outbox
 		WHERE status = 'pending' AND route_wait_since IS NOT NULL
 		  AND (topic = ANY($2) OR route_wait_since <= now() - make_interval(secs => $3))
 		  AND NOT (topic = ANY($4))
@@ -292,15 +303,20 @@ func (r *Relay) relayTx(ctx context.Context, careful bool) (n int, full bool, er
 			topic         string
 			waiting       bool
 			parent, state *string
+			key           *string
 			relayed       []int64
 			waitNow       []int64
 			noRoute       []int64
 			msgIDs        []int64
 			names         []string
 			params        []river.InsertManyParams
+			// The topic and ordering key of each delivery (parallel to
+			// params; key "" for none), and whether any has a key.
+			topics, keys []string
+			keyed        bool
 		)
 		claim := func(rows pgx.Rows) error {
-			c, err := pgx.ForEachRow(rows, []any{&id, &topic, &waiting, &parent, &state}, func() error {
+			c, err := pgx.ForEachRow(rows, []any{&id, &topic, &waiting, &parent, &state, &key}, func() error {
 				rs := routes[topic]
 				switch {
 				case len(rs) == 0 && waiting:
@@ -315,6 +331,8 @@ func (r *Relay) relayTx(ctx context.Context, careful bool) (n int, full bool, er
 					}
 					for _, name := range rs {
 						msgIDs, names = append(msgIDs, id), append(names, name)
+						topics, keys = append(topics, topic), append(keys, deref(key))
+						keyed = keyed || key != nil
 						params = append(params, river.InsertManyParams{
 							Args:       DeliverArgs{MessageID: id, Route: name},
 							InsertOpts: &river.InsertOpts{Queue: QueueFor(name), MaxAttempts: r.cfg.MaxAttempts, Metadata: metadata},
@@ -345,13 +363,43 @@ func (r *Relay) relayTx(ctx context.Context, careful bool) (n int, full bool, er
 			return fmt.Errorf("claim messages: %w", err)
 		}
 		if len(params) > 0 {
+			// Deliveries of a keyed message that must wait behind their
+			// key's predecessor get no job now (see order); the others'
+			// jobs are inserted.
+			var waitMsgs []int64
+			var waitNames []string
+			if keyed {
+				wait, err := order(ctx, tx, names, topics, keys, msgIDs)
+				if err != nil {
+					return err
+				}
+				var k int
+				for i := range params {
+					if wait[i] {
+						waitMsgs, waitNames = append(waitMsgs, msgIDs[i]), append(waitNames, names[i])
+						continue
+					}
+					params[k], msgIDs[k], names[k] = params[i], msgIDs[i], names[i]
+					k++
+				}
+				params, msgIDs, names = params[:k], msgIDs[:k], names[:k]
+			}
 			inSavepoint := careful || slices.ContainsFunc(params, func(p river.InsertManyParams) bool {
 				return slices.Contains(bounded, p.InsertOpts.Queue)
 			})
-			jobIDs, waitRoom, err := r.insertDeliveries(ctx, tx, params, msgIDs, inSavepoint)
-			if err != nil {
-				return fmt.Errorf("insert delivery jobs: %w", err)
+			var (
+				jobIDs   []int64
+				waitRoom map[int64]string
+			)
+			if len(params) > 0 {
+				jobIDs, waitRoom, err = r.insertDeliveries(ctx, tx, params, msgIDs, inSavepoint)
+				if err != nil {
+					return fmt.Errorf("insert delivery jobs: %w", err)
+				}
 			}
+			// The waiting deliveries are recorded without a job (0: NULL).
+			msgIDs, names = append(msgIDs, waitMsgs...), append(names, waitNames...)
+			jobIDs = append(jobIDs, make([]int64, len(waitMsgs))...)
 			if len(waitRoom) > 0 {
 				relayed = slices.DeleteFunc(relayed, func(id int64) bool { _, ok := waitRoom[id]; return ok })
 				var k int
@@ -378,7 +426,7 @@ func (r *Relay) relayTx(ctx context.Context, careful bool) (n int, full bool, er
 			// Recorded and marked in one round trip.
 			b := &pgx.Batch{}
 			b.Queue(`INSERT INTO ferry_outbox_delivery (message_id, route, job_id)
-				SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[])`, msgIDs, names, jobIDs)
+				SELECT m, r, NULLIF(j, 0) FROM unnest($1::bigint[], $2::text[], $3::bigint[]) AS u(m, r, j)`, msgIDs, names, jobIDs)
 			b.Queue(`UPDATE ferry_outbox SET status = 'relayed', relayed_at = now(), last_error = NULL WHERE id = ANY($1)`, relayed)
 			if err := tx.SendBatch(ctx, b).Close(); err != nil {
 				return fmt.Errorf("record deliveries and mark relayed: %w", err)

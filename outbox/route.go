@@ -25,6 +25,9 @@ type Message struct {
 	Payload   json.RawMessage `json:"payload"`
 	DedupKey  *string         `json:"dedup_key,omitempty"`
 	CreatedAt time.Time       `json:"created_at"`
+	// OrderingKey is the message's ordering key (WithOrderingKey); "" for
+	// none.
+	OrderingKey string `json:"ordering_key,omitempty"`
 }
 
 // EventID is the id receivers dedup on: the message id, as sent in the

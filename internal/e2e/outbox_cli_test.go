@@ -85,3 +85,35 @@ func TestOutbox_AddDuplicateDedupKey(t *testing.T) {
 	require.NoError(t, pool.QueryRow(context.Background(), `SELECT payload::text FROM ferry_outbox WHERE id = $1`, id).Scan(&payload))
 	require.JSONEq(t, `{"order_id":7}`, payload, "the first message stays as written")
 }
+
+// TestOutbox_AddOrderingKey: outbox add --ordering-key writes the key; a
+// bad one is one line, exit 2, nothing written; list --status blocked is
+// accepted (nothing blocked here), a status it does not know is not.
+func TestOutbox_AddOrderingKey(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t, true)
+	pool := pgtest.PoolFor(t, url)
+
+	var out struct {
+		ID int64 `json:"id"`
+	}
+	enqueueOK(t, url, &out, "outbox", "add", "account.changed", "--payload", `{"balance":10}`, "--ordering-key", "acct-42")
+	var key string
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT ordering_key FROM ferry_outbox WHERE id = $1`, out.ID).Scan(&key))
+	require.Equal(t, "acct-42", key)
+
+	for _, bad := range []string{"", strings.Repeat("k", 257)} {
+		stdout, stderr, code := enqueue(t, url, nil, "outbox", "add", "account.changed", "--payload", `{}`, "--ordering-key", bad)
+		require.Equal(t, 2, code, "stdout %q stderr %q", stdout, stderr)
+		require.Contains(t, oneLine(t, stderr), "invalid ordering key")
+	}
+	require.Equal(t, 1, count(t, pool, `SELECT count(*) FROM ferry_outbox`), "nothing written")
+
+	list := outboxList(t, url)
+	require.Len(t, list, 1)
+	require.Equal(t, "acct-42", *list[0].OrderingKey)
+	require.Empty(t, outboxList(t, url, "--status", "blocked"))
+	_, stderr, code := enqueue(t, url, nil, "outbox", "list", "--status", "jammed")
+	require.Equal(t, 2, code)
+	require.Contains(t, oneLine(t, stderr), "want pending, relayed, delivered, stuck, waiting or blocked")
+}

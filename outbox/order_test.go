@@ -1,0 +1,360 @@
+package outbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/riverqueue/river"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ferryq/ferry/internal/base/logtest"
+)
+
+// orderedPayload is what the ordered tests write: the key again, and the
+// message's place in its key's sequence.
+type orderedPayload struct {
+	Key string `json:"key"`
+	Seq int    `json:"seq"`
+}
+
+// orderReceiver is a webhook receiver that records, per key, the sequence
+// numbers of the first successful arrival of each message, and counts the
+// requests of one key that overlapped (ordered deliveries never do).
+type orderReceiver struct {
+	mu       sync.Mutex
+	arrived  map[string][]int
+	seen     map[string]map[int]bool
+	inFlight map[string]int
+	overlaps int
+	// fail says whether to answer the request with status (0: 204); a
+	// 503 says Retry-After: 1, so that the retry comes within a second.
+	fail func(p orderedPayload) int
+}
+
+func newOrderReceiver(fail func(orderedPayload) int) *orderReceiver {
+	return &orderReceiver{arrived: map[string][]int{}, seen: map[string]map[int]bool{}, inFlight: map[string]int{}, fail: fail}
+}
+
+func (o *orderReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	var p orderedPayload
+	if err := json.Unmarshal(body, &p); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	o.mu.Lock()
+	o.inFlight[p.Key]++
+	if p.Key != "" && o.inFlight[p.Key] > 1 {
+		o.overlaps++
+	}
+	o.mu.Unlock()
+	time.Sleep(time.Millisecond) // room for an overlap to show
+	status := http.StatusNoContent
+	if o.fail != nil {
+		status = max(o.fail(p), 0)
+		if status == 0 {
+			status = http.StatusNoContent
+		}
+	}
+	o.mu.Lock()
+	o.inFlight[p.Key]--
+	if status < 300 {
+		if o.seen[p.Key] == nil {
+			o.seen[p.Key] = map[int]bool{}
+		}
+		if !o.seen[p.Key][p.Seq] {
+			o.seen[p.Key][p.Seq] = true
+			o.arrived[p.Key] = append(o.arrived[p.Key], p.Seq)
+		}
+	}
+	o.mu.Unlock()
+	if status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "1")
+	}
+	w.WriteHeader(status)
+}
+
+// violations counts, over every key but the unordered "", the first
+// arrivals that came after a later message's.
+func (o *orderReceiver) violations() (n, arrivals int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for key, seqs := range o.arrived {
+		arrivals += len(seqs)
+		if key == "" {
+			continue
+		}
+		for i := 1; i < len(seqs); i++ {
+			if seqs[i] < seqs[i-1] {
+				n++
+			}
+		}
+	}
+	return n, arrivals
+}
+
+// orderedFleet is a database with ordered messages, relays and a River
+// client working the route's deliveries with a DeliverWorker.
+type orderedFleet struct {
+	*relayBundle
+	client *river.Client[pgx.Tx]
+	logs   *logtest.Recorder
+	route  Route
+}
+
+// startOrderedFleet starts relays relays and a River client of workers
+// workers for one webhook route to receiver.
+func startOrderedFleet(t *testing.T, b *relayBundle, receiver http.Handler, relays, workers int) *orderedFleet {
+	t.Helper()
+	ctx := context.Background()
+	srv := hookServer(t, receiver.ServeHTTP)
+	route := Route{Topic: "account.changed", Name: "ledger", URL: srv.URL}
+	logs := &logtest.Recorder{}
+	w := NewDeliverWorker(DeliverConfig{Pool: b.pool, Routes: mustRoutes(t, route), Client: srv.Client(), Logger: logs.Logger()})
+	client := newRiverClient(t, b.pool, w, map[string]river.QueueConfig{QueueFor(route.Name): {MaxWorkers: workers}})
+	startRiver(t, client)
+	for range relays {
+		r := NewRelay(RelayConfig{Pool: b.pool, Inserter: client, Routes: mustRoutes(t, route), BatchSize: 7,
+			PollInterval: 100 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+		require.NoError(t, r.Start(ctx))
+		t.Cleanup(r.Stop)
+	}
+	return &orderedFleet{relayBundle: b, client: client, logs: logs, route: route}
+}
+
+// write adds, in one transaction each, seqs messages per key (keys[i]
+// "" writes unordered messages), interleaving the keys.
+func (f *orderedFleet) write(t *testing.T, keys []string, seqs int) {
+	t.Helper()
+	for seq := 1; seq <= seqs; seq++ {
+		for _, key := range keys {
+			var opts []AddOption
+			if key != "" {
+				opts = append(opts, WithOrderingKey(key))
+			}
+			f.add(t, "account.changed", orderedPayload{Key: key, Seq: seq}, opts...)
+		}
+	}
+}
+
+func (f *orderedFleet) waitDelivered(t *testing.T, want int) {
+	t.Helper()
+	ok := assert.Eventually(t, func() bool {
+		return count(t, f.pool, `SELECT count(*) FROM ferry_outbox WHERE status = 'delivered'`) == want
+	}, 60*time.Second, 50*time.Millisecond, "every message delivered")
+	if !ok {
+		// What is left, for the failure's reader.
+		rows, err := f.pool.Query(context.Background(), `SELECT o.id, coalesce(o.ordering_key, ''), o.status, coalesce(d.status, ''), coalesce(d.job_id, 0), coalesce(j.state::text, ''), coalesce(d.last_error, '')
+			FROM ferry_outbox o LEFT JOIN ferry_outbox_delivery d ON d.message_id = o.id LEFT JOIN river_job j ON j.id = d.job_id
+			WHERE o.status <> 'delivered' ORDER BY o.id LIMIT 40`)
+		require.NoError(t, err)
+		for rows.Next() {
+			vals, _ := rows.Values()
+			t.Log(vals...)
+		}
+		t.FailNow()
+	}
+}
+
+// TestOrdered_InOrderThroughFailures: keyed messages, written interleaved,
+// reach a receiver that fails a third of its requests at random in their
+// key's order, one at a time per key, through two relays and twenty
+// workers; unkeyed ones go in parallel.
+func TestOrdered_InOrderThroughFailures(t *testing.T) {
+	t.Parallel()
+	b := relaySetup(t)
+	var mu sync.Mutex
+	rng := rand.New(rand.NewPCG(1, 2))
+	receiver := newOrderReceiver(func(orderedPayload) int {
+		mu.Lock()
+		defer mu.Unlock()
+		if rng.IntN(3) == 0 {
+			return http.StatusServiceUnavailable
+		}
+		return 0
+	})
+	f := startOrderedFleet(t, b, receiver, 2, 20)
+	keys := []string{"", ""}
+	for i := range 20 {
+		keys = append(keys, fmt.Sprintf("acct-%02d", i))
+	}
+	f.write(t, keys, 10)
+	f.waitDelivered(t, len(keys)*10)
+
+	n, arrivals := receiver.violations()
+	require.Equal(t, len(keys)*10, arrivals+10, "every message arrived (the two unordered streams share key \"\": 10 of theirs are counted as one key's)")
+	require.Zero(t, n, "order violations: %v", receiver.arrived)
+	require.Zero(t, receiver.overlaps, "two requests of one key at once")
+	require.Greater(t, count(t, b.pool, `SELECT count(*) FROM ferry_outbox_delivery WHERE attempts > 1`), 0, "the receiver's failures were retried")
+	for _, key := range keys[2:] {
+		require.Equal(t, []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, receiver.arrived[key], "key %s", key)
+	}
+}
+
+// TestOrdered_StuckBlocksItsKey: a stuck delivery blocks its key, visibly
+// (Stats, List), and no other; Reset of the stuck one releases the key,
+// whose messages then arrive in order.
+func TestOrdered_StuckBlocksItsKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := relaySetup(t)
+	var broken sync.Map
+	broken.Store("a", true)
+	receiver := newOrderReceiver(func(p orderedPayload) int {
+		if v, _ := broken.Load(p.Key); v == true && p.Seq == 1 {
+			return http.StatusUnprocessableEntity // stuck at once
+		}
+		return 0
+	})
+	f := startOrderedFleet(t, b, receiver, 1, 4)
+	f.write(t, []string{"a", "b"}, 3)
+
+	require.Eventually(t, func() bool {
+		return count(t, b.pool, `SELECT count(*) FROM ferry_outbox WHERE status = 'delivered'`) == 3 &&
+			count(t, b.pool, `SELECT count(*) FROM ferry_outbox WHERE status = 'stuck'`) == 1
+	}, 30*time.Second, 20*time.Millisecond, "b delivered, a's first stuck")
+	time.Sleep(300 * time.Millisecond) // a release pass or three: still blocked
+	require.Equal(t, []int{1, 2, 3}, receiver.arrived["b"])
+	require.Empty(t, receiver.arrived["a"])
+
+	stats, err := Stats(ctx, b.pool)
+	require.NoError(t, err)
+	require.Contains(t, stats, Stat{Topic: "account.changed", Route: "ledger", Status: StatusBlocked, Count: 2})
+	require.Contains(t, stats, Stat{Topic: "account.changed", Route: "ledger", Status: "stuck", Count: 1})
+	blocked, err := List(ctx, b.pool, ListFilter{Status: StatusBlocked})
+	require.NoError(t, err)
+	require.Len(t, blocked, 2)
+	var stuckID int64
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT id FROM ferry_outbox WHERE status = 'stuck'`).Scan(&stuckID))
+	for _, d := range blocked {
+		require.Equal(t, StatusBlocked, d.Wait)
+		require.Equal(t, "pending", *d.Status)
+		require.Nil(t, d.JobID)
+		require.Equal(t, "a", *d.OrderingKey)
+		require.Greater(t, d.MessageID, stuckID)
+	}
+
+	broken.Store("a", false)
+	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		_, _, err := Reset(ctx, tx, f.client, []int64{stuckID}, 0)
+		return err
+	}))
+	f.waitDelivered(t, 6)
+	require.Equal(t, []int{1, 2, 3}, receiver.arrived["a"])
+	blocked, err = List(ctx, b.pool, ListFilter{Status: StatusBlocked})
+	require.NoError(t, err)
+	require.Empty(t, blocked)
+}
+
+// TestOrdered_RelayAndRelease: the relay gives a job to each chain's first
+// delivery only, also with relays claiming concurrently in small batches;
+// a delivery completed outside River's work context cannot start its
+// successor, and the release pass does, once.
+func TestOrdered_RelayAndRelease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := relaySetup(t)
+	keys := []string{"k1", "k2", "k3", ""}
+	f := &orderedFleet{relayBundle: b}
+	f.write(t, keys, 6)
+
+	srv := statusHook(t, http.StatusNoContent, "")
+	route := Route{Topic: "account.changed", Name: "ledger", URL: srv.URL}
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for range 4 {
+		r := NewRelay(RelayConfig{Pool: b.pool, Inserter: b.client, Routes: mustRoutes(t, route), BatchSize: 2, Logger: slog.New(slog.DiscardHandler)})
+		wg.Go(func() {
+			for {
+				n, err := r.RelayOnce(ctx)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if n == 0 {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.Zero(t, count(t, b.pool, `SELECT count(*) FROM ferry_outbox WHERE status = 'pending'`))
+	require.Zero(t, count(t, b.pool, `SELECT count(*) FROM ferry_outbox_delivery d JOIN river_job j ON j.id = d.job_id
+		WHERE (j.args->>'message_id')::bigint <> d.message_id OR j.args->>'route' <> d.route`), "each delivery's job is its own")
+	// Each key: its first message has a job, the five others wait.
+	rows, err := b.pool.Query(ctx, `SELECT coalesce(o.ordering_key, ''), count(d.job_id), count(*) - count(d.job_id),
+			min(o.id) FILTER (WHERE d.job_id IS NOT NULL) = min(o.id)
+		FROM ferry_outbox o JOIN ferry_outbox_delivery d ON d.message_id = o.id GROUP BY 1 ORDER BY 1`)
+	require.NoError(t, err)
+	type chainJobs struct {
+		Key           string
+		Jobs, Waiting int
+		FirstHasJob   bool
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[chainJobs])
+	require.NoError(t, err)
+	require.Equal(t, []chainJobs{{"", 6, 0, true}, {"k1", 1, 5, true}, {"k2", 1, 5, true}, {"k3", 1, 5, true}}, got)
+	stats, err := Stats(ctx, b.pool)
+	require.NoError(t, err)
+	require.Contains(t, stats, Stat{Topic: "account.changed", Route: "ledger", Status: StatusTurn, Count: 15})
+
+	// k1's first delivery, worked without River (no client in the
+	// context): delivered, its successor still without a job.
+	logs := &logtest.Recorder{}
+	w := NewDeliverWorker(DeliverConfig{Pool: b.pool, Routes: mustRoutes(t, route), Client: srv.Client(), Logger: logs.Logger()})
+	var first int64
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT min(id) FROM ferry_outbox WHERE ordering_key = 'k1'`).Scan(&first))
+	require.NoError(t, w.Work(ctx, deliverJob(first, "ledger", 1, 24)))
+	require.Equal(t, 5, count(t, b.pool, `SELECT count(*) FROM ferry_outbox_delivery WHERE job_id IS NULL AND message_id IN (SELECT id FROM ferry_outbox WHERE ordering_key = 'k1')`))
+
+	r := NewRelay(RelayConfig{Pool: b.pool, Inserter: b.client, Routes: mustRoutes(t, route), Logger: slog.New(slog.DiscardHandler)})
+	n, err := r.ReleaseOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "k1's second message's turn")
+	require.Equal(t, 1, count(t, b.pool, `SELECT count(*) FROM ferry_outbox_delivery d JOIN river_job j ON j.id = d.job_id
+		WHERE d.message_id = (SELECT id FROM ferry_outbox WHERE ordering_key = 'k1' ORDER BY id OFFSET 1 LIMIT 1) AND j.queue = $1`, QueueFor("ledger")))
+	n, err = r.ReleaseOnce(ctx)
+	require.NoError(t, err)
+	require.Zero(t, n, "each chain's turn is taken: nothing more")
+}
+
+// TestAdd_OrderingKey: a key is 1 to 256 characters, from Go and from SQL.
+func TestAdd_OrderingKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := relaySetup(t)
+	for _, key := range []string{"", strings.Repeat("k", 257)} {
+		err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+			_, err := Add(ctx, tx, "t", `{}`, WithOrderingKey(key))
+			return err
+		})
+		require.ErrorIs(t, err, ErrInvalidOrderingKey)
+	}
+	_, err := b.pool.Exec(ctx, `INSERT INTO ferry_outbox (topic, payload, ordering_key) VALUES ('t', '{}', '')`)
+	var pgErr *pgconn.PgError
+	require.True(t, errors.As(err, &pgErr), "%v", err)
+	require.Equal(t, "ferry_outbox_ordering_key_length", pgErr.ConstraintName)
+	require.Zero(t, count(t, b.pool, `SELECT count(*) FROM ferry_outbox`), "nothing written")
+
+	id := b.add(t, "t", `{}`, WithOrderingKey(strings.Repeat("ü", 256)))
+	var key string
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT ordering_key FROM ferry_outbox WHERE id = $1`, id).Scan(&key))
+	require.Equal(t, strings.Repeat("ü", 256), key)
+}
