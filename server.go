@@ -210,7 +210,11 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 
-	deliver := outbox.NewDeliverWorker(outbox.DeliverConfig{Pool: pool, Routes: routes, MaxAttempts: maxAttempts, Logger: cfg.Logger, Tracer: tracing.Outbox(cfg.TracerProvider)})
+	// An ordered chain's turn goes to this process's relay (set below,
+	// before any job runs), which starts many chains' next deliveries in
+	// one transaction.
+	advance := func(t outbox.Turn) { s.relay.Advance(t) }
+	deliver := outbox.NewDeliverWorker(outbox.DeliverConfig{Pool: pool, Routes: routes, MaxAttempts: maxAttempts, Logger: cfg.Logger, Tracer: tracing.Outbox(cfg.TracerProvider), Advance: advance})
 	if err := registry.Add(deliver.Kind()); err != nil {
 		return fail(err)
 	}

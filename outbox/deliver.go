@@ -116,6 +116,14 @@ type DeliverConfig struct {
 	// Now is the clock of signature timestamps and next attempt times;
 	// default time.Now.
 	Now func() time.Time
+	// Advance takes the turn of an ordered chain (WithOrderingKey) once
+	// the delivery that held it is recorded delivered: the process's
+	// Relay.Advance, which starts many chains' next deliveries in one
+	// transaction. Default nil: the transaction that records the delivery
+	// starts the next one itself, by the River client of the job's
+	// context (one insert notification per delivery, which serialises
+	// commits under load).
+	Advance func(Turn)
 	// Tracer makes a client span for each webhook request, a child of the
 	// job's span (a child of the message's writer, through the relay),
 	// whose W3C context the request carries in its traceparent header.
@@ -161,6 +169,7 @@ type DeliverWorker struct {
 	// removes the entry.
 	retryAt sync.Map
 	tracer  Tracer
+	advance func(Turn)
 }
 
 type retryKey struct {
@@ -185,6 +194,7 @@ func NewDeliverWorker(cfg DeliverConfig) *DeliverWorker {
 		log:         cfg.Logger,
 		now:         cfg.Now,
 		tracer:      cfg.Tracer,
+		advance:     cfg.Advance,
 	}
 	if w.routes == nil {
 		w.routes = &Routes{}
@@ -562,6 +572,7 @@ func (w *DeliverWorker) workHandler(ctx context.Context, job *river.Job[DeliverA
 	}
 	if res.outcome == delivered {
 		// Recorded in the transaction; only the log line is left.
+		w.handOn(msg, route.Name)
 		w.logDelivered(job, msg, res, elapsed)
 		return nil
 	}
@@ -609,6 +620,7 @@ func (w *DeliverWorker) finish(ctx context.Context, job *river.Job[DeliverArgs],
 			w.log.Warn("outbox: delivery failed", append(attrs, "error", err)...)
 			return err
 		}
+		w.handOn(msg, a.Route)
 		w.logDelivered(job, msg, res, elapsed)
 		return nil
 
@@ -745,14 +757,15 @@ func markDelivered(ctx context.Context, tx pgx.Tx, id int64, route string) (err 
 	return nil
 }
 
-// markDelivered is markDelivered, and for a message with an ordering key,
-// in the same transaction, the start of the next delivery of its chain to
-// route (advance), by the River client of ctx's job.
+// markDelivered is markDelivered, and for a message with an ordering key
+// when there is no Advance to hand the turn to (handOn), in the same
+// transaction, the start of the next delivery of its chain to route
+// (advance), by the River client of ctx's job.
 func (w *DeliverWorker) markDelivered(ctx context.Context, tx pgx.Tx, msg Message, route string) error {
 	if err := markDelivered(ctx, tx, msg.ID, route); err != nil {
 		return err
 	}
-	if msg.OrderingKey == "" {
+	if msg.OrderingKey == "" || w.advance != nil {
 		return nil
 	}
 	var ins Inserter
@@ -767,6 +780,14 @@ func (w *DeliverWorker) markDelivered(ctx context.Context, tx pgx.Tx, msg Messag
 		w.log.Debug("outbox: ordered delivery's turn", "message_id", next, "route", route, "after", msg.ID)
 	}
 	return nil
+}
+
+// handOn hands the turn of msg's chain to Advance, once msg's delivery to
+// route is committed delivered.
+func (w *DeliverWorker) handOn(msg Message, route string) {
+	if msg.OrderingKey != "" && w.advance != nil {
+		w.advance(Turn{Route: route, Topic: msg.Topic, Key: msg.OrderingKey, After: msg.ID})
+	}
 }
 
 // recordFailed records a failed attempt that River retries at next.

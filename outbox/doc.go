@@ -137,13 +137,20 @@
 // Each (route, topic, key) is a chain, and at most one delivery of a chain
 // has a River job. The relay gives a job to a chain's first undelivered
 // delivery and records the later ones without one (job_id NULL,
-// "waiting for its turn" in Stats and List); the delivery that completes
-// inserts its successor's job in the transaction that records it
-// delivered. Both take the chain's advisory transaction lock, so neither
-// misses the other's commit, and relays on many replicas never start two
-// deliveries of one chain. The relay's release pass, every PollInterval,
-// starts a chain whose turn came without a job (a successor's queue was
-// full, a predecessor was deleted by hand).
+// "waiting for its turn" in Stats and List). The delivery that completes
+// hands the chain's turn on: to its process's relay (DeliverConfig.Advance,
+// Relay.Advance), which starts the next delivery of every chain handed to
+// it meanwhile in one transaction and one River insert (a transaction, and
+// an insert notification, per delivery would queue every commit on
+// Postgres's notification lock); with no relay to hand it to, in the
+// transaction that records it delivered. Starting a chain's delivery
+// holds the chain's advisory transaction lock; the relay takes it too, or
+// leaves a chain another holds waiting and hands its turn on after its
+// commit, so relays on many replicas and the deliveries never start two
+// deliveries of one chain, and never miss one. A release pass, one relay
+// at a time every ReleaseInterval (5 s), starts a chain whose turn came
+// more than PollInterval ago without a job (a turn lost with a killed
+// process, a full queue, a predecessor deleted by hand).
 //
 // A stuck delivery blocks its chain: the later deliveries wait, counted as
 // StatusBlocked ("blocked") by Stats and selected by List's Status

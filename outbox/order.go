@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
@@ -16,19 +17,24 @@ import (
 
 // Ordered delivery (see the package doc): for each route and each
 // (topic, ordering key), at most one delivery has a job at a time, the
-// key's first undelivered message's. Three places hand the turn on, each
-// holding the chain's advisory transaction lock (sqlOrderLocks), so that
+// key's first undelivered message's. Three places start a chain's
+// delivery, each holding the chain's advisory transaction lock, so that
 // none misses another's commit:
 //
 //   - the relay (order): a keyed delivery gets its job only when it is
 //     the first of its chain in the batch and the message before it is
 //     delivered to the route (or has no delivery to it); the others are
-//     recorded waiting, job_id NULL;
-//   - the delivery that completes (advance): in its own transaction, the
-//     chain's next waiting delivery gets its job;
+//     recorded waiting, job_id NULL. It only tries the locks: a chain
+//     another holds waits, and the relay hands its turn on after its
+//     commit (the holder could not see the batch's message);
+//   - the delivery that completes hands the turn on: to its process's
+//     relay (DeliverConfig.Advance, Relay.Advance), which starts the
+//     successors of the turns handed to it meanwhile in one transaction
+//     (TakeTurns, after the turn's message is delivered only); without a
+//     relay to hand it to, in the completing transaction itself (advance);
 //   - the relay's release pass (Relay.ReleaseOnce), for what neither did:
-//     a successor's job refused by a full queue, a predecessor deleted by
-//     hand, a completion outside River's work context.
+//     a turn lost with its process, a successor's job refused by a full
+//     queue, a predecessor deleted by hand. It only tries the locks too.
 //
 // A stuck delivery hands nothing on: its key is blocked for its route
 // until Reset gives it a new job, and its delivery hands the turn on.
@@ -40,26 +46,29 @@ const sqlOrderLocks = `SELECT count(pg_advisory_xact_lock(k)) FROM (
 	SELECT DISTINCT hashtextextended('ferry.outbox.order/' || r || '/' || t || '/' || k, 0) AS k
 	FROM unnest($1::text[], $2::text[], $3::text[]) AS u(r, t, k) ORDER BY 1) s`
 
-// sqlPredecessorOpen is the condition, on u(route, topic, key, id), that
-// the chain's message before id is not done with the route: still pending
-// (its relay decides its turn), or its delivery to the route not
-// delivered (waiting, running, retrying or stuck). Messages with no
+// sqlPredecessor reads, for u(route, topic, key, id), the chain's link
+// before message id: its id, and whether it is not done with the route:
+// still pending (its relay decides its turn), or its delivery to the route
+// not delivered (waiting, running, retrying or stuck). Messages with no
 // delivery to the route (relayed before the route existed, stuck for
-// want of one) are no link of its chain. Only the latest link counts:
-// a delivery gets its job after every earlier one was delivered.
-const sqlPredecessorOpen = `coalesce((
-	SELECT p.status = 'pending' OR pd.status <> 'delivered'
+// want of one) are no link of its chain. Only the latest link counts: a
+// delivery gets its job after every earlier one was delivered.
+const sqlPredecessor = `SELECT p.id, p.status = 'pending' OR pd.status <> 'delivered'
 	FROM ferry_outbox p LEFT JOIN ferry_outbox_delivery pd ON pd.message_id = p.id AND pd.route = u.route
 	WHERE p.topic = u.topic AND p.ordering_key = u.key AND p.id < u.id
 	  AND (p.status = 'pending' OR pd.message_id IS NOT NULL)
-	ORDER BY p.id DESC LIMIT 1), false)`
+	ORDER BY p.id DESC LIMIT 1`
 
 // order says which deliveries of a relay batch (parallel slices: route,
 // topic, ordering key or "", message id) wait behind their chain: every
 // keyed delivery but the first of its chain in the batch, and that one
-// too when the message before it is not done with the route. It locks the
-// batch's chains first.
-func order(ctx context.Context, tx pgx.Tx, routes, topics, keys []string, ids []int64) ([]bool, error) {
+// too when the message before it is not done with the route, or when
+// the chain's lock is another's (a delivery handing its turn on, a
+// release pass). It never waits for a lock: for a chain locked by
+// another, it returns a Turn after the chain's message before the batch,
+// for the relay to hand on once its transaction commits (its successor,
+// the batch's first, was not there to be seen by the holder).
+func order(ctx context.Context, tx pgx.Tx, routes, topics, keys []string, ids []int64) ([]bool, []Turn, error) {
 	type chain struct{ route, topic, key string }
 	first := map[chain]int64{}
 	for i, key := range keys {
@@ -76,21 +85,40 @@ func order(ctx context.Context, tx pgx.Tx, routes, topics, keys []string, ids []
 	for c, id := range first {
 		cr, ct, ck, cid = append(cr, c.route), append(ct, c.topic), append(ck, c.key), append(cid, id)
 	}
-	if _, err := tx.Exec(ctx, sqlOrderLocks, cr, ct, ck); err != nil {
-		return nil, fmt.Errorf("lock ordered chains: %w", err)
-	}
-	rows, err := tx.Query(ctx, `SELECT `+sqlPredecessorOpen+`
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) WITH ORDINALITY AS u(route, topic, key, id, n) ORDER BY n`, cr, ct, ck, cid)
+	rows, err := tx.Query(ctx, sqlTryOrderLocks, cr, ct, ck)
 	if err != nil {
-		return nil, fmt.Errorf("read ordered chains: %w", err)
+		return nil, nil, fmt.Errorf("lock ordered chains: %w", err)
 	}
-	open, err := pgx.CollectRows(rows, pgx.RowTo[bool])
+	lockedAt, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	if err != nil {
-		return nil, fmt.Errorf("read ordered chains: %w", err)
+		return nil, nil, fmt.Errorf("lock ordered chains: %w", err)
+	}
+	locked := make([]bool, len(cr))
+	for _, n := range lockedAt {
+		locked[n-1] = true
+	}
+	rows, err = tx.Query(ctx, `SELECT coalesce(prev.id, 0), coalesce(prev.open, false)
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) WITH ORDINALITY AS u(route, topic, key, id, n)
+		LEFT JOIN LATERAL (`+sqlPredecessor+`) AS prev(id, open) ON true ORDER BY u.n`, cr, ct, ck, cid)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read ordered chains: %w", err)
+	}
+	type link struct {
+		ID   int64
+		Open bool
+	}
+	prevs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[link])
+	if err != nil {
+		return nil, nil, fmt.Errorf("read ordered chains: %w", err)
 	}
 	blocked := map[chain]bool{}
+	var turns []Turn
 	for i := range cr {
-		blocked[chain{cr[i], ct[i], ck[i]}] = open[i]
+		c := chain{cr[i], ct[i], ck[i]}
+		blocked[c] = prevs[i].Open || !locked[i]
+		if !locked[i] && prevs[i].ID != 0 {
+			turns = append(turns, Turn{Route: c.route, Topic: c.topic, Key: c.key, After: prevs[i].ID})
+		}
 	}
 	wait := make([]bool, len(keys))
 	for i, key := range keys {
@@ -100,7 +128,128 @@ func order(ctx context.Context, tx pgx.Tx, routes, topics, keys []string, ids []
 		c := chain{routes[i], topics[i], key}
 		wait[i] = blocked[c] || ids[i] != first[c]
 	}
-	return wait, nil
+	return wait, turns, nil
+}
+
+// Turn is an ordered chain's turn, handed on by the delivery of its
+// message After to Route: the chain's next delivery may start.
+type Turn struct {
+	Route, Topic, Key string
+	After             int64
+}
+
+// Advance hands a chain's turn to the relay, which starts the chain's
+// next delivery, batched with the other turns handed to it meanwhile: one
+// transaction, and one River insert notification, for many chains, where
+// a transaction per delivery would serialise the commits on Postgres's
+// notification lock. It never blocks. A turn the relay does not take (it
+// stopped, its process died) is taken by a release pass (ReleaseOnce).
+func (r *Relay) Advance(t Turn) {
+	r.turnsMu.Lock()
+	r.turns = append(r.turns, t)
+	r.turnsMu.Unlock()
+	select {
+	case r.turnWake <- struct{}{}:
+	default:
+	}
+}
+
+// turnGather is how long the relay gathers turns before it starts them.
+const turnGather = 5 * time.Millisecond
+
+// turnLoop starts the turns handed to Advance, a batch at a time.
+func (r *Relay) turnLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.turnWake:
+		}
+		// A few milliseconds' more turns in the same transaction: on a
+		// busy worker each transaction starts dozens of chains, with one
+		// commit and one insert notification.
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(turnGather):
+		}
+		r.turnsMu.Lock()
+		turns := r.turns
+		r.turns = nil
+		r.turnsMu.Unlock()
+		if len(turns) == 0 {
+			continue
+		}
+		if _, err := r.TakeTurns(ctx, turns); err != nil && ctx.Err() == nil {
+			r.cfg.Logger.Warn("outbox: ordered deliveries' turns not started; the release pass starts them", "count", len(turns), "error", err)
+		}
+	}
+}
+
+// sqlTurns reads, for each chain (route, topic, key) and message after
+// whose delivery to the route is delivered, the chain's next link after it
+// when that delivery waits for its turn: the chain's index, the message's
+// id and trace context.
+const sqlTurns = `SELECT c.n, x.id, x.traceparent, x.tracestate
+	FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) WITH ORDINALITY AS c(route, topic, key, after, n)
+	JOIN ferry_outbox_delivery ad ON ad.message_id = c.after AND ad.route = c.route AND ad.status = 'delivered'
+	CROSS JOIN LATERAL (
+		SELECT m.id, m.traceparent, m.tracestate, d.status = 'pending' AND d.job_id IS NULL AS waiting
+		FROM ferry_outbox m LEFT JOIN ferry_outbox_delivery d ON d.message_id = m.id AND d.route = c.route
+		WHERE m.topic = c.topic AND m.ordering_key = c.key AND m.id > c.after
+		  AND (m.status = 'pending' OR d.message_id IS NOT NULL)
+		ORDER BY m.id LIMIT 1) x
+	WHERE x.waiting`
+
+// TakeTurns starts the next delivery of each chain of turns, if it waits
+// for its turn, in one transaction, and returns how many it started.
+func (r *Relay) TakeTurns(ctx context.Context, turns []Turn) (int, error) {
+	// One turn per chain: the latest (a repeated delivery may hand an
+	// older one).
+	type chain struct{ route, topic, key string }
+	latest := map[chain]int64{}
+	for _, t := range turns {
+		c := chain{t.Route, t.Topic, t.Key}
+		latest[c] = max(latest[c], t.After)
+	}
+	var (
+		rs, ts, ks []string
+		afters     []int64
+	)
+	for c, after := range latest {
+		rs, ts, ks, afters = append(rs, c.route), append(ts, c.topic), append(ks, c.key), append(afters, after)
+	}
+	var n int
+	err := pgx.BeginFunc(ctx, r.cfg.Pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, sqlOrderLocks, rs, ts, ks); err != nil {
+			return fmt.Errorf("lock ordered chains: %w", err)
+		}
+		rows, err := tx.Query(ctx, sqlTurns, rs, ts, ks, afters)
+		if err != nil {
+			return err
+		}
+		var (
+			i               int
+			id              int64
+			parent, state   *string
+			ids             []int64
+			routes          []string
+			parents, states []*string
+		)
+		if _, err := pgx.ForEachRow(rows, []any{&i, &id, &parent, &state}, func() error {
+			ids, routes = append(ids, id), append(routes, rs[i-1])
+			parents, states = append(parents, parent), append(states, state)
+			return nil
+		}); err != nil {
+			return fmt.Errorf("read the chains' next deliveries: %w", err)
+		}
+		n, err = startAll(ctx, tx, r.cfg.Inserter, ids, routes, parents, states, r.cfg.MaxAttempts)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("outbox: start ordered deliveries: %w", err)
+	}
+	return n, nil
 }
 
 // sqlNext reads the delivery to route $1 that follows message $4 in its
@@ -142,6 +291,15 @@ func advance(ctx context.Context, tx pgx.Tx, ins Inserter, msg Message, route st
 	return next, nil
 }
 
+// sqlRecordJob records a waiting delivery's job. Its status test is
+// written NOT IN ('delivered', 'stuck') (the status CHECK leaves
+// 'pending'), not = 'pending': the planner then cannot use a partial
+// index on pending deliveries, which it picks on a table it has no
+// statistics for (one filled since its last analyze) and which reads
+// every pending delivery of the route, not the one by its primary key.
+const sqlRecordJob = `UPDATE ferry_outbox_delivery SET job_id = $3, updated_at = now()
+	WHERE message_id = $1 AND route = $2 AND status NOT IN ('delivered', 'stuck') AND job_id IS NULL`
+
 // startWaiting inserts the jobs of waiting deliveries (parallel slices),
 // in a savepoint, and records them. A queue that refuses them as full
 // leaves them waiting: it returns 0 and no error.
@@ -166,10 +324,28 @@ func startWaiting(ctx context.Context, tx pgx.Tx, ins Inserter, ids []int64, rou
 		for i, r := range res {
 			jobIDs[i] = r.Job.ID
 		}
-		_, err = sp.Exec(ctx, `UPDATE ferry_outbox_delivery d SET job_id = u.job_id, updated_at = now()
-			FROM unnest($1::bigint[], $2::text[], $3::bigint[]) AS u(message_id, route, job_id)
-			WHERE d.message_id = u.message_id AND d.route = u.route AND d.status = 'pending' AND d.job_id IS NULL`, ids, routes, jobIDs)
-		return err
+		// One statement per delivery, by its primary key, in one round
+		// trip: a join with unnest is planned from the table's statistics,
+		// and a table filled since its last analyze can get a nested loop
+		// that reads every waiting delivery once per row.
+		b := &pgx.Batch{}
+		for i := range ids {
+			b.Queue(sqlRecordJob, ids[i], routes[i], jobIDs[i])
+		}
+		br := sp.SendBatch(ctx, b)
+		for i := range ids {
+			tag, err := br.Exec()
+			if err == nil && tag.RowsAffected() != 1 {
+				// Another started it meanwhile: this job would be its
+				// second. Never, under the chain's lock; rolled back.
+				err = fmt.Errorf("delivery of message %d to route %s no longer waits", ids[i], routes[i])
+			}
+			if err != nil {
+				_ = br.Close()
+				return err
+			}
+		}
+		return br.Close()
 	})
 	if errors.Is(err, jobs.ErrQueueFull) {
 		return 0, nil
@@ -180,9 +356,32 @@ func startWaiting(ctx context.Context, tx pgx.Tx, ins Inserter, ids []int64, rou
 	return len(ids), nil
 }
 
+// startAll starts waiting deliveries (startWaiting) in one insert; when a
+// full queue refuses them, one at a time, so that it keeps only its own
+// deliveries waiting (for a later release pass). It returns how many it
+// started.
+func startAll(ctx context.Context, tx pgx.Tx, ins Inserter, ids []int64, routes []string, parents, states []*string, maxAttempts int) (int, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	n, err := startWaiting(ctx, tx, ins, ids, routes, parents, states, maxAttempts)
+	if err != nil || n > 0 {
+		return n, err
+	}
+	for k := range ids {
+		started, err := startWaiting(ctx, tx, ins, ids[k:k+1], routes[k:k+1], parents[k:k+1], states[k:k+1], maxAttempts)
+		if err != nil {
+			return n, err
+		}
+		n += started
+	}
+	return n, nil
+}
+
 // sqlReleasable lists, oldest first, the first waiting delivery of each
-// chain whose predecessor is done with the route: its turn came and no
-// job was inserted for it.
+// chain whose turn came more than $2 seconds ago without a job: its
+// predecessor in the chain was delivered before then (or it has none).
+// Turns just handed on are the relay's (Advance) to take.
 const sqlReleasable = `WITH heads AS (
 		SELECT d.route, m.topic, m.ordering_key AS key, min(m.id) AS id
 		FROM ferry_outbox_delivery d JOIN ferry_outbox m ON m.id = d.message_id
@@ -190,24 +389,42 @@ const sqlReleasable = `WITH heads AS (
 		GROUP BY 1, 2, 3)
 	SELECT u.route, u.topic, u.key, u.id, m.traceparent, m.tracestate
 	FROM heads u JOIN ferry_outbox m ON m.id = u.id
-	WHERE NOT ` + sqlPredecessorOpen + `
+	LEFT JOIN LATERAL (
+		SELECT p.status = 'pending' OR pd.status <> 'delivered' AS open, pd.delivered_at
+		FROM ferry_outbox p LEFT JOIN ferry_outbox_delivery pd ON pd.message_id = p.id AND pd.route = u.route
+		WHERE p.topic = u.topic AND p.ordering_key = u.key AND p.id < u.id
+		  AND (p.status = 'pending' OR pd.message_id IS NOT NULL)
+		ORDER BY p.id DESC LIMIT 1) prev ON true
+	WHERE prev.open IS NULL OR (NOT prev.open AND prev.delivered_at < now() - make_interval(secs => $2))
 	ORDER BY u.id LIMIT $1`
 
+// sqlTryOrderLocks takes the chains' locks that are free, and returns the
+// chains it locked (their indexes, from 1): the release pass leaves the
+// chains that a relay or a delivery is handing on.
+const sqlTryOrderLocks = `SELECT n FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS u(r, t, k, n)
+	WHERE pg_try_advisory_xact_lock(hashtextextended('ferry.outbox.order/' || r || '/' || t || '/' || k, 0))`
+
 // ReleaseOnce gives their jobs to up to BatchSize waiting deliveries of
-// ordered chains whose turn came without one (see the package doc,
-// "Ordered delivery"), and returns how many it released. The relay runs
-// it every PollInterval; normally there is nothing to do, as the delivery
-// that completes starts its successor itself.
+// ordered chains whose turn came more than PollInterval ago without one
+// (see the package doc, "Ordered delivery"), and returns how many it
+// released. The relay runs it every ReleaseInterval; normally there is
+// nothing to do, as each delivery hands its turn on. One relay at a time
+// runs it (another's pass returns 0 at once), and it never waits for a
+// chain's lock: a chain locked by another is being handed on.
 func (r *Relay) ReleaseOnce(ctx context.Context) (int, error) {
 	var n int
 	err := pgx.BeginFunc(ctx, r.cfg.Pool, func(tx pgx.Tx) error {
+		var ours bool
+		if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock(hashtextextended('ferry.outbox.release', 0))`).Scan(&ours); err != nil || !ours {
+			return err
+		}
 		type head struct {
 			route, topic, key string
 			id                int64
 			parent, state     *string
 		}
 		read := func() ([]head, error) {
-			rows, err := tx.Query(ctx, sqlReleasable, r.cfg.BatchSize)
+			rows, err := tx.Query(ctx, sqlReleasable, r.cfg.BatchSize, r.cfg.PollInterval.Seconds())
 			if err != nil {
 				return nil, err
 			}
@@ -227,27 +444,37 @@ func (r *Relay) ReleaseOnce(ctx context.Context) (int, error) {
 		for _, h := range heads {
 			rs, ts, ks = append(rs, h.route), append(ts, h.topic), append(ks, h.key)
 		}
-		if _, err := tx.Exec(ctx, sqlOrderLocks, rs, ts, ks); err != nil {
+		rows, err := tx.Query(ctx, sqlTryOrderLocks, rs, ts, ks)
+		if err != nil {
 			return fmt.Errorf("lock ordered chains: %w", err)
 		}
-		// Read again under the locks: a completion may have started one.
+		locked, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return fmt.Errorf("lock ordered chains: %w", err)
+		}
+		mine := make([]head, 0, len(locked))
+		for _, i := range locked {
+			mine = append(mine, heads[i-1])
+		}
+		// Read again under the locks: a turn may have been taken since.
 		again, err := read()
 		if err != nil {
 			return err
 		}
 		again = slices.DeleteFunc(again, func(a head) bool {
-			return !slices.ContainsFunc(heads, func(h head) bool { return h.route == a.route && h.topic == a.topic && h.key == a.key })
+			return !slices.ContainsFunc(mine, func(h head) bool { return h.route == a.route && h.topic == a.topic && h.key == a.key })
 		})
-		// One at a time: a full queue keeps its own deliveries waiting,
-		// not the others'.
+		var (
+			ids             []int64
+			routes          []string
+			parents, states []*string
+		)
 		for _, h := range again {
-			started, err := startWaiting(ctx, tx, r.cfg.Inserter, []int64{h.id}, []string{h.route}, []*string{h.parent}, []*string{h.state}, r.cfg.MaxAttempts)
-			if err != nil {
-				return err
-			}
-			n += started
+			ids, routes = append(ids, h.id), append(routes, h.route)
+			parents, states = append(parents, h.parent), append(states, h.state)
 		}
-		return nil
+		n, err = startAll(ctx, tx, r.cfg.Inserter, ids, routes, parents, states, r.cfg.MaxAttempts)
+		return err
 	})
 	if err != nil {
 		return 0, fmt.Errorf("outbox: release ordered deliveries: %w", err)

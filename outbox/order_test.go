@@ -110,29 +110,43 @@ func (o *orderReceiver) violations() (n, arrivals int) {
 // client working the route's deliveries with a DeliverWorker.
 type orderedFleet struct {
 	*relayBundle
-	client *river.Client[pgx.Tx]
-	logs   *logtest.Recorder
-	route  Route
+	client    *river.Client[pgx.Tx]
+	logs      *logtest.Recorder
+	relayLogs *logtest.Recorder
+	route     Route
 }
 
 // startOrderedFleet starts relays relays and a River client of workers
-// workers for one webhook route to receiver.
-func startOrderedFleet(t *testing.T, b *relayBundle, receiver http.Handler, relays, workers int) *orderedFleet {
+// workers for one webhook route to receiver. With handOn, a delivery hands
+// its chain's turn to the first relay (DeliverConfig.Advance), as ferry's
+// worker does; without, it starts the next delivery itself.
+func startOrderedFleet(t *testing.T, b *relayBundle, receiver http.Handler, relays, workers int, handOn bool) *orderedFleet {
 	t.Helper()
 	ctx := context.Background()
 	srv := hookServer(t, receiver.ServeHTTP)
 	route := Route{Topic: "account.changed", Name: "ledger", URL: srv.URL}
 	logs := &logtest.Recorder{}
-	w := NewDeliverWorker(DeliverConfig{Pool: b.pool, Routes: mustRoutes(t, route), Client: srv.Client(), Logger: logs.Logger()})
+	var first *Relay
+	relayLogs := &logtest.Recorder{}
+	cfg := DeliverConfig{Pool: b.pool, Routes: mustRoutes(t, route), Client: srv.Client(), Logger: logs.Logger()}
+	if handOn {
+		cfg.Advance = func(t Turn) { first.Advance(t) }
+	}
+	w := NewDeliverWorker(cfg)
 	client := newRiverClient(t, b.pool, w, map[string]river.QueueConfig{QueueFor(route.Name): {MaxWorkers: workers}})
 	startRiver(t, client)
-	for range relays {
+	for i := range relays {
+		// A release pass every 10 s, so that the turns are seen to be
+		// handed on (or started in the completing transaction).
 		r := NewRelay(RelayConfig{Pool: b.pool, Inserter: client, Routes: mustRoutes(t, route), BatchSize: 7,
-			PollInterval: 100 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+			PollInterval: 10 * time.Second, Logger: relayLogs.Logger()})
+		if i == 0 {
+			first = r
+		}
 		require.NoError(t, r.Start(ctx))
 		t.Cleanup(r.Stop)
 	}
-	return &orderedFleet{relayBundle: b, client: client, logs: logs, route: route}
+	return &orderedFleet{relayBundle: b, client: client, logs: logs, relayLogs: relayLogs, route: route}
 }
 
 // write adds, in one transaction each, seqs messages per key (keys[i]
@@ -175,6 +189,15 @@ func (f *orderedFleet) waitDelivered(t *testing.T, want int) {
 // workers; unkeyed ones go in parallel.
 func TestOrdered_InOrderThroughFailures(t *testing.T) {
 	t.Parallel()
+	for name, handOn := range map[string]bool{"HandedToTheRelay": true, "StartedByTheDelivery": false} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			testInOrderThroughFailures(t, handOn)
+		})
+	}
+}
+
+func testInOrderThroughFailures(t *testing.T, handOn bool) {
 	b := relaySetup(t)
 	var mu sync.Mutex
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -186,7 +209,7 @@ func TestOrdered_InOrderThroughFailures(t *testing.T) {
 		}
 		return 0
 	})
-	f := startOrderedFleet(t, b, receiver, 2, 20)
+	f := startOrderedFleet(t, b, receiver, 2, 20, handOn)
 	keys := []string{"", ""}
 	for i := range 20 {
 		keys = append(keys, fmt.Sprintf("acct-%02d", i))
@@ -202,6 +225,7 @@ func TestOrdered_InOrderThroughFailures(t *testing.T) {
 	for _, key := range keys[2:] {
 		require.Equal(t, []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, receiver.arrived[key], "key %s", key)
 	}
+	require.NotContains(t, f.relayLogs.String(), "ordered deliveries released", "each turn was handed on, none left to the release pass")
 }
 
 // TestOrdered_StuckBlocksItsKey: a stuck delivery blocks its key, visibly
@@ -219,7 +243,7 @@ func TestOrdered_StuckBlocksItsKey(t *testing.T) {
 		}
 		return 0
 	})
-	f := startOrderedFleet(t, b, receiver, 1, 4)
+	f := startOrderedFleet(t, b, receiver, 1, 4, true)
 	f.write(t, []string{"a", "b"}, 3)
 
 	require.Eventually(t, func() bool {
@@ -324,8 +348,14 @@ func TestOrdered_RelayAndRelease(t *testing.T) {
 	require.NoError(t, w.Work(ctx, deliverJob(first, "ledger", 1, 24)))
 	require.Equal(t, 5, count(t, b.pool, `SELECT count(*) FROM ferry_outbox_delivery WHERE job_id IS NULL AND message_id IN (SELECT id FROM ferry_outbox WHERE ordering_key = 'k1')`))
 
-	r := NewRelay(RelayConfig{Pool: b.pool, Inserter: b.client, Routes: mustRoutes(t, route), Logger: slog.New(slog.DiscardHandler)})
-	n, err := r.ReleaseOnce(ctx)
+	// A fresh turn is left to the relay it was handed to, for a poll
+	// interval; then the release pass takes it.
+	n, err := NewRelay(RelayConfig{Pool: b.pool, Inserter: b.client, Routes: mustRoutes(t, route), PollInterval: time.Hour, Logger: slog.New(slog.DiscardHandler)}).ReleaseOnce(ctx)
+	require.NoError(t, err)
+	require.Zero(t, n, "within its poll interval, a turn is left alone")
+	r := NewRelay(RelayConfig{Pool: b.pool, Inserter: b.client, Routes: mustRoutes(t, route), PollInterval: time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	time.Sleep(20 * time.Millisecond)
+	n, err = r.ReleaseOnce(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, n, "k1's second message's turn")
 	require.Equal(t, 1, count(t, b.pool, `SELECT count(*) FROM ferry_outbox_delivery d JOIN river_job j ON j.id = d.job_id
@@ -333,6 +363,24 @@ func TestOrdered_RelayAndRelease(t *testing.T) {
 	n, err = r.ReleaseOnce(ctx)
 	require.NoError(t, err)
 	require.Zero(t, n, "each chain's turn is taken: nothing more")
+
+	// k2's first delivery hands its turn on (Advance): nothing started
+	// until the relay takes the turn; taken twice, it starts one.
+	var turns []Turn
+	handing := NewDeliverWorker(DeliverConfig{Pool: b.pool, Routes: mustRoutes(t, route), Client: srv.Client(), Logger: logs.Logger(),
+		Advance: func(t Turn) { turns = append(turns, t) }})
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT min(id) FROM ferry_outbox WHERE ordering_key = 'k2'`).Scan(&first))
+	require.NoError(t, handing.Work(ctx, deliverJob(first, "ledger", 1, 24)))
+	require.Equal(t, []Turn{{Route: "ledger", Topic: "account.changed", Key: "k2", After: first}}, turns)
+	waitingK2 := `SELECT count(*) FROM ferry_outbox_delivery WHERE job_id IS NULL AND message_id IN (SELECT id FROM ferry_outbox WHERE ordering_key = 'k2')`
+	require.Equal(t, 5, count(t, b.pool, waitingK2))
+	n, err = r.TakeTurns(ctx, append(turns, turns...))
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Equal(t, 4, count(t, b.pool, waitingK2))
+	n, err = r.TakeTurns(ctx, turns)
+	require.NoError(t, err)
+	require.Zero(t, n, "a turn taken twice starts nothing more")
 }
 
 // TestAdd_OrderingKey: a key is 1 to 256 characters, from Go and from SQL.

@@ -28,7 +28,11 @@ import (
 const (
 	DefaultBatchSize    = 1000
 	DefaultPollInterval = time.Second
-	DefaultMaxAttempts  = 24
+	// DefaultReleaseInterval: a release pass reads every waiting ordered
+	// delivery (70 ms for 50,000 on the bench machine), and one relay of
+	// all runs it at a time; normally it finds nothing.
+	DefaultReleaseInterval = 5 * time.Second
+	DefaultMaxAttempts     = 24
 	// DefaultRouteGrace is how long a message whose topic no live worker
 	// routes waits for a route before it is stuck
 	// (FERRY_OUTBOX_ROUTE_GRACE).
@@ -91,6 +95,10 @@ type RelayConfig struct {
 	PollInterval time.Duration
 	// MaxAttempts of each delivery job (FERRY_OUTBOX_MAX_ATTEMPTS).
 	MaxAttempts int
+	// ReleaseInterval is how often the relay looks for ordered deliveries
+	// whose turn came without a job (ReleaseOnce); default
+	// DefaultReleaseInterval.
+	ReleaseInterval time.Duration
 	// Tracer makes the relay's spans: one "outbox.relay" span per traced
 	// message (one written with a span in its context), a child of the
 	// writer's, and the parent of its delivery jobs. Default: none
@@ -110,6 +118,12 @@ type Relay struct {
 
 	cfg  RelayConfig
 	wake chan struct{}
+
+	// The turns of ordered chains handed over by deliveries (Advance),
+	// started by turnLoop.
+	turnsMu  sync.Mutex
+	turns    []Turn
+	turnWake chan struct{}
 }
 
 // NewRelay returns a relay; Start starts it.
@@ -118,10 +132,11 @@ func NewRelay(cfg RelayConfig) *Relay {
 	cfg.PollInterval = cmp.Or(cfg.PollInterval, DefaultPollInterval)
 	cfg.MaxAttempts = cmp.Or(cfg.MaxAttempts, DefaultMaxAttempts)
 	cfg.RouteGrace = cmp.Or(cfg.RouteGrace, DefaultRouteGrace)
+	cfg.ReleaseInterval = cmp.Or(cfg.ReleaseInterval, DefaultReleaseInterval)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Relay{cfg: cfg, wake: make(chan struct{}, 1)}
+	return &Relay{cfg: cfg, wake: make(chan struct{}, 1), turnWake: make(chan struct{}, 1)}
 }
 
 // Start relays in the background until Stop (or ctx ends): at once, on
@@ -143,6 +158,7 @@ func (r *Relay) Start(ctx context.Context) error {
 func (r *Relay) run(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Go(func() { r.listen(ctx) })
+	wg.Go(func() { r.turnLoop(ctx) })
 	defer wg.Wait()
 	t := time.NewTimer(0)
 	defer t.Stop()
@@ -157,9 +173,9 @@ func (r *Relay) run(ctx context.Context) {
 		if err := r.Drain(ctx); err != nil && ctx.Err() == nil {
 			r.cfg.Logger.Error("outbox: relay failed; retrying", "error", redact.Postgres(err.Error()), "retry_in", r.cfg.PollInterval)
 		}
-		// Every PollInterval, busy or not: ordered deliveries whose turn
-		// came without a job.
-		if time.Since(released) >= r.cfg.PollInterval {
+		// Every ReleaseInterval, busy or not: ordered deliveries whose
+		// turn came without a job.
+		if time.Since(released) >= r.cfg.ReleaseInterval {
 			released = time.Now()
 			if n, err := r.ReleaseOnce(ctx); err != nil && ctx.Err() == nil {
 				r.cfg.Logger.Error("outbox: release of ordered deliveries failed; retrying", "error", redact.Postgres(err.Error()), "retry_in", r.cfg.PollInterval)
@@ -282,9 +298,17 @@ func (r *Relay) relayOnce(ctx context.Context) (n int, full bool, err error) {
 func (r *Relay) relayTx(ctx context.Context, careful bool) (n int, full bool, err error) {
 	// The spans of the traced messages relayed, ended with the transaction.
 	var ends []func(error)
+	// The turns of chains whose locks others held (see order), handed on
+	// once the transaction commits.
+	var turns []Turn
 	defer func() {
 		for _, end := range ends {
 			end(err)
+		}
+		if err == nil {
+			for _, t := range turns {
+				r.Advance(t)
+			}
 		}
 	}()
 	err = pgx.BeginFunc(ctx, r.cfg.Pool, func(tx pgx.Tx) error {
@@ -369,10 +393,11 @@ func (r *Relay) relayTx(ctx context.Context, careful bool) (n int, full bool, er
 			var waitMsgs []int64
 			var waitNames []string
 			if keyed {
-				wait, err := order(ctx, tx, names, topics, keys, msgIDs)
+				wait, handed, err := order(ctx, tx, names, topics, keys, msgIDs)
 				if err != nil {
 					return err
 				}
+				turns = handed
 				var k int
 				for i := range params {
 					if wait[i] {

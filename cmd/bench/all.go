@@ -66,24 +66,30 @@ var (
 
 // results is bench/results.json: the keys are read by tools; keep them.
 type results struct {
-	Rev                       string            `json:"rev"`
-	CPUs                      int               `json:"cpus"`
-	Date                      string            `json:"date"`
-	Quick                     bool              `json:"quick"`
-	WorkerRiverJobsPerSec     *float64          `json:"worker_river_jobs_per_sec"`
-	WorkerFerryJobsPerSec     *float64          `json:"worker_ferry_jobs_per_sec"`
-	WorkerRatio               *float64          `json:"worker_ratio"`
-	RiverBestJobsPerSec       *float64          `json:"river_best_jobs_per_sec"`
-	FerryDefaultJobsPerSec    *float64          `json:"ferry_default_jobs_per_sec"`
-	WorkerRatioVsRiverBest    *float64          `json:"worker_ratio_vs_river_best"`
-	LatencyInsertToStartP50MS *float64          `json:"latency_insert_to_start_p50_ms"`
-	LatencyInsertToStartP99MS *float64          `json:"latency_insert_to_start_p99_ms"`
-	LatencyColdP99MS          *float64          `json:"latency_insert_to_start_cold_p99_ms"`
-	OutboxRelayMsgsPerSec     *float64          `json:"outbox_relay_msgs_per_sec"`
-	OutboxE2EP50MS            *float64          `json:"outbox_e2e_p50_ms"`
-	OutboxE2EP99MS            *float64          `json:"outbox_e2e_p99_ms"`
-	OutboxE2EMaxMS            *float64          `json:"outbox_e2e_max_ms"`
-	OutboxE2EColdP99MS        *float64          `json:"outbox_e2e_cold_p99_ms"`
+	Rev                       string   `json:"rev"`
+	CPUs                      int      `json:"cpus"`
+	Date                      string   `json:"date"`
+	Quick                     bool     `json:"quick"`
+	WorkerRiverJobsPerSec     *float64 `json:"worker_river_jobs_per_sec"`
+	WorkerFerryJobsPerSec     *float64 `json:"worker_ferry_jobs_per_sec"`
+	WorkerRatio               *float64 `json:"worker_ratio"`
+	RiverBestJobsPerSec       *float64 `json:"river_best_jobs_per_sec"`
+	FerryDefaultJobsPerSec    *float64 `json:"ferry_default_jobs_per_sec"`
+	WorkerRatioVsRiverBest    *float64 `json:"worker_ratio_vs_river_best"`
+	LatencyInsertToStartP50MS *float64 `json:"latency_insert_to_start_p50_ms"`
+	LatencyInsertToStartP99MS *float64 `json:"latency_insert_to_start_p99_ms"`
+	LatencyColdP99MS          *float64 `json:"latency_insert_to_start_cold_p99_ms"`
+	OutboxRelayMsgsPerSec     *float64 `json:"outbox_relay_msgs_per_sec"`
+	OutboxE2EP50MS            *float64 `json:"outbox_e2e_p50_ms"`
+	OutboxE2EP99MS            *float64 `json:"outbox_e2e_p99_ms"`
+	OutboxE2EMaxMS            *float64 `json:"outbox_e2e_max_ms"`
+	OutboxE2EColdP99MS        *float64 `json:"outbox_e2e_cold_p99_ms"`
+	// Ordered outbox delivery (full run only): 1,000 keys × 50 messages,
+	// three workers, a kill -9, a receiver failing 20 %.
+	OrderedViolations         *float64          `json:"ordered_violations"`
+	OrderedThroughputRatio    *float64          `json:"ordered_throughput_ratio"`
+	OrderedMsgsPerSec         *float64          `json:"ordered_msgs_per_sec"`
+	UnorderedMsgsPerSec       *float64          `json:"unordered_msgs_per_sec"`
 	OutboxRelayLagP99MS       *float64          `json:"outbox_relay_lag_p99_ms"`
 	OutboxFetchLagP99MS       *float64          `json:"outbox_fetch_lag_p99_ms"`
 	TickLagInsertP99MS        *float64          `json:"tick_lag_insert_p99_ms"`
@@ -242,6 +248,17 @@ func runAll(ctx context.Context, serverURL, path string, quick bool) error {
 		res.OutboxRelayMsgsPerSec, res.OutboxE2EP50MS, res.OutboxE2EP99MS = ptr(r.BestRelayPerSec), ptr(r.E2EP50MS), ptr(r.E2EP99MS)
 		res.OutboxE2EMaxMS, res.OutboxRelayLagP99MS, res.OutboxFetchLagP99MS = ptr(r.E2EMaxMS), ptr(r.RelayLagP99MS), ptr(r.FetchLagP99MS)
 		res.OutboxE2EColdP99MS = ptr(r.E2EColdP99MS)
+	}
+	if !quick {
+		// Two runs of 50,000 messages through real workers: two and a
+		// half minutes, the full run only.
+		step("ordered outbox delivery against unordered")
+		if r, err := orderedBench(ctx, serverURL, 1000, 50, 3, 1, 0.2); err != nil {
+			note("ordered", err)
+		} else {
+			res.OrderedViolations, res.OrderedThroughputRatio = ptr(float64(r.Violations)), ptr(r.Ratio)
+			res.OrderedMsgsPerSec, res.UnorderedMsgsPerSec = ptr(r.OrderedPerSec), ptr(r.UnorderedPerSec)
+		}
 	}
 	step("scheduler tick lag")
 	if r, err := tickLag(ctx, serverURL, 10, sz.tickDur, 500); err != nil {
@@ -414,6 +431,8 @@ func printTable(r results) {
 		{"outbox commit to delivery max", f(r.OutboxE2EMaxMS, "ms"), ""},
 		{"outbox insert to relay transaction p99", f(r.OutboxRelayLagP99MS, "ms"), "measured"},
 		{"outbox relay transaction to delivery fetch p99", f(r.OutboxFetchLagP99MS, "ms"), "measured"},
+		{"ordered outbox delivery: order violations (1,000 keys × 50, kill -9, 20 % failures)", f(r.OrderedViolations, ""), "0"},
+		{"ordered / unordered outbox delivery throughput", f(r.OrderedThroughputRatio, ""), "≥ 0.8"},
 		{"tick lag to insert p99", f(r.TickLagInsertP99MS, "ms"), "≤ 50 ms"},
 		{"tick lag to start p99", f(r.TickLagStartP99MS, "ms"), "≤ 100 ms"},
 		{"graceful failover median", f(r.FailoverGracefulMSMedian, "ms"), "≤ 1 s"},

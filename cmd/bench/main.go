@@ -16,6 +16,7 @@
 //	go run ./cmd/bench -mode pgfailover -trials 5 # Postgres primary crashed, synchronous standby promoted
 //	go run ./cmd/bench -mode riverbest -backlog 50000 # ferry's defaults against bare River at River's own bench settings
 //	go run ./cmd/bench -mode otel -backlog 50000 # worker with every job traced (OTLP/HTTP to loopback) against without
+//	go run ./cmd/bench -mode ordered -keys 1000 -per-key 50 -trials 3 # ordered outbox delivery against unordered: 3 workers, a kill -9, a failing receiver
 //	go run ./cmd/bench -mode lean # a service importing jobs and outbox: modules and binary size against River alone
 //	go run ./cmd/bench -mode bulkcopy -backlog 1000000 # enqueue bulk (file and pipe) against a plain COPY, peak RSS
 //	go run ./cmd/bench -mode counts -backlog 5000000 # enqueue, console, River UI and /metrics counts with 5M finished jobs
@@ -93,7 +94,7 @@ type result struct {
 
 func main() {
 	var (
-		mode     = flag.String("mode", "sweep", "all, quick, sweep, latency, throughput, failover, orphans, ticks, outbox, sealed, bounded, pgbouncer, pgfailover, riverbest, otel, lean, bulkcopy, counts, scale, pickup or sustained")
+		mode     = flag.String("mode", "sweep", "all, quick, sweep, latency, throughput, failover, orphans, ticks, outbox, ordered, sealed, bounded, pgbouncer, pgfailover, riverbest, otel, lean, bulkcopy, counts, scale, pickup or sustained")
 		out      = flag.String("out", "bench/results.json", "all and quick modes: where to write the results")
 		url      = flag.String("database-url", os.Getenv("TEST_DATABASE_URL"), "server to create scratch databases on")
 		cooldown = flag.Duration("cooldown", 5*time.Millisecond, "worker fetch cooldown")
@@ -104,10 +105,12 @@ func main() {
 		dur      = flag.Duration("duration", 4*time.Second, "latency and ticks modes: how long to run")
 		plots    = flag.String("plots", "", "pickup, scale and failover modes: draw SVG pictures into this directory (pickup: a sweep of insert rates)")
 		backlog  = flag.Int("backlog", 50000, "throughput, sealed and pgbouncer modes: jobs in the backlog (sealed, pgbouncer: half); outbox mode: messages for the relay")
-		trials   = flag.Int("trials", 20, "failover mode: trials of each kind; orphans and pgfailover modes: trials")
+		trials   = flag.Int("trials", 20, "failover mode: trials of each kind; orphans and pgfailover modes: trials; ordered mode: rounds")
 		parts    = flag.Int("partitions", -1, "failover mode: partition trials (default: -trials)")
 		orphans  = flag.Int("jobs", 100, "orphans mode: running jobs of the killed worker")
 		scheds   = flag.Int("schedules", 10, "ticks mode: schedules firing every second")
+		keys     = flag.Int("keys", 1000, "ordered mode: ordering keys")
+		perKey   = flag.Int("per-key", 50, "ordered mode: messages per key")
 		tick     = flag.Duration("tick", time.Second, "failover and orphans modes: leader tick and standby probe (failover 0: crash trials only, at the defaults of 15s and 60s)")
 		cpuProf  = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
 	)
@@ -303,6 +306,15 @@ func main() {
 		}
 		fmt.Fprintf(os.Stderr, "jobs.Inserter, %d jobs one per transaction (8 goroutines), best of %d rounds: bounded %.0f/s, unbounded %.0f/s, without the triggers %.0f/s; bulk COPY of %d: bounded %.0f/s, unbounded %.0f/s, without the triggers %.0f/s\n",
 			r.Jobs, r.Rounds, r.InsertBoundedPerSec, r.InsertUnboundedPerSec, r.InsertNoTriggersPerSec, 10*r.Jobs, r.BulkBoundedPerSec, r.BulkUnboundedPerSec, r.BulkNoTriggersPerSec)
+		_ = json.NewEncoder(os.Stdout).Encode(r)
+		return
+	case "ordered":
+		r, err := orderedBench(ctx, *url, *keys, *perKey, 3, *trials, 0.2)
+		if err != nil {
+			log.Fatalf("bench: ordered: %v", redact.Postgres(err.Error()))
+		}
+		fmt.Fprintf(os.Stderr, "ordered outbox delivery, %d keys × %d messages, 3 workers (one killed with kill -9 mid-run), receiver failing %.0f%% (503, Retry-After: 1), median of %d rounds: ordered %.0f msgs/s, unordered %.0f msgs/s, ratio %.3f (rounds %.3f); order violations %d (unordered: %d), overlaps %d\n",
+			r.Keys, r.PerKey, 100*r.FailShare, r.Rounds, r.OrderedPerSec, r.UnorderedPerSec, r.Ratio, r.Ratios, r.Violations, r.UnorderedViolations, r.Overlaps)
 		_ = json.NewEncoder(os.Stdout).Encode(r)
 		return
 	case "outbox":

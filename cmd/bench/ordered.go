@@ -1,0 +1,280 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/ferryq/ferry/internal/testkit/fleet"
+)
+
+// orderedResult is ordered outbox delivery against unordered delivery of
+// the same load, in Rounds paired runs (the median round's figures): Keys keys of PerKey messages each, written up front, to
+// one webhook route, delivered by Workers `worker run` processes (one of
+// which is killed with kill -9 once a third is delivered, and replaced) to
+// a receiver that answers FailShare of its requests 503 with Retry-After:
+// 1, at random. Throughput runs from the workers' start to the last
+// delivery. Violations counts, over every key, the first successful
+// arrivals that came after a later message's of the same key.
+type orderedResult struct {
+	Keys            int     `json:"ordered_keys"`
+	PerKey          int     `json:"ordered_messages_per_key"`
+	Workers         int     `json:"ordered_workers"`
+	Rounds          int     `json:"ordered_rounds"`
+	FailShare       float64 `json:"ordered_receiver_fail_share"`
+	OrderedPerSec   float64 `json:"ordered_msgs_per_sec"`
+	UnorderedPerSec float64 `json:"unordered_msgs_per_sec"`
+	Ratio           float64 `json:"ordered_throughput_ratio"`
+	// Ratios are every round's, in order.
+	Ratios     []float64 `json:"ordered_throughput_ratios"`
+	Violations int       `json:"ordered_violations"`
+	// UnorderedViolations is the same count for the unordered run: what
+	// the ordering prevents.
+	UnorderedViolations int `json:"unordered_violations"`
+	// Overlaps counts requests of one key the receiver had in hand at
+	// once in the ordered run.
+	Overlaps int `json:"ordered_overlaps"`
+	// Failed is how many requests the receiver failed in the ordered run.
+	Failed int `json:"ordered_receiver_failed"`
+}
+
+// orderedTopic is the topic of the ordered bench's messages.
+const orderedTopic = "bench.ordered"
+
+// orderedBench runs rounds pairs of runs, the unordered load then the
+// ordered one, each run in a database of its own, and reports the median
+// round's throughputs and ratio (this machine's noise moves a single
+// run's by a third) and every round's violations, overlaps and failures
+// summed.
+func orderedBench(ctx context.Context, serverURL string, keys, perKey, workers, rounds int, failShare float64) (orderedResult, error) {
+	res := orderedResult{Keys: keys, PerKey: perKey, Workers: workers, Rounds: rounds, FailShare: failShare}
+	dir, bin, err := buildIntoTemp("./cmd/worker")
+	if err != nil {
+		return res, err
+	}
+	defer os.RemoveAll(dir)
+	type round struct{ ordered, unordered, ratio float64 }
+	var all []round
+	for range max(rounds, 1) {
+		un, err := orderedRun(ctx, serverURL, bin, dir, false, keys, perKey, workers, failShare)
+		if err != nil {
+			return res, fmt.Errorf("unordered: %w", err)
+		}
+		or, err := orderedRun(ctx, serverURL, bin, dir, true, keys, perKey, workers, failShare)
+		if err != nil {
+			return res, fmt.Errorf("ordered: %w", err)
+		}
+		if or.arrivals != keys*perKey || un.arrivals != keys*perKey {
+			return res, fmt.Errorf("the receiver saw %d and %d first arrivals, want %d each", un.arrivals, or.arrivals, keys*perKey)
+		}
+		if un.perSec <= 0 {
+			return res, errors.New("the unordered run measured no throughput")
+		}
+		res.UnorderedViolations += un.violations
+		res.Violations, res.Overlaps, res.Failed = res.Violations+or.violations, res.Overlaps+or.overlaps, res.Failed+or.failed
+		all = append(all, round{or.perSec, un.perSec, or.perSec / un.perSec})
+		res.Ratios = append(res.Ratios, or.perSec/un.perSec)
+	}
+	slices.SortFunc(all, func(a, b round) int { return cmp.Compare(a.ratio, b.ratio) })
+	mid := all[len(all)/2]
+	res.OrderedPerSec, res.UnorderedPerSec, res.Ratio = mid.ordered, mid.unordered, mid.ratio
+	return res, nil
+}
+
+type orderedRunResult struct {
+	perSec                                 float64
+	violations, overlaps, failed, arrivals int
+}
+
+// sequenceReceiver records, per key, the sequence numbers of the first
+// successful arrival of each message, and fails a share of its requests.
+type sequenceReceiver struct {
+	mu        sync.Mutex
+	rng       *rand.Rand
+	failShare float64
+	arrived   map[string][]int
+	seen      map[[2]any]bool
+	inFlight  map[string]int
+	overlaps  int
+	failed    int
+}
+
+func (s *sequenceReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	var p struct {
+		Key string `json:"key"`
+		Seq int    `json:"seq"`
+	}
+	if err := json.Unmarshal(body, &p); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	s.mu.Lock()
+	s.inFlight[p.Key]++
+	if s.inFlight[p.Key] > 1 {
+		s.overlaps++
+	}
+	fail := s.rng.Float64() < s.failShare
+	if fail {
+		s.failed++
+	} else if k := [2]any{p.Key, p.Seq}; !s.seen[k] {
+		s.seen[k] = true
+		s.arrived[p.Key] = append(s.arrived[p.Key], p.Seq)
+	}
+	s.inFlight[p.Key]--
+	s.mu.Unlock()
+	if fail {
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// violations counts first arrivals after a later message's, and arrivals.
+func (s *sequenceReceiver) violations() (n, arrivals int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, seqs := range s.arrived {
+		arrivals += len(seqs)
+		for i := 1; i < len(seqs); i++ {
+			if seqs[i] < seqs[i-1] {
+				n++
+			}
+		}
+	}
+	return n, arrivals
+}
+
+func orderedRun(ctx context.Context, serverURL, bin, dir string, ordered bool, keys, perKey, workers int, failShare float64) (orderedRunResult, error) {
+	var out orderedRunResult
+	pool, drop, err := scratch(ctx, serverURL)
+	if err != nil {
+		return out, err
+	}
+	defer drop()
+
+	recv := &sequenceReceiver{rng: rand.New(rand.NewPCG(7, 11)), failShare: failShare,
+		arrived: map[string][]int{}, seen: map[[2]any]bool{}, inFlight: map[string]int{}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return out, err
+	}
+	srv := &http.Server{Handler: recv, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+
+	// Each sequence number in a statement of its own: a key's messages
+	// are committed in turn, so their ids are their order.
+	for seq := 1; seq <= perKey; seq++ {
+		if _, err := pool.Exec(ctx, `INSERT INTO ferry_outbox (topic, payload, ordering_key)
+			SELECT $1, jsonb_build_object('key', 'k' || k, 'seq', $2::int), CASE WHEN $4 THEN 'k' || k END
+			FROM generate_series(1, $3) AS k`, orderedTopic, seq, keys, ordered); err != nil {
+			return out, err
+		}
+	}
+	if _, err := pool.Exec(ctx, "VACUUM ANALYZE ferry_outbox"); err != nil {
+		return out, err
+	}
+	cfg := filepath.Join(dir, fmt.Sprintf("ordered-%t.yaml", ordered))
+	if err := os.WriteFile(cfg, fmt.Appendf(nil, "outbox:\n  routes:\n    - topic: %s\n      name: sink\n      url: http://%s/hook\n", orderedTopic, ln.Addr()), 0o600); err != nil {
+		return out, err
+	}
+
+	f := fleet.New()
+	defer func() { _ = f.Kill(time.Minute) }()
+	env := []string{"DATABASE_URL=" + pool.Config().ConnString(), "FERRY_CONFIG=" + cfg, "FERRY_LOG_FORMAT=json", "FERRY_LOG_LEVEL=warn"}
+	start := time.Now()
+	var procs []*fleet.Proc
+	for range workers {
+		p, err := f.Start(bin, env, "run", "--admin-addr", "off")
+		if err != nil {
+			return out, err
+		}
+		procs = append(procs, p)
+	}
+	total := keys * perKey
+	killed := false
+	deadline := time.Now().Add(15 * time.Minute)
+	for {
+		var delivered int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM ferry_outbox WHERE status = 'delivered'`).Scan(&delivered); err != nil {
+			return out, err
+		}
+		if delivered == total {
+			break
+		}
+		if !killed && delivered >= total/3 {
+			// kill -9 of a worker mid-run, and one started in its place.
+			if err := procs[0].Kill(); err != nil {
+				return out, err
+			}
+			p, err := f.Start(bin, env, "run", "--admin-addr", "off")
+			if err != nil {
+				return out, err
+			}
+			procs = append(procs[1:], p)
+			killed = true
+		}
+		for _, p := range procs {
+			if p.Exited() {
+				_, stderr := p.Tail(5)
+				return out, fmt.Errorf("worker %s exited: %s", p, stderr)
+			}
+		}
+		if time.Now().After(deadline) {
+			var stuck int
+			_ = pool.QueryRow(ctx, `SELECT count(*) FROM ferry_outbox WHERE status = 'stuck'`).Scan(&stuck)
+			return out, fmt.Errorf("%d of %d delivered after 15 minutes (%d stuck)", delivered, total, stuck)
+		}
+		select {
+		case <-ctx.Done():
+			return out, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	el := time.Since(start)
+	if !killed {
+		return out, errors.New("every message was delivered before the kill: too small a load")
+	}
+	out.perSec = float64(total) / el.Seconds()
+	var relayS, halfS, p99S, lastS float64
+	if err := pool.QueryRow(ctx, `SELECT extract(epoch FROM max(relayed_at) - $1), extract(epoch FROM percentile_disc(0.5) WITHIN GROUP (ORDER BY delivered_at) - $1),
+		extract(epoch FROM percentile_disc(0.99) WITHIN GROUP (ORDER BY delivered_at) - $1), extract(epoch FROM max(delivered_at) - $1) FROM ferry_outbox`, start).Scan(&relayS, &halfS, &p99S, &lastS); err != nil {
+		return out, err
+	}
+	if ordered {
+		var turn50, turn99, fetch50, fetch99, run50, run99 float64
+		if err := pool.QueryRow(ctx, `WITH s AS (
+			SELECT j.created_at AS started, j.attempted_at, d.delivered_at, j.attempt,
+			       lag(d.delivered_at) OVER (PARTITION BY m.ordering_key ORDER BY m.id) AS prev_delivered
+			FROM ferry_outbox m JOIN ferry_outbox_delivery d ON d.message_id = m.id JOIN river_job j ON j.id = d.job_id)
+			SELECT 1000 * extract(epoch FROM percentile_disc(0.5) WITHIN GROUP (ORDER BY started - prev_delivered)),
+			       1000 * extract(epoch FROM percentile_disc(0.99) WITHIN GROUP (ORDER BY started - prev_delivered)),
+			       1000 * extract(epoch FROM percentile_disc(0.5) WITHIN GROUP (ORDER BY attempted_at - started) FILTER (WHERE attempt = 1)),
+			       1000 * extract(epoch FROM percentile_disc(0.99) WITHIN GROUP (ORDER BY attempted_at - started) FILTER (WHERE attempt = 1)),
+			       1000 * extract(epoch FROM percentile_disc(0.5) WITHIN GROUP (ORDER BY delivered_at - attempted_at)),
+			       1000 * extract(epoch FROM percentile_disc(0.99) WITHIN GROUP (ORDER BY delivered_at - attempted_at))
+			FROM s WHERE prev_delivered IS NOT NULL`).Scan(&turn50, &turn99, &fetch50, &fetch99, &run50, &run99); err != nil {
+			return out, err
+		}
+		fmt.Fprintf(os.Stderr, "ordered steps (ms): turn p50 %.0f p99 %.0f; fetch p50 %.0f p99 %.0f; last attempt to recorded p50 %.0f p99 %.0f\n", turn50, turn99, fetch50, fetch99, run50, run99)
+	}
+	fmt.Fprintf(os.Stderr, "ordered=%t: %.1f s in all; relayed by %.1f s, half delivered by %.1f s, 99%% by %.1f s, the last at %.1f s\n", ordered, el.Seconds(), relayS, halfS, p99S, lastS)
+	out.violations, out.arrivals = recv.violations()
+	recv.mu.Lock()
+	out.overlaps, out.failed = recv.overlaps, recv.failed
+	recv.mu.Unlock()
+	return out, nil
+}
