@@ -141,11 +141,24 @@ func List(ctx context.Context, q Querier, f ListFilter) ([]Delivery, error) {
 // message stuck for want of a route goes back to pending for the relay to
 // route again, to the routes live workers declare then, or to wait for one
 // for a new grace period; a delivery stuck because no live worker declared
-// its route (RouteSweeper) gets a new grace period too. It returns how
+// its route (RouteSweeper) gets a new grace period too. An ordered
+// delivery (WithOrderingKey) gets a job only when the one before it in
+// its key's chain is delivered; the others go back to waiting for their
+// turn, so that resetting a key's deliveries together (the route sweep
+// sticks all of them) starts them in order, one at a time. It returns how
 // many deliveries and messages it reset.
 func Reset(ctx context.Context, tx pgx.Tx, inserter Inserter, ids []int64, maxAttempts int) (deliveries, messages int, err error) {
 	if maxAttempts <= 0 {
 		maxAttempts = DefaultMaxAttempts
+	}
+	// The ordered chains of the stuck deliveries, locked first: their
+	// deliveries are put back in order (below).
+	if _, err := tx.Exec(ctx, `WITH c AS (
+			SELECT DISTINCT d.route, o.topic, o.ordering_key FROM ferry_outbox_delivery d JOIN ferry_outbox o ON o.id = d.message_id
+			WHERE d.message_id = ANY($1) AND d.status = 'stuck' AND o.ordering_key IS NOT NULL)
+		SELECT count(pg_advisory_xact_lock(k)) FROM (
+			SELECT DISTINCT hashtextextended('ferry.outbox.order/' || route || '/' || topic || '/' || ordering_key, 0) AS k FROM c ORDER BY 1) s`, ids); err != nil {
+		return 0, 0, fmt.Errorf("outbox: reset: lock ordered chains: %w", err)
 	}
 	rows, err := tx.Query(ctx, `UPDATE ferry_outbox_delivery SET status = 'pending', next_attempt_at = NULL, route_wait_since = NULL, updated_at = now()
 		WHERE message_id = ANY($1) AND status = 'stuck' RETURNING message_id, route`, ids)
@@ -157,18 +170,59 @@ func Reset(ctx context.Context, tx pgx.Tx, inserter Inserter, ids []int64, maxAt
 		route  string
 		msgIDs []int64
 		routes []string
-		params []river.InsertManyParams
 	)
 	_, err = pgx.ForEachRow(rows, []any{&msgID, &route}, func() error {
 		msgIDs, routes = append(msgIDs, msgID), append(routes, route)
-		params = append(params, river.InsertManyParams{
-			Args:       DeliverArgs{MessageID: msgID, Route: route},
-			InsertOpts: &river.InsertOpts{Queue: QueueFor(route), MaxAttempts: maxAttempts},
-		})
 		return nil
 	})
 	if err != nil {
 		return 0, 0, fmt.Errorf("outbox: reset deliveries: %w", err)
+	}
+	// An ordered delivery whose chain has an earlier link not delivered
+	// (reset with it, or still stuck) goes back to waiting for its turn,
+	// without a job: resetting a key's stuck deliveries (the route sweep
+	// sticks every waiting one) must not start them side by side.
+	rows, err = tx.Query(ctx, `SELECT coalesce(prev.open, false)
+		FROM unnest($1::bigint[], $2::text[]) WITH ORDINALITY AS r(id, route, n)
+		JOIN ferry_outbox o ON o.id = r.id
+		LEFT JOIN LATERAL (SELECT p.status = 'pending' OR pd.status <> 'delivered'
+			FROM ferry_outbox p LEFT JOIN ferry_outbox_delivery pd ON pd.message_id = p.id AND pd.route = r.route
+			WHERE o.ordering_key IS NOT NULL AND p.topic = o.topic AND p.ordering_key = o.ordering_key AND p.id < o.id
+			  AND (p.status = 'pending' OR pd.message_id IS NOT NULL)
+			ORDER BY p.id DESC LIMIT 1) AS prev(open) ON true
+		ORDER BY r.n`, msgIDs, routes)
+	if err != nil {
+		return 0, 0, fmt.Errorf("outbox: reset: read ordered chains: %w", err)
+	}
+	wait, err := pgx.CollectRows(rows, pgx.RowTo[bool])
+	if err != nil {
+		return 0, 0, fmt.Errorf("outbox: reset: read ordered chains: %w", err)
+	}
+	var (
+		params     []river.InsertManyParams
+		waitIDs    []int64
+		waitRoutes []string
+	)
+	k := 0
+	for i := range msgIDs {
+		if wait[i] {
+			waitIDs, waitRoutes = append(waitIDs, msgIDs[i]), append(waitRoutes, routes[i])
+			continue
+		}
+		msgIDs[k], routes[k] = msgIDs[i], routes[i]
+		k++
+		params = append(params, river.InsertManyParams{
+			Args:       DeliverArgs{MessageID: msgIDs[i], Route: routes[i]},
+			InsertOpts: &river.InsertOpts{Queue: QueueFor(routes[i]), MaxAttempts: maxAttempts},
+		})
+	}
+	msgIDs, routes = msgIDs[:k], routes[:k]
+	if len(waitIDs) > 0 {
+		if _, err := tx.Exec(ctx, `UPDATE ferry_outbox_delivery d SET job_id = NULL
+			FROM unnest($1::bigint[], $2::text[]) AS u(message_id, route)
+			WHERE d.message_id = u.message_id AND d.route = u.route`, waitIDs, waitRoutes); err != nil {
+			return 0, 0, fmt.Errorf("outbox: reset: ordered deliveries back to waiting: %w", err)
+		}
 	}
 	if len(params) > 0 {
 		res, err := inserter.InsertManyTx(ctx, tx, params)
@@ -192,5 +246,5 @@ func Reset(ctx context.Context, tx pgx.Tx, inserter Inserter, ids []int64, maxAt
 	if err != nil {
 		return 0, 0, fmt.Errorf("outbox: reset messages: %w", err)
 	}
-	return len(params), int(tag.RowsAffected()), nil
+	return len(params) + len(waitIDs), int(tag.RowsAffected()), nil
 }

@@ -406,3 +406,53 @@ func TestAdd_OrderingKey(t *testing.T) {
 	require.NoError(t, b.pool.QueryRow(ctx, `SELECT ordering_key FROM ferry_outbox WHERE id = $1`, id).Scan(&key))
 	require.Equal(t, strings.Repeat("ü", 256), key)
 }
+
+// TestOrdered_ResetInOrder: a key's deliveries stuck together (as the
+// route sweep leaves them) and reset together get one job, the first's;
+// the others wait for their turn, and an unordered one is started.
+func TestOrdered_ResetInOrder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := relaySetup(t)
+	f := &orderedFleet{relayBundle: b}
+	f.write(t, []string{"a", ""}, 3)
+	r := NewRelay(RelayConfig{Pool: b.pool, Inserter: b.client, Routes: mustRoutes(t, Route{Topic: "account.changed", Name: "ledger", URL: "http://127.0.0.1:1/hook"}), Logger: slog.New(slog.DiscardHandler)})
+	_, err := r.RelayOnce(ctx)
+	require.NoError(t, err)
+	// Every delivery stuck, as the route sweep leaves a gone route's.
+	_, err = b.pool.Exec(ctx, `UPDATE ferry_outbox_delivery SET status = 'stuck', last_error = 'no live worker declares the route'`)
+	require.NoError(t, err)
+	_, err = b.pool.Exec(ctx, `UPDATE ferry_outbox SET status = 'stuck'`)
+	require.NoError(t, err)
+
+	var ids []int64
+	rows, err := b.pool.Query(ctx, `SELECT id FROM ferry_outbox ORDER BY id`)
+	require.NoError(t, err)
+	ids, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	var deliveries, messages int
+	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) (err error) {
+		deliveries, messages, err = Reset(ctx, tx, b.client, ids, 0)
+		return err
+	}))
+	require.Equal(t, 6, deliveries)
+	require.Equal(t, 6, messages)
+
+	type row struct {
+		Key    string
+		Status string
+		HasJob bool
+	}
+	rows, err = b.pool.Query(ctx, `SELECT coalesce(o.ordering_key, ''), d.status, d.job_id IS NOT NULL
+		FROM ferry_outbox o JOIN ferry_outbox_delivery d ON d.message_id = o.id ORDER BY o.ordering_key NULLS FIRST, o.id`)
+	require.NoError(t, err)
+	got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[row])
+	require.NoError(t, err)
+	require.Equal(t, []row{
+		{"", "pending", true}, {"", "pending", true}, {"", "pending", true},
+		{"a", "pending", true}, {"a", "pending", false}, {"a", "pending", false},
+	}, got)
+	stats, err := Stats(ctx, b.pool)
+	require.NoError(t, err)
+	require.Contains(t, stats, Stat{Topic: "account.changed", Route: "ledger", Status: StatusTurn, Count: 2})
+}
