@@ -153,11 +153,10 @@ func Reset(ctx context.Context, tx pgx.Tx, inserter Inserter, ids []int64, maxAt
 	}
 	// The ordered chains of the stuck deliveries, locked first: their
 	// deliveries are put back in order (below).
-	if _, err := tx.Exec(ctx, `WITH c AS (
-			SELECT DISTINCT d.route, o.topic, o.ordering_key FROM ferry_outbox_delivery d JOIN ferry_outbox o ON o.id = d.message_id
-			WHERE d.message_id = ANY($1) AND d.status = 'stuck' AND o.ordering_key IS NOT NULL)
-		SELECT count(pg_advisory_xact_lock(k)) FROM (
-			SELECT DISTINCT hashtextextended('ferry.outbox.order/' || route || '/' || topic || '/' || ordering_key, 0) AS k FROM c ORDER BY 1) s`, ids); err != nil {
+	if _, err := tx.Exec(ctx, `SELECT count(pg_advisory_xact_lock(lk)) FROM (
+			SELECT DISTINCT `+orderLockKey+` AS lk
+			FROM ferry_outbox_delivery d JOIN ferry_outbox o ON o.id = d.message_id, LATERAL (SELECT d.route, o.topic, o.ordering_key) AS c(r, t, k)
+			WHERE d.message_id = ANY($1) AND d.status = 'stuck' AND o.ordering_key IS NOT NULL ORDER BY 1) s`, ids); err != nil {
 		return 0, 0, fmt.Errorf("outbox: reset: lock ordered chains: %w", err)
 	}
 	rows, err := tx.Query(ctx, `UPDATE ferry_outbox_delivery SET status = 'pending', next_attempt_at = NULL, route_wait_since = NULL, updated_at = now()
@@ -183,14 +182,10 @@ func Reset(ctx context.Context, tx pgx.Tx, inserter Inserter, ids []int64, maxAt
 	// without a job: resetting a key's stuck deliveries (the route sweep
 	// sticks every waiting one) must not start them side by side.
 	rows, err = tx.Query(ctx, `SELECT coalesce(prev.open, false)
-		FROM unnest($1::bigint[], $2::text[]) WITH ORDINALITY AS r(id, route, n)
-		JOIN ferry_outbox o ON o.id = r.id
-		LEFT JOIN LATERAL (SELECT p.status = 'pending' OR pd.status <> 'delivered'
-			FROM ferry_outbox p LEFT JOIN ferry_outbox_delivery pd ON pd.message_id = p.id AND pd.route = r.route
-			WHERE o.ordering_key IS NOT NULL AND p.topic = o.topic AND p.ordering_key = o.ordering_key AND p.id < o.id
-			  AND (p.status = 'pending' OR pd.message_id IS NOT NULL)
-			ORDER BY p.id DESC LIMIT 1) AS prev(open) ON true
-		ORDER BY r.n`, msgIDs, routes)
+		FROM (SELECT r.n, r.route, o.topic, o.ordering_key AS key, o.id
+			FROM unnest($1::bigint[], $2::text[]) WITH ORDINALITY AS r(id, route, n) JOIN ferry_outbox o ON o.id = r.id) u
+		LEFT JOIN LATERAL (`+sqlPredecessor+`) AS prev(id, open, delivered_at) ON true
+		ORDER BY u.n`, msgIDs, routes)
 	if err != nil {
 		return 0, 0, fmt.Errorf("outbox: reset: read ordered chains: %w", err)
 	}

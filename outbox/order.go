@@ -39,21 +39,26 @@ import (
 // A stuck delivery hands nothing on: its key is blocked for its route
 // until Reset gives it a new job, and its delivery hands the turn on.
 
+// orderLockKey is the advisory lock key of the chain of columns r (route),
+// t (topic) and k (key): every statement that locks a chain uses it.
+const orderLockKey = `hashtextextended('ferry.outbox.order/' || r || '/' || t || '/' || k, 0)`
+
 // sqlOrderLocks takes the advisory transaction locks of the chains
 // ($1 routes, $2 topics, $3 keys, parallel), in the order of their lock
 // keys, so that two transactions locking several never deadlock.
-const sqlOrderLocks = `SELECT count(pg_advisory_xact_lock(k)) FROM (
-	SELECT DISTINCT hashtextextended('ferry.outbox.order/' || r || '/' || t || '/' || k, 0) AS k
+const sqlOrderLocks = `SELECT count(pg_advisory_xact_lock(lk)) FROM (
+	SELECT DISTINCT ` + orderLockKey + ` AS lk
 	FROM unnest($1::text[], $2::text[], $3::text[]) AS u(r, t, k) ORDER BY 1) s`
 
 // sqlPredecessor reads, for u(route, topic, key, id), the chain's link
-// before message id: its id, and whether it is not done with the route:
-// still pending (its relay decides its turn), or its delivery to the route
-// not delivered (waiting, running, retrying or stuck). Messages with no
-// delivery to the route (relayed before the route existed, stuck for
-// want of one) are no link of its chain. Only the latest link counts: a
-// delivery gets its job after every earlier one was delivered.
-const sqlPredecessor = `SELECT p.id, p.status = 'pending' OR pd.status <> 'delivered'
+// before message id: its id, whether it is not done with the route (still
+// pending: its relay decides its turn; or its delivery to the route not
+// delivered: waiting, running, retrying or stuck), and when it was
+// delivered. Messages with no delivery to the route (relayed before the
+// route existed, stuck for want of one) are no link of its chain. Only the
+// latest link counts: a delivery gets its job after every earlier one was
+// delivered. Used as LEFT JOIN LATERAL (…) AS prev(id, open, delivered_at).
+const sqlPredecessor = `SELECT p.id, p.status = 'pending' OR pd.status <> 'delivered', pd.delivered_at
 	FROM ferry_outbox p LEFT JOIN ferry_outbox_delivery pd ON pd.message_id = p.id AND pd.route = u.route
 	WHERE p.topic = u.topic AND p.ordering_key = u.key AND p.id < u.id
 	  AND (p.status = 'pending' OR pd.message_id IS NOT NULL)
@@ -99,7 +104,7 @@ func order(ctx context.Context, tx pgx.Tx, routes, topics, keys []string, ids []
 	}
 	rows, err = tx.Query(ctx, `SELECT coalesce(prev.id, 0), coalesce(prev.open, false)
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) WITH ORDINALITY AS u(route, topic, key, id, n)
-		LEFT JOIN LATERAL (`+sqlPredecessor+`) AS prev(id, open) ON true ORDER BY u.n`, cr, ct, ck, cid)
+		LEFT JOIN LATERAL (`+sqlPredecessor+`) AS prev(id, open, delivered_at) ON true ORDER BY u.n`, cr, ct, ck, cid)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read ordered chains: %w", err)
 	}
@@ -389,12 +394,7 @@ const sqlReleasable = `WITH heads AS (
 		GROUP BY 1, 2, 3)
 	SELECT u.route, u.topic, u.key, u.id, m.traceparent, m.tracestate
 	FROM heads u JOIN ferry_outbox m ON m.id = u.id
-	LEFT JOIN LATERAL (
-		SELECT p.status = 'pending' OR pd.status <> 'delivered' AS open, pd.delivered_at
-		FROM ferry_outbox p LEFT JOIN ferry_outbox_delivery pd ON pd.message_id = p.id AND pd.route = u.route
-		WHERE p.topic = u.topic AND p.ordering_key = u.key AND p.id < u.id
-		  AND (p.status = 'pending' OR pd.message_id IS NOT NULL)
-		ORDER BY p.id DESC LIMIT 1) prev ON true
+	LEFT JOIN LATERAL (` + sqlPredecessor + `) AS prev(id, open, delivered_at) ON true
 	WHERE prev.open IS NULL OR (NOT prev.open AND prev.delivered_at < now() - make_interval(secs => $2))
 	ORDER BY u.id LIMIT $1`
 
@@ -402,7 +402,7 @@ const sqlReleasable = `WITH heads AS (
 // chains it locked (their indexes, from 1): the release pass leaves the
 // chains that a relay or a delivery is handing on.
 const sqlTryOrderLocks = `SELECT n FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS u(r, t, k, n)
-	WHERE pg_try_advisory_xact_lock(hashtextextended('ferry.outbox.order/' || r || '/' || t || '/' || k, 0))`
+	WHERE pg_try_advisory_xact_lock(` + orderLockKey + `)`
 
 // ReleaseOnce gives their jobs to up to BatchSize waiting deliveries of
 // ordered chains whose turn came more than PollInterval ago without one
