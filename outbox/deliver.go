@@ -760,7 +760,8 @@ func markDelivered(ctx context.Context, tx pgx.Tx, id int64, route string) (err 
 // markDelivered is markDelivered, and for a message with an ordering key
 // when there is no Advance to hand the turn to (handOn), in the same
 // transaction, the start of the next delivery of its chain to route
-// (advance), by the River client of ctx's job.
+// (startTurns), by the River client of ctx's job. Without one (Work
+// called outside River), the relay's release pass starts it later.
 func (w *DeliverWorker) markDelivered(ctx context.Context, tx pgx.Tx, msg Message, route string) error {
 	if err := markDelivered(ctx, tx, msg.ID, route); err != nil {
 		return err
@@ -768,16 +769,16 @@ func (w *DeliverWorker) markDelivered(ctx context.Context, tx pgx.Tx, msg Messag
 	if msg.OrderingKey == "" || w.advance != nil {
 		return nil
 	}
-	var ins Inserter
-	if client, err := river.ClientFromContextSafely[pgx.Tx](ctx); err == nil {
-		ins = client
+	client, err := river.ClientFromContextSafely[pgx.Tx](ctx)
+	if err != nil {
+		return nil
 	}
-	next, err := advance(ctx, tx, ins, msg, route, w.maxAttempts)
+	n, err := startTurns(ctx, tx, client, w.maxAttempts, []Turn{{Route: route, Topic: msg.Topic, Key: msg.OrderingKey, After: msg.ID}})
 	if err != nil {
 		return err
 	}
-	if next != 0 {
-		w.log.Debug("outbox: ordered delivery's turn", "message_id", next, "route", route, "after", msg.ID)
+	if n > 0 {
+		w.log.Debug("outbox: ordered delivery's turn handed on", "route", route, "after", msg.ID)
 	}
 	return nil
 }

@@ -31,7 +31,8 @@ import (
 //     relay (DeliverConfig.Advance, Relay.Advance), which starts the
 //     successors of the turns handed to it meanwhile in one transaction
 //     (TakeTurns, after the turn's message is delivered only); without a
-//     relay to hand it to, in the completing transaction itself (advance);
+//     relay to hand it to, in the completing transaction itself
+//     (startTurns);
 //   - the relay's release pass (Relay.ReleaseOnce), for what neither did:
 //     a turn lost with its process, a successor's job refused by a full
 //     queue, a predecessor deleted by hand. It only tries the locks too.
@@ -90,10 +91,15 @@ func order(ctx context.Context, tx pgx.Tx, routes, topics, keys []string, ids []
 	for c, id := range first {
 		cr, ct, ck, cid = append(cr, c.route), append(ct, c.topic), append(ck, c.key), append(cid, id)
 	}
-	rows, err := tx.Query(ctx, sqlTryOrderLocks, cr, ct, ck)
-	if err != nil {
-		return nil, nil, fmt.Errorf("lock ordered chains: %w", err)
-	}
+	// The locks tried and the predecessors read in one round trip.
+	b := &pgx.Batch{}
+	b.Queue(sqlTryOrderLocks, cr, ct, ck)
+	b.Queue(`SELECT coalesce(prev.id, 0), coalesce(prev.open, false)
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) WITH ORDINALITY AS u(route, topic, key, id, n)
+		LEFT JOIN LATERAL (`+sqlPredecessor+`) AS prev(id, open, delivered_at) ON true ORDER BY u.n`, cr, ct, ck, cid)
+	br := tx.SendBatch(ctx, b)
+	defer br.Close()
+	rows, _ := br.Query() // its error is the rows'
 	lockedAt, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	if err != nil {
 		return nil, nil, fmt.Errorf("lock ordered chains: %w", err)
@@ -102,12 +108,7 @@ func order(ctx context.Context, tx pgx.Tx, routes, topics, keys []string, ids []
 	for _, n := range lockedAt {
 		locked[n-1] = true
 	}
-	rows, err = tx.Query(ctx, `SELECT coalesce(prev.id, 0), coalesce(prev.open, false)
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) WITH ORDINALITY AS u(route, topic, key, id, n)
-		LEFT JOIN LATERAL (`+sqlPredecessor+`) AS prev(id, open, delivered_at) ON true ORDER BY u.n`, cr, ct, ck, cid)
-	if err != nil {
-		return nil, nil, fmt.Errorf("read ordered chains: %w", err)
-	}
+	rows, _ = br.Query()
 	type link struct {
 		ID   int64
 		Open bool
@@ -209,6 +210,22 @@ const sqlTurns = `SELECT c.n, x.id, x.traceparent, x.tracestate
 // TakeTurns starts the next delivery of each chain of turns, if it waits
 // for its turn, in one transaction, and returns how many it started.
 func (r *Relay) TakeTurns(ctx context.Context, turns []Turn) (int, error) {
+	var n int
+	err := pgx.BeginFunc(ctx, r.cfg.Pool, func(tx pgx.Tx) (err error) {
+		n, err = startTurns(ctx, tx, r.cfg.Inserter, r.cfg.MaxAttempts, turns)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("outbox: start ordered deliveries: %w", err)
+	}
+	return n, nil
+}
+
+// startTurns is TakeTurns in tx: under the chains' locks, the next
+// delivery of each chain of turns gets its job if it waits for its turn
+// (sqlTurns). It is also how a delivery without a relay to hand its turn
+// to starts its successor, in the transaction that records it delivered.
+func startTurns(ctx context.Context, tx pgx.Tx, ins Inserter, maxAttempts int, turns []Turn) (int, error) {
 	// One turn per chain: the latest (a repeated delivery may hand an
 	// older one).
 	type chain struct{ route, topic, key string }
@@ -224,76 +241,29 @@ func (r *Relay) TakeTurns(ctx context.Context, turns []Turn) (int, error) {
 	for c, after := range latest {
 		rs, ts, ks, afters = append(rs, c.route), append(ts, c.topic), append(ks, c.key), append(afters, after)
 	}
-	var n int
-	err := pgx.BeginFunc(ctx, r.cfg.Pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, sqlOrderLocks, rs, ts, ks); err != nil {
-			return fmt.Errorf("lock ordered chains: %w", err)
-		}
-		rows, err := tx.Query(ctx, sqlTurns, rs, ts, ks, afters)
-		if err != nil {
-			return err
-		}
-		var (
-			i               int
-			id              int64
-			parent, state   *string
-			ids             []int64
-			routes          []string
-			parents, states []*string
-		)
-		if _, err := pgx.ForEachRow(rows, []any{&i, &id, &parent, &state}, func() error {
-			ids, routes = append(ids, id), append(routes, rs[i-1])
-			parents, states = append(parents, parent), append(states, state)
-			return nil
-		}); err != nil {
-			return fmt.Errorf("read the chains' next deliveries: %w", err)
-		}
-		n, err = startAll(ctx, tx, r.cfg.Inserter, ids, routes, parents, states, r.cfg.MaxAttempts)
-		return err
-	})
+	if _, err := tx.Exec(ctx, sqlOrderLocks, rs, ts, ks); err != nil {
+		return 0, fmt.Errorf("lock ordered chains: %w", err)
+	}
+	rows, err := tx.Query(ctx, sqlTurns, rs, ts, ks, afters)
 	if err != nil {
-		return 0, fmt.Errorf("outbox: start ordered deliveries: %w", err)
-	}
-	return n, nil
-}
-
-// sqlNext reads the delivery to route $1 that follows message $4 in its
-// chain (topic $2, key $3), when it waits for its turn (pending, no job):
-// its message's id and trace context.
-const sqlNext = `SELECT m.id, m.traceparent, m.tracestate, d.status = 'pending' AND d.job_id IS NULL
-	FROM ferry_outbox m LEFT JOIN ferry_outbox_delivery d ON d.message_id = m.id AND d.route = $1
-	WHERE m.topic = $2 AND m.ordering_key = $3 AND m.id > $4
-	  AND (m.status = 'pending' OR d.message_id IS NOT NULL)
-	ORDER BY m.id LIMIT 1`
-
-// advance hands the turn of msg's chain on for route, in tx, which has
-// just recorded msg's delivery delivered: the next waiting delivery gets
-// its job. Without an inserter (outside River's work context), or when
-// the job's queue is full, the relay's release pass does it later.
-func advance(ctx context.Context, tx pgx.Tx, ins Inserter, msg Message, route string, maxAttempts int) (released int64, err error) {
-	if msg.OrderingKey == "" || ins == nil {
-		return 0, nil
-	}
-	if _, err := tx.Exec(ctx, sqlOrderLocks, []string{route}, []string{msg.Topic}, []string{msg.OrderingKey}); err != nil {
-		return 0, fmt.Errorf("lock the ordered chain: %w", err)
-	}
-	var (
-		next          int64
-		parent, state *string
-		waiting       *bool
-	)
-	err = tx.QueryRow(ctx, sqlNext, route, msg.Topic, msg.OrderingKey, msg.ID).Scan(&next, &parent, &state, &waiting)
-	if errors.Is(err, pgx.ErrNoRows) || (err == nil && (waiting == nil || !*waiting)) {
-		return 0, nil // the chain's end, or its next message is not relayed yet
-	}
-	if err != nil {
-		return 0, fmt.Errorf("read the chain's next delivery: %w", err)
-	}
-	n, err := startWaiting(ctx, tx, ins, []int64{next}, []string{route}, []*string{parent}, []*string{state}, maxAttempts)
-	if err != nil || n == 0 {
 		return 0, err
 	}
-	return next, nil
+	var (
+		i               int
+		id              int64
+		parent, state   *string
+		ids             []int64
+		routes          []string
+		parents, states []*string
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&i, &id, &parent, &state}, func() error {
+		ids, routes = append(ids, id), append(routes, rs[i-1])
+		parents, states = append(parents, parent), append(states, state)
+		return nil
+	}); err != nil {
+		return 0, fmt.Errorf("read the chains' next deliveries: %w", err)
+	}
+	return startAll(ctx, tx, ins, ids, routes, parents, states, maxAttempts)
 }
 
 // sqlRecordJob records a waiting delivery's job. Its status test is
