@@ -10,6 +10,7 @@ import (
 
 	"github.com/ferryq/ferry/election"
 	"github.com/ferryq/ferry/internal/admin"
+	"github.com/ferryq/ferry/internal/limit"
 	"github.com/ferryq/ferry/internal/liveness"
 	"github.com/ferryq/ferry/locks"
 	"github.com/ferryq/ferry/outbox"
@@ -105,4 +106,8 @@ func (c console) Workers(ctx context.Context, since time.Duration) ([]liveness.W
 
 func (c console) Locks(ctx context.Context) ([]locks.Holder, error) {
 	return locks.List(ctx, c.s.pool)
+}
+
+func (c console) Limits(ctx context.Context) ([]limit.Status, error) {
+	return limit.List(ctx, c.s.pool)
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/ferryq/ferry/internal/base/dburl"
 	"github.com/ferryq/ferry/internal/base/redact"
 	"github.com/ferryq/ferry/internal/config"
+	"github.com/ferryq/ferry/internal/limit"
 	"github.com/ferryq/ferry/internal/liveness"
 	"github.com/ferryq/ferry/internal/logging"
 	"github.com/ferryq/ferry/internal/metrics"
@@ -66,6 +67,8 @@ type Server struct {
 	relay    *outbox.Relay
 	// verifier refuses unsealed jobs; nil without seal keys.
 	verifier *seal.Verifier
+	// limiter enforces the config file's limits (none: it does nothing).
+	limiter *limit.Limiter
 	// broadcast is this process's broadcast Broker (Broadcast).
 	broadcast *broadcast.Broker
 	// routes are the outbox routes this process delivers (none when it
@@ -281,6 +284,15 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			return fail(err)
 		}
 	}
+	// Limits hold a job over its limit before the metrics and traces see
+	// it, and after the verifier has refused what ferry did not seal.
+	s.limiter, err = limit.New(limit.Config{Pool: pool, Limits: file.Limits, Schema: cfg.Schema, Lead: cfg.FetchPollInterval, Logger: cfg.Logger})
+	if err != nil {
+		return fail(&configError{err: err})
+	}
+	if len(file.Limits) > 0 {
+		middleware = append(middleware, s.limiter.Middleware())
+	}
 	// Outermost, the ledger records what this worker runs, so that the
 	// liveness heartbeat can settle what River lost (liveness.Ledger).
 	ledger := liveness.NewLedger()
@@ -370,6 +382,15 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.elector.Register("broadcast-console", s.watchConsole)
 	s.relay = outbox.NewRelay(outbox.RelayConfig{Pool: pool, ListenConfig: sessions.Config().ConnConfig, Schema: cfg.Schema, Inserter: s.river, Routes: delivered, RouteGrace: cfg.OutboxRouteGrace, MaxAttempts: maxAttempts, Tracer: tracing.Outbox(cfg.TracerProvider), Logger: cfg.Logger})
 	s.services = []service{s.elector, s.sched, s.relay}
+	if len(file.Limits) > 0 {
+		if len(queues) > 0 { // a River client that works no queue has no events
+			s.services = append(s.services, &limitService{limiter: s.limiter, client: s.river, logger: cfg.Logger})
+		}
+		s.elector.Register("limits", s.limiter.Sweeper())
+		if err := s.metrics.Registry.Register(metrics.NewLimitCollector(pool, cfg.Logger)); err != nil {
+			return fail(err)
+		}
+	}
 	if err := s.metrics.Registry.Register(metrics.NewOutboxCollector(pool, cfg.Logger)); err != nil {
 		return fail(err)
 	}
@@ -636,6 +657,11 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 	}
 	s.logSeal(ctx)
+	// The limits are in ferry_limit before a job waits for one: the sweep
+	// wakes the jobs of limits that no worker has registered.
+	if err := s.limiter.Register(ctx); err != nil {
+		return err
+	}
 	// River's work contexts must outlive ctx: stopRiver is what ends them,
 	// after the grace period. From here on every return stops River.
 	if err := s.river.Start(context.WithoutCancel(ctx)); err != nil {

@@ -90,6 +90,9 @@ type results struct {
 	OrderedThroughputRatio    *float64          `json:"ordered_throughput_ratio"`
 	OrderedMsgsPerSec         *float64          `json:"ordered_msgs_per_sec"`
 	UnorderedMsgsPerSec       *float64          `json:"unordered_msgs_per_sec"`
+	LimitConcurrencyUtil      *float64          `json:"limit_concurrency_utilization"`
+	LimitRateUtil             *float64          `json:"limit_rate_utilization"`
+	LimitViolations           *float64          `json:"limit_violations"`
 	OutboxRelayLagP99MS       *float64          `json:"outbox_relay_lag_p99_ms"`
 	OutboxFetchLagP99MS       *float64          `json:"outbox_fetch_lag_p99_ms"`
 	TickLagInsertP99MS        *float64          `json:"tick_lag_insert_p99_ms"`
@@ -258,6 +261,17 @@ func runAll(ctx context.Context, serverURL, path string, quick bool) error {
 		} else {
 			res.OrderedViolations, res.OrderedThroughputRatio = ptr(float64(r.Violations)), ptr(r.Ratio)
 			res.OrderedMsgsPerSec, res.UnorderedMsgsPerSec = ptr(r.OrderedPerSec), ptr(r.UnorderedPerSec)
+		}
+	}
+	if !quick {
+		// Three runs of four workers (25 s, 20 s, about 20 s): the full
+		// run only.
+		step("concurrency and rate limits")
+		if r, err := limitsBench(ctx, serverURL, 4); err != nil {
+			note("limits", err)
+		} else {
+			res.LimitConcurrencyUtil, res.LimitRateUtil = ptr(r.ConcurrencyUtilization), ptr(r.RateUtilization)
+			res.LimitViolations = ptr(float64(r.Violations))
 		}
 	}
 	step("scheduler tick lag")
@@ -433,6 +447,9 @@ func printTable(r results) {
 		{"outbox relay transaction to delivery fetch p99", f(r.OutboxFetchLagP99MS, "ms"), "measured"},
 		{"ordered outbox delivery: order violations (1,000 keys × 50, kill -9, 20 % failures)", f(r.OrderedViolations, ""), "0"},
 		{"ordered / unordered outbox delivery throughput", f(r.OrderedThroughputRatio, ""), "≥ 0.8"},
+		{"concurrency limit 20, jobs of 5 s, 4 workers: utilization", f(r.LimitConcurrencyUtil, ""), "≥ 0.85"},
+		{"rate limit 10/s under backlog, 4 workers, a kill: utilization", f(r.LimitRateUtil, ""), "≥ 0.95"},
+		{"limit violations (50 ms samples over the concurrency, kills; 1 s windows over rate + burst)", f(r.LimitViolations, ""), "0"},
 		{"tick lag to insert p99", f(r.TickLagInsertP99MS, "ms"), "≤ 50 ms"},
 		{"tick lag to start p99", f(r.TickLagStartP99MS, "ms"), "≤ 100 ms"},
 		{"graceful failover median", f(r.FailoverGracefulMSMedian, "ms"), "≤ 1 s"},

@@ -94,7 +94,7 @@ type result struct {
 
 func main() {
 	var (
-		mode     = flag.String("mode", "sweep", "all, quick, sweep, latency, throughput, failover, orphans, ticks, outbox, ordered, sealed, bounded, pgbouncer, pgfailover, riverbest, otel, lean, bulkcopy, counts, scale, pickup or sustained")
+		mode     = flag.String("mode", "sweep", "all, quick, sweep, latency, throughput, failover, orphans, ticks, outbox, ordered, sealed, bounded, pgbouncer, pgfailover, riverbest, otel, lean, bulkcopy, counts, scale, pickup, limits or sustained")
 		out      = flag.String("out", "bench/results.json", "all and quick modes: where to write the results")
 		url      = flag.String("database-url", os.Getenv("TEST_DATABASE_URL"), "server to create scratch databases on")
 		cooldown = flag.Duration("cooldown", 5*time.Millisecond, "worker fetch cooldown")
@@ -315,6 +315,15 @@ func main() {
 		}
 		fmt.Fprintf(os.Stderr, "ordered outbox delivery, %d keys × %d messages, 3 workers (one killed with kill -9 mid-run), receiver failing %.0f%% (503, Retry-After: 1), median of %d rounds: ordered %.0f msgs/s, unordered %.0f msgs/s, ratio %.3f (rounds %.3f); order violations %d (unordered: %d), overlaps %d\n",
 			r.Keys, r.PerKey, 100*r.FailShare, r.Rounds, r.OrderedPerSec, r.UnorderedPerSec, r.Ratio, r.Ratios, r.Violations, r.UnorderedViolations, r.Overlaps)
+		_ = json.NewEncoder(os.Stdout).Encode(r)
+		return
+	case "limits":
+		r, err := limitsBench(ctx, *url, 4)
+		if err != nil {
+			log.Fatalf("bench: limits: %v", redact.Postgres(err.Error()))
+		}
+		fmt.Fprintf(os.Stderr, "limits, %d workers: concurrency %d with %d jobs of %.0f s: utilization %.3f, max in flight %d; rate %d/s burst %d, %d jobs, a kill: utilization %.3f, most in one second %d; chaos (%d jobs of 1 s, %d kills): max in flight %d over %d samples; violations %d\n",
+			r.Workers, r.Concurrency, r.ConcurrencyJobs, r.JobSeconds, r.ConcurrencyUtilization, r.ConcurrencyMaxInFlight, r.Rate, r.Burst, r.RateJobs, r.RateUtilization, r.RateMaxInSecond, r.ChaosJobs, r.ChaosKills, r.ChaosMax, r.ChaosSamples, r.Violations)
 		_ = json.NewEncoder(os.Stdout).Encode(r)
 		return
 	case "outbox":

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ferryq/ferry/election"
+	"github.com/ferryq/ferry/internal/limit"
 	"github.com/ferryq/ferry/internal/liveness"
 	"github.com/ferryq/ferry/locks"
 	"github.com/ferryq/ferry/outbox"
@@ -100,6 +101,9 @@ type Console interface {
 	Telegram(ctx context.Context) ([]telegram.BotStatus, error)
 	// Locks lists the named locks held now (enqueue lock list).
 	Locks(ctx context.Context) ([]locks.Holder, error)
+	// Limits lists the concurrency and rate limits with their use
+	// (enqueue limits).
+	Limits(ctx context.Context) ([]limit.Status, error)
 	// Workers lists the live and lost workers, and those dead or stopped
 	// within since (enqueue workers).
 	Workers(ctx context.Context, since time.Duration) ([]liveness.WorkerInfo, error)

@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ferryq/ferry/internal/limit"
 	"github.com/ferryq/ferry/internal/liveness"
 	"github.com/ferryq/ferry/locks"
 	"github.com/ferryq/ferry/periodic"
@@ -62,7 +63,7 @@ func cspHash(s string) string {
 }
 
 // pageNames are ferry's pages: /admin/ is "index", the others /admin/NAME.
-var pageNames = []string{"index", "leader", "workers", "schedules", "outbox", "telegram", "locks", "login"}
+var pageNames = []string{"index", "leader", "workers", "schedules", "outbox", "telegram", "locks", "limits", "login"}
 
 // parsePages parses each page with the layout.
 func parsePages() (map[string]*template.Template, error) {
@@ -109,6 +110,10 @@ func (s *Server) routePages(mux *http.ServeMux) {
 		v, err := call(r.Context(), s.heldLocks)
 		s.page(w, r, "locks", v, err)
 	})
+	mux.HandleFunc("GET /admin/limits", func(w http.ResponseWriter, r *http.Request) {
+		v, err := call(r.Context(), s.limits)
+		s.page(w, r, "limits", v, err)
+	})
 	mux.HandleFunc("POST /admin/outbox/reset", s.resetOutbox)
 
 	api := map[string]func(ctx context.Context) (any, error){
@@ -118,6 +123,7 @@ func (s *Server) routePages(mux *http.ServeMux) {
 		"schedules": func(ctx context.Context) (any, error) { return s.schedules(ctx) },
 		"outbox":    func(ctx context.Context) (any, error) { return s.cfg.Console.Outbox(ctx) },
 		"locks":     func(ctx context.Context) (any, error) { return s.heldLocks(ctx) },
+		"limits":    func(ctx context.Context) (any, error) { return s.limits(ctx) },
 		"telegram":  func(ctx context.Context) (any, error) { return s.telegram(ctx) },
 	}
 	for name, fn := range api {
@@ -176,6 +182,15 @@ func (s *Server) heldLocks(ctx context.Context) ([]locks.Holder, error) {
 		hs = []locks.Holder{}
 	}
 	return hs, err
+}
+
+// limits is the Console's limits, [] rather than null when none is.
+func (s *Server) limits(ctx context.Context) ([]limit.Status, error) {
+	ls, err := s.cfg.Console.Limits(ctx)
+	if ls == nil {
+		ls = []limit.Status{}
+	}
+	return ls, err
 }
 
 func (s *Server) telegram(ctx context.Context) ([]telegram.BotStatus, error) {

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferryq/ferry/election"
+	"github.com/ferryq/ferry/internal/limit"
 	"github.com/ferryq/ferry/internal/liveness"
 	"github.com/ferryq/ferry/locks"
 	"github.com/ferryq/ferry/outbox"
@@ -132,10 +133,19 @@ func (c *fakeConsole) Locks(context.Context) ([]locks.Holder, error) {
 	return []locks.Holder{{Name: "nightly-report", Token: 7, Holder: "web-1:4242", AcquiredAt: time.Now().Add(-time.Minute), ExpiresIn: 20 * time.Second}}, c.fail
 }
 
+func (c *fakeConsole) Limits(context.Context) ([]limit.Status, error) {
+	c.calls.Add(1)
+	return []limit.Status{{
+		Limit:   limit.Limit{Name: "per-tenant", Kind: "email.send", KeyField: "tenant_id", Concurrency: 2, Rate: limit.Rate{Count: 10, Period: time.Second, Burst: 5}},
+		Running: 2, Tokens: 3, Waiting: 7,
+		Keys: []limit.KeyStatus{{Key: "acme", Running: 2, Tokens: 3, Waiting: 7}},
+	}}, c.fail
+}
+
 // pages and apis are every GET that calls the Console.
 var (
-	pages = []string{"/admin/", "/admin/leader", "/admin/workers", "/admin/schedules", "/admin/outbox", "/admin/locks", "/admin/telegram"}
-	apis  = []string{"/admin/api/summary", "/admin/api/leader", "/admin/api/workers", "/admin/api/schedules", "/admin/api/outbox", "/admin/api/locks", "/admin/api/telegram"}
+	pages = []string{"/admin/", "/admin/leader", "/admin/workers", "/admin/schedules", "/admin/outbox", "/admin/locks", "/admin/limits", "/admin/telegram"}
+	apis  = []string{"/admin/api/summary", "/admin/api/leader", "/admin/api/workers", "/admin/api/schedules", "/admin/api/outbox", "/admin/api/locks", "/admin/api/limits", "/admin/api/telegram"}
 )
 
 // noRedirect is a client that returns redirects instead of following them.

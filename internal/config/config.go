@@ -1,5 +1,6 @@
 // Package config reads the worker's YAML file (FERRY_CONFIG): schedules,
-// queues (worker counts and bounds), outbox routes and Telegram bots. Unknown keys,
+// queues (worker counts and bounds), outbox routes, Telegram bots and
+// limits. Unknown keys,
 // unknown job kinds, bad expressions or zones and duplicate ids are refused
 // with one line naming the entry and the field: a *FieldError, or an
 // *UnknownKeyError for a key no setting has. Secrets are never written in
@@ -21,6 +22,7 @@ import (
 	"github.com/riverqueue/river"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/ferryq/ferry/internal/limit"
 	"github.com/ferryq/ferry/jobs"
 	"github.com/ferryq/ferry/outbox"
 	"github.com/ferryq/ferry/periodic"
@@ -33,6 +35,21 @@ type File struct {
 	Queues    []QueueEntry    `yaml:"queues"`
 	Outbox    OutboxSection   `yaml:"outbox"`
 	Telegram  TelegramSection `yaml:"telegram"`
+	Limits    []LimitEntry    `yaml:"limits"`
+}
+
+// LimitEntry is one `limits:` item: a concurrency limit, a rate limit or
+// both on the jobs of a kind or a queue, across every worker, optionally
+// per value of a top-level field of the jobs' args (package
+// internal/limit).
+type LimitEntry struct {
+	Name        string `yaml:"name"`
+	Kind        string `yaml:"kind"`
+	Queue       string `yaml:"queue"`
+	Key         string `yaml:"key"`
+	Concurrency int    `yaml:"concurrency"`
+	Rate        string `yaml:"rate"`
+	Burst       int    `yaml:"burst"`
 }
 
 // TelegramSection is the `telegram:` section.
@@ -102,6 +119,7 @@ type Loaded struct {
 	Routes            []outbox.Route
 	OutboxMaxAttempts int // 0 when the file does not set it
 	Bots              []Bot
+	Limits            []limit.Limit
 }
 
 // ScheduleEntry is one `schedules:` item (keys as in DESIGN.md, "Config
@@ -213,7 +231,57 @@ func Parse(b []byte, kinds Kinds) (Loaded, error) {
 	if f.Outbox.MaxAttempts < 0 || f.Outbox.MaxAttempts > 1000 {
 		return Loaded{}, fieldErrorf("outbox", "max_attempts", "%d is not between 1 and 1000", f.Outbox.MaxAttempts)
 	}
-	return Loaded{Schedules: schedules, Queues: queues, Routes: routes, OutboxMaxAttempts: f.Outbox.MaxAttempts, Bots: bots}, nil
+	limits, err := f.limits(kinds)
+	if err != nil {
+		return Loaded{}, err
+	}
+	return Loaded{Schedules: schedules, Queues: queues, Routes: routes, OutboxMaxAttempts: f.Outbox.MaxAttempts, Bots: bots, Limits: limits}, nil
+}
+
+func (f File) limits(kinds Kinds) ([]limit.Limit, error) {
+	out := make([]limit.Limit, 0, len(f.Limits))
+	seen := map[string]int{}
+	for i, e := range f.Limits {
+		l := limit.Limit{Name: e.Name, Kind: e.Kind, Queue: e.Queue, KeyField: e.Key, Concurrency: e.Concurrency}
+		if l.Name == "" && (l.Kind != "" || l.Queue != "") {
+			l.Name = limit.DefaultName(l)
+		}
+		where := fmt.Sprintf("limits[%d]", i)
+		if l.Name != "" {
+			where += fmt.Sprintf(" (name %q)", l.Name)
+		}
+		if e.Queue != "" {
+			if err := jobs.ValidateQueueName(e.Queue); err != nil {
+				return nil, &FieldError{Entry: where, Field: "queue", Err: err}
+			}
+		}
+		if e.Rate != "" {
+			count, period, err := limit.ParseRate(e.Rate)
+			if err != nil {
+				return nil, &FieldError{Entry: where, Field: "rate", Err: err}
+			}
+			l.Rate = limit.Rate{Count: count, Period: period, Burst: max(e.Burst, 1)}
+			if e.Burst < 0 {
+				l.Rate.Burst = e.Burst
+			}
+		} else if e.Burst != 0 {
+			return nil, fieldErrorf(where, "burst", "a burst needs a rate")
+		}
+		if field, err := l.Check(); err != nil {
+			return nil, &FieldError{Entry: where, Field: field, Err: err}
+		}
+		if e.Kind != "" {
+			if _, ok := kinds.Get(e.Kind); !ok {
+				return nil, fieldErrorf(where, "kind", "%q is not a job kind this worker runs", e.Kind)
+			}
+		}
+		if j, dup := seen[l.Name]; dup {
+			return nil, fieldErrorf(where, "name", "already used by limits[%d]", j)
+		}
+		seen[l.Name] = i
+		out = append(out, l)
+	}
+	return out, nil
 }
 
 // MaxQueueWorkers is the most workers a `queues:` entry may give a queue

@@ -9,8 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ferryq/ferry/internal/limit"
 	"github.com/ferryq/ferry/jobs"
 	"github.com/ferryq/ferry/outbox"
 	"github.com/ferryq/ferry/periodic"
@@ -338,4 +340,43 @@ func TestParse_Queues(t *testing.T) {
 		{Name: "default", MaxLength: &n0},
 		{Name: "mail", Workers: 2},
 	}, loaded.Queues)
+}
+
+func TestParse_Limits(t *testing.T) {
+	t.Parallel()
+	loaded, err := Parse([]byte(`limits:
+  - {kind: ferry.noop, concurrency: 20}
+  - {name: per-tenant, queue: reports, key: tenant_id, concurrency: 2, rate: 10/s, burst: 5}
+  - {queue: mail, rate: 600/m}
+`), registry(t))
+	require.NoError(t, err)
+	require.Equal(t, []limit.Limit{
+		{Name: "kind:ferry.noop", Kind: "ferry.noop", Concurrency: 20},
+		{Name: "per-tenant", Queue: "reports", KeyField: "tenant_id", Concurrency: 2, Rate: limit.Rate{Count: 10, Period: time.Second, Burst: 5}},
+		{Name: "queue:mail", Queue: "mail", Rate: limit.Rate{Count: 600, Period: time.Minute, Burst: 1}},
+	}, loaded.Limits)
+}
+
+func TestParse_LimitErrors(t *testing.T) {
+	t.Parallel()
+	for doc, want := range map[string]string{
+		"limits:\n  - {kind: ferry.noop}\n":                                                              `limits[0] (name "kind:ferry.noop"): concurrency, rate: give one or both`,
+		"limits:\n  - {concurrency: 1}\n":                                                                `limits[0]: kind, queue: give one`,
+		"limits:\n  - {kind: ferry.noop, queue: q, concurrency: 1}\n":                                    `limits[0] (name "queue:q"): kind, queue: give one, not both`,
+		"limits:\n  - {kind: nope, concurrency: 1}\n":                                                    `limits[0] (name "kind:nope"): kind: "nope" is not a job kind this worker runs`,
+		"limits:\n  - {queue: 'bad queue', concurrency: 1}\n":                                            `limits[0] (name "queue:bad queue"): queue: queue "bad queue": a name is 1 to 64 lowercase letters and digits, separated by single _ or -`,
+		"limits:\n  - {name: 'a b', kind: ferry.noop, concurrency: 1}\n":                                 `limits[0] (name "a b"): name: "a b": use 1 to 128 letters, digits and _.:/-`,
+		"limits:\n  - {kind: ferry.noop, rate: 10/d}\n":                                                  `limits[0] (name "kind:ferry.noop"): rate: "10/d": the unit "d" is not s, m or h`,
+		"limits:\n  - {kind: ferry.noop, rate: ten/s}\n":                                                 `limits[0] (name "kind:ferry.noop"): rate: "ten/s": the count is not a whole number between 1 and 1000000`,
+		"limits:\n  - {kind: ferry.noop, concurrency: 1, burst: 3}\n":                                    `limits[0] (name "kind:ferry.noop"): burst: a burst needs a rate`,
+		"limits:\n  - {kind: ferry.noop, rate: 1/s, burst: -1}\n":                                        `limits[0] (name "kind:ferry.noop"): burst: -1 is not between 1 and 1000000`,
+		"limits:\n  - {kind: ferry.noop, concurrency: -2}\n":                                             `limits[0] (name "kind:ferry.noop"): concurrency: -2 is not between 1 and 100000`,
+		"limits:\n  - {kind: ferry.noop, key: a.b, concurrency: 1}\n":                                    `limits[0] (name "kind:ferry.noop/a.b"): key: "a.b" is not a field name (a letter or _, then letters, digits or _)`,
+		"limits:\n  - {name: x, kind: ferry.noop, concurrency: 1}\n  - {name: x, queue: q, rate: 1/s}\n": `limits[1] (name "x"): name: already used by limits[0]`,
+		"limits:\n  - {kind: ferry.noop, concurrency: 1, rates: 1/s}\n":                                  `line 2: unknown key rates`,
+	} {
+		_, err := Parse([]byte(doc), registry(t))
+		require.Error(t, err, doc)
+		assert.Equal(t, want, err.Error(), doc)
+	}
 }

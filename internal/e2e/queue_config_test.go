@@ -82,13 +82,20 @@ func TestWorker_QueueConfigErrors(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			cfg := writeFile(t, "ferry.yaml", tc.doc)
-			_, stderr, code := runWorker(t, env(url, "FERRY_CONFIG="+cfg), 15*time.Second, "run", "--admin-addr", "off")
-			require.Equal(t, 2, code, stderr)
-			require.Contains(t, oneLine(t, stderr), tc.want)
+			requireConfigRefused(t, url, tc.doc, tc.want)
 		})
 	}
 	var n int
 	require.NoError(t, pgtest.PoolFor(t, url).QueryRow(context.Background(), `SELECT count(*) FROM ferry_queue`).Scan(&n))
 	require.Zero(t, n, "nothing written")
+}
+
+// requireConfigRefused starts `worker run` with the config file doc and
+// requires it to exit 2 with one line that contains want.
+func requireConfigRefused(t *testing.T, url, doc, want string) {
+	t.Helper()
+	cfg := writeFile(t, "ferry.yaml", doc)
+	_, stderr, code := runWorker(t, env(url, "FERRY_CONFIG="+cfg), 15*time.Second, "run", "--admin-addr", "off")
+	require.Equal(t, 2, code, stderr)
+	require.Contains(t, oneLine(t, stderr), want)
 }

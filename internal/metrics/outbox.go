@@ -20,20 +20,15 @@ var (
 // outbox so that a service importing outbox to write messages does not link
 // the Prometheus client.
 type OutboxCollector struct {
-	pool *pgxpool.Pool
-	log  *slog.Logger
-
-	mu     sync.Mutex
-	at     time.Time
-	cached []prometheus.Metric
+	pool  *pgxpool.Pool
+	cache *readCache
 }
 
 // NewOutboxCollector returns a collector over pool.
 func NewOutboxCollector(pool *pgxpool.Pool, log *slog.Logger) *OutboxCollector {
-	if log == nil {
-		log = slog.Default()
-	}
-	return &OutboxCollector{pool: pool, log: log}
+	c := &OutboxCollector{pool: pool}
+	c.cache = newReadCache("outbox counts", 5*time.Second, c.read, log)
+	return c
 }
 
 // Describe implements prometheus.Collector.
@@ -43,14 +38,37 @@ func (c *OutboxCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 // Collect implements prometheus.Collector.
-func (c *OutboxCollector) Collect(ch chan<- prometheus.Metric) {
+func (c *OutboxCollector) Collect(ch chan<- prometheus.Metric) { c.cache.collect(ch) }
+
+// readCache holds the metrics a collector reads from the database, read
+// again at a scrape once they are older than ttl; a failed read keeps the
+// last ones and logs a warning.
+type readCache struct {
+	what string
+	ttl  time.Duration
+	read func() ([]prometheus.Metric, error)
+	log  *slog.Logger
+
+	mu     sync.Mutex
+	at     time.Time
+	cached []prometheus.Metric
+}
+
+func newReadCache(what string, ttl time.Duration, read func() ([]prometheus.Metric, error), log *slog.Logger) *readCache {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &readCache{what: what, ttl: ttl, read: read, log: log}
+}
+
+func (c *readCache) collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if time.Since(c.at) > 5*time.Second {
+	if time.Since(c.at) > c.ttl {
 		c.at = time.Now()
 		ms, err := c.read()
 		if err != nil {
-			c.log.Warn("metrics: read outbox counts", "error", err)
+			c.log.Warn("metrics: read "+c.what, "error", err)
 		} else {
 			c.cached = ms
 		}

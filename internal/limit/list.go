@@ -1,0 +1,127 @@
+package limit
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Status is a limit as the workers registered it and its use now.
+type Status struct {
+	Limit
+	// SeenAt is when a worker last marked the limit seen.
+	SeenAt time.Time
+	// Running is how many of the limit's slots are held (concurrency),
+	// Tokens how much of its burst is spent (rate), Waiting how many jobs
+	// wait for it: totals over its keys.
+	Running int
+	Tokens  int
+	Waiting int
+	// Keys are the keys with a slot held, a token spent or a job waiting,
+	// the busiest first.
+	Keys []KeyStatus
+}
+
+// KeyStatus is one key's use of a limit.
+type KeyStatus struct {
+	Key     string
+	Running int
+	Tokens  int
+	Waiting int
+}
+
+const (
+	sqlListLimits = `SELECT name, coalesce(kind, ''), coalesce(queue, ''), coalesce(key_field, ''),
+    coalesce(concurrency, 0), coalesce(rate_count, 0), coalesce(rate_period, interval '0'), coalesce(burst, 0), seen_at
+FROM ferry_limit WHERE seen_at > now() - make_interval(secs => $1) ORDER BY name`
+
+	// sqlListUse counts, per limit and key, the slots held by jobs that
+	// hold them (as sqlSlots counts), the jobs waiting, and how far the
+	// rate's tat lies ahead (in seconds).
+	sqlListUse = `WITH slots AS (
+    SELECT limit_name, key, count(*) AS n FROM ferry_limit_slot s
+    WHERE EXISTS (SELECT 1 FROM river_job j WHERE j.id = s.job_id AND ` + slotHeld + `)
+    GROUP BY 1, 2),
+waits AS (SELECT limit_name, key, count(*) AS n FROM ferry_limit_wait GROUP BY 1, 2),
+rates AS (SELECT limit_name, key, extract(epoch FROM tat - clock_timestamp())::float8 AS ahead
+    FROM ferry_limit_rate WHERE tat > clock_timestamp())
+SELECT limit_name, key, coalesce(slots.n, 0), coalesce(waits.n, 0), coalesce(rates.ahead, 0)
+FROM slots FULL JOIN waits USING (limit_name, key) FULL JOIN rates USING (limit_name, key)`
+)
+
+// Querier is what List reads through: a pool, a connection or a
+// transaction.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// List returns the limits that some worker enforces (marked seen in the
+// last ten minutes), by name, with their use now.
+func List(ctx context.Context, q Querier) ([]Status, error) {
+	rows, err := q.Query(ctx, sqlListLimits, goneAfter.Seconds())
+	if err != nil {
+		return nil, fmt.Errorf("limits: list: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Status, error) {
+		var s Status
+		err := row.Scan(&s.Name, &s.Kind, &s.Queue, &s.KeyField, &s.Concurrency,
+			&s.Rate.Count, &s.Rate.Period, &s.Rate.Burst, &s.SeenAt)
+		return s, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("limits: list: %w", err)
+	}
+	byName := map[string]*Status{}
+	for i := range out {
+		byName[out[i].Name] = &out[i]
+	}
+	rows, err = q.Query(ctx, sqlListUse)
+	if err != nil {
+		return nil, fmt.Errorf("limits: read use: %w", err)
+	}
+	type use struct {
+		name, key        string
+		running, waiting int
+		ahead            float64
+	}
+	uses, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (use, error) {
+		var u use
+		err := row.Scan(&u.name, &u.key, &u.running, &u.waiting, &u.ahead)
+		return u, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("limits: read use: %w", err)
+	}
+	for _, u := range uses {
+		s := byName[u.name]
+		if s == nil {
+			continue
+		}
+		k := KeyStatus{Key: u.key, Running: u.running, Waiting: u.waiting}
+		if !s.Rate.IsZero() && u.ahead > 0 {
+			// The tat lies ahead by one interval per token spent.
+			k.Tokens = min(s.Rate.Burst, int(math.Ceil(u.ahead/s.Rate.Interval().Seconds()-1e-9)))
+		}
+		if k.Running+k.Tokens+k.Waiting == 0 {
+			continue
+		}
+		s.Keys = append(s.Keys, k)
+		s.Running += k.Running
+		s.Tokens += k.Tokens
+		s.Waiting += k.Waiting
+	}
+	for i := range out {
+		slices.SortFunc(out[i].Keys, func(a, b KeyStatus) int {
+			if c := (b.Running + b.Tokens + b.Waiting) - (a.Running + a.Tokens + a.Waiting); c != 0 {
+				return c
+			}
+			return cmp.Compare(a.Key, b.Key)
+		})
+	}
+	return out, nil
+}
