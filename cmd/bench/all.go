@@ -93,6 +93,7 @@ type results struct {
 	LimitConcurrencyUtil      *float64          `json:"limit_concurrency_utilization"`
 	LimitRateUtil             *float64          `json:"limit_rate_utilization"`
 	LimitViolations           *float64          `json:"limit_violations"`
+	LimitThroughputRatio      *float64          `json:"limit_throughput_ratio"`
 	OutboxRelayLagP99MS       *float64          `json:"outbox_relay_lag_p99_ms"`
 	OutboxFetchLagP99MS       *float64          `json:"outbox_fetch_lag_p99_ms"`
 	TickLagInsertP99MS        *float64          `json:"tick_lag_insert_p99_ms"`
@@ -273,6 +274,11 @@ func runAll(ctx context.Context, serverURL, path string, quick bool) error {
 			res.LimitConcurrencyUtil, res.LimitRateUtil = ptr(r.ConcurrencyUtilization), ptr(r.RateUtilization)
 			res.LimitViolations = ptr(float64(r.Violations))
 		}
+		if _, _, ratio, err := limitOverhead(ctx, serverURL, 20000, 3); err != nil {
+			note("limits overhead", err)
+		} else {
+			res.LimitThroughputRatio = ptr(ratio)
+		}
 	}
 	step("scheduler tick lag")
 	if r, err := tickLag(ctx, serverURL, 10, sz.tickDur, 500); err != nil {
@@ -450,6 +456,7 @@ func printTable(r results) {
 		{"concurrency limit 20, jobs of 5 s, 4 workers: utilization", f(r.LimitConcurrencyUtil, ""), "≥ 0.85"},
 		{"rate limit 10/s under backlog, 4 workers, a kill: utilization", f(r.LimitRateUtil, ""), "≥ 0.95"},
 		{"limit violations (50 ms samples over the concurrency, kills; 1 s windows over rate + burst)", f(r.LimitViolations, ""), "0"},
+		{"no-op jobs under a global concurrency limit never reached / none", f(r.LimitThroughputRatio, ""), "> 0.5 (River #1145: half)"},
 		{"tick lag to insert p99", f(r.TickLagInsertP99MS, "ms"), "≤ 50 ms"},
 		{"tick lag to start p99", f(r.TickLagStartP99MS, "ms"), "≤ 100 ms"},
 		{"graceful failover median", f(r.FailoverGracefulMSMedian, "ms"), "≤ 1 s"},

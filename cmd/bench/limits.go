@@ -17,6 +17,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/ferryq/ferry"
 	"github.com/ferryq/ferry/internal/testkit/fleet"
 	"github.com/ferryq/ferry/jobs"
 )
@@ -303,4 +304,27 @@ func limitsBench(ctx context.Context, serverURL string, workers int) (limitsResu
 		res.Violations++
 	}
 	return res, nil
+}
+
+// limitOverhead works a backlog of n no-op jobs with ferry's whole worker
+// stack, without limits and under a global concurrency limit it never
+// reaches (the cost of taking and giving back a slot for every job), in
+// paired rounds, and returns the best rates and the median of the rounds'
+// ratios limited/unlimited (limit_throughput_ratio). A River Pro user saw
+// throughput halve under a global limit (River #1145).
+func limitOverhead(ctx context.Context, serverURL string, n, rounds int) (unlimited, limited, ratio float64, err error) {
+	dir, err := os.MkdirTemp("", "ferry-bench-limits-")
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer os.RemoveAll(dir)
+	cfg := filepath.Join(dir, "limits.yaml")
+	if err := os.WriteFile(cfg, []byte("limits:\n  - {kind: ferry.noop, concurrency: 100000}\n"), 0o600); err != nil {
+		return 0, 0, 0, err
+	}
+	return pairedRounds(rounds,
+		func() (float64, error) { return ferryThroughput(ctx, serverURL, n, nil, false) },
+		func() (float64, error) {
+			return ferryThroughput(ctx, serverURL, n, nil, false, func(c *ferry.Config) { c.ConfigFile = cfg })
+		})
 }

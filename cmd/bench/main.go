@@ -94,7 +94,7 @@ type result struct {
 
 func main() {
 	var (
-		mode     = flag.String("mode", "sweep", "all, quick, sweep, latency, throughput, failover, orphans, ticks, outbox, ordered, sealed, bounded, pgbouncer, pgfailover, riverbest, otel, lean, bulkcopy, counts, scale, pickup, limits or sustained")
+		mode     = flag.String("mode", "sweep", "all, quick, sweep, latency, throughput, failover, orphans, ticks, outbox, ordered, sealed, bounded, pgbouncer, pgfailover, riverbest, otel, lean, bulkcopy, counts, scale, pickup, limits, limits-overhead or sustained")
 		out      = flag.String("out", "bench/results.json", "all and quick modes: where to write the results")
 		url      = flag.String("database-url", os.Getenv("TEST_DATABASE_URL"), "server to create scratch databases on")
 		cooldown = flag.Duration("cooldown", 5*time.Millisecond, "worker fetch cooldown")
@@ -316,6 +316,13 @@ func main() {
 		fmt.Fprintf(os.Stderr, "ordered outbox delivery, %d keys × %d messages, 3 workers (one killed with kill -9 mid-run), receiver failing %.0f%% (503, Retry-After: 1), median of %d rounds: ordered %.0f msgs/s, unordered %.0f msgs/s, ratio %.3f (rounds %.3f); order violations %d (unordered: %d), overlaps %d\n",
 			r.Keys, r.PerKey, 100*r.FailShare, r.Rounds, r.OrderedPerSec, r.UnorderedPerSec, r.Ratio, r.Ratios, r.Violations, r.UnorderedViolations, r.Overlaps)
 		_ = json.NewEncoder(os.Stdout).Encode(r)
+		return
+	case "limits-overhead":
+		unlimited, limited, ratio, err := limitOverhead(ctx, *url, *backlog, *trials)
+		if err != nil {
+			log.Fatalf("bench: limits-overhead: %v", redact.Postgres(err.Error()))
+		}
+		fmt.Fprintf(os.Stderr, "ferry worker, %d no-op jobs, median of %d paired rounds: %.0f jobs/s without limits, %.0f under a global concurrency limit never reached: ratio %.3f\n", *backlog, *trials, unlimited, limited, ratio)
 		return
 	case "limits":
 		r, err := limitsBench(ctx, *url, 4)

@@ -18,8 +18,15 @@
 // the job's worker runs, in one short transaction holding a transaction
 // advisory lock per limit and key (taken in name order, so two jobs never
 // deadlock): the decision reads and writes only ferry_limit_slot,
-// ferry_limit_wait and ferry_limit_rate, and river_job's state of the few
-// jobs holding slots. A job that may start takes its slot or token and
+// ferry_limit_wait and ferry_limit_rate, and, when the limit looks full,
+// river_job's state of the jobs holding slots. A process's decisions are
+// combined: whichever job asks while no transaction of its process is
+// deciding runs one for every job that asked (and every job that ended)
+// meanwhile, in three round trips, so that a busy limit's lock is taken
+// once a batch, not once a job. Without that, a global limit no job ever
+// reached cut a worker's no-op throughput to 0.014 of its rate on this
+// project's machine; with it, to about 0.63 (`go run ./cmd/bench -mode
+// limits-overhead`; River #1145 reports half for River Pro's). A job that may start takes its slot or token and
 // runs; its slot is given back when its worker returns. A job that may not
 // is snoozed (river.JobSnooze: River gives its attempt back) and queued in
 // ferry_limit_wait: waiting never burns an attempt, never records an
@@ -79,7 +86,7 @@
 // `go run ./cmd/bench -mode limits` runs four `worker run` processes whose
 // limited jobs are HTTP calls to a receiver that counts them in flight:
 // with a concurrency of 20 and jobs of 5 s, 0.99 of the ideal throughput;
-// with a rate of 10/s under backlog, 0.97 of the rate with no one-second
+// with a rate of 10/s under backlog, 0.97 to 0.98 of the rate with no one-second
 // window over 11; with kill -9s of workers mid-run, never more than 20 in
 // flight in any 50 ms sample.
 package limit

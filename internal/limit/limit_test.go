@@ -345,3 +345,36 @@ func TestList_ShowsUseAndWaiting(t *testing.T) {
 	require.NoError(t, err)
 	assert.Zero(t, st[0].Running+st[0].Waiting)
 }
+
+// In one batch, the slots handed to waiting jobs are taken before anyone
+// else of the batch asks: a job without one is refused when they fill the
+// limit, whatever the order of the batch.
+func TestFlush_HandedSlotsCountFirst(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.PoolFor(t, pgtest.NewDatabase(t, true))
+	l, err := New(Config{Pool: pool, Limits: []Limit{{Name: "three", Kind: "limit.test", Concurrency: 3}}})
+	require.NoError(t, err)
+	require.NoError(t, l.Register(ctx))
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
+	require.NoError(t, err)
+	res, err := client.InsertMany(ctx, []river.InsertManyParams{{Args: testArgs{}}, {Args: testArgs{}}, {Args: testArgs{}}, {Args: testArgs{}}})
+	require.NoError(t, err)
+	var ids []int64
+	for _, r := range res {
+		ids = append(ids, r.Job.ID)
+	}
+	// Three jobs, available, were handed the three slots.
+	_, err = pool.Exec(ctx, `INSERT INTO ferry_limit_slot (limit_name, key, job_id, started) SELECT 'three', '', id, false FROM unnest($1::bigint[]) AS id`, ids[1:])
+	require.NoError(t, err)
+	tg := l.targets(&rivertype.JobRow{Kind: "limit.test", EncodedArgs: []byte("{}")})
+	batch := []*request{{jobID: ids[0], attempt: 1, ts: tg}}
+	for _, id := range ids[1:] {
+		batch = append(batch, &request{jobID: id, attempt: 1, ts: tg})
+	}
+	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return l.flush(ctx, tx, batch) }))
+	assert.False(t, batch[0].out.start, "the newcomer, first in the batch, finds the limit full")
+	assert.True(t, batch[0].out.parked)
+	for _, r := range batch[1:] {
+		assert.True(t, r.out.start, "job %d holds a handed slot", r.jobID)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -69,6 +70,8 @@ type Limiter struct {
 	backstop time.Duration
 	sweep    time.Duration
 	logger   *slog.Logger
+
+	comb combiner
 
 	// parked holds the jobs of this process that wait for a slot, from
 	// their decision to wait until River has written their snooze (Run),
@@ -158,7 +161,7 @@ func (m *middleware) Work(ctx context.Context, job *rivertype.JobRow, doInner fu
 		return doInner(ctx)
 	}
 	for {
-		out, err := m.l.acquire(ctx, job.ID, job.Attempt, ts)
+		out, err := m.l.acquire(job.ID, job.Attempt, ts)
 		switch {
 		case err != nil && ctx.Err() != nil:
 			// Shutting down: the job is available again at once, its
@@ -169,7 +172,7 @@ func (m *middleware) Work(ctx context.Context, job *rivertype.JobRow, doInner fu
 				"job_id", job.ID, "kind", job.Kind, "error", err)
 			return river.JobSnooze(retryAfterError)
 		case out.start:
-			defer m.l.release(ctx, job.ID, job.Attempt, ts)
+			defer m.l.release(job.ID, job.Attempt, ts)
 			return doInner(ctx)
 		case out.sleep > 0:
 			t := time.NewTimer(out.sleep)
@@ -188,7 +191,7 @@ func (m *middleware) Work(ctx context.Context, job *rivertype.JobRow, doInner fu
 	}
 }
 
-// outcome is what acquire decided: start now, try again after sleep (a
+// outcome is what a decision said: start now, try again after sleep (a
 // rate's turn is near), or wait (snooze) in the limit's queue.
 type outcome struct {
 	start  bool
@@ -214,64 +217,74 @@ const snoozed = `(j.state = 'scheduled' OR (j.state = 'available' AND j.schedule
 const (
 	sqlLock = `SELECT count(pg_advisory_xact_lock(hashtextextended(n, 0))) FROM unnest($1::text[]) AS n`
 
-	// sqlSlots drops the target's stale slots (held by a job that no longer
-	// runs, or handed to one that no longer waits to run) and reads how
-	// many slots others hold, whether the job holds one, and how many jobs
-	// wait. A slot held by a job that runs stays held until the job stops
-	// running: a killed worker's jobs hold theirs until ferry's rescue
-	// settles them.
-	sqlSlots = `WITH stale AS (
+	// sqlSlots reads how many slots the jobs outside the batch ($3, at
+	// attempts $4) hold, and which of the batch's jobs hold one already
+	// (handed to them). Only when that many would refuse one of the batch's
+	// $5 jobs under the concurrency $6 does it first drop the target's
+	// stale slots (held by a job that no longer runs, or handed to one that
+	// no longer waits to run): a stale slot only ever makes the count too
+	// high, and the check costs a look-up of each holder's job. A slot
+	// held by a job that runs stays held until the job stops running: a
+	// killed worker's jobs hold theirs until ferry's rescue settles them.
+	sqlSlots = `WITH raw AS (
+    SELECT count(*) AS n FROM ferry_limit_slot WHERE limit_name = $1 AND key = $2 AND job_id <> ALL($3::bigint[])),
+stale AS (
     DELETE FROM ferry_limit_slot s
-    WHERE s.limit_name = $1 AND s.key = $2 AND s.job_id <> $3
+    WHERE (SELECT n FROM raw) + $5 > $6
+      AND s.limit_name = $1 AND s.key = $2 AND s.job_id <> ALL($3::bigint[])
       AND NOT EXISTS (SELECT 1 FROM river_job j WHERE j.id = s.job_id AND ` + slotHeld + `)
     RETURNING 1)
-SELECT (SELECT count(*) FROM ferry_limit_slot WHERE limit_name = $1 AND key = $2 AND job_id <> $3)
-         - (SELECT count(*) FROM stale),
-       EXISTS (SELECT 1 FROM ferry_limit_slot WHERE limit_name = $1 AND key = $2 AND job_id = $3
-           AND (NOT started OR attempt = $4))`
+SELECT (SELECT n FROM raw) - (SELECT count(*) FROM stale),
+       array(SELECT s.job_id FROM ferry_limit_slot s JOIN unnest($3::bigint[], $4::int[]) AS r(id, attempt) ON s.job_id = r.id
+           WHERE s.limit_name = $1 AND s.key = $2 AND (NOT s.started OR s.attempt = r.attempt))`
 
-	// sqlRate reads the target's rate state, the job's place in its queue
-	// and the database's clock (every replica measures against one clock).
-	sqlRate = `SELECT r.tat, r.queued_until, w.job_id IS NOT NULL, w.due, clock_timestamp()
-FROM (SELECT 1) AS one
-LEFT JOIN ferry_limit_rate r ON r.limit_name = $1 AND r.key = $2
-LEFT JOIN ferry_limit_wait w ON w.limit_name = $1 AND w.key = $2 AND w.job_id = $3`
+	// sqlRate reads the target's rate state and the database's clock
+	// (every replica measures against one clock).
+	sqlRate = `SELECT r.tat, r.queued_until, clock_timestamp()
+FROM (SELECT 1) AS one LEFT JOIN ferry_limit_rate r ON r.limit_name = $1 AND r.key = $2`
 
-	sqlTakeSlot = `INSERT INTO ferry_limit_slot (limit_name, key, job_id, attempt, started) VALUES ($1, $2, $3, $4, true)
+	// sqlQueued reads the places of the batch's jobs in the target's queue.
+	sqlQueued = `SELECT job_id, due FROM ferry_limit_wait WHERE limit_name = $1 AND key = $2 AND job_id = ANY($3::bigint[])`
+
+	sqlTakeSlots = `INSERT INTO ferry_limit_slot (limit_name, key, job_id, attempt, started)
+SELECT name, key, id, attempt, true FROM unnest($1::text[], $2::text[], $3::bigint[], $4::int[]) AS t(name, key, id, attempt)
 ON CONFLICT (limit_name, key, job_id) DO UPDATE SET started = true, attempt = excluded.attempt, taken_at = now()`
 
-	sqlTakeToken = `INSERT INTO ferry_limit_rate (limit_name, key, tat) VALUES ($1, $2, $3)
-ON CONFLICT (limit_name, key) DO UPDATE SET tat = excluded.tat`
+	sqlSetRate = `INSERT INTO ferry_limit_rate (limit_name, key, tat, queued_until) VALUES ($1, $2, $3, $4)
+ON CONFLICT (limit_name, key) DO UPDATE SET tat = excluded.tat, queued_until = excluded.queued_until`
 
-	sqlQueueRate = `INSERT INTO ferry_limit_rate (limit_name, key, tat, queued_until) VALUES ($1, $2, $3, $4)
-ON CONFLICT (limit_name, key) DO UPDATE SET queued_until = greatest(ferry_limit_rate.queued_until, excluded.queued_until)`
+	sqlUnwait = `DELETE FROM ferry_limit_wait WHERE job_id = ANY($1::bigint[])`
 
-	sqlWait = `INSERT INTO ferry_limit_wait (limit_name, key, job_id, due) VALUES ($1, $2, $3, $4)
+	// sqlUnwaitOthers drops each waiting job's places in the queues other
+	// than the one it now waits in.
+	sqlUnwaitOthers = `DELETE FROM ferry_limit_wait w USING unnest($1::bigint[], $2::text[], $3::text[]) AS r(id, name, key)
+WHERE w.job_id = r.id AND (w.limit_name, w.key) <> (r.name, r.key)`
+
+	sqlWait = `INSERT INTO ferry_limit_wait (limit_name, key, job_id, due)
+SELECT name, key, id, due FROM unnest($1::text[], $2::text[], $3::bigint[], $4::timestamptz[]) AS t(name, key, id, due)
 ON CONFLICT (limit_name, key, job_id) DO UPDATE SET due = excluded.due`
-
-	sqlUnwaitAll = `DELETE FROM ferry_limit_wait WHERE job_id = $1`
-
-	sqlUnwaitOthers = `DELETE FROM ferry_limit_wait WHERE job_id = $1 AND (limit_name, key) <> ($2, $3)`
 
 	// sqlHandOver gives the target's free slots to the jobs that wait
 	// longest: each gets a slot reserved in its name and is made available
-	// now. $3 is a job whose slot is given up (0 for none) at attempt $5,
-	// $4 the concurrency. A waiting job whose snooze River has not written yet
-	// (still running) keeps its reserved slot; the sweep wakes it once the
-	// snooze is written. It returns the queues of the jobs woken.
+	// now (it looks for stale slots only when a job waits). The jobs $3 (at attempts $5) give their slots up first (none
+	// for the sweep); $4 is the concurrency. A waiting job whose snooze
+	// River has not written yet (still running) keeps its reserved slot:
+	// Run wakes it once the snooze is written, or else the sweep. It
+	// returns the queues of the jobs woken.
 	sqlHandOver = `WITH mine AS (
-    DELETE FROM ferry_limit_slot WHERE limit_name = $1 AND key = $2 AND job_id = $3
-        AND (NOT started OR attempt = $5)),
+    DELETE FROM ferry_limit_slot s USING unnest($3::bigint[], $5::int[]) AS r(id, attempt)
+    WHERE s.limit_name = $1 AND s.key = $2 AND s.job_id = r.id AND (NOT s.started OR s.attempt = r.attempt)),
 stale AS (
     DELETE FROM ferry_limit_slot s
-    WHERE s.limit_name = $1 AND s.key = $2 AND s.job_id <> $3
+    WHERE EXISTS (SELECT 1 FROM ferry_limit_wait WHERE limit_name = $1 AND key = $2)
+      AND s.limit_name = $1 AND s.key = $2 AND s.job_id <> ALL($3::bigint[])
       AND NOT EXISTS (SELECT 1 FROM river_job j WHERE j.id = s.job_id AND ` + slotHeld + `)
     RETURNING 1),
 free AS (
-    SELECT $4 - (SELECT count(*) FROM ferry_limit_slot WHERE limit_name = $1 AND key = $2 AND job_id <> $3)
+    SELECT $4 - (SELECT count(*) FROM ferry_limit_slot WHERE limit_name = $1 AND key = $2 AND job_id <> ALL($3::bigint[]))
               + (SELECT count(*) FROM stale) AS n),
 next AS (
-    SELECT job_id FROM ferry_limit_wait WHERE limit_name = $1 AND key = $2 AND job_id <> $3
+    SELECT job_id FROM ferry_limit_wait WHERE limit_name = $1 AND key = $2 AND job_id <> ALL($3::bigint[])
     ORDER BY since, job_id LIMIT (SELECT greatest(n, 0) FROM free)),
 handed AS (
     DELETE FROM ferry_limit_wait w USING next
@@ -283,141 +296,86 @@ reserved AS (
     ON CONFLICT (limit_name, key, job_id) DO NOTHING),
 woken AS (
     UPDATE river_job j SET state = 'available', scheduled_at = now()
-    FROM handed WHERE j.id = handed.job_id
-      AND ` + snoozed + `
+    FROM handed WHERE j.id = handed.job_id AND ` + snoozed + `
     RETURNING j.queue)
 SELECT DISTINCT queue FROM woken`
 )
 
-type slotState struct {
-	held int
-	mine bool
+// A request is one job's acquisition (its limits let it start, or not) or
+// release (it has run: its slots go to the jobs waiting).
+type request struct {
+	release bool
+	jobID   int64
+	attempt int
+	ts      []target
+
+	out  outcome
+	err  error
+	done chan struct{} // closed once out and err are set
+	lead chan struct{} // closed when this request's goroutine is to flush
 }
 
-type rateState struct {
-	tat, queuedUntil *time.Time
-	waiter           bool
-	due              *time.Time
-	now              time.Time
+// combiner gathers the requests of this process's jobs: whichever job asks
+// while no flush is running runs one for every request pending, and hands
+// the next one to the first request that came in meanwhile. Under load a
+// transaction decides for many jobs at once, holding each limit's lock
+// once rather than once a job.
+type combiner struct {
+	mu      sync.Mutex
+	pending []*request
+	busy    bool
 }
 
-// acquire decides, under the targets' locks, whether job starts now. A
-// start takes every target at once (a slot, a token) or none; a wait
-// queues the job on the first target that refuses it, and gives back any
-// slot it had been handed by the others.
-func (l *Limiter) acquire(ctx context.Context, jobID int64, attempt int, ts []target) (out outcome, err error) {
-	err = pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
-		out = outcome{}
-		names := make([]string, len(ts))
-		for i, t := range ts {
-			names[i] = t.lockName()
+// do returns once r is decided.
+func (l *Limiter) do(r *request) {
+	c := &l.comb
+	r.done, r.lead = make(chan struct{}), make(chan struct{})
+	c.mu.Lock()
+	c.pending = append(c.pending, r)
+	if c.busy {
+		c.mu.Unlock()
+		select {
+		case <-r.done:
+			return
+		case <-r.lead: // r is still pending: its batch includes it
 		}
-		b := &pgx.Batch{}
-		b.Queue(sqlLock, names)
-		slots := make([]slotState, len(ts))
-		rates := make([]rateState, len(ts))
-		for i, t := range ts {
-			if t.lim.Concurrency > 0 {
-				b.Queue(sqlSlots, t.lim.Name, t.key, jobID, attempt).QueryRow(func(row pgx.Row) error {
-					return row.Scan(&slots[i].held, &slots[i].mine)
-				})
-			}
-			if !t.lim.Rate.IsZero() {
-				b.Queue(sqlRate, t.lim.Name, t.key, jobID).QueryRow(func(row pgx.Row) error {
-					r := &rates[i]
-					return row.Scan(&r.tat, &r.queuedUntil, &r.waiter, &r.due, &r.now)
-				})
-			}
-		}
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			return err
-		}
+		c.mu.Lock()
+	}
+	c.busy = true
+	batch := c.pending
+	c.pending = nil
+	c.mu.Unlock()
 
-		// The first target that refuses the job, and what it says.
-		for i, t := range ts {
-			if t.lim.Concurrency > 0 && !slots[i].mine && slots[i].held >= t.lim.Concurrency {
-				out.snooze, out.parked = l.backstop, true
-				return l.wait(ctx, tx, jobID, attempt, ts, slots, i, nil, time.Time{})
-			}
-			if r := rates[i]; !t.lim.Rate.IsZero() {
-				allowed := r.now
-				if r.tat != nil {
-					allowed = r.tat.Add(-t.lim.Rate.tolerance())
-				}
-				queued := !r.waiter && r.queuedUntil != nil && r.queuedUntil.After(r.now)
-				if !queued && !r.now.Before(allowed) {
-					continue
-				}
-				// Its turn: when the rate allows the next start, behind the
-				// jobs queued before it. Near, it waits in process; further,
-				// it is snoozed until a fetch brings it back just in time.
-				// Either way it takes its place in the queue, so that the
-				// jobs after it go behind it.
-				due := allowed
-				if r.waiter && r.due != nil {
-					due = latest(due, *r.due)
-				}
-				if queued {
-					due = latest(due, r.queuedUntil.Add(t.lim.Rate.Interval()))
-				}
-				if wait := due.Sub(r.now); wait <= maxSpin {
-					out.sleep = max(wait, time.Millisecond)
-				} else {
-					out.snooze = wait - l.lead
-				}
-				return l.wait(ctx, tx, jobID, attempt, ts, slots, i, &due, r.now)
-			}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error { return l.flush(ctx, tx, batch) })
+	cancel()
+	for _, b := range batch {
+		if err != nil {
+			b.out, b.err = outcome{}, err
 		}
+		close(b.done)
+	}
 
-		// Every target lets the job start: take them all.
-		b = &pgx.Batch{}
-		for i, t := range ts {
-			if t.lim.Concurrency > 0 {
-				b.Queue(sqlTakeSlot, t.lim.Name, t.key, jobID, attempt)
-			}
-			if !t.lim.Rate.IsZero() {
-				r := rates[i]
-				tat := r.now
-				if r.tat != nil {
-					tat = latest(tat, *r.tat)
-				}
-				b.Queue(sqlTakeToken, t.lim.Name, t.key, tat.Add(t.lim.Rate.Interval()))
-			}
-		}
-		b.Queue(sqlUnwaitAll, jobID)
-		out.start = true
-		return tx.SendBatch(ctx, b).Close()
-	})
-	return out, err
+	c.mu.Lock()
+	if len(c.pending) > 0 {
+		close(c.pending[0].lead)
+	} else {
+		c.busy = false
+	}
+	c.mu.Unlock()
 }
 
-// wait queues the job on ts[at] (with due, for a rate), drops its places
-// in other queues and hands on the slots it had been handed by the others.
-func (l *Limiter) wait(ctx context.Context, tx pgx.Tx, jobID int64, attempt int, ts []target, slots []slotState, at int, due *time.Time, now time.Time) error {
-	t := ts[at]
-	b := &pgx.Batch{}
-	b.Queue(sqlUnwaitOthers, jobID, t.lim.Name, t.key)
-	if due != nil {
-		b.Queue(sqlQueueRate, t.lim.Name, t.key, now, *due)
-	}
-	b.Queue(sqlWait, t.lim.Name, t.key, jobID, due)
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return err
-	}
-	var give []target
-	for i, o := range ts {
-		if i != at && o.lim.Concurrency > 0 && slots[i].mine {
-			give = append(give, o)
-		}
-	}
-	return l.handOver(ctx, tx, jobID, attempt, give)
+// acquire decides whether the job starts now (see flush).
+func (l *Limiter) acquire(jobID int64, attempt int, ts []target) (outcome, error) {
+	r := &request{jobID: jobID, attempt: attempt, ts: ts}
+	l.do(r)
+	return r.out, r.err
 }
 
 // release gives up the job's slots once it has run, and hands them to the
-// jobs waiting longest. It runs after the job, whatever the job's context
-// says; a release that fails leaves the slot to be found stale once River
-// has written the job's outcome.
-func (l *Limiter) release(ctx context.Context, jobID int64, attempt int, ts []target) {
+// jobs waiting longest. A release that fails leaves the slot to be found
+// stale once River has written the job's outcome.
+func (l *Limiter) release(jobID int64, attempt int, ts []target) {
 	var give []target
 	for _, t := range ts {
 		if t.lim.Concurrency > 0 {
@@ -427,40 +385,274 @@ func (l *Limiter) release(ctx context.Context, jobID int64, attempt int, ts []ta
 	if len(give) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
-		names := make([]string, len(give))
-		for i, t := range give {
-			names[i] = t.lockName()
-		}
-		if _, err := tx.Exec(ctx, sqlLock, names); err != nil {
-			return err
-		}
-		return l.handOver(ctx, tx, jobID, attempt, give)
-	})
-	if err != nil {
+	r := &request{release: true, jobID: jobID, attempt: attempt, ts: give}
+	l.do(r)
+	if r.err != nil {
 		l.logger.Warn("limits: cannot give back the job's slots; they free once its outcome is written",
-			"job_id", jobID, "error", err)
+			"job_id", jobID, "error", r.err)
 	}
 }
 
-// handOver runs sqlHandOver for each target (whose lock tx holds) and
-// tells the workers of the woken jobs' queues to fetch.
-func (l *Limiter) handOver(ctx context.Context, tx pgx.Tx, jobID int64, attempt int, ts []target) error {
+type slotState struct {
+	held int            // slots held: by jobs outside the batch, handed to the batch's, granted in it
+	mine map[int64]bool // the batch's jobs that hold a slot already (handed to them)
+}
+
+type rateState struct {
+	tat, queuedUntil *time.Time
+	now              time.Time
+	due              map[int64]*time.Time // the batch's jobs queued here, with their due
+	changed          bool
+}
+
+// flush decides a batch in tx, under the locks of every target involved:
+// first the releases, whose slots go to the jobs already waiting; then
+// each acquisition in turn, which takes all its targets at once (a slot,
+// a token) or none, and else waits in the queue of the first target that
+// refuses it, giving back any slot the others had handed it.
+func (l *Limiter) flush(ctx context.Context, tx pgx.Tx, batch []*request) error {
+	names := map[string]target{}
+	for _, r := range batch {
+		for _, t := range r.ts {
+			names[t.lockName()] = t
+		}
+	}
+	// One round trip: the locks, the releases' hand-overs (so that the
+	// slots they free go to the jobs already waiting), then every
+	// acquisition's targets read.
+	b := &pgx.Batch{}
+	b.Queue(sqlLock, slices.Sorted(maps.Keys(names)))
+
+	type jobs struct {
+		ids      []int64
+		attempts []int32
+	}
+	group := func(m map[string]*jobs, r *request, t target) {
+		j := m[t.lockName()]
+		if j == nil {
+			j = &jobs{}
+			m[t.lockName()] = j
+		}
+		j.ids, j.attempts = append(j.ids, r.jobID), append(j.attempts, int32(r.attempt))
+	}
+	freed, byTarget := map[string]*jobs{}, map[string]*jobs{}
+	var acq []*request
+	for _, r := range batch {
+		for _, t := range r.ts {
+			if r.release {
+				group(freed, r, t)
+			} else {
+				group(byTarget, r, t)
+			}
+		}
+		if !r.release {
+			acq = append(acq, r)
+		}
+	}
 	var queues []string
-	for _, t := range ts {
-		rows, err := tx.Query(ctx, sqlHandOver, t.lim.Name, t.key, jobID, t.lim.Concurrency, attempt)
-		if err != nil {
+	handOver := func(b *pgx.Batch, t target, j *jobs) {
+		b.Queue(sqlHandOver, t.lim.Name, t.key, j.ids, t.lim.Concurrency, j.attempts).Query(func(rows pgx.Rows) error {
+			qs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			queues = append(queues, qs...)
+			return err
+		})
+	}
+	for _, name := range slices.Sorted(maps.Keys(freed)) {
+		handOver(b, names[name], freed[name])
+	}
+	slots := map[string]*slotState{}
+	rates := map[string]*rateState{}
+	for name, j := range byTarget {
+		t := names[name]
+		if t.lim.Concurrency > 0 {
+			st := &slotState{mine: map[int64]bool{}}
+			slots[name] = st
+			b.Queue(sqlSlots, t.lim.Name, t.key, j.ids, j.attempts, len(j.ids), t.lim.Concurrency).QueryRow(func(row pgx.Row) error {
+				var mine []int64
+				if err := row.Scan(&st.held, &mine); err != nil {
+					return err
+				}
+				for _, id := range mine {
+					st.mine[id] = true
+				}
+				// A slot handed to a job of the batch is taken already.
+				st.held += len(mine)
+				return nil
+			})
+		}
+		if !t.lim.Rate.IsZero() {
+			rs := &rateState{due: map[int64]*time.Time{}}
+			rates[name] = rs
+			b.Queue(sqlRate, t.lim.Name, t.key).QueryRow(func(row pgx.Row) error {
+				return row.Scan(&rs.tat, &rs.queuedUntil, &rs.now)
+			})
+			b.Queue(sqlQueued, t.lim.Name, t.key, j.ids).Query(func(rows pgx.Rows) error {
+				for rows.Next() {
+					var (
+						id  int64
+						due *time.Time
+					)
+					if err := rows.Scan(&id, &due); err != nil {
+						return err
+					}
+					rs.due[id] = due
+				}
+				return rows.Err()
+			})
+		}
+	}
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return err
+	}
+
+	// Decide, in arrival order.
+	var (
+		take struct {
+			names, keys []string
+			ids         []int64
+			attempts    []int32
+		}
+		granted []int64
+		wait    struct {
+			names, keys []string
+			ids         []int64
+			dues        []*time.Time
+		}
+		giveBack = map[string]*jobs{}
+	)
+	for _, r := range acq {
+		at, out, due := l.decide(r, slots, rates)
+		r.out = out
+		if out.start {
+			for _, t := range r.ts {
+				name := t.lockName()
+				if st := slots[name]; st != nil {
+					if !st.mine[r.jobID] {
+						st.held++
+					}
+					take.names, take.keys = append(take.names, t.lim.Name), append(take.keys, t.key)
+					take.ids, take.attempts = append(take.ids, r.jobID), append(take.attempts, int32(r.attempt))
+				}
+				if rs := rates[name]; rs != nil {
+					tat := rs.now
+					if rs.tat != nil {
+						tat = latest(tat, *rs.tat)
+					}
+					tat = tat.Add(t.lim.Rate.Interval())
+					rs.tat, rs.changed = &tat, true
+				}
+			}
+			granted = append(granted, r.jobID)
+			continue
+		}
+		t := r.ts[at]
+		if due != nil {
+			rs := rates[t.lockName()]
+			if rs.queuedUntil == nil || due.After(*rs.queuedUntil) {
+				rs.queuedUntil = due
+			}
+			rs.due[r.jobID], rs.changed = due, true
+		}
+		wait.names, wait.keys = append(wait.names, t.lim.Name), append(wait.keys, t.key)
+		wait.ids, wait.dues = append(wait.ids, r.jobID), append(wait.dues, due)
+		// The slots handed to it by its other targets go on to others.
+		for i, o := range r.ts {
+			if st := slots[o.lockName()]; i != at && st != nil && st.mine[r.jobID] {
+				j := giveBack[o.lockName()]
+				if j == nil {
+					j = &jobs{}
+					giveBack[o.lockName()] = j
+				}
+				j.ids, j.attempts = append(j.ids, r.jobID), append(j.attempts, int32(r.attempt))
+			}
+		}
+	}
+
+	// One more: the writes, and the slots handed to the waiting jobs
+	// given on.
+	b = &pgx.Batch{}
+	if len(take.ids) > 0 {
+		b.Queue(sqlTakeSlots, take.names, take.keys, take.ids, take.attempts)
+	}
+	if len(granted) > 0 {
+		b.Queue(sqlUnwait, granted)
+	}
+	if len(wait.ids) > 0 {
+		b.Queue(sqlUnwaitOthers, wait.ids, wait.names, wait.keys)
+		b.Queue(sqlWait, wait.names, wait.keys, wait.ids, wait.dues)
+	}
+	for name, rs := range rates {
+		if rs.changed {
+			t := names[name]
+			tat := rs.now
+			if rs.tat != nil {
+				tat = *rs.tat
+			}
+			b.Queue(sqlSetRate, t.lim.Name, t.key, tat, rs.queuedUntil)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(giveBack)) {
+		handOver(b, names[name], giveBack[name])
+	}
+	if b.Len() > 0 {
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
-		qs, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			return err
-		}
-		queues = append(queues, qs...)
 	}
 	return l.notify(ctx, tx, queues)
+}
+
+// decide says whether r starts now against the batch's state so far, and
+// if not, which of its targets refuses it (at), what it waits for and,
+// for a rate, when its turn is due.
+func (l *Limiter) decide(r *request, slots map[string]*slotState, rates map[string]*rateState) (at int, out outcome, due *time.Time) {
+	for i, t := range r.ts {
+		name := t.lockName()
+		if st := slots[name]; st != nil && !st.mine[r.jobID] && st.held >= t.lim.Concurrency {
+			return i, outcome{snooze: l.backstop, parked: true}, nil
+		}
+		rs := rates[name]
+		if rs == nil {
+			continue
+		}
+		allowed := rs.now
+		if rs.tat != nil {
+			allowed = rs.tat.Add(-t.lim.Rate.tolerance())
+		}
+		own, waiter := rs.due[r.jobID]
+		queued := !waiter && rs.queuedUntil != nil && rs.queuedUntil.After(rs.now)
+		if !queued && !rs.now.Before(allowed) {
+			continue
+		}
+		// Its turn: when the rate allows the next start, behind the jobs
+		// queued before it. Near, it waits in process; further, it is
+		// snoozed until a fetch brings it back just in time. Either way
+		// it takes its place in the queue, so that the jobs after it go
+		// behind it.
+		turn := allowed
+		if waiter && own != nil {
+			turn = latest(turn, *own)
+		}
+		if queued {
+			turn = latest(turn, rs.queuedUntil.Add(t.lim.Rate.Interval()))
+		}
+		if wait := turn.Sub(rs.now); wait <= maxSpin {
+			return i, outcome{sleep: max(wait, time.Millisecond)}, &turn
+		}
+		return i, outcome{snooze: turn.Sub(rs.now) - l.lead}, &turn
+	}
+	return 0, outcome{start: true}, nil
+}
+
+// handOver runs sqlHandOver for t (whose lock tx holds), the jobs ids at
+// attempts giving their slots up, and returns the queues of the jobs
+// woken.
+func (l *Limiter) handOver(ctx context.Context, tx pgx.Tx, t target, ids []int64, attempts []int32) ([]string, error) {
+	rows, err := tx.Query(ctx, sqlHandOver, t.lim.Name, t.key, ids, t.lim.Concurrency, attempts)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
 // notify sends River's insert notification for each queue in tx, so that

@@ -291,7 +291,11 @@ func (l *Limiter) Sweep(ctx context.Context) error {
 			if _, err := tx.Exec(ctx, sqlLock, []string{t.lockName()}); err != nil {
 				return err
 			}
-			return l.handOver(ctx, tx, 0, 0, []target{t})
+			queues, err := l.handOver(ctx, tx, t, []int64{}, []int32{})
+			if err != nil {
+				return err
+			}
+			return l.notify(ctx, tx, queues)
 		})
 		if err != nil {
 			return fmt.Errorf("hand over %s %q: %w", t.lim.Name, t.key, err)
