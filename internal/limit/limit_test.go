@@ -378,3 +378,46 @@ func TestFlush_HandedSlotsCountFirst(t *testing.T) {
 		assert.True(t, r.out.start, "job %d holds a handed slot", r.jobID)
 	}
 }
+
+// A limit that no worker has marked seen for ten minutes is gone from
+// every config: the sweep wakes the jobs that wait for it and drops its
+// slots, so that removing a limit never strands its jobs.
+func TestSweep_GoneLimitWakesItsJobs(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.PoolFor(t, pgtest.NewDatabase(t, true))
+	l, err := New(Config{Pool: pool, Limits: []Limit{{Name: "kept", Kind: "limit.test", Concurrency: 1}}})
+	require.NoError(t, err)
+	require.NoError(t, l.Register(ctx))
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
+	require.NoError(t, err)
+	hour := time.Now().Add(time.Hour)
+	res, err := client.InsertMany(ctx, []river.InsertManyParams{
+		{Args: testArgs{}, InsertOpts: &river.InsertOpts{ScheduledAt: hour}},
+		{Args: testArgs{}, InsertOpts: &river.InsertOpts{ScheduledAt: hour}},
+	})
+	require.NoError(t, err)
+	gone, kept := res[0].Job.ID, res[1].Job.ID
+	_, err = pool.Exec(ctx, `INSERT INTO ferry_limit (name, kind, concurrency, seen_at) VALUES ('removed', 'limit.test', 1, now() - interval '11 minutes')`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `INSERT INTO ferry_limit_wait (limit_name, key, job_id) VALUES ('removed', '', $1), ('kept', '', $2)`, gone, kept)
+	require.NoError(t, err)
+	// The kept limit's only slot is held by a running job of its own, so
+	// that its waiting job stays.
+	res2, err := client.Insert(ctx, testArgs{}, nil)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `UPDATE river_job SET state = 'running', attempt = 1, attempted_at = now() WHERE id = $1`, res2.Job.ID)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `INSERT INTO ferry_limit_slot (limit_name, key, job_id, attempt, started) VALUES ('kept', '', $1, 1, true), ('removed', '', $1, 1, true)`, res2.Job.ID)
+	require.NoError(t, err)
+
+	require.NoError(t, l.Sweep(ctx))
+	var state string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT state FROM river_job WHERE id = $1`, gone).Scan(&state))
+	assert.Equal(t, "available", state, "the gone limit's job runs")
+	require.NoError(t, pool.QueryRow(ctx, `SELECT state FROM river_job WHERE id = $1`, kept).Scan(&state))
+	assert.Equal(t, "scheduled", state, "the kept limit's job waits on")
+	var waits, removedSlots int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM ferry_limit_wait), (SELECT count(*) FROM ferry_limit_slot WHERE limit_name = 'removed')`).Scan(&waits, &removedSlots))
+	assert.Equal(t, 1, waits)
+	assert.Zero(t, removedSlots)
+}

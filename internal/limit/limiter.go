@@ -346,9 +346,7 @@ func (l *Limiter) do(r *request) {
 	c.pending = nil
 	c.mu.Unlock()
 
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error { return l.flush(ctx, tx, batch) })
-	cancel()
+	err := l.flushTx(batch)
 	for _, b := range batch {
 		if err != nil {
 			b.out, b.err = outcome{}, err
@@ -363,6 +361,19 @@ func (l *Limiter) do(r *request) {
 		c.busy = false
 	}
 	c.mu.Unlock()
+}
+
+// flushTx runs flush in a transaction of its own. A panic is an error of
+// the batch: the jobs waiting on it must hear of it.
+func (l *Limiter) flushTx(batch []*request) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("limits: decision failed: %v", p)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error { return l.flush(ctx, tx, batch) })
 }
 
 // acquire decides whether the job starts now (see flush).

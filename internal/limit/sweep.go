@@ -29,10 +29,15 @@ ON CONFLICT (name) DO UPDATE SET kind = excluded.kind, queue = excluded.queue, k
     concurrency = excluded.concurrency, rate_count = excluded.rate_count, rate_period = excluded.rate_period,
     burst = excluded.burst, seen_at = now()`
 
-	// sqlWaitingKeys lists the keys of concurrency limits that have jobs
-	// waiting, for the sweep to hand them any slot freed without a release
-	// (a killed worker's job, once rescued).
-	sqlWaitingKeys = `SELECT DISTINCT limit_name, key FROM ferry_limit_wait WHERE limit_name = ANY($1::text[])`
+	// sqlWaitingKeys lists the keys of concurrency limits ($1, with their
+	// concurrencies $2) that have jobs waiting and a slot free: a slot
+	// freed without a release (a killed worker's job, once rescued; a
+	// waiting job deleted), for the sweep to hand on.
+	sqlWaitingKeys = `SELECT w.limit_name, w.key
+FROM (SELECT DISTINCT limit_name, key FROM ferry_limit_wait WHERE limit_name = ANY($1::text[])) AS w
+JOIN unnest($1::text[], $2::int[]) AS c(name, n) ON c.name = w.limit_name
+WHERE (SELECT count(*) FROM ferry_limit_slot s JOIN river_job j ON j.id = s.job_id
+       WHERE s.limit_name = w.limit_name AND s.key = w.key AND ` + slotHeld + `) < c.n`
 
 	// sqlWakeReserved makes available the jobs that were handed a slot
 	// before River wrote their snooze: those of $1, or all when $1 is NULL.
@@ -232,29 +237,30 @@ func (l *Limiter) Sweeper() func(context.Context) error {
 // statement or a transaction per key under that key's lock.
 func (l *Limiter) Sweep(ctx context.Context) error {
 	gone := goneAfter.Seconds()
-	var queues []string
-	for _, step := range []struct {
-		what string
-		sql  string
-		args []any
-	}{
-		{"wake jobs handed a slot", sqlWakeReserved, []any{nil}},
-		{"drop the places of gone jobs and limits", sqlDropGoneWaits, []any{gone}},
-	} {
-		rows, err := l.pool.Query(ctx, step.sql, step.args...)
-		if err != nil {
-			return fmt.Errorf("%s: %w", step.what, err)
+	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+		var queues []string
+		for _, step := range []struct {
+			what string
+			sql  string
+			args []any
+		}{
+			{"wake jobs handed a slot", sqlWakeReserved, []any{nil}},
+			{"drop the places of gone jobs and limits", sqlDropGoneWaits, []any{gone}},
+		} {
+			rows, err := tx.Query(ctx, step.sql, step.args...)
+			if err != nil {
+				return fmt.Errorf("%s: %w", step.what, err)
+			}
+			qs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				return fmt.Errorf("%s: %w", step.what, err)
+			}
+			queues = append(queues, qs...)
 		}
-		qs, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			return fmt.Errorf("%s: %w", step.what, err)
-		}
-		queues = append(queues, qs...)
-	}
-	if len(queues) > 0 {
-		if err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error { return l.notify(ctx, tx, queues) }); err != nil {
-			return err
-		}
+		return l.notify(ctx, tx, queues)
+	})
+	if err != nil {
+		return err
 	}
 	for _, step := range []struct {
 		what string
@@ -273,15 +279,18 @@ func (l *Limiter) Sweep(ctx context.Context) error {
 
 	// Free slots to the waiting, key by key under each key's lock.
 	byName := map[string]*Limit{}
-	var concurrent []string
+	var (
+		concurrent []string
+		capacity   []int32
+	)
 	for i := range l.limits {
 		lim := &l.limits[i]
 		byName[lim.Name] = lim
 		if lim.Concurrency > 0 {
-			concurrent = append(concurrent, lim.Name)
+			concurrent, capacity = append(concurrent, lim.Name), append(capacity, int32(lim.Concurrency))
 		}
 	}
-	keys, err := l.keys(ctx, sqlWaitingKeys, concurrent)
+	keys, err := l.keys(ctx, sqlWaitingKeys, concurrent, capacity)
 	if err != nil {
 		return fmt.Errorf("list waiting keys: %w", err)
 	}
