@@ -750,7 +750,10 @@ func (s *Server) stopRiver() {
 	log.Info("ferry: stopping; running jobs have the grace period to finish", "grace", s.cfg.ShutdownGrace)
 	stopCtx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace+hardStopBudget)
 	defer cancel()
-	if err := s.river.Stop(stopCtx); err != nil {
+	err := s.river.Stop(stopCtx)
+	// The slots of the jobs that ended go back before the process does.
+	s.limiter.Wait()
+	if err != nil {
 		log.Error("ferry: jobs still running after the grace period and their cancellation; River's rescuer will retry them", "error", err)
 		return
 	}
@@ -766,7 +769,9 @@ func (s *Server) cancelRiver() {
 	log.Warn("ferry: stopping without grace; running jobs are cancelled, since they run elsewhere now")
 	stopCtx, cancel := context.WithTimeout(context.Background(), hardStopBudget)
 	defer cancel()
-	if err := s.river.StopAndCancel(stopCtx); err != nil {
+	err := s.river.StopAndCancel(stopCtx)
+	s.limiter.Wait()
+	if err != nil {
 		log.Error("ferry: jobs still running after their cancellation", "error", err)
 		return
 	}

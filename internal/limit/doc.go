@@ -23,10 +23,13 @@
 // combined: whichever job asks while no transaction of its process is
 // deciding runs one for every job that asked (and every job that ended)
 // meanwhile, in three round trips, so that a busy limit's lock is taken
-// once a batch, not once a job. Without that, a global limit no job ever
-// reached cut a worker's no-op throughput to 0.014 of its rate on this
-// project's machine; with it, to about 0.63 (`go run ./cmd/bench -mode
-// limits-overhead`; River #1145 reports half for River Pro's). A job that may start takes its slot or token and
+// once a batch, not once a job. A job's release joins a batch in the
+// background: the worker goes back to River at once, and the slot is held
+// a little longer than the job ran, never shorter (a stopping Server
+// waits for the releases, Wait). Without the batches, a global limit no
+// job ever reached cut a worker's no-op throughput to 0.014 of its rate on
+// this project's machine; with them, to about 0.67 (`go run ./cmd/bench
+// -mode limits-overhead`; River #1145 reports half for River Pro's). A job that may start takes its slot or token and
 // runs; its slot is given back when its worker returns. A job that may not
 // is snoozed (river.JobSnooze: River gives its attempt back) and queued in
 // ferry_limit_wait: waiting never burns an attempt, never records an

@@ -71,7 +71,8 @@ type Limiter struct {
 	sweep    time.Duration
 	logger   *slog.Logger
 
-	comb combiner
+	comb      combiner
+	releasing sync.WaitGroup // releases under way (release)
 
 	// parked holds the jobs of this process that wait for a slot, from
 	// their decision to wait until River has written their snooze (Run),
@@ -384,8 +385,11 @@ func (l *Limiter) acquire(jobID int64, attempt int, ts []target) (outcome, error
 }
 
 // release gives up the job's slots once it has run, and hands them to the
-// jobs waiting longest. A release that fails leaves the slot to be found
-// stale once River has written the job's outcome.
+// jobs waiting longest, in the background: the job's worker goes back to
+// River at once, and the release joins the next decision of this process
+// (the slot is held a little longer than the job ran, never shorter). A
+// release that fails (or that a killed process never made) leaves the
+// slot to be found stale once River has written the job's outcome.
 func (l *Limiter) release(jobID int64, attempt int, ts []target) {
 	var give []target
 	for _, t := range ts {
@@ -397,12 +401,18 @@ func (l *Limiter) release(jobID int64, attempt int, ts []target) {
 		return
 	}
 	r := &request{release: true, jobID: jobID, attempt: attempt, ts: give}
-	l.do(r)
-	if r.err != nil {
-		l.logger.Warn("limits: cannot give back the job's slots; they free once its outcome is written",
-			"job_id", jobID, "error", r.err)
-	}
+	l.releasing.Go(func() {
+		l.do(r)
+		if r.err != nil {
+			l.logger.Warn("limits: cannot give back the job's slots; they free once its outcome is written",
+				"job_id", jobID, "error", r.err)
+		}
+	})
 }
+
+// Wait returns once the releases under way are made (a stopping worker
+// calls it after its River client stopped).
+func (l *Limiter) Wait() { l.releasing.Wait() }
 
 type slotState struct {
 	held int            // slots held: by jobs outside the batch, handed to the batch's, granted in it
