@@ -29,13 +29,16 @@
 // waits for the releases, Wait). Without the batches, a global limit no
 // job ever reached cut a worker's no-op throughput to 0.014 of its rate on
 // this project's machine; with them, to about 0.67 (`go run ./cmd/bench
-// -mode limits-overhead`; River #1145 reports half for River Pro's). A job that may start takes its slot or token and
-// runs; its slot is given back when its worker returns. A job that may not
-// is snoozed (river.JobSnooze: River gives its attempt back) and queued in
+// -mode limits-overhead`; River #1145 reports half for River Pro's).
+//
+// A job that may start takes its slot or token and runs; its slot is
+// given back just after its worker returns. A job that may not is snoozed
+// (river.JobSnooze: River gives its attempt back) and queued in
 // ferry_limit_wait: waiting never burns an attempt, never records an
-// error, and holds a worker only for a rate turn that is near (below). River's paid tier decides in its fetch
-// query; ferry decides after the fetch, which costs a waiting job one
-// fetch and one snooze, and keeps River's open-source fetch as it is.
+// error, and holds a worker only for a rate turn that is near (below).
+// River's paid tier decides in its fetch query; ferry decides after the
+// fetch, which costs a waiting job one fetch and one snooze, and keeps
+// River's open-source fetch as it is.
 //
 // # Concurrency: slots handed over
 //
@@ -44,8 +47,8 @@
 // slot whose job no longer runs is stale and taken back by the next
 // decision (a killed worker's jobs hold theirs until ferry's liveness
 // rescue settles them, so a killed worker never lets the limit be
-// exceeded). When a job ends, its release hands its slot, in the same
-// transaction, to the job waiting longest: a slot reserved in that job's
+// exceeded). When a job ends, the transaction that takes its slot back
+// hands it to the job waiting longest: a slot reserved in that job's
 // name (started false), the job made available at once and River's insert
 // notification sent on its queue, so a worker fetches it within
 // milliseconds rather than at a poll. A woken job finds its slot waiting
@@ -65,7 +68,11 @@
 // queue (queued_until, the due time of the last one queued, plus one
 // interval): a near turn (within 250 ms) it waits in process, a further
 // one it is snoozed until a fetch poll interval (Lead) before its turn, and
-// then waits out the rest in process. Jobs queued behind it go behind it;
+// then waits out the rest in process. A turn further than River's
+// scheduler interval (5 s) takes two snoozes: River makes a longer-snoozed
+// job available up to an interval late, so the job comes back an interval
+// early and snoozes the rest, which River leaves available to be fetched
+// at its time. Jobs queued behind it go behind it;
 // the start itself is always checked against tat at the moment it
 // happens, so however late or early a job comes back, no window ever
 // sees more starts than the rate allows.

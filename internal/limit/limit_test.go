@@ -426,3 +426,26 @@ func TestSweep_GoneLimitWakesItsJobs(t *testing.T) {
 	assert.Equal(t, 1, waits)
 	assert.Zero(t, removedSlots)
 }
+
+// A rate turn further than River's scheduler interval: the job comes back
+// an interval early (River's scheduler may make it available up to an
+// interval late) and snoozes the rest, which River leaves available to be
+// fetched at its time.
+func TestDecide_LongRateWaitComesBackEarly(t *testing.T) {
+	l, err := New(Config{Limits: []Limit{{Name: "slow", Kind: "k", Rate: Rate{Count: 1, Period: time.Minute, Burst: 1}}}, Lead: 100 * time.Millisecond})
+	require.NoError(t, err)
+	tg := target{lim: &l.limits[0]}
+	now := time.Now()
+	tat := now.Add(20 * time.Second) // the next start allowed in 20 s
+	rates := map[string]*rateState{tg.lockName(): {tat: &tat, now: now, due: map[int64]*time.Time{}}}
+	_, out, due := l.decide(&request{jobID: 1, ts: []target{tg}}, nil, rates)
+	require.NotNil(t, due)
+	assert.Equal(t, tat, *due)
+	assert.Equal(t, 20*time.Second-100*time.Millisecond-riverSchedulerInterval, out.snooze)
+
+	// Back 3 s before its turn: the rest, at once.
+	rates[tg.lockName()].now = tat.Add(-3 * time.Second)
+	rates[tg.lockName()].due[1] = due
+	_, out, _ = l.decide(&request{jobID: 1, ts: []target{tg}}, nil, rates)
+	assert.Equal(t, 3*time.Second-100*time.Millisecond, out.snooze)
+}

@@ -32,6 +32,23 @@ const (
 	DefaultSweepInterval = time.Second
 )
 
+// riverSchedulerInterval is River's scheduler interval (its default, which
+// ferry keeps): River makes a job snoozed for longer scheduled, and its
+// scheduler makes it available up to an interval late; a shorter snooze
+// leaves it available, to be fetched at its time.
+const riverSchedulerInterval = 5 * time.Second
+
+// rateSnooze is how long a job whose rate turn comes in d sleeps: d when
+// d is within River's scheduler interval; else it comes back up to an
+// interval early and snoozes again for the rest, so that River's scheduler
+// never makes it late.
+func rateSnooze(d time.Duration) time.Duration {
+	if d > riverSchedulerInterval {
+		return d - riverSchedulerInterval
+	}
+	return max(d, 0)
+}
+
 // maxSpin is the longest a job whose rate turn is near waits in process
 // (holding its worker) rather than going back to the queue.
 const maxSpin = 250 * time.Millisecond
@@ -657,10 +674,11 @@ func (l *Limiter) decide(r *request, slots map[string]*slotState, rates map[stri
 		if queued {
 			turn = latest(turn, rs.queuedUntil.Add(t.lim.Rate.Interval()))
 		}
-		if wait := turn.Sub(rs.now); wait <= maxSpin {
+		wait := turn.Sub(rs.now)
+		if wait <= maxSpin {
 			return i, outcome{sleep: max(wait, time.Millisecond)}, &turn
 		}
-		return i, outcome{snooze: turn.Sub(rs.now) - l.lead}, &turn
+		return i, outcome{snooze: rateSnooze(wait - l.lead)}, &turn
 	}
 	return 0, outcome{start: true}, nil
 }
