@@ -1,14 +1,15 @@
 // Package config reads the worker's YAML file (FERRY_CONFIG): schedules,
 // queues (worker counts and bounds), outbox routes, Telegram bots and
-// limits. Unknown keys,
-// unknown job kinds, bad expressions or zones and duplicate ids are refused
-// with one line naming the entry and the field: a *FieldError, or an
-// *UnknownKeyError for a key no setting has. Secrets are never written in
-// the file, only the names of the environment variables that hold them.
+// limits (concurrency and rate). Unknown keys, unknown job kinds, bad
+// expressions or zones and duplicate ids are refused with one line naming
+// the entry and the field: a *FieldError, or an *UnknownKeyError for a
+// key no setting has. Secrets are never written in the file, only the
+// names of the environment variables that hold them.
 package config
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -260,10 +261,7 @@ func (f File) limits(kinds Kinds) ([]limit.Limit, error) {
 			if err != nil {
 				return nil, &FieldError{Entry: where, Field: "rate", Err: err}
 			}
-			l.Rate = limit.Rate{Count: count, Period: period, Burst: max(e.Burst, 1)}
-			if e.Burst < 0 {
-				l.Rate.Burst = e.Burst
-			}
+			l.Rate = limit.Rate{Count: count, Period: period, Burst: cmp.Or(e.Burst, 1)}
 		} else if e.Burst != 0 {
 			return nil, fieldErrorf(where, "burst", "a burst needs a rate")
 		}

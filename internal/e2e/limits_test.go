@@ -112,3 +112,19 @@ func TestLimits_ConfigErrors(t *testing.T) {
 	}
 	require.Zero(t, count(t, pgtest.PoolFor(t, url), `SELECT count(*) FROM ferry_limit`), "nothing written")
 }
+
+// `enqueue limits` with no limit configured lists none; an argument is
+// refused with one line, exit 2.
+func TestEnqueue_LimitsEmptyAndBadArgs(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t, true)
+	stdout, stderr, code := enqueue(t, url, nil, "limits", "--json")
+	require.Zero(t, code, stderr)
+	require.JSONEq(t, "[]", stdout)
+	stdout, stderr, code = enqueue(t, url, nil, "limits")
+	require.Zero(t, code, stderr)
+	require.Regexp(t, `^NAME\s+APPLIES TO\s+KEY\s+CONCURRENCY\s+RATE\s+RUNNING\s+TOKENS\s+WAITING\s*\n$`, stdout)
+	_, stderr, code = enqueue(t, url, nil, "limits", "email")
+	require.Equal(t, 2, code, stderr)
+	require.Contains(t, oneLine(t, stderr), `limits takes no arguments, got "email"`)
+}
