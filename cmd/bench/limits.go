@@ -116,16 +116,16 @@ func (h *holdReceiver) sample(ctx context.Context) {
 // workers processes under limitYAML, with kills kill -9s (each worker
 // replaced) spread over the run. It returns the receiver once every job
 // completed.
-func limitRun(ctx context.Context, serverURL, bin, dir, limitYAML string, n, holdMS, workers, kills int) (*holdReceiver, time.Duration, error) {
+func limitRun(ctx context.Context, serverURL, bin, dir, limitYAML string, n, holdMS, workers, kills int) (*holdReceiver, error) {
 	pool, drop, err := scratch(ctx, serverURL)
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	defer drop()
 	recv := &holdReceiver{}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	srv := &http.Server{Handler: recv, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
@@ -133,10 +133,10 @@ func limitRun(ctx context.Context, serverURL, bin, dir, limitYAML string, n, hol
 
 	cfg := filepath.Join(dir, "limits.yaml")
 	if err := os.WriteFile(cfg, []byte("limits:\n"+limitYAML), 0o600); err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	if err := insertHolds(ctx, pool, fmt.Sprintf("http://%s/hold?ms=%d", ln.Addr(), holdMS), n); err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 
 	f := fleet.New()
@@ -148,12 +148,11 @@ func limitRun(ctx context.Context, serverURL, bin, dir, limitYAML string, n, hol
 	sctx, stopSampling := context.WithCancel(ctx)
 	defer stopSampling()
 	go recv.sample(sctx)
-	start := time.Now()
 	var procs []*fleet.Proc
 	for range workers {
 		p, err := f.Start(bin, env, args...)
 		if err != nil {
-			return nil, 0, err
+			return nil, err
 		}
 		procs = append(procs, p)
 	}
@@ -162,18 +161,18 @@ func limitRun(ctx context.Context, serverURL, bin, dir, limitYAML string, n, hol
 	for {
 		var done int
 		if err := pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE state = 'completed'`).Scan(&done); err != nil {
-			return nil, 0, err
+			return nil, err
 		}
 		if done == n {
 			break
 		}
 		if killed < kills && done >= (killed+1)*n/(kills+1) {
 			if err := procs[0].Kill(); err != nil {
-				return nil, 0, err
+				return nil, err
 			}
 			p, err := f.Start(bin, env, args...)
 			if err != nil {
-				return nil, 0, err
+				return nil, err
 			}
 			procs = append(procs[1:], p)
 			killed++
@@ -181,35 +180,35 @@ func limitRun(ctx context.Context, serverURL, bin, dir, limitYAML string, n, hol
 		for _, p := range procs {
 			if p.Exited() {
 				_, stderr := p.Tail(5)
-				return nil, 0, fmt.Errorf("worker %s exited: %s", p, stderr)
+				return nil, fmt.Errorf("worker %s exited: %s", p, stderr)
 			}
 		}
 		if time.Now().After(deadline) {
-			return nil, 0, fmt.Errorf("%d of %d jobs completed after 10 minutes", done, n)
+			return nil, fmt.Errorf("%d of %d jobs completed after 10 minutes", done, n)
 		}
 		select {
 		case <-ctx.Done():
-			return nil, 0, ctx.Err()
+			return nil, ctx.Err()
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
 	if killed < kills {
-		return nil, 0, errors.New("every job completed before the kills: too small a load")
+		return nil, errors.New("every job completed before the kills: too small a load")
 	}
 	var waited int
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE (metadata->>'snoozes')::int > 0`).Scan(&waited); err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	if waited == 0 {
-		return nil, 0, errors.New("no job waited for the limit: it was never reached")
+		return nil, errors.New("no job waited for the limit: it was never reached")
 	}
 	stopSampling()
 	recv.mu.Lock()
 	defer recv.mu.Unlock()
 	if len(recv.samples) == 0 {
-		return nil, 0, errors.New("no sample of the jobs in flight")
+		return nil, errors.New("no sample of the jobs in flight")
 	}
-	return recv, time.Since(start), nil
+	return recv, nil
 }
 
 func insertHolds(ctx context.Context, pool *pgxpool.Pool, url string, n int) error {
@@ -238,9 +237,8 @@ func overSamples(samples []int, limit int) int {
 
 // maxInWindow is the most arrivals in any window of length w (each
 // window opening at an arrival), and how many windows held more than most.
-func maxInWindow(arrivals []time.Time, w time.Duration, most int) (top, over int) {
-	a := slices.Clone(arrivals)
-	slices.SortFunc(a, func(x, y time.Time) int { return x.Compare(y) })
+// a is sorted.
+func maxInWindow(a []time.Time, w time.Duration, most int) (top, over int) {
 	j := 0
 	for i := range a {
 		for j < len(a) && a[j].Sub(a[i]) < w {
@@ -263,7 +261,7 @@ func limitsBench(ctx context.Context, serverURL string, workers int) (limitsResu
 	defer os.RemoveAll(dir)
 
 	// Concurrency: 100 jobs of 5 s under a limit of 20: ideally 25 s.
-	recv, _, err := limitRun(ctx, serverURL, bin, dir,
+	recv, err := limitRun(ctx, serverURL, bin, dir,
 		fmt.Sprintf("  - {name: downstream, kind: http.request, concurrency: %d}\n", res.Concurrency),
 		res.ConcurrencyJobs, int(res.JobSeconds*1000), workers, 0)
 	if err != nil {
@@ -278,21 +276,21 @@ func limitsBench(ctx context.Context, serverURL string, workers int) (limitsResu
 	}
 
 	// Rate: 200 instant jobs at 10/s (burst 1) with a kill mid-run.
-	recv, _, err = limitRun(ctx, serverURL, bin, dir,
+	recv, err = limitRun(ctx, serverURL, bin, dir,
 		fmt.Sprintf("  - {name: api, kind: http.request, rate: %d/s, burst: %d}\n", res.Rate, res.Burst),
 		res.RateJobs, 0, workers, 1)
 	if err != nil {
 		return res, fmt.Errorf("rate: %w", err)
 	}
-	top, over := maxInWindow(recv.arrivals, time.Second, res.Rate+res.Burst)
+	a := recv.arrivals
+	slices.SortFunc(a, func(x, y time.Time) int { return x.Compare(y) })
+	top, over := maxInWindow(a, time.Second, res.Rate+res.Burst)
 	res.RateMaxInSecond = top
 	res.Violations += over
-	a := slices.Clone(recv.arrivals)
-	slices.SortFunc(a, func(x, y time.Time) int { return x.Compare(y) })
 	res.RateUtilization = float64(len(a)-1) / a[len(a)-1].Sub(a[0]).Seconds() / float64(res.Rate)
 
 	// Chaos: 300 jobs of 1 s under a limit of 20, three workers killed.
-	recv, _, err = limitRun(ctx, serverURL, bin, dir,
+	recv, err = limitRun(ctx, serverURL, bin, dir,
 		fmt.Sprintf("  - {name: downstream, kind: http.request, concurrency: %d}\n", res.Concurrency),
 		res.ChaosJobs, 1000, workers, 3)
 	if err != nil {

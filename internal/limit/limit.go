@@ -3,13 +3,14 @@ package limit
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tidwall/gjson"
 )
 
 // Limit is one entry of the config file's limits: section.
@@ -134,22 +135,18 @@ func (l Limit) Check() (field string, err error) {
 // with a hash of the whole, so that two long values stay apart.
 const maxKeyLen = 128
 
-// KeyOf returns the value of the top-level field of args (a JSON object)
-// as a limit key: a string as it is, any other JSON value as written, and
-// "" when the field is missing, null, or args is not an object.
+// KeyOf returns the value of the top-level field of args (a JSON object;
+// field a plain name, as Check allows) as a limit key: a string as it is,
+// any other JSON value as written, and "" when the field is missing,
+// null, or args is not an object. It reads only as far as the field.
 func KeyOf(args []byte, field string) string {
-	var top map[string]json.RawMessage
-	if json.Unmarshal(args, &top) != nil {
+	v := gjson.GetBytes(args, field)
+	if !v.Exists() || v.Type == gjson.Null {
 		return ""
 	}
-	raw, ok := top[field]
-	if !ok || string(raw) == "null" {
-		return ""
-	}
-	key := string(raw)
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		key = s
+	key := v.Raw
+	if v.Type == gjson.String {
+		key = v.Str
 	}
 	if len(key) > maxKeyLen {
 		sum := sha256.Sum256([]byte(key))

@@ -32,12 +32,13 @@ ON CONFLICT (name) DO UPDATE SET kind = excluded.kind, queue = excluded.queue, k
 	// sqlWaitingKeys lists the keys of concurrency limits ($1, with their
 	// concurrencies $2) that have jobs waiting and a slot free: a slot
 	// freed without a release (a killed worker's job, once rescued; a
-	// waiting job deleted), for the sweep to hand on.
+	// waiting job deleted), for the sweep to hand on. It runs after
+	// sqlDropStaleSlots, so it counts the slots as they are; one gone stale
+	// since is found by the hand-over itself.
 	sqlWaitingKeys = `SELECT w.limit_name, w.key
 FROM (SELECT DISTINCT limit_name, key FROM ferry_limit_wait WHERE limit_name = ANY($1::text[])) AS w
 JOIN unnest($1::text[], $2::int[]) AS c(name, n) ON c.name = w.limit_name
-WHERE (SELECT count(*) FROM ferry_limit_slot s JOIN river_job j ON j.id = s.job_id
-       WHERE s.limit_name = w.limit_name AND s.key = w.key AND ` + slotHeld + `) < c.n`
+WHERE (SELECT count(*) FROM ferry_limit_slot s WHERE s.limit_name = w.limit_name AND s.key = w.key) < c.n`
 
 	// sqlWakeReserved makes available the jobs that were handed a slot
 	// before River wrote their snooze: those of $1, or all when $1 is NULL.

@@ -15,16 +15,16 @@ func TestLimitCollector(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.PoolFor(t, pgtest.NewDatabase(t, true))
 	ctx := context.Background()
-	// Two running jobs hold acme's slots, one scheduled job waits; an idle
-	// rate limit reads 0.
+	// Two jobs about to start hold acme's slots (handed to them), one
+	// scheduled job waits; an idle rate limit reads 0.
 	_, err := pool.Exec(ctx, `
 		INSERT INTO ferry_limit (name, kind, key_field, concurrency) VALUES ('per-tenant', 'email.send', 'tenant_id', 2);
 		INSERT INTO ferry_limit (name, queue, rate_count, rate_period, burst) VALUES ('api', 'default', 10, '1 second', 1);
 		INSERT INTO river_job (id, args, kind, max_attempts, queue, state, attempt, attempted_at)
-		VALUES (1, '{}', 'email.send', 25, 'default', 'running', 1, now()),
-		       (2, '{}', 'email.send', 25, 'default', 'running', 1, now()),
+		VALUES (1, '{}', 'email.send', 25, 'default', 'available', 0, NULL),
+		       (2, '{}', 'email.send', 25, 'default', 'available', 0, NULL),
 		       (3, '{}', 'email.send', 25, 'default', 'scheduled', 0, NULL);
-		INSERT INTO ferry_limit_slot (limit_name, key, job_id, attempt, started) VALUES ('per-tenant', 'acme', 1, 1, true), ('per-tenant', 'acme', 2, 1, true);
+		INSERT INTO ferry_limit_slot (limit_name, key, job_id, attempt, started) VALUES ('per-tenant', 'acme', 1, 0, false), ('per-tenant', 'acme', 2, 0, false);
 		INSERT INTO ferry_limit_wait (limit_name, key, job_id) VALUES ('per-tenant', 'acme', 3);`)
 	require.NoError(t, err)
 	want := `
