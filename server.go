@@ -380,8 +380,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.elector.Register("rescue", rescuer.Run)
 	s.elector.Register("broadcast-leader", s.announceLeader)
 	s.elector.Register("broadcast-console", s.watchConsole)
-	s.relay = outbox.NewRelay(outbox.RelayConfig{Pool: pool, ListenConfig: sessions.Config().ConnConfig, Schema: cfg.Schema, Inserter: s.river, Routes: delivered, RouteGrace: cfg.OutboxRouteGrace, MaxAttempts: maxAttempts, Tracer: tracing.Outbox(cfg.TracerProvider), Logger: cfg.Logger})
+	s.relay = outbox.NewRelay(outbox.RelayConfig{Pool: pool, ListenConfig: sessions.Config().ConnConfig, Schema: cfg.Schema, Inserter: s.river, Routes: delivered, RouteGrace: cfg.OutboxRouteGrace, MaxAttempts: maxAttempts, Tracer: tracing.Outbox(cfg.TracerProvider), Logger: cfg.Logger,
+		ReleaseElsewhere: true})
 	s.services = []service{s.elector, s.sched, s.relay}
+	// The release pass of ordered deliveries reads every waiting one: on
+	// the leader only, not on every replica.
+	s.elector.Register("outbox-release", s.relay.RunReleases)
 	if len(file.Limits) > 0 {
 		if len(queues) > 0 { // a River client that works no queue has no events
 			s.services = append(s.services, &limitService{limiter: s.limiter, client: s.river, logger: cfg.Logger})

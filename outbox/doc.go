@@ -147,10 +147,14 @@
 // holds the chain's advisory transaction lock; the relay takes it too, or
 // leaves a chain another holds waiting and hands its turn on after its
 // commit, so relays on many replicas and the deliveries never start two
-// deliveries of one chain, and never miss one. A release pass, one relay
-// at a time every ReleaseInterval (5 s), starts a chain whose turn came
-// more than PollInterval ago without a job (a turn lost with a killed
-// process, a full queue, a predecessor deleted by hand).
+// deliveries of one chain, and never miss one. A release pass (ReleaseOnce)
+// starts a chain whose turn came more than PollInterval ago without a job
+// (a turn lost with a killed process, a full queue, a predecessor deleted
+// by hand). It reads every waiting delivery, so it runs on one process
+// (RelayConfig.ReleaseElsewhere and Relay.RunReleases: ferry's worker
+// runs it on its leader; by default each relay runs its own, one at a
+// time), every ReleaseInterval (5 s) or 5 times as long as its last
+// pass took, whichever is longer.
 //
 // A stuck delivery blocks its chain: the later deliveries wait, counted as
 // StatusBlocked ("blocked") by Stats and selected by List's Status

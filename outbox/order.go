@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -368,6 +367,17 @@ const sqlReleasable = `WITH heads AS (
 	WHERE prev.open IS NULL OR (NOT prev.open AND prev.delivered_at < now() - make_interval(secs => $2))
 	ORDER BY u.id LIMIT $1`
 
+// sqlStillReleasable returns which of the heads u(route, topic, key, id)
+// read by sqlReleasable still are, under their chains' locks (their
+// indexes, from 1): the delivery still waits without a job, and the link
+// before it is delivered more than $5 seconds ago, or there is none.
+const sqlStillReleasable = `SELECT u.n
+	FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) WITH ORDINALITY AS u(route, topic, key, id, n)
+	JOIN ferry_outbox_delivery d ON d.message_id = u.id AND d.route = u.route AND d.status = 'pending' AND d.job_id IS NULL
+	LEFT JOIN LATERAL (` + sqlPredecessor + `) AS prev(id, open, delivered_at) ON true
+	WHERE prev.open IS NULL OR (NOT prev.open AND prev.delivered_at < now() - make_interval(secs => $5))
+	ORDER BY u.n`
+
 // sqlTryOrderLocks takes the chains' locks that are free, and returns the
 // chains it locked (their indexes, from 1): the release pass leaves the
 // chains that a relay or a delivery is handing on.
@@ -393,28 +403,25 @@ func (r *Relay) ReleaseOnce(ctx context.Context) (int, error) {
 			id                int64
 			parent, state     *string
 		}
-		read := func() ([]head, error) {
-			rows, err := tx.Query(ctx, sqlReleasable, r.cfg.BatchSize, r.cfg.PollInterval.Seconds())
-			if err != nil {
-				return nil, err
-			}
-			var h head
-			var out []head
-			_, err = pgx.ForEachRow(rows, []any{&h.route, &h.topic, &h.key, &h.id, &h.parent, &h.state}, func() error {
-				out = append(out, h)
-				return nil
-			})
-			return out, err
+		rows, err := tx.Query(ctx, sqlReleasable, r.cfg.BatchSize, r.cfg.PollInterval.Seconds())
+		if err != nil {
+			return err
 		}
-		heads, err := read()
-		if err != nil || len(heads) == 0 {
+		var (
+			h     head
+			heads []head
+		)
+		if _, err := pgx.ForEachRow(rows, []any{&h.route, &h.topic, &h.key, &h.id, &h.parent, &h.state}, func() error {
+			heads = append(heads, h)
+			return nil
+		}); err != nil || len(heads) == 0 {
 			return err
 		}
 		var rs, ts, ks []string
 		for _, h := range heads {
 			rs, ts, ks = append(rs, h.route), append(ts, h.topic), append(ks, h.key)
 		}
-		rows, err := tx.Query(ctx, sqlTryOrderLocks, rs, ts, ks)
+		rows, err = tx.Query(ctx, sqlTryOrderLocks, rs, ts, ks)
 		if err != nil {
 			return fmt.Errorf("lock ordered chains: %w", err)
 		}
@@ -422,24 +429,33 @@ func (r *Relay) ReleaseOnce(ctx context.Context) (int, error) {
 		if err != nil {
 			return fmt.Errorf("lock ordered chains: %w", err)
 		}
-		mine := make([]head, 0, len(locked))
+		if len(locked) == 0 {
+			return nil
+		}
+		// Checked again under the locks, the locked chains' heads only (a
+		// second read of every waiting delivery would double the pass): a
+		// turn may have been taken since, or an earlier message relayed.
+		var mr, mt, mk []string
+		var mid []int64
 		for _, i := range locked {
-			mine = append(mine, heads[i-1])
+			h := heads[i-1]
+			mr, mt, mk, mid = append(mr, h.route), append(mt, h.topic), append(mk, h.key), append(mid, h.id)
 		}
-		// Read again under the locks: a turn may have been taken since.
-		again, err := read()
+		rows, err = tx.Query(ctx, sqlStillReleasable, mr, mt, mk, mid, r.cfg.PollInterval.Seconds())
 		if err != nil {
-			return err
+			return fmt.Errorf("check ordered chains: %w", err)
 		}
-		again = slices.DeleteFunc(again, func(a head) bool {
-			return !slices.ContainsFunc(mine, func(h head) bool { return h.route == a.route && h.topic == a.topic && h.key == a.key })
-		})
+		still, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return fmt.Errorf("check ordered chains: %w", err)
+		}
 		var (
 			ids             []int64
 			routes          []string
 			parents, states []*string
 		)
-		for _, h := range again {
+		for _, i := range still {
+			h := heads[locked[i-1]-1]
 			ids, routes = append(ids, h.id), append(routes, h.route)
 			parents, states = append(parents, h.parent), append(states, h.state)
 		}

@@ -383,6 +383,48 @@ func TestOrdered_RelayAndRelease(t *testing.T) {
 	require.Zero(t, n, "a turn taken twice starts nothing more")
 }
 
+// TestOrdered_ReleaseElsewhere: a relay configured ReleaseElsewhere runs
+// no release pass of its own, however often it polls; RunReleases (ferry
+// runs it on its leader) takes the lost turn, and ends with its context.
+func TestOrdered_ReleaseElsewhere(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := relaySetup(t)
+	f := &orderedFleet{relayBundle: b}
+	f.write(t, []string{"k1"}, 3)
+	srv := statusHook(t, http.StatusNoContent, "")
+	route := Route{Topic: "account.changed", Name: "ledger", URL: srv.URL}
+	r := NewRelay(RelayConfig{Pool: b.pool, Inserter: b.client, Routes: mustRoutes(t, route), PollInterval: time.Millisecond,
+		ReleaseInterval: time.Millisecond, ReleaseElsewhere: true, Logger: slog.New(slog.DiscardHandler)})
+	n, err := r.RelayOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 3, n)
+
+	// The first delivery, worked without River (no client in the
+	// context) and without a relay to hand its turn to: its turn is lost.
+	w := NewDeliverWorker(DeliverConfig{Pool: b.pool, Routes: mustRoutes(t, route), Client: srv.Client(), Logger: slog.New(slog.DiscardHandler)})
+	var first int64
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT min(id) FROM ferry_outbox WHERE ordering_key = 'k1'`).Scan(&first))
+	require.NoError(t, w.Work(ctx, deliverJob(first, "ledger", 1, 24)))
+	waiting := `SELECT count(*) FROM ferry_outbox_delivery WHERE job_id IS NULL`
+	require.Equal(t, 2, count(t, b.pool, waiting))
+
+	// The relay polls every millisecond for a quarter of a second: no
+	// release pass.
+	rctx, stop := context.WithCancel(ctx)
+	require.NoError(t, r.Start(rctx))
+	time.Sleep(250 * time.Millisecond)
+	require.Equal(t, 2, count(t, b.pool, waiting), "a relay that releases elsewhere released")
+
+	done := make(chan error, 1)
+	go func() { done <- r.RunReleases(rctx) }()
+	require.Eventually(t, func() bool { return count(t, b.pool, waiting) == 1 }, 10*time.Second, 5*time.Millisecond)
+	stop()
+	require.NoError(t, <-done)
+	r.Stop()
+	require.Equal(t, 1, count(t, b.pool, waiting), "one turn, one delivery started")
+}
+
 // TestAdd_OrderingKey: a key is 1 to 256 characters, from Go and from SQL.
 func TestAdd_OrderingKey(t *testing.T) {
 	t.Parallel()

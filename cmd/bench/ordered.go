@@ -271,6 +271,24 @@ func orderedRun(ctx context.Context, serverURL, bin, dir string, ordered bool, k
 		}
 		fmt.Fprintf(os.Stderr, "ordered steps (ms): turn p50 %.0f p99 %.0f; fetch p50 %.0f p99 %.0f; last attempt to recorded p50 %.0f p99 %.0f\n", turn50, turn99, fetch50, fetch99, run50, run99)
 	}
+	// How River fetched the delivery jobs (their last attempts: a fetch's
+	// jobs share attempted_at and the fetching client), and how long a
+	// retried attempt waited after the failure before it: the two figures
+	// that explain a run's pace.
+	var fetches int
+	var perFetch, gap50, retry50, retry90 float64
+	if err := pool.QueryRow(ctx, `WITH f AS (SELECT attempted_at, attempted_by[array_length(attempted_by, 1)] AS who, count(*) AS n
+			FROM river_job WHERE kind = 'outbox.deliver' GROUP BY 1, 2),
+		g AS (SELECT attempted_at - lag(attempted_at) OVER (PARTITION BY who ORDER BY attempted_at) AS gap FROM f),
+		r AS (SELECT attempted_at - (errors[array_length(errors, 1)]->>'at')::timestamptz AS wait FROM river_job WHERE kind = 'outbox.deliver' AND attempt >= 2)
+		SELECT (SELECT count(*) FROM f), (SELECT coalesce(avg(n), 0) FROM f),
+		       (SELECT coalesce(1000 * extract(epoch FROM percentile_disc(0.5) WITHIN GROUP (ORDER BY gap)), 0) FROM g),
+		       (SELECT coalesce(1000 * extract(epoch FROM percentile_disc(0.5) WITHIN GROUP (ORDER BY wait)), 0) FROM r),
+		       (SELECT coalesce(1000 * extract(epoch FROM percentile_disc(0.9) WITHIN GROUP (ORDER BY wait)), 0) FROM r)`).Scan(&fetches, &perFetch, &gap50, &retry50, &retry90); err != nil {
+		return out, err
+	}
+	fmt.Fprintf(os.Stderr, "ordered=%t: %d fetches, %.1f jobs each, p50 %.0f ms between one worker's fetches; a retried attempt waited p50 %.0f, p90 %.0f ms after the failure\n",
+		ordered, fetches, perFetch, gap50, retry50, retry90)
 	fmt.Fprintf(os.Stderr, "ordered=%t: %.1f s in all; relayed by %.1f s, half delivered by %.1f s, 99%% by %.1f s, the last at %.1f s\n", ordered, el.Seconds(), relayS, halfS, p99S, lastS)
 	out.violations, out.arrivals = recv.violations()
 	recv.mu.Lock()
