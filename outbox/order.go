@@ -352,11 +352,19 @@ func startAll(ctx context.Context, tx pgx.Tx, ins Inserter, ids []int64, routes 
 	return n, nil
 }
 
+// turnCame is the condition, on a waiting delivery's link prev (read
+// with sqlPredecessor), that its turn came more than the parameter secs
+// seconds ago: the link before it is delivered since then, or there is
+// none. The release pass's read and its recheck under the locks share it.
+func turnCame(secs string) string {
+	return `(prev.open IS NULL OR (NOT prev.open AND prev.delivered_at < now() - make_interval(secs => ` + secs + `)))`
+}
+
 // sqlReleasable lists, oldest first, the first waiting delivery of each
 // chain whose turn came more than $2 seconds ago without a job: its
 // predecessor in the chain was delivered before then (or it has none).
 // Turns just handed on are the relay's (Advance) to take.
-const sqlReleasable = `WITH heads AS (
+var sqlReleasable = `WITH heads AS (
 		SELECT d.route, m.topic, m.ordering_key AS key, min(m.id) AS id
 		FROM ferry_outbox_delivery d JOIN ferry_outbox m ON m.id = d.message_id
 		WHERE d.status = 'pending' AND d.job_id IS NULL AND m.ordering_key IS NOT NULL
@@ -364,18 +372,18 @@ const sqlReleasable = `WITH heads AS (
 	SELECT u.route, u.topic, u.key, u.id, m.traceparent, m.tracestate
 	FROM heads u JOIN ferry_outbox m ON m.id = u.id
 	LEFT JOIN LATERAL (` + sqlPredecessor + `) AS prev(id, open, delivered_at) ON true
-	WHERE prev.open IS NULL OR (NOT prev.open AND prev.delivered_at < now() - make_interval(secs => $2))
+	WHERE ` + turnCame("$2") + `
 	ORDER BY u.id LIMIT $1`
 
 // sqlStillReleasable returns which of the heads u(route, topic, key, id)
 // read by sqlReleasable still are, under their chains' locks (their
 // indexes, from 1): the delivery still waits without a job, and the link
 // before it is delivered more than $5 seconds ago, or there is none.
-const sqlStillReleasable = `SELECT u.n
+var sqlStillReleasable = `SELECT u.n
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) WITH ORDINALITY AS u(route, topic, key, id, n)
 	JOIN ferry_outbox_delivery d ON d.message_id = u.id AND d.route = u.route AND d.status = 'pending' AND d.job_id IS NULL
 	LEFT JOIN LATERAL (` + sqlPredecessor + `) AS prev(id, open, delivered_at) ON true
-	WHERE prev.open IS NULL OR (NOT prev.open AND prev.delivered_at < now() - make_interval(secs => $5))
+	WHERE ` + turnCame("$5") + `
 	ORDER BY u.n`
 
 // sqlTryOrderLocks takes the chains' locks that are free, and returns the
