@@ -257,7 +257,7 @@ func runAll(ctx context.Context, serverURL, path string, quick bool) error {
 		// Two runs of 50,000 messages through real workers: two and a
 		// half minutes, the full run only.
 		step("ordered outbox delivery against unordered")
-		if r, err := orderedBench(ctx, serverURL, 1000, 50, 3, 1, 0.2); err != nil {
+		if r, err := orderedBench(ctx, serverURL, 1000, 50, 3, 1, 0.2, ""); err != nil {
 			note("ordered", err)
 		} else {
 			res.OrderedViolations, res.OrderedThroughputRatio = ptr(float64(r.Violations)), ptr(r.Ratio)

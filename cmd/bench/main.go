@@ -17,6 +17,7 @@
 //	go run ./cmd/bench -mode riverbest -backlog 50000 # ferry's defaults against bare River at River's own bench settings
 //	go run ./cmd/bench -mode otel -backlog 50000 # worker with every job traced (OTLP/HTTP to loopback) against without
 //	go run ./cmd/bench -mode ordered -keys 1000 -per-key 50 -trials 3 # ordered outbox delivery against unordered: 3 workers, a kill -9, a failing receiver
+//	go run ./cmd/bench -mode ordered -trials 3 -queues default=1000,outbox=50 # the same with 50 route workers per process
 //	go run ./cmd/bench -mode lean # a service importing jobs and outbox: modules and binary size against River alone
 //	go run ./cmd/bench -mode bulkcopy -backlog 1000000 # enqueue bulk (file and pipe) against a plain COPY, peak RSS
 //	go run ./cmd/bench -mode counts -backlog 5000000 # enqueue, console, River UI and /metrics counts with 5M finished jobs
@@ -111,6 +112,7 @@ func main() {
 		scheds   = flag.Int("schedules", 10, "ticks mode: schedules firing every second")
 		keys     = flag.Int("keys", 1000, "ordered mode: ordering keys")
 		perKey   = flag.Int("per-key", 50, "ordered mode: messages per key")
+		queues   = flag.String("queues", "", "ordered mode: the workers' FERRY_QUEUES (default: ferry's, "+ferry.DefaultQueues+")")
 		tick     = flag.Duration("tick", time.Second, "failover and orphans modes: leader tick and standby probe (failover 0: crash trials only, at the defaults of 15s and 60s)")
 		cpuProf  = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
 	)
@@ -309,7 +311,7 @@ func main() {
 		_ = json.NewEncoder(os.Stdout).Encode(r)
 		return
 	case "ordered":
-		r, err := orderedBench(ctx, *url, *keys, *perKey, 3, *trials, 0.2)
+		r, err := orderedBench(ctx, *url, *keys, *perKey, 3, *trials, 0.2, *queues)
 		if err != nil {
 			log.Fatalf("bench: ordered: %v", redact.Postgres(err.Error()))
 		}

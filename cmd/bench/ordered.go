@@ -56,8 +56,8 @@ const orderedTopic = "bench.ordered"
 // ordered one, each run in a database of its own, and reports the median
 // round's throughputs and ratio (this machine's noise moves a single
 // run's by a third) and every round's violations, overlaps and failures
-// summed.
-func orderedBench(ctx context.Context, serverURL string, keys, perKey, workers, rounds int, failShare float64) (orderedResult, error) {
+// summed. queues, when set, is the workers' FERRY_QUEUES.
+func orderedBench(ctx context.Context, serverURL string, keys, perKey, workers, rounds int, failShare float64, queues string) (orderedResult, error) {
 	res := orderedResult{Keys: keys, PerKey: perKey, Workers: workers, Rounds: rounds, FailShare: failShare}
 	dir, bin, err := buildIntoTemp("./cmd/worker")
 	if err != nil {
@@ -67,11 +67,11 @@ func orderedBench(ctx context.Context, serverURL string, keys, perKey, workers, 
 	type round struct{ ordered, unordered, ratio float64 }
 	var all []round
 	for range max(rounds, 1) {
-		un, err := orderedRun(ctx, serverURL, bin, dir, false, keys, perKey, workers, failShare)
+		un, err := orderedRun(ctx, serverURL, bin, dir, false, keys, perKey, workers, failShare, queues)
 		if err != nil {
 			return res, fmt.Errorf("unordered: %w", err)
 		}
-		or, err := orderedRun(ctx, serverURL, bin, dir, true, keys, perKey, workers, failShare)
+		or, err := orderedRun(ctx, serverURL, bin, dir, true, keys, perKey, workers, failShare, queues)
 		if err != nil {
 			return res, fmt.Errorf("ordered: %w", err)
 		}
@@ -157,7 +157,7 @@ func (s *sequenceReceiver) violations() (n, arrivals int) {
 	return n, arrivals
 }
 
-func orderedRun(ctx context.Context, serverURL, bin, dir string, ordered bool, keys, perKey, workers int, failShare float64) (orderedRunResult, error) {
+func orderedRun(ctx context.Context, serverURL, bin, dir string, ordered bool, keys, perKey, workers int, failShare float64, queues string) (orderedRunResult, error) {
 	var out orderedRunResult
 	pool, drop, err := scratch(ctx, serverURL)
 	if err != nil {
@@ -195,6 +195,9 @@ func orderedRun(ctx context.Context, serverURL, bin, dir string, ordered bool, k
 	f := fleet.New()
 	defer func() { _ = f.Kill(time.Minute) }()
 	env := []string{"DATABASE_URL=" + pool.Config().ConnString(), "FERRY_CONFIG=" + cfg, "FERRY_LOG_FORMAT=json", "FERRY_LOG_LEVEL=warn"}
+	if queues != "" {
+		env = append(env, "FERRY_QUEUES="+queues)
+	}
 	start := time.Now()
 	var procs []*fleet.Proc
 	for range workers {
