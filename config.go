@@ -145,9 +145,10 @@ type Config struct {
 	// LeaderTick is the leader's ownership check interval (FERRY_LEADER_TICK,
 	// default 15s); LeaderTickTimeout bounds each check
 	// (FERRY_LEADER_TICK_TIMEOUT, default a third of the tick, at most 5s);
-	// StandbyProbe caps a standby's backoff after a failed wait on the lock
-	// (FERRY_STANDBY_PROBE, default 60s). Standbys wait on the lock itself, so
-	// a freed lock is taken at once whatever the probe.
+	// StandbyProbe caps a standby's backoff after a failed wait for the
+	// lock (FERRY_STANDBY_PROBE, default 60s). A waiting standby tries the
+	// lock at once on a resignation notice and every second (or tick, when
+	// shorter) otherwise, whatever the probe.
 	LeaderTick        time.Duration
 	LeaderTickTimeout time.Duration
 	StandbyProbe      time.Duration

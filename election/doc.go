@@ -12,8 +12,8 @@
 //	  │            │                     │
 //	  │            │ granted             │ held by another session
 //	  │            │                     ▼
-//	  │            │              standby: wait in pg_advisory_lock; the server grants
-//	  │            │              the lock the moment the holder unlocks or its session ends
+//	  │            │              standby: LISTEN for a resignation; try the lock on a
+//	  │            │              notice and every min(Tick, 1 s), idle in between
 //	  │            ▼                     │
 //	  │     record term (ferry_leader_term) ◄──┘
 //	  │            │ error: unlock, back off, retry
@@ -58,19 +58,27 @@
 // query on pg_locks carries database = (SELECT oid FROM pg_database WHERE
 // datname = current_database()).
 //
-// # Why standbys wait on the lock
+// # Why standbys do not wait in pg_advisory_lock
 //
-// A standby does not poll. After a failed try it waits in pg_advisory_lock
-// on its own lock connection, and the server grants it the lock the moment
-// the holder unlocks or its session ends: a graceful resignation or a
-// kill -9 (the kernel closes the socket, the server ends the session) hands
-// the lock over within milliseconds, at any Probe setting. Waiters are
-// queued by the server, so one waiter gets the lock and the others keep
-// waiting. Probe only caps the backoff after a failed wait (the database
-// unreachable, a term that could not be recorded). The wait runs without a
-// statement or lock timeout; Stop cancels it with a cancel request, so the
-// standby leaves the queue at once, and client_connection_check_interval
-// lets the server drop a waiter whose process died.
+// After a failed try a standby LISTENs on ResignChannel on its own lock
+// connection and tries the lock (pg_try_advisory_lock) again at once when
+// a resigning leader's notice arrives, and otherwise every min(Tick,
+// MaxStandbyPoll): a graceful handover takes milliseconds, and a holder
+// whose session ended without a notice (kill -9, a lost node, a reaped
+// partition) is replaced within a second of it, which its successor's
+// deferral (Tick + TickTimeout) dwarfs anyway. Probe only caps the backoff
+// after a failed wait (the database unreachable, a term that could not be
+// recorded).
+//
+// Waiting in pg_advisory_lock would hand the lock over a little sooner,
+// and an earlier version did. But a statement that waits on a lock keeps
+// the snapshot it began with, and a session's snapshot is the database's
+// xmin horizon: for as long as the leader led, no VACUUM could remove a
+// row version that died after the standby began to wait, nor an index scan
+// mark such an entry dead. River's job table, whose every job is updated
+// a few times, bloated without bound, and its fetch slowed with it. A
+// standby idle between tries holds nothing
+// (TestElector_StandbyWaitsWithoutASnapshot).
 //
 // # Why the deferral
 //
@@ -121,10 +129,10 @@
 // A partition drops every packet and closes nothing, so the leader's
 // ownership check gets neither an answer nor an error: its context's
 // deadline cuts it off at the tick timeout, and the leader is demoted
-// within a tick and its timeout of the partition's start. (Only the wait
-// on the lock asks the server to cancel its statement, with a second's
-// grace before the connection is cut; a check that waited that second
-// too was demoted a second late.) TestElector_Partition and the chaos
+// within a tick and its timeout of the partition's start. (No statement
+// of the lock connection asks the server to cancel it, with the second's
+// grace before the connection is cut that a cancel request takes: a check
+// that waited that second was demoted a second late.) TestElector_Partition and the chaos
 // suite cut a leader off with a TCP proxy that blackholes both ways
 // (internal/testkit/netproxy); `go run ./cmd/bench -mode failover`
 // measures it (partition_demotion_ms_max).

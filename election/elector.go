@@ -33,10 +33,13 @@ const (
 	// MinTick is the shortest leader tick (and standby probe) New accepts.
 	MinTick = 10 * time.Millisecond
 	// ResignChannel is the NOTIFY channel a resigning leader signals on; the
-	// payload is the key. Standbys of this version wait on the lock itself
-	// and need no notice; the notice is kept for tools and for standbys of
-	// earlier versions during a rolling deploy.
+	// payload is the key. Standbys LISTEN on it and try the lock at once on
+	// a notice.
 	ResignChannel = "ferry_leader_resigned"
+	// MaxStandbyPoll is the longest a standby goes between two tries of
+	// the lock (the leader tick, when shorter): a holder that crashed or
+	// was cut off sends no notice.
+	MaxStandbyPoll = time.Second
 	// firstRetry is the first delay after a failed lock wait or a lost
 	// term; it doubles up to Probe.
 	firstRetry = 250 * time.Millisecond
@@ -85,10 +88,11 @@ type Config struct {
 	// bounded by writeTimeout, at least 5s, so a loaded database does not
 	// cost a short tick its term.
 	TickTimeout time.Duration
-	// Probe caps the delay before a standby waits on the lock again after
-	// its wait failed (FERRY_STANDBY_PROBE): the database was unreachable,
-	// or a term could not be recorded. A standby whose wait works learns of
-	// a free lock the moment it is freed, whatever Probe says.
+	// Probe caps the delay before a standby connects and waits for the
+	// lock again after its wait failed (FERRY_STANDBY_PROBE): the database
+	// was unreachable, or a term could not be recorded. A standby whose
+	// wait works tries the lock at once on a resignation notice and every
+	// min(Tick, MaxStandbyPoll) otherwise, whatever Probe says.
 	Probe time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
@@ -111,6 +115,11 @@ func (c Config) withDefaults() Config {
 
 // writeTimeout bounds the term's writes on the lock connection.
 func (c Config) writeTimeout() time.Duration { return max(c.TickTimeout, 5*time.Second) }
+
+// standbyPoll is how long a standby waits for a resignation notice before
+// it tries the lock again: under the lease (three ticks and the timeout),
+// so its idle lock session is never reaped.
+func (c Config) standbyPoll() time.Duration { return min(c.Tick, MaxStandbyPoll) }
 
 func (c Config) validate() error {
 	var errs []error
@@ -245,20 +254,13 @@ func (e *Elector) connConfig(appName string, lock bool) (*pgx.ConnConfig, error)
 	// context, which sends the server a cancel request).
 	lease.Configure(cc, appName, e.cfg.Tick, e.cfg.writeTimeout())
 	if lock {
-		// The standby's wait on the lock must not be cut short by a
-		// lock_timeout that the URL or the role may set.
-		cc.RuntimeParams["lock_timeout"] = "0"
-		// A cancelled wait on the lock (Stop while a standby waits) asks
-		// the server to cancel the statement, so the wait leaves the lock's
-		// queue at once, before the connection is closed. Every other
-		// statement, the leader's ownership check above all, is cut off at
-		// its deadline: the cancel request's grace of a second would delay
-		// a leader's demotion by that second when the network is silent.
+		// Every statement, the leader's ownership check above all, is cut
+		// off at its deadline: a cancel request's grace of a second would
+		// delay a leader's demotion by that second when the network is
+		// silent. A standby's wait for a notice ends at its deadline too,
+		// and that leaves the connection open (no statement is in flight).
 		cc.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
-			return &lockConnHandler{
-				askServer: &pgconn.CancelRequestContextWatcherHandler{Conn: pc, DeadlineDelay: time.Second},
-				deadline:  &pgconn.DeadlineContextWatcherHandler{Conn: pc.Conn()},
-			}
+			return &pgconn.DeadlineContextWatcherHandler{Conn: pc.Conn()}
 		}
 	}
 	return cc, nil
@@ -403,11 +405,8 @@ func (e *Elector) standby(err error) {
 
 // acquire opens a fresh lock connection (a session that already holds the
 // lock would re-enter it, so attempts never reuse one) and takes the lock on
-// it: at once if it is free, otherwise by waiting in pg_advisory_lock until
-// the holder's session releases it or ends. The server grants it to the
-// first waiter the moment the holder's session is gone, so a crashed leader
-// is replaced without any polling. It returns the connection holding the
-// lock, or an error.
+// it: at once if it is free, otherwise once it is freed (wait). It returns
+// the connection holding the lock, or an error.
 func (e *Elector) acquire(ctx context.Context) (*pgx.Conn, int, error) {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -422,20 +421,13 @@ func (e *Elector) acquire(ctx context.Context) (*pgx.Conn, int, error) {
 	// A server-side lease: a holder that goes silent (partitioned, frozen)
 	// has its session, and so the lock, reaped after about three ticks. The
 	// leader runs a query every tick, so a live holder is never idle that
-	// long; a waiting standby is active, not idle. idle_session_timeout
-	// exists from Postgres 14 on.
-	//
-	// client_connection_check_interval (also Postgres 14) lets the server
-	// notice, while a standby waits on the lock, that the standby is gone,
-	// so a dead waiter never holds up the queue.
+	// long, nor is a standby, which tries the lock at least every tick.
+	// idle_session_timeout exists from Postgres 14 on.
 	lease := 3*e.cfg.Tick + e.cfg.TickTimeout
 	if ok, err := setIfKnown(cctx, conn, "idle_session_timeout", lease.Milliseconds()); err != nil {
 		return fail(err)
 	} else if !ok {
 		e.log().Warn("election: server has no idle_session_timeout (Postgres < 14); a partitioned holder keeps the lock until TCP keepalives reap it")
-	}
-	if _, err := setIfKnown(cctx, conn, "client_connection_check_interval", max(1000, e.cfg.TickTimeout.Milliseconds())); err != nil {
-		return fail(err)
 	}
 	var pidBefore, pidAfter int
 	var got bool
@@ -478,45 +470,46 @@ func setIfKnown(ctx context.Context, conn *pgx.Conn, name string, ms int64) (boo
 	return true, nil
 }
 
-// askServerKey marks the context of the wait on the lock: cancelled, it
-// is cancelled by a cancel request to the server (lockConnHandler).
-type askServerKey struct{}
-
-// lockConnHandler is how a lock connection's statement is cut short when
-// its context ends: by a cancel request to the server, with a second's
-// grace before the connection is cut, for the wait on the lock (marked by
-// askServerKey), and at once for every other statement.
-type lockConnHandler struct {
-	askServer, deadline ctxwatch.Handler
-	used                ctxwatch.Handler
-}
-
-func (h *lockConnHandler) HandleCancel(ctx context.Context) {
-	h.used = h.deadline
-	if ctx.Value(askServerKey{}) != nil {
-		h.used = h.askServer
-	}
-	h.used.HandleCancel(ctx)
-}
-
-func (h *lockConnHandler) HandleUnwatchAfterCancel() { h.used.HandleUnwatchAfterCancel() }
-
-// wait blocks in pg_advisory_lock until the lock is granted or ctx ends.
-// The statement timeout is lifted for the wait and restored after it.
+// wait takes the lock once it is free, or returns when ctx ends. It
+// LISTENs for resignation notices and tries the lock (pg_try_advisory_lock)
+// at once on one, and otherwise every standbyPoll: a holder that crashed
+// or was cut off sends none. Between tries the session is idle and holds
+// no snapshot. (Waiting in pg_advisory_lock would hand the lock over a
+// little sooner, but a statement that waits keeps the snapshot it began
+// with, and with it the database's xmin horizon: for as long as the
+// leader led, no VACUUM could remove a row version that died after the
+// standby began waiting, nor an index scan skip its dead entries, and
+// every table of the database, River's jobs first, would bloat.)
 func (e *Elector) wait(ctx context.Context, conn *pgx.Conn, backendPID *int) error {
-	if _, err := conn.Exec(ctx, "SET statement_timeout = 0"); err != nil {
-		return fmt.Errorf("lift statement timeout: %w", err)
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ResignChannel}.Sanitize()); err != nil {
+		return fmt.Errorf("listen for resignations: %w", err)
 	}
-	wctx := context.WithValue(ctx, askServerKey{}, true)
-	if err := conn.QueryRow(wctx, "SELECT pg_backend_pid() FROM pg_advisory_lock($1)", e.cfg.Key).Scan(backendPID); err != nil {
-		return fmt.Errorf("wait on lock: %w", err)
+	for {
+		// A try first: a leader that resigned between the caller's try
+		// and the LISTEN sent its notice to nobody.
+		var got bool
+		if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1), pg_backend_pid()", e.cfg.Key).Scan(&got, backendPID); err != nil {
+			return fmt.Errorf("try lock: %w", err)
+		}
+		if got {
+			// The leader reads no notices: none may pile up on its session.
+			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.writeTimeout())
+			defer cancel()
+			if _, err := conn.Exec(uctx, "UNLISTEN *"); err != nil {
+				return fmt.Errorf("unlisten: %w", err)
+			}
+			return nil
+		}
+		wctx, cancel := context.WithTimeout(ctx, e.cfg.standbyPoll())
+		_, err := conn.WaitForNotification(wctx)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case err != nil && wctx.Err() == nil:
+			return fmt.Errorf("wait for a resignation: %w", err)
+		}
 	}
-	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.writeTimeout())
-	defer cancel()
-	if _, err := conn.Exec(qctx, "SET statement_timeout = "+strconv.FormatInt(e.cfg.writeTimeout().Milliseconds(), 10)); err != nil {
-		return fmt.Errorf("restore statement timeout: %w", err)
-	}
-	return nil
 }
 
 // ownershipSQL is the tick's query (Elector.ownershipSQL, so that a test can
