@@ -1,10 +1,14 @@
 package ferry
 
 import (
+	"context"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ferryq/ferry/outbox"
 )
 
 func TestParseQueues(t *testing.T) {
@@ -32,7 +36,7 @@ func TestParseQueues(t *testing.T) {
 func TestConfig_WithDefaults(t *testing.T) {
 	t.Parallel()
 	c := Config{DatabaseURL: "postgres://x@127.0.0.1/x"}.WithDefaults()
-	require.Equal(t, map[string]int{"default": 1000, "outbox": 20}, c.Queues)
+	require.Equal(t, map[string]int{"default": 1000, "outbox": 50}, c.Queues)
 	require.Equal(t, DefaultFetchCooldown, c.FetchCooldown)
 	require.Equal(t, DefaultFetchPollInterval, c.FetchPollInterval)
 	require.Equal(t, DefaultShutdownGrace, c.ShutdownGrace)
@@ -68,6 +72,27 @@ func TestConfig_Validate(t *testing.T) {
 			c := base
 			tc.mod(&c)
 			require.ErrorContains(t, c.validate(), tc.want)
+		})
+	}
+}
+
+func TestRouteWorkers(t *testing.T) {
+	t.Parallel()
+	handle := func(context.Context, pgx.Tx, outbox.Message) error { return nil }
+	for name, tc := range map[string]struct {
+		route        outbox.Route
+		outbox, want int
+	}{
+		"WebhookTakesTheOutboxCount":    {outbox.Route{URL: "http://x/"}, 50, 50},
+		"WebhookBeyondTheHandlerCap":    {outbox.Route{URL: "http://x/"}, 200, 200},
+		"HandlerAtMostTheDefault":       {outbox.Route{Handler: handle}, 50, DefaultHandlerRouteWorkers},
+		"HandlerFewerWhenOutboxIsFewer": {outbox.Route{Handler: handle}, 5, 5},
+		"RouteWorkersWinForAWebhook":    {outbox.Route{URL: "http://x/", Workers: 3}, 50, 3},
+		"RouteWorkersWinForAHandler":    {outbox.Route{Handler: handle, Workers: 64}, 50, 64},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			require.Equal(t, tc.want, RouteWorkers(tc.route, tc.outbox))
 		})
 	}
 }

@@ -45,8 +45,8 @@ func applyFileQueues(cfg *Config, queues []config.Queue) error {
 // works or bounds, as SetQueueBounds records them.
 func queueBounds(cfg Config, delivered *outbox.Routes) []jobs.QueueBound {
 	workers := maps.Clone(cfg.Queues)
-	for _, q := range delivered.Queues() {
-		workers[q] = cfg.Queues[outbox.Queue]
+	for _, r := range delivered.All() {
+		workers[outbox.QueueFor(r.Name)] = RouteWorkers(r, cfg.Queues[outbox.Queue])
 	}
 	names := slices.Collect(maps.Keys(workers))
 	for q := range cfg.MaxLengths {

@@ -166,8 +166,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	maxAttempts := cmp.Or(cfg.OutboxMaxAttempts, file.OutboxMaxAttempts, outbox.DefaultMaxAttempts)
 	// A process that works the outbox queue delivers its routes, each from
-	// a queue of its own with as many workers as the outbox queue has; one
-	// that does not delivers (and declares) none.
+	// a queue of its own with RouteWorkers workers; one that does not
+	// delivers (and declares) none.
 	delivered := routes
 	if cfg.Queues[outbox.Queue] == 0 {
 		delivered, _ = outbox.NewRoutes()
@@ -263,8 +263,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	for name, n := range cfg.Queues {
 		queues[name] = river.QueueConfig{MaxWorkers: n}
 	}
-	for _, q := range delivered.Queues() {
-		queues[q] = river.QueueConfig{MaxWorkers: cfg.Queues[outbox.Queue]}
+	for _, r := range delivered.All() {
+		queues[outbox.QueueFor(r.Name)] = river.QueueConfig{MaxWorkers: RouteWorkers(r, cfg.Queues[outbox.Queue])}
 	}
 	// The unique-key middleware makes jobs.WithUniqueKey hold on every
 	// insert through this client (the scheduler's, the relay's, Telegram's,
@@ -478,13 +478,13 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 // pool_max_conns: max(DefaultPoolMaxConns, held + PoolHeadroom), where held
 // is the number of workers that may hold a connection for as long as their
 // job runs (see Config.DatabaseURL). routes are the routes this process
-// delivers, each from its own queue with the outbox queue's workers.
+// delivers, each from its own queue with RouteWorkers workers.
 func poolMaxConns(queues map[string]int, routes *outbox.Routes) int32 {
 	held := 0
 	for _, r := range routes.All() {
 		if r.Handler != nil {
 			// A Go handler runs inside its delivery's transaction.
-			held += queues[outbox.Queue]
+			held += RouteWorkers(r, queues[outbox.Queue])
 		}
 	}
 	return int32(max(DefaultPoolMaxConns, held+PoolHeadroom))

@@ -375,8 +375,10 @@ func TestServer_RiverUniqueKey(t *testing.T) {
 func TestNew_PoolSize(t *testing.T) {
 	t.Parallel()
 
-	handler := []outbox.Route{{Topic: "t", Name: "go-handler", Handler: func(context.Context, pgx.Tx, outbox.Message) error { return nil }}}
+	handle := func(context.Context, pgx.Tx, outbox.Message) error { return nil }
+	handler := []outbox.Route{{Topic: "t", Name: "go-handler", Handler: handle}}
 	webhook := []outbox.Route{{Topic: "t", Name: "webhook", URL: "http://127.0.0.1:1/hook"}}
+	handlers := []outbox.Route{handler[0], {Topic: "t", Name: "wide-handler", Handler: handle, Workers: 40}}
 	cases := []struct {
 		name   string
 		url    string
@@ -386,8 +388,10 @@ func TestNew_PoolSize(t *testing.T) {
 	}{
 		{"Default", "", nil, nil, ferry.DefaultPoolMaxConns},
 		{"WebhooksHoldNothing", "", map[string]int{"default": 10, "outbox": 50}, webhook, ferry.DefaultPoolMaxConns},
-		{"GoHandlerDefaultQueues", "", nil, handler, 20 + ferry.PoolHeadroom},
-		{"GoHandlerOutboxWorkers", "", map[string]int{"default": 10, "outbox": 50}, handler, 50 + ferry.PoolHeadroom},
+		{"GoHandlerDefaultQueues", "", nil, handler, ferry.DefaultHandlerRouteWorkers + ferry.PoolHeadroom},
+		{"GoHandlerAtMostDefault", "", map[string]int{"default": 10, "outbox": 50}, handler, ferry.DefaultHandlerRouteWorkers + ferry.PoolHeadroom},
+		{"GoHandlerFewerOutboxWorkers", "", map[string]int{"default": 10, "outbox": 15}, handler, 15 + ferry.PoolHeadroom},
+		{"GoHandlerRouteWorkers", "", nil, handlers, ferry.DefaultHandlerRouteWorkers + 40 + ferry.PoolHeadroom},
 		{"GoHandlerOutboxNotWorked", "", map[string]int{"default": 50}, handler, ferry.DefaultPoolMaxConns},
 		{"URLWins", "pool_max_conns=7", map[string]int{"outbox": 50}, handler, 7},
 	}

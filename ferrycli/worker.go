@@ -89,7 +89,7 @@ you like: start the same command on each host, all pointing at one Postgres.
 Examples:
    worker migrate up
    DATABASE_URL=postgres://ferry:ferry@127.0.0.1:5432/ferry worker run
-   worker run --queues default=1000,outbox=20 --shutdown-grace 60s`
+   worker run --queues default=1000,outbox=50 --shutdown-grace 60s`
 	app.Commands = []*cli.Command{workerRun(opts), workerMigrate(), versionCommand()}
 	return app
 }

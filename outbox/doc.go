@@ -68,7 +68,8 @@
 //     it runs on; it needs only the names.
 //   - Each delivery job goes to its route's own River queue, QueueFor(name),
 //     and a worker's River client works the queues of exactly the routes it
-//     has (with the outbox queue's worker count each). A delivery therefore
+//     has (with Route.Workers workers each, or the process's default for
+//     routes that leave it unset). A delivery therefore
 //     runs only where its route is configured; it waits in its queue, never
 //     stuck, while no such worker runs. A derived queue name is
 //     deterministic, valid for River (64 characters of [a-z0-9] with single

@@ -63,6 +63,13 @@ type Route struct {
 	Headers map[string]string
 	// Timeout of one request; default 10s.
 	Timeout time.Duration
+	// Workers is how many workers work the route's queue in each process
+	// that delivers it: at most that many of its deliveries run at once per
+	// process. 0 leaves it to the process: ferry.Server gives a webhook the
+	// outbox queue's worker count (FERRY_QUEUES) and a Go handler, whose
+	// running deliveries each hold a database connection, at most
+	// ferry.DefaultHandlerRouteWorkers of it.
+	Workers int
 
 	// Handler is a Go receiver, instead of a URL.
 	Handler Handler
@@ -70,6 +77,10 @@ type Route struct {
 
 // DefaultRouteTimeout is a webhook's request timeout unless set.
 const DefaultRouteTimeout = 10 * time.Second
+
+// MaxRouteWorkers bounds Route.Workers, as ferry.MaxWorkersPerQueue bounds
+// any queue's workers in one process.
+const MaxRouteWorkers = 10_000
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,128}$`)
 
@@ -96,6 +107,9 @@ func (r Route) validate() error {
 	}
 	if r.Timeout < 0 || r.Timeout > 10*time.Minute {
 		return fmt.Errorf("timeout %s: between 0 and 10m", r.Timeout)
+	}
+	if r.Workers < 0 || r.Workers > MaxRouteWorkers {
+		return fmt.Errorf("workers %d: between 1 and %d (0 or none: the process's default)", r.Workers, MaxRouteWorkers)
 	}
 	return nil
 }

@@ -17,7 +17,7 @@
 //	go run ./cmd/bench -mode riverbest -backlog 50000 # ferry's defaults against bare River at River's own bench settings
 //	go run ./cmd/bench -mode otel -backlog 50000 # worker with every job traced (OTLP/HTTP to loopback) against without
 //	go run ./cmd/bench -mode ordered -keys 1000 -per-key 50 -trials 3 # ordered outbox delivery against unordered: 3 workers, a kill -9, a failing receiver
-//	go run ./cmd/bench -mode ordered -trials 3 -queues default=1000,outbox=50 # the same with 50 route workers per process
+//	go run ./cmd/bench -mode ordered -trials 3 -queues default=1000,outbox=20 # the same with 20 route workers per process
 //	go run ./cmd/bench -mode lean # a service importing jobs and outbox: modules and binary size against River alone
 //	go run ./cmd/bench -mode bulkcopy -backlog 1000000 # enqueue bulk (file and pipe) against a plain COPY, peak RSS
 //	go run ./cmd/bench -mode counts -backlog 5000000 # enqueue, console, River UI and /metrics counts with 5M finished jobs

@@ -90,6 +90,9 @@ type RouteEntry struct {
 	SecretEnv string            `yaml:"secret_env"`
 	Timeout   string            `yaml:"timeout"`
 	Headers   map[string]string `yaml:"headers"`
+	// Workers, when set, is how many workers deliver the route in each
+	// process (outbox.Route.Workers), over the outbox count of FERRY_QUEUES.
+	Workers int `yaml:"workers"`
 }
 
 // QueueEntry is one `queues:` item: a queue's worker count in this
@@ -343,7 +346,7 @@ func (t TelegramSection) bots() ([]Bot, error) {
 func (o OutboxSection) routes() ([]outbox.Route, error) {
 	out := make([]outbox.Route, 0, len(o.Routes))
 	for i, e := range o.Routes {
-		r := outbox.Route{Topic: e.Topic, Name: e.Name, URL: e.URL, Headers: e.Headers}
+		r := outbox.Route{Topic: e.Topic, Name: e.Name, URL: e.URL, Headers: e.Headers, Workers: e.Workers}
 		where := routeEntry(i, e.Name)
 		if e.URL == "" {
 			return nil, fieldErrorf(where, "url", "missing")

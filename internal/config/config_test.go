@@ -80,48 +80,50 @@ func TestParse_Errors(t *testing.T) {
 		return "schedules:\n  - id: x\n" + "    " + strings.Join(lines, "\n    ") + "\n"
 	}
 	for name, tc := range map[string]struct{ doc, want string }{
-		"unknown top-level key": {"schedule:\n  - id: x\n", "unknown key schedule"},
-		"unknown entry key":     {entry("every: 1m", "kind: ferry.noop", "timezone: UTC"), "unknown key timezone"},
-		"no id":                 {"schedules:\n  - every: 1m\n    kind: ferry.noop\n", `schedules[0] (id ""): id: missing`},
-		"bad id":                {"schedules:\n  - id: has space\n    every: 1m\n    kind: ferry.noop\n", `schedules[0] (id "has space"): id`},
-		"no trigger":            {entry("kind: ferry.noop"), "every, cron: give one"},
-		"both triggers":         {entry("every: 1m", `cron: "* * * * *"`, "kind: ferry.noop"), "every, cron: give one, not both"},
-		"bad every":             {entry("every: often", "kind: ferry.noop"), `schedules[0] (id "x"): every:`},
-		"bad cron":              {entry(`cron: "61 * * * *"`, "kind: ferry.noop"), "cron: " + `cron "61 * * * *": minute field`},
-		"bad zone":              {entry(`cron: "0 6 * * *"`, "zone: Mars/Olympus", "kind: ferry.noop"), `schedules[0] (id "x"): zone: "Mars/Olympus": unknown time zone`},
-		"local zone":            {entry(`cron: "0 6 * * *"`, "zone: Local", "kind: ferry.noop"), `schedules[0] (id "x"): zone: "Local": want an IANA name`},
-		"zone with every":       {entry("every: 1m", "zone: UTC", "kind: ferry.noop"), "zone: only for cron"},
-		"unknown kind":          {entry("every: 1m", "kind: email.send"), `kind: "email.send" is not a job kind this worker runs`},
-		"no kind":               {entry("every: 1m"), "kind: missing"},
-		"bad args":              {entry("every: 1m", "kind: ferry.noop", "args: {colour: red}"), `args: args do not fit ferry.noop: json: unknown field "colour"`},
-		"bad http args":         {entry("every: 1m", "kind: http.request", "args: {url: /relative}"), "args: http.request: url"},
-		"bad queue":             {entry("every: 1m", "kind: ferry.noop", "queue: Bad Queue"), "queue:"},
-		"bad catch_up":          {entry("every: 1m", "kind: ferry.noop", "catch_up: all"), `catch_up "all": want last or none`},
-		"bad overlap":           {entry("every: 1m", "kind: ferry.noop", "overlap: queue"), `overlap "queue": want skip or allow`},
-		"bad misfire":           {entry("every: 1m", "kind: ferry.noop", "misfire: soon"), `misfire: "soon"`},
-		"duplicate id":          {"schedules:\n  - {id: x, every: 1m, kind: ferry.noop}\n  - {id: x, every: 2m, kind: ferry.noop}\n", `schedules[1] (id "x"): id: already used by schedules[0]`},
-		"route without url":     {"outbox:\n  routes:\n    - {topic: a, name: r}\n", `outbox.routes[0] (name "r"): url: missing`},
-		"route bad topic":       {"outbox:\n  routes:\n    - {topic: 'a b', name: r, url: 'http://x/'}\n", `outbox.routes[0] (name "r"): topic "a b"`},
-		"route bad url":         {"outbox:\n  routes:\n    - {topic: a, name: r, url: '/hook'}\n", `outbox.routes[0] (name "r"): url "/hook"`},
-		"route secret unset":    {"outbox:\n  routes:\n    - {topic: a, name: r, url: 'http://x/', secret_env: FERRY_TEST_SURELY_UNSET}\n", "secret_env: FERRY_TEST_SURELY_UNSET is not set"},
-		"route bad timeout":     {"outbox:\n  routes:\n    - {topic: a, name: r, url: 'http://x/', timeout: soon}\n", `timeout: "soon"`},
-		"route duplicate name":  {"outbox:\n  routes:\n    - {topic: a, name: r, url: 'http://x/'}\n    - {topic: b, name: r, url: 'http://y/'}\n", `outbox.routes[1] (name "r"): name: already used`},
-		"route unknown key":     {"outbox:\n  routes:\n    - {topic: a, name: r, url: 'http://x/', secret: s3cret}\n", "unknown key secret"},
-		"max attempts":          {"outbox:\n  max_attempts: -1\n", "outbox: max_attempts: -1"},
-		"bot bad name":          {"telegram:\n  bots:\n    - {name: Desk Bot, token_env: T}\n", `telegram.bots[0] (name "Desk Bot"): name`},
-		"bot no token_env":      {"telegram:\n  bots:\n    - {name: desk}\n", "token_env: missing"},
-		"bot token in file":     {"telegram:\n  bots:\n    - {name: desk, token: '123:abc'}\n", "unknown key token"},
-		"bot duplicate":         {"telegram:\n  bots:\n    - {name: desk, token_env: A}\n    - {name: desk, token_env: B}\n", `telegram.bots[1] (name "desk"): name: already used`},
-		"bot bad timeout":       {"telegram:\n  bots:\n    - {name: desk, token_env: A, timeout: 2m}\n", `timeout: "2m"`},
-		"queue bad name":        {"queues:\n  - {name: Bad Queue, max_length: 1}\n", `queues[0] (name "Bad Queue"): name`},
-		"queue negative bound":  {"queues:\n  - {name: reports, max_length: -1}\n", `queues[0] (name "reports"): max_length: -1 is negative`},
-		"queue bound not int":   {"queues:\n  - {name: reports, max_length: lots}\n", "cannot unmarshal"},
-		"queue bad workers":     {"queues:\n  - {name: reports, workers: -2}\n", `queues[0] (name "reports"): workers: -2 is not between 1 and`},
-		"queue empty":           {"queues:\n  - {name: reports}\n", "workers, max_length: give one or both"},
-		"queue duplicate":       {"queues:\n  - {name: reports, workers: 2}\n  - {name: reports, max_length: 5}\n", `queues[1] (name "reports"): name: already used by queues[0]`},
-		"queue unknown key":     {"queues:\n  - {name: reports, max_len: 5}\n", "unknown key max_len"},
-		"not yaml":              {"schedules: [", "did not find expected"},
-		"wrong type":            {"schedules: {id: x}\n", "cannot unmarshal"},
+		"unknown top-level key":  {"schedule:\n  - id: x\n", "unknown key schedule"},
+		"unknown entry key":      {entry("every: 1m", "kind: ferry.noop", "timezone: UTC"), "unknown key timezone"},
+		"no id":                  {"schedules:\n  - every: 1m\n    kind: ferry.noop\n", `schedules[0] (id ""): id: missing`},
+		"bad id":                 {"schedules:\n  - id: has space\n    every: 1m\n    kind: ferry.noop\n", `schedules[0] (id "has space"): id`},
+		"no trigger":             {entry("kind: ferry.noop"), "every, cron: give one"},
+		"both triggers":          {entry("every: 1m", `cron: "* * * * *"`, "kind: ferry.noop"), "every, cron: give one, not both"},
+		"bad every":              {entry("every: often", "kind: ferry.noop"), `schedules[0] (id "x"): every:`},
+		"bad cron":               {entry(`cron: "61 * * * *"`, "kind: ferry.noop"), "cron: " + `cron "61 * * * *": minute field`},
+		"bad zone":               {entry(`cron: "0 6 * * *"`, "zone: Mars/Olympus", "kind: ferry.noop"), `schedules[0] (id "x"): zone: "Mars/Olympus": unknown time zone`},
+		"local zone":             {entry(`cron: "0 6 * * *"`, "zone: Local", "kind: ferry.noop"), `schedules[0] (id "x"): zone: "Local": want an IANA name`},
+		"zone with every":        {entry("every: 1m", "zone: UTC", "kind: ferry.noop"), "zone: only for cron"},
+		"unknown kind":           {entry("every: 1m", "kind: email.send"), `kind: "email.send" is not a job kind this worker runs`},
+		"no kind":                {entry("every: 1m"), "kind: missing"},
+		"bad args":               {entry("every: 1m", "kind: ferry.noop", "args: {colour: red}"), `args: args do not fit ferry.noop: json: unknown field "colour"`},
+		"bad http args":          {entry("every: 1m", "kind: http.request", "args: {url: /relative}"), "args: http.request: url"},
+		"bad queue":              {entry("every: 1m", "kind: ferry.noop", "queue: Bad Queue"), "queue:"},
+		"bad catch_up":           {entry("every: 1m", "kind: ferry.noop", "catch_up: all"), `catch_up "all": want last or none`},
+		"bad overlap":            {entry("every: 1m", "kind: ferry.noop", "overlap: queue"), `overlap "queue": want skip or allow`},
+		"bad misfire":            {entry("every: 1m", "kind: ferry.noop", "misfire: soon"), `misfire: "soon"`},
+		"duplicate id":           {"schedules:\n  - {id: x, every: 1m, kind: ferry.noop}\n  - {id: x, every: 2m, kind: ferry.noop}\n", `schedules[1] (id "x"): id: already used by schedules[0]`},
+		"route without url":      {"outbox:\n  routes:\n    - {topic: a, name: r}\n", `outbox.routes[0] (name "r"): url: missing`},
+		"route bad topic":        {"outbox:\n  routes:\n    - {topic: 'a b', name: r, url: 'http://x/'}\n", `outbox.routes[0] (name "r"): topic "a b"`},
+		"route bad url":          {"outbox:\n  routes:\n    - {topic: a, name: r, url: '/hook'}\n", `outbox.routes[0] (name "r"): url "/hook"`},
+		"route secret unset":     {"outbox:\n  routes:\n    - {topic: a, name: r, url: 'http://x/', secret_env: FERRY_TEST_SURELY_UNSET}\n", "secret_env: FERRY_TEST_SURELY_UNSET is not set"},
+		"route bad timeout":      {"outbox:\n  routes:\n    - {topic: a, name: r, url: 'http://x/', timeout: soon}\n", `timeout: "soon"`},
+		"route negative workers": {"outbox:\n  routes:\n    - {topic: a, name: r, url: 'http://x/', workers: -1}\n", `outbox.routes[0] (name "r"): workers -1: between 1 and 10000 (0 or none: the process's default)`},
+		"route too many workers": {"outbox:\n  routes:\n    - {topic: a, name: r, url: 'http://x/', workers: 10001}\n", `outbox.routes[0] (name "r"): workers 10001: between 1 and 10000`},
+		"route duplicate name":   {"outbox:\n  routes:\n    - {topic: a, name: r, url: 'http://x/'}\n    - {topic: b, name: r, url: 'http://y/'}\n", `outbox.routes[1] (name "r"): name: already used`},
+		"route unknown key":      {"outbox:\n  routes:\n    - {topic: a, name: r, url: 'http://x/', secret: s3cret}\n", "unknown key secret"},
+		"max attempts":           {"outbox:\n  max_attempts: -1\n", "outbox: max_attempts: -1"},
+		"bot bad name":           {"telegram:\n  bots:\n    - {name: Desk Bot, token_env: T}\n", `telegram.bots[0] (name "Desk Bot"): name`},
+		"bot no token_env":       {"telegram:\n  bots:\n    - {name: desk}\n", "token_env: missing"},
+		"bot token in file":      {"telegram:\n  bots:\n    - {name: desk, token: '123:abc'}\n", "unknown key token"},
+		"bot duplicate":          {"telegram:\n  bots:\n    - {name: desk, token_env: A}\n    - {name: desk, token_env: B}\n", `telegram.bots[1] (name "desk"): name: already used`},
+		"bot bad timeout":        {"telegram:\n  bots:\n    - {name: desk, token_env: A, timeout: 2m}\n", `timeout: "2m"`},
+		"queue bad name":         {"queues:\n  - {name: Bad Queue, max_length: 1}\n", `queues[0] (name "Bad Queue"): name`},
+		"queue negative bound":   {"queues:\n  - {name: reports, max_length: -1}\n", `queues[0] (name "reports"): max_length: -1 is negative`},
+		"queue bound not int":    {"queues:\n  - {name: reports, max_length: lots}\n", "cannot unmarshal"},
+		"queue bad workers":      {"queues:\n  - {name: reports, workers: -2}\n", `queues[0] (name "reports"): workers: -2 is not between 1 and`},
+		"queue empty":            {"queues:\n  - {name: reports}\n", "workers, max_length: give one or both"},
+		"queue duplicate":        {"queues:\n  - {name: reports, workers: 2}\n  - {name: reports, max_length: 5}\n", `queues[1] (name "reports"): name: already used by queues[0]`},
+		"queue unknown key":      {"queues:\n  - {name: reports, max_len: 5}\n", "unknown key max_len"},
+		"not yaml":               {"schedules: [", "did not find expected"},
+		"wrong type":             {"schedules: {id: x}\n", "cannot unmarshal"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -285,6 +287,7 @@ outbox:
       secret_env: BILLING_HOOK_SECRET
       timeout: 3s
       headers: {X-Team: billing}
+      workers: 8
 `
 	loaded, err := Parse([]byte(doc), registry(t))
 	require.NoError(t, err)
@@ -296,6 +299,7 @@ outbox:
 	require.Equal(t, [][]byte{[]byte("s3cret")}, r.Secrets)
 	require.Equal(t, 3*time.Second, r.Timeout)
 	require.Equal(t, map[string]string{"X-Team": "billing"}, r.Headers)
+	require.Equal(t, 8, r.Workers)
 }
 
 // TestParse_RouteSecrets: secret_env holds one secret or several (a

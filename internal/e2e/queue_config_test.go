@@ -3,12 +3,18 @@ package e2e_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferryq/ferry/internal/base/pgtest"
+	"github.com/ferryq/ferry/outbox"
 )
 
 // queueInfo is one queue of `enqueue queues --json`.
@@ -98,4 +104,77 @@ func requireConfigRefused(t *testing.T, url, doc, want string) {
 	_, stderr, code := runWorker(t, env(url, "FERRY_CONFIG="+cfg), 15*time.Second, "run", "--admin-addr", "off")
 	require.Equal(t, 2, code, stderr)
 	require.Contains(t, oneLine(t, stderr), want)
+}
+
+// TestWorker_RouteWorkers: a route's `workers:` sets how many of its
+// deliveries a worker runs at once, and a route without it takes the
+// outbox count of FERRY_QUEUES; `enqueue queues` shows both. The receiver
+// holds every request until the end, so each route's requests in flight
+// reach its worker count and never pass it.
+func TestWorker_RouteWorkers(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t, true)
+	pool := pgtest.PoolFor(t, url)
+
+	var mu sync.Mutex
+	inFlight, most := map[string]int{}, map[string]int{}
+	release := make(chan struct{})
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		inFlight[r.URL.Path]++
+		most[r.URL.Path] = max(most[r.URL.Path], inFlight[r.URL.Path])
+		mu.Unlock()
+		<-release
+		mu.Lock()
+		inFlight[r.URL.Path]--
+		mu.Unlock()
+	}))
+	t.Cleanup(receiver.Close)
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+
+	cfg := writeFile(t, "ferry.yaml", fmt.Sprintf(`outbox:
+  routes:
+    - {topic: t, name: narrow, url: "%[1]s/narrow", timeout: 2m, workers: 3}
+    - {topic: t, name: plain, url: "%[1]s/plain", timeout: 2m}
+`, receiver.URL))
+	w := startWorker(t, url, []string{"FERRY_CONFIG=" + cfg, "FERRY_QUEUES=default=4,outbox=9"})
+
+	qs := listQueues(t, url)
+	for route, want := range map[string]int{"narrow": 3, "plain": 9} {
+		q := qs[outbox.QueueFor(route)]
+		require.NotNil(t, q.Workers, route)
+		require.Equal(t, want, *q.Workers, route)
+	}
+
+	_, err := pool.Exec(context.Background(), `INSERT INTO ferry_outbox (topic, payload) SELECT 't', jsonb_build_object('i', i) FROM generate_series(1, 20) i`)
+	require.NoError(t, err)
+	snapshot := func() (map[string]int, map[string]int) {
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(inFlight), maps.Clone(most)
+	}
+	require.Eventually(t, func() bool {
+		now, _ := snapshot()
+		return now["/narrow"] == 3 && now["/plain"] == 9
+	}, 30*time.Second, 20*time.Millisecond, "each route's requests in flight reach its workers")
+	// Several fetch rounds of both queues with work waiting (20 messages
+	// each) and every worker busy: none may start a fourth or a tenth.
+	time.Sleep(time.Second)
+	_, most = snapshot()
+	require.Equal(t, map[string]int{"/narrow": 3, "/plain": 9}, most)
+
+	close(release)
+	var delivered int
+	require.Eventually(t, func() bool {
+		err := pool.QueryRow(context.Background(), `SELECT count(*) FROM ferry_outbox_delivery WHERE status = 'delivered'`).Scan(&delivered)
+		require.NoError(t, err)
+		return delivered == 40
+	}, 60*time.Second, 50*time.Millisecond)
+	stop(t, w, 30*time.Second)
 }
