@@ -481,14 +481,22 @@ func setIfKnown(ctx context.Context, conn *pgx.Conn, name string, ms int64) (boo
 // standby began waiting, nor an index scan skip its dead entries, and
 // every table of the database, River's jobs first, would bloat.)
 func (e *Elector) wait(ctx context.Context, conn *pgx.Conn, backendPID *int) error {
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ResignChannel}.Sanitize()); err != nil {
+	lctx, cancel := context.WithTimeout(ctx, e.cfg.writeTimeout())
+	_, err := conn.Exec(lctx, "LISTEN "+pgx.Identifier{ResignChannel}.Sanitize())
+	cancel()
+	if err != nil {
 		return fmt.Errorf("listen for resignations: %w", err)
 	}
+	// Every statement is bounded (a partition answers nothing); the waits
+	// for a notice end at each poll.
 	for {
 		// A try first: a leader that resigned between the caller's try
 		// and the LISTEN sent its notice to nobody.
 		var got bool
-		if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1), pg_backend_pid()", e.cfg.Key).Scan(&got, backendPID); err != nil {
+		tctx, cancel := context.WithTimeout(ctx, e.cfg.writeTimeout())
+		err = conn.QueryRow(tctx, "SELECT pg_try_advisory_lock($1), pg_backend_pid()", e.cfg.Key).Scan(&got, backendPID)
+		cancel()
+		if err != nil {
 			return fmt.Errorf("try lock: %w", err)
 		}
 		if got {
@@ -501,7 +509,7 @@ func (e *Elector) wait(ctx context.Context, conn *pgx.Conn, backendPID *int) err
 			return nil
 		}
 		wctx, cancel := context.WithTimeout(ctx, e.cfg.standbyPoll())
-		_, err := conn.WaitForNotification(wctx)
+		_, err = conn.WaitForNotification(wctx)
 		cancel()
 		switch {
 		case ctx.Err() != nil:
