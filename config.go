@@ -178,7 +178,7 @@ type Config struct {
 	// (FERRY_LEADER_TICK_TIMEOUT, default a third of the tick, at most 5s);
 	// StandbyProbe caps a standby's backoff after a failed wait for the
 	// lock (FERRY_STANDBY_PROBE, default 60s). A waiting standby tries the
-	// lock at once on a resignation notice and every second (or tick, when
+	// lock at once on a resignation notice and every 250 ms (or tick, when
 	// shorter) otherwise, whatever the probe.
 	LeaderTick        time.Duration
 	LeaderTickTimeout time.Duration

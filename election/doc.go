@@ -13,7 +13,7 @@
 //	  │            │ granted             │ held by another session
 //	  │            │                     ▼
 //	  │            │              standby: LISTEN for a resignation; try the lock on a
-//	  │            │              notice and every min(Tick, 1 s), idle in between
+//	  │            │              notice and every min(Tick, 250 ms), idle in between
 //	  │            ▼                     │
 //	  │     record term (ferry_leader_term) ◄──┘
 //	  │            │ error: unlock, back off, retry
@@ -65,7 +65,7 @@
 // a resigning leader's notice arrives, and otherwise every min(Tick,
 // MaxStandbyPoll): a graceful handover takes milliseconds, and a holder
 // whose session ended without a notice (kill -9, a lost node, a reaped
-// partition) is replaced within a second of it, which its successor's
+// partition) is replaced within a quarter second of it, which its successor's
 // deferral (Tick + TickTimeout) dwarfs anyway. Probe only caps the backoff
 // after a failed wait (the database unreachable, a term that could not be
 // recorded).

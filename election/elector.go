@@ -38,8 +38,9 @@ const (
 	ResignChannel = "ferry_leader_resigned"
 	// MaxStandbyPoll is the longest a standby goes between two tries of
 	// the lock (the leader tick, when shorter): a holder that crashed or
-	// was cut off sends no notice.
-	MaxStandbyPoll = time.Second
+	// was cut off sends no notice. A try is one short statement, four a
+	// second per standby.
+	MaxStandbyPoll = 250 * time.Millisecond
 	// firstRetry is the first delay after a failed lock wait or a lost
 	// term; it doubles up to Probe.
 	firstRetry = 250 * time.Millisecond

@@ -132,7 +132,7 @@ func WorkerFlags() []cli.Flag {
 		electionKeyFlag(),
 		&cli.DurationFlag{Name: "leader-tick", Value: election.DefaultTick, Usage: "how often the leader proves it still holds the lock", EnvVars: []string{"FERRY_LEADER_TICK"}},
 		&cli.DurationFlag{Name: "leader-tick-timeout", Usage: "bound of each ownership check", DefaultText: "a third of the tick, at most 5s", EnvVars: []string{"FERRY_LEADER_TICK_TIMEOUT"}},
-		&cli.DurationFlag{Name: "standby-probe", Value: election.DefaultProbe, Usage: "most a standby backs off after a failed wait for the lock (a freed lock is taken within a second)", EnvVars: []string{"FERRY_STANDBY_PROBE"}},
+		&cli.DurationFlag{Name: "standby-probe", Value: election.DefaultProbe, Usage: "most a standby backs off after a failed wait for the lock (a freed lock is taken within 250 ms)", EnvVars: []string{"FERRY_STANDBY_PROBE"}},
 	}, logFlags()...)
 }
 

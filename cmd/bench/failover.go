@@ -181,7 +181,7 @@ func failover(ctx context.Context, serverURL string, plan failoverPlan) (failove
 	}
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	// A random phase against the tick timers (at most a second: standbys
-	// try the lock every second at most, so the probe's phase does not
+	// try the lock every 250 ms at most, so the probe's phase does not
 	// matter).
 	phase := func() { time.Sleep(rand.N(min(tick, time.Second))) }
 
@@ -255,7 +255,7 @@ func failover(ctx context.Context, serverURL string, plan failoverPlan) (failove
 	// Partitions: the leader cut off, nothing closed. Its ownership check
 	// times out and demotes it; the server ends its silent lock session
 	// after the lease (three ticks and the timeout) and the standby, which
-	// tries the lock every second at most, takes it and defers a tick and
+	// tries the lock every 250 ms at most, takes it and defers a tick and
 	// its timeout, since
 	// its predecessor did not resign.
 	lease := 3*tick + min(tick/3, 5*time.Second)
