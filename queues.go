@@ -41,13 +41,19 @@ func applyFileQueues(cfg *Config, queues []config.Queue) error {
 	return nil
 }
 
-// queueBounds is the bound and worker count of every queue this process
-// works or bounds, as SetQueueBounds records them.
-func queueBounds(cfg Config, delivered *outbox.Routes) []jobs.QueueBound {
-	workers := maps.Clone(cfg.Queues)
+// queueWorkers is the worker count of every queue this process works:
+// its Queues, and the queue of each route it delivers (RouteWorkers).
+func queueWorkers(queues map[string]int, delivered *outbox.Routes) map[string]int {
+	workers := maps.Clone(queues)
 	for _, r := range delivered.All() {
-		workers[outbox.QueueFor(r.Name)] = RouteWorkers(r, cfg.Queues[outbox.Queue])
+		workers[outbox.QueueFor(r.Name)] = RouteWorkers(r, queues[outbox.Queue])
 	}
+	return workers
+}
+
+// queueBounds is the bound and worker count (queueWorkers) of every queue
+// this process works or bounds, as SetQueueBounds records them.
+func queueBounds(cfg Config, workers map[string]int) []jobs.QueueBound {
 	names := slices.Collect(maps.Keys(workers))
 	for q := range cfg.MaxLengths {
 		if _, ok := workers[q]; !ok {

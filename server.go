@@ -244,7 +244,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err := migrations.CheckSchema(ctx, pool, cfg.Schema); err != nil {
 		return fail(err)
 	}
-	changes, err := jobs.SetQueueBounds(ctx, pool, queueBounds(cfg, delivered))
+	queueWorkerCounts := queueWorkers(cfg.Queues, delivered)
+	changes, err := jobs.SetQueueBounds(ctx, pool, queueBounds(cfg, queueWorkerCounts))
 	if err != nil {
 		return fail(err)
 	}
@@ -259,12 +260,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return fail(err)
 	}
 	s.locks = locks.New(sessions, locks.Config{Observer: lockObserver})
-	queues := make(map[string]river.QueueConfig, len(cfg.Queues))
-	for name, n := range cfg.Queues {
+	queues := make(map[string]river.QueueConfig, len(queueWorkerCounts))
+	for name, n := range queueWorkerCounts {
 		queues[name] = river.QueueConfig{MaxWorkers: n}
-	}
-	for _, r := range delivered.All() {
-		queues[outbox.QueueFor(r.Name)] = river.QueueConfig{MaxWorkers: RouteWorkers(r, cfg.Queues[outbox.Queue])}
 	}
 	// The unique-key middleware makes jobs.WithUniqueKey hold on every
 	// insert through this client (the scheduler's, the relay's, Telegram's,
