@@ -69,10 +69,11 @@ const sqlPredecessor = `SELECT p.id, p.status = 'pending' OR pd.status <> 'deliv
 // keyed delivery but the first of its chain in the batch, and that one
 // too when the message before it is not done with the route, or when
 // the chain's lock is another's (a delivery handing its turn on, a
-// release pass). It never waits for a lock: for a chain locked by
-// another, it returns a Turn after the chain's message before the batch,
-// for the relay to hand on once its transaction commits (its successor,
-// the batch's first, was not there to be seen by the holder).
+// release pass, another relay). It never waits for a lock: for a chain
+// locked by another, it returns a Turn after the chain's message before
+// the batch (After 0 when there is none), for the relay to hand on once
+// its transaction commits (its successor, the batch's first, was not
+// there to be seen by the holder).
 func order(ctx context.Context, tx pgx.Tx, routes, topics, keys []string, ids []int64) ([]bool, []Turn, error) {
 	type chain struct{ route, topic, key string }
 	first := map[chain]int64{}
@@ -121,7 +122,11 @@ func order(ctx context.Context, tx pgx.Tx, routes, topics, keys []string, ids []
 	for i := range cr {
 		c := chain{cr[i], ct[i], ck[i]}
 		blocked[c] = prevs[i].Open || !locked[i]
-		if !locked[i] && prevs[i].ID != 0 {
+		if !locked[i] {
+			// After 0 when the batch holds the chain's head: the holder
+			// (another relay relaying a later message, whose own waits
+			// behind this one) cannot see it, and nothing before it will
+			// hand its turn on.
 			turns = append(turns, Turn{Route: c.route, Topic: c.topic, Key: c.key, After: prevs[i].ID})
 		}
 	}
@@ -137,7 +142,9 @@ func order(ctx context.Context, tx pgx.Tx, routes, topics, keys []string, ids []
 }
 
 // Turn is an ordered chain's turn, handed on by the delivery of its
-// message After to Route: the chain's next delivery may start.
+// message After to Route: the chain's next delivery may start. After 0
+// is the turn of the chain's first link (a relay hands it on when it
+// relayed the chain's head while another held the chain's lock).
 type Turn struct {
 	Route, Topic, Key string
 	After             int64
@@ -192,19 +199,19 @@ func (r *Relay) turnLoop(ctx context.Context) {
 }
 
 // sqlTurns reads, for each chain (route, topic, key) and message after
-// whose delivery to the route is delivered, the chain's next link after it
-// when that delivery waits for its turn: the chain's index, the message's
-// id and trace context.
+// whose delivery to the route is delivered (or after 0: the chain's
+// start), the chain's next link after it when that delivery waits for its
+// turn: the chain's index, the message's id and trace context.
 const sqlTurns = `SELECT c.n, x.id, x.traceparent, x.tracestate
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) WITH ORDINALITY AS c(route, topic, key, after, n)
-	JOIN ferry_outbox_delivery ad ON ad.message_id = c.after AND ad.route = c.route AND ad.status = 'delivered'
+	LEFT JOIN ferry_outbox_delivery ad ON ad.message_id = c.after AND ad.route = c.route AND ad.status = 'delivered'
 	CROSS JOIN LATERAL (
 		SELECT m.id, m.traceparent, m.tracestate, d.status = 'pending' AND d.job_id IS NULL AS waiting
 		FROM ferry_outbox m LEFT JOIN ferry_outbox_delivery d ON d.message_id = m.id AND d.route = c.route
 		WHERE m.topic = c.topic AND m.ordering_key = c.key AND m.id > c.after
 		  AND (m.status = 'pending' OR d.message_id IS NOT NULL)
 		ORDER BY m.id LIMIT 1) x
-	WHERE x.waiting`
+	WHERE x.waiting AND (c.after = 0 OR ad.message_id IS NOT NULL)`
 
 // TakeTurns starts the next delivery of each chain of turns, if it waits
 // for its turn, in one transaction, and returns how many it started.

@@ -383,6 +383,48 @@ func TestOrdered_RelayAndRelease(t *testing.T) {
 	require.Zero(t, n, "a turn taken twice starts nothing more")
 }
 
+// TestOrdered_HeadWhileAnotherHoldsTheChain: a relay relaying a chain's
+// first message while another holds the chain's lock (a second relay
+// relaying a later message of the key, which waits behind it) records it
+// waiting and hands on the chain's start (After 0) once it commits: the
+// holder could not see it and nothing before it will hand its turn on, so
+// without it the chain would wait for the release pass.
+func TestOrdered_HeadWhileAnotherHoldsTheChain(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := relaySetup(t)
+	f := &orderedFleet{relayBundle: b}
+	f.write(t, []string{"k1"}, 1)
+	route := Route{Topic: "account.changed", Name: "ledger", URL: statusHook(t, http.StatusNoContent, "").URL}
+
+	holder, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = holder.Rollback(ctx) }()
+	_, err = holder.Exec(ctx, sqlOrderLocks, []string{"ledger"}, []string{"account.changed"}, []string{"k1"})
+	require.NoError(t, err)
+
+	r := NewRelay(RelayConfig{Pool: b.pool, Inserter: b.client, Routes: mustRoutes(t, route), PollInterval: time.Hour, Logger: slog.New(slog.DiscardHandler)})
+	n, err := r.RelayOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	waiting := `SELECT count(*) FROM ferry_outbox_delivery WHERE job_id IS NULL`
+	require.Equal(t, 1, count(t, b.pool, waiting), "the head waits: its chain's lock is another's")
+	r.turnsMu.Lock()
+	turns := r.turns
+	r.turns = nil
+	r.turnsMu.Unlock()
+	require.Equal(t, []Turn{{Route: "ledger", Topic: "account.changed", Key: "k1", After: 0}}, turns, "the chain's start handed on")
+
+	require.NoError(t, holder.Commit(ctx))
+	n, err = r.TakeTurns(ctx, turns)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Zero(t, count(t, b.pool, waiting))
+	n, err = r.TakeTurns(ctx, turns)
+	require.NoError(t, err)
+	require.Zero(t, n, "the chain's start taken twice starts nothing more")
+}
+
 // TestOrdered_ReleaseElsewhere: a relay configured ReleaseElsewhere runs
 // no release pass of its own, however often it polls; RunReleases (ferry
 // runs it on its leader) takes the lost turn, and ends with its context.
