@@ -31,7 +31,8 @@ func savePlot(p *plot.Plot, dir, name string) error {
 
 // plotScale draws scale.svg: the worker's backlog throughput and its
 // pickup p99 against the finished jobs in river_job, each as a share of
-// the empty table's, with the targets (≥ 0.8, ≤ 1.5).
+// the empty table's (the median of the paired rounds' shares), with the
+// targets (≥ 0.8, ≤ 1.5).
 func plotScale(r scaleResult, dir string) error {
 	if len(r.Points) == 0 {
 		return fmt.Errorf("plot scale.svg: no points")
@@ -40,12 +41,11 @@ func plotScale(r scaleResult, dir string) error {
 	p.Title.Text = "ferry's worker as river_job fills with finished jobs"
 	p.X.Label.Text = "finished jobs in river_job (millions)"
 	p.Y.Label.Text = "share of the empty table's figure"
-	base := r.Points[0]
 	thr, p99 := make(plotter.XYs, len(r.Points)), make(plotter.XYs, len(r.Points))
 	for i, pt := range r.Points {
 		x := float64(pt.Finished) / 1e6
-		thr[i] = plotter.XY{X: x, Y: pt.JobsPerSec / base.JobsPerSec}
-		p99[i] = plotter.XY{X: x, Y: pt.PickupP99 / base.PickupP99}
+		thr[i] = plotter.XY{X: x, Y: pt.ThroughputRatio}
+		p99[i] = plotter.XY{X: x, Y: pt.PickupP99Ratio}
 	}
 	if err := plotutil.AddLinePoints(p, "backlog throughput (target ≥ 0.8)", thr, "pickup p99 at 500 jobs/s (target ≤ 1.5)", p99); err != nil {
 		return err

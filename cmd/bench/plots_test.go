@@ -22,7 +22,8 @@ func TestPlots(t *testing.T) {
 	}
 
 	require.NoError(t, plotScale(scaleResult{Points: []scalePoint{
-		{Finished: 0, JobsPerSec: 12000, PickupP99: 14}, {Finished: 5_000_000, JobsPerSec: 11000, PickupP99: 19},
+		{Finished: 0, JobsPerSec: 12000, PickupP99: 14, ThroughputRatio: 1, PickupP99Ratio: 1},
+		{Finished: 5_000_000, JobsPerSec: 11000, PickupP99: 19, ThroughputRatio: 0.92, PickupP99Ratio: 1.36},
 	}}, dir))
 	require.Contains(t, read("scale.svg"), "backlog throughput (target ≥ 0.8)")
 

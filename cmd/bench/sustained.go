@@ -33,6 +33,12 @@ type sustainedResult struct {
 	Drift       *float64  `json:"sustained_p99_drift"`
 	// river_job at the end: rows live and dead (pg_stat_user_tables) and
 	// its size with indexes and TOAST.
+	// Vacuums and Analyzes the bench ran in autovacuum's place, on a
+	// server whose autovacuum is off (Autovacuum "bench"; "server" when
+	// the server's own ran).
+	Autovacuum string  `json:"sustained_autovacuum"`
+	Vacuums    int     `json:"sustained_vacuums"`
+	Analyzes   int     `json:"sustained_analyzes"`
 	LiveTuples int64   `json:"sustained_river_job_live_tuples"`
 	DeadTuples int64   `json:"sustained_river_job_dead_tuples"`
 	TableMB    float64 `json:"sustained_river_job_mb"`
@@ -41,9 +47,13 @@ type sustainedResult struct {
 // sustained measures ferry's backlog throughput at its defaults, then
 // inserts at half of it for dur (through jobs.Inserter, a batch every
 // 10 ms, each job stamped with its insert time) into a server with the
-// defaults, and reports p99 by minute and the table at the end.
+// defaults, and reports p99 by minute and the table at the end. On a
+// server whose autovacuum is off, the bench vacuums its database as
+// autovacuum would (autovacuumStandIn): a deployment runs with it.
 func sustained(ctx context.Context, serverURL string, backlog int, dur time.Duration) (sustainedResult, error) {
 	var res sustainedResult
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	pool, drop, err := scratch(ctx, serverURL)
 	if err != nil {
 		return res, err
@@ -55,6 +65,14 @@ func sustained(ctx context.Context, serverURL string, backlog int, dur time.Dura
 		return res, err
 	}
 	res.Rate = int(res.MaxJobsPerSec / 2)
+	av, err := startAutovacuumStandIn(ctx, pool)
+	if err != nil {
+		return res, err
+	}
+	res.Autovacuum = "server"
+	if av != nil {
+		res.Autovacuum = "bench"
+	}
 
 	// The steady load.
 	w := &stampKind{}
@@ -125,6 +143,9 @@ func sustained(ctx context.Context, serverURL string, backlog int, dur time.Dura
 		res.Drift = &drift
 	}
 
+	if res.Vacuums, res.Analyzes, err = av.done(); err != nil {
+		return res, err
+	}
 	var bytes int64
 	if err := pool.QueryRow(ctx, `SELECT n_live_tup, n_dead_tup, pg_total_relation_size('river_job')
 		FROM pg_stat_user_tables WHERE relname = 'river_job'`).Scan(&res.LiveTuples, &res.DeadTuples, &bytes); err != nil {
