@@ -338,7 +338,7 @@ func (w *DeliverWorker) forward(ctx context.Context, job *river.Job[DeliverArgs]
 	queue := QueueFor(a.Route)
 	var newID int64
 	err = pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
-		res, err := client.InsertTx(ctx, tx, a, &river.InsertOpts{Queue: queue, MaxAttempts: cmp.Or(job.MaxAttempts, w.maxAttempts)})
+		res, err := client.InsertTx(ctx, tx, a, &river.InsertOpts{Queue: queue, MaxAttempts: cmp.Or(job.MaxAttempts, w.maxAttempts), Priority: priorityDelivery})
 		if err != nil {
 			return fmt.Errorf("insert the job: %w", err)
 		}
@@ -635,7 +635,11 @@ func (w *DeliverWorker) finish(ctx context.Context, job *river.Job[DeliverArgs],
 			next := w.now().Add(cmp.Or(res.retryAfter, backoff(job.Attempt)))
 			w.retryAt.Store(retryKey{job.ID, job.Attempt}, next)
 			err := wrap(res.err)
-			if rerr := recordFailed(rctx, w.pool, a.MessageID, a.Route, lastErr, next); rerr != nil {
+			var keyedJob int64
+			if msg.OrderingKey != "" {
+				keyedJob = job.ID
+			}
+			if rerr := recordFailed(rctx, w.pool, a.MessageID, a.Route, lastErr, next, keyedJob); rerr != nil {
 				err = errors.Join(err, wrap(rerr))
 			}
 			w.log.Warn("outbox: delivery failed", append(attrs, "error", lastErr, "next_attempt_at", next)...)
@@ -791,9 +795,30 @@ func (w *DeliverWorker) handOn(msg Message, route string) {
 	}
 }
 
-// recordFailed records a failed attempt that River retries at next.
-func recordFailed(ctx context.Context, pool *pgxpool.Pool, id int64, route, lastErr string, next time.Time) error {
-	if _, err := pool.Exec(ctx, sqlFailed, id, route, lastErr, next); err != nil {
+// Priorities of delivery jobs (River's: 1 is fetched first). Every
+// delivery job is inserted at priorityDelivery; a retried delivery of an
+// ordered chain goes up to priorityRetryKeyed, ahead of the fresh ones:
+// its chain waits on it (see the package doc, "Ordered delivery").
+const (
+	priorityRetryKeyed = 1
+	priorityDelivery   = 2
+)
+
+// sqlRetryFirst raises the priority of the running job $1 of a keyed
+// delivery that failed to $2, before River makes it available for its
+// retry (River's completer leaves the priority as it is).
+const sqlRetryFirst = `UPDATE river_job SET priority = $2 WHERE id = $1 AND state = 'running' AND priority > $2`
+
+// recordFailed records a failed attempt that River retries at next; for a
+// keyed delivery (keyedJob, its running job's id; 0 for an unkeyed one),
+// in the same round trip, its retry goes ahead of the fresh deliveries.
+func recordFailed(ctx context.Context, pool *pgxpool.Pool, id int64, route, lastErr string, next time.Time, keyedJob int64) error {
+	b := &pgx.Batch{}
+	b.Queue(sqlFailed, id, route, lastErr, next)
+	if keyedJob != 0 {
+		b.Queue(sqlRetryFirst, keyedJob, priorityRetryKeyed)
+	}
+	if err := pool.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("record failed attempt: %w", err)
 	}
 	return nil

@@ -162,7 +162,12 @@
 // "blocked", until Reset of the stuck message gives it a new job; once it
 // is delivered the chain goes on. A retried delivery holds its chain for
 // its backoff (5 s, 15 s, 60 s, …): a receiver that answers 429 or 503 with
-// Retry-After sets the pace.
+// Retry-After sets the pace. Its retry goes ahead of the fresh deliveries
+// in its route's queue (River priority 1; every delivery job is inserted
+// at 2): its key waits on it, and its message is older than theirs. A
+// queue with more ready deliveries than workers would otherwise keep the
+// retry waiting behind all of them each time, and the keys with the most
+// retries would finish long after the others.
 //
 // # Receiving once
 //

@@ -208,7 +208,7 @@ func Reset(ctx context.Context, tx pgx.Tx, inserter Inserter, ids []int64, maxAt
 		k++
 		params = append(params, river.InsertManyParams{
 			Args:       DeliverArgs{MessageID: msgIDs[i], Route: routes[i]},
-			InsertOpts: &river.InsertOpts{Queue: QueueFor(routes[i]), MaxAttempts: maxAttempts},
+			InsertOpts: &river.InsertOpts{Queue: QueueFor(routes[i]), MaxAttempts: maxAttempts, Priority: priorityDelivery},
 		})
 	}
 	msgIDs, routes = msgIDs[:k], routes[:k]

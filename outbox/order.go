@@ -293,7 +293,7 @@ func startWaiting(ctx context.Context, tx pgx.Tx, ins Inserter, ids []int64, rou
 		}
 		params[i] = river.InsertManyParams{
 			Args:       DeliverArgs{MessageID: ids[i], Route: routes[i]},
-			InsertOpts: &river.InsertOpts{Queue: QueueFor(routes[i]), MaxAttempts: cmp.Or(maxAttempts, DefaultMaxAttempts), Metadata: md},
+			InsertOpts: &river.InsertOpts{Queue: QueueFor(routes[i]), MaxAttempts: cmp.Or(maxAttempts, DefaultMaxAttempts), Metadata: md, Priority: priorityDelivery},
 		}
 	}
 	jobIDs := make([]int64, len(ids))

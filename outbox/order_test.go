@@ -228,6 +228,39 @@ func testInOrderThroughFailures(t *testing.T, handOn bool) {
 	require.NotContains(t, f.relayLogs.String(), "ordered deliveries released", "each turn was handed on, none left to the release pass")
 }
 
+// TestOrdered_RetryGoesFirst: every delivery job is inserted at River
+// priority 2; a keyed delivery's retry goes up to 1, ahead of the fresh
+// deliveries (its key waits on it), an unkeyed one's stays.
+func TestOrdered_RetryGoesFirst(t *testing.T) {
+	t.Parallel()
+	b := relaySetup(t)
+	var mu sync.Mutex
+	failed := map[string]bool{}
+	receiver := newOrderReceiver(func(p orderedPayload) int {
+		mu.Lock()
+		defer mu.Unlock()
+		if p.Seq == 1 && !failed[p.Key] { // each key's first message, once
+			failed[p.Key] = true
+			return http.StatusServiceUnavailable // Retry-After: 1
+		}
+		return 0
+	})
+	f := startOrderedFleet(t, b, receiver, 1, 4, true)
+	f.write(t, []string{"k", ""}, 2)
+	f.waitDelivered(t, 4)
+
+	rows, err := b.pool.Query(context.Background(), `SELECT coalesce(o.ordering_key, ''), j.attempt, j.priority
+		FROM ferry_outbox o JOIN ferry_outbox_delivery d ON d.message_id = o.id JOIN river_job j ON j.id = d.job_id ORDER BY o.id`)
+	require.NoError(t, err)
+	type jobOf struct {
+		Key               string
+		Attempt, Priority int
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[jobOf])
+	require.NoError(t, err)
+	require.Equal(t, []jobOf{{"k", 2, 1}, {"", 2, 2}, {"k", 1, 2}, {"", 1, 2}}, got)
+}
+
 // TestOrdered_StuckBlocksItsKey: a stuck delivery blocks its key, visibly
 // (Stats, List), and no other; Reset of the stuck one releases the key,
 // whose messages then arrive in order.
@@ -335,6 +368,7 @@ func TestOrdered_RelayAndRelease(t *testing.T) {
 	got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[chainJobs])
 	require.NoError(t, err)
 	require.Equal(t, []chainJobs{{"", 6, 0, true}, {"k1", 1, 5, true}, {"k2", 1, 5, true}, {"k3", 1, 5, true}}, got)
+	require.Zero(t, count(t, b.pool, `SELECT count(*) FROM river_job WHERE kind = 'outbox.deliver' AND priority <> 2`), "delivery jobs go in at priority 2")
 	stats, err := Stats(ctx, b.pool)
 	require.NoError(t, err)
 	require.Contains(t, stats, Stat{Topic: "account.changed", Route: "ledger", Status: StatusTurn, Count: 15})
@@ -378,6 +412,7 @@ func TestOrdered_RelayAndRelease(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	require.Equal(t, 4, count(t, b.pool, waitingK2))
+	require.Zero(t, count(t, b.pool, `SELECT count(*) FROM river_job WHERE kind = 'outbox.deliver' AND priority <> 2`), "a turn's job goes in at priority 2")
 	n, err = r.TakeTurns(ctx, turns)
 	require.NoError(t, err)
 	require.Zero(t, n, "a turn taken twice starts nothing more")

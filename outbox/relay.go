@@ -396,7 +396,7 @@ func (r *Relay) relayTx(ctx context.Context, careful bool) (n int, full bool, er
 						keyed = keyed || key != nil
 						params = append(params, river.InsertManyParams{
 							Args:       DeliverArgs{MessageID: id, Route: name},
-							InsertOpts: &river.InsertOpts{Queue: QueueFor(name), MaxAttempts: r.cfg.MaxAttempts, Metadata: metadata},
+							InsertOpts: &river.InsertOpts{Queue: QueueFor(name), MaxAttempts: r.cfg.MaxAttempts, Metadata: metadata, Priority: priorityDelivery},
 						})
 					}
 				}
