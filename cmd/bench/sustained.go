@@ -33,15 +33,15 @@ type sustainedResult struct {
 	Drift       *float64  `json:"sustained_p99_drift"`
 	// river_job at the end: rows live and dead (pg_stat_user_tables) and
 	// its size with indexes and TOAST.
-	// Vacuums and Analyzes the bench ran in autovacuum's place, on a
-	// server whose autovacuum is off (Autovacuum "bench"; "server" when
-	// the server's own ran).
-	Autovacuum string  `json:"sustained_autovacuum"`
-	Vacuums    int     `json:"sustained_vacuums"`
-	Analyzes   int     `json:"sustained_analyzes"`
 	LiveTuples int64   `json:"sustained_river_job_live_tuples"`
 	DeadTuples int64   `json:"sustained_river_job_dead_tuples"`
 	TableMB    float64 `json:"sustained_river_job_mb"`
+	// Vacuums and Analyzes the bench ran in autovacuum's place, on a
+	// server whose autovacuum is off (Autovacuum "bench"; "server" when
+	// the server's own ran).
+	Autovacuum string `json:"sustained_autovacuum"`
+	Vacuums    int    `json:"sustained_vacuums"`
+	Analyzes   int    `json:"sustained_analyzes"`
 }
 
 // sustained measures ferry's backlog throughput at its defaults, then
@@ -52,8 +52,6 @@ type sustainedResult struct {
 // autovacuum would (autovacuumStandIn): a deployment runs with it.
 func sustained(ctx context.Context, serverURL string, backlog int, dur time.Duration) (sustainedResult, error) {
 	var res sustainedResult
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	pool, drop, err := scratch(ctx, serverURL)
 	if err != nil {
 		return res, err
@@ -69,6 +67,7 @@ func sustained(ctx context.Context, serverURL string, backlog int, dur time.Dura
 	if err != nil {
 		return res, err
 	}
+	defer func() { _, _, _ = av.stop() }() // before the database is dropped
 	res.Autovacuum = "server"
 	if av != nil {
 		res.Autovacuum = "bench"
@@ -143,7 +142,7 @@ func sustained(ctx context.Context, serverURL string, backlog int, dur time.Dura
 		res.Drift = &drift
 	}
 
-	if res.Vacuums, res.Analyzes, err = av.done(); err != nil {
+	if res.Vacuums, res.Analyzes, err = av.stop(); err != nil {
 		return res, err
 	}
 	var bytes int64

@@ -26,6 +26,9 @@ type autovacuumStandIn struct {
 	pool *pgxpool.Pool
 	set  map[string]string
 
+	cancel context.CancelFunc
+	exited chan struct{}
+
 	mu       sync.Mutex
 	vacuums  int
 	analyzes int
@@ -39,7 +42,8 @@ var autovacuumSettings = []string{"autovacuum", "autovacuum_naptime", "autovacuu
 	"autovacuum_vacuum_cost_delay", "autovacuum_vacuum_cost_limit", "vacuum_cost_limit"}
 
 // startAutovacuumStandIn reads the server's autovacuum settings and, when
-// autovacuum is off, runs the stand-in until ctx ends (nil when it is on).
+// autovacuum is off, runs the stand-in until stop (or ctx ends); nil when
+// autovacuum is on.
 func startAutovacuumStandIn(ctx context.Context, pool *pgxpool.Pool) (*autovacuumStandIn, error) {
 	rows, err := pool.Query(ctx, `SELECT name, setting FROM pg_settings WHERE name = ANY($1)`, autovacuumSettings)
 	if err != nil {
@@ -56,13 +60,16 @@ func startAutovacuumStandIn(ctx context.Context, pool *pgxpool.Pool) (*autovacuu
 	if set["autovacuum"] == "on" {
 		return nil, nil
 	}
-	a := &autovacuumStandIn{pool: pool, set: set}
+	ctx, cancel := context.WithCancel(ctx)
+	a := &autovacuumStandIn{pool: pool, set: set, cancel: cancel, exited: make(chan struct{})}
 	naptime, err := strconv.Atoi(set["autovacuum_naptime"]) // seconds
 	if err != nil || naptime <= 0 {
+		cancel()
 		return nil, fmt.Errorf("autovacuum_naptime %q", set["autovacuum_naptime"])
 	}
 	log.Printf("bench: the server's autovacuum is off: the bench vacuums as autovacuum would, every %d s", naptime)
 	go func() {
+		defer close(a.exited)
 		t := time.NewTicker(time.Duration(naptime) * time.Second)
 		defer t.Stop()
 		for {
@@ -150,12 +157,15 @@ func (a *autovacuumStandIn) pass(ctx context.Context) error {
 	return nil
 }
 
-// done returns how many vacuums and analyzes the stand-in ran, and the
-// error that stopped it.
-func (a *autovacuumStandIn) done() (vacuums, analyzes int, err error) {
+// stop stops the stand-in (a pass under way is cancelled), waits for it,
+// and returns how many vacuums and analyzes it ran and the error that
+// stopped it before. It may be called more than once.
+func (a *autovacuumStandIn) stop() (vacuums, analyzes int, err error) {
 	if a == nil {
 		return 0, 0, nil
 	}
+	a.cancel()
+	<-a.exited
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.vacuums, a.analyzes, a.err
