@@ -40,8 +40,8 @@ type sustainedResult struct {
 	// server whose autovacuum is off (Autovacuum "bench"; "server" when
 	// the server's own ran).
 	Autovacuum string `json:"sustained_autovacuum"`
-	Vacuums    int    `json:"sustained_vacuums"`
-	Analyzes   int    `json:"sustained_analyzes"`
+	Vacuums    int    `json:"sustained_bench_vacuums"`
+	Analyzes   int    `json:"sustained_bench_analyzes"`
 }
 
 // sustained measures ferry's backlog throughput at its defaults, then
