@@ -166,6 +166,15 @@ func (r *Relay) Advance(t Turn) {
 	}
 }
 
+// handedTurns takes the turns handed to Advance since the last call.
+func (r *Relay) handedTurns() []Turn {
+	r.turnsMu.Lock()
+	defer r.turnsMu.Unlock()
+	turns := r.turns
+	r.turns = nil
+	return turns
+}
+
 // turnGather is how long the relay gathers turns before it starts them.
 const turnGather = 5 * time.Millisecond
 
@@ -185,10 +194,7 @@ func (r *Relay) turnLoop(ctx context.Context) {
 			return
 		case <-time.After(turnGather):
 		}
-		r.turnsMu.Lock()
-		turns := r.turns
-		r.turns = nil
-		r.turnsMu.Unlock()
+		turns := r.handedTurns()
 		if len(turns) == 0 {
 			continue
 		}

@@ -444,10 +444,7 @@ func TestOrdered_HeadWhileAnotherHoldsTheChain(t *testing.T) {
 	require.Equal(t, 1, n)
 	waiting := `SELECT count(*) FROM ferry_outbox_delivery WHERE job_id IS NULL`
 	require.Equal(t, 1, count(t, b.pool, waiting), "the head waits: its chain's lock is another's")
-	r.turnsMu.Lock()
-	turns := r.turns
-	r.turns = nil
-	r.turnsMu.Unlock()
+	turns := r.handedTurns()
 	require.Equal(t, []Turn{{Route: "ledger", Topic: "account.changed", Key: "k1", After: 0}}, turns, "the chain's start handed on")
 
 	require.NoError(t, holder.Commit(ctx))

@@ -5,11 +5,12 @@ import (
 	"fmt"
 	"log"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ferryq/ferry/internal/base/loop"
 )
 
 // autovacuumStandIn does, for one database of a server whose autovacuum is
@@ -27,9 +28,9 @@ type autovacuumStandIn struct {
 	set  map[string]string
 
 	cancel context.CancelFunc
-	exited chan struct{}
+	exited chan struct{} // closed when the loop has returned
 
-	mu       sync.Mutex
+	// Written by the loop only; read by stop once exited is closed.
 	vacuums  int
 	analyzes int
 	err      error
@@ -70,21 +71,13 @@ func startAutovacuumStandIn(ctx context.Context, pool *pgxpool.Pool) (*autovacuu
 	log.Printf("bench: the server's autovacuum is off: the bench vacuums as autovacuum would, every %d s", naptime)
 	go func() {
 		defer close(a.exited)
-		t := time.NewTicker(time.Duration(naptime) * time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			if err := a.pass(ctx); err != nil && ctx.Err() == nil {
-				a.mu.Lock()
-				a.err = err
-				a.mu.Unlock()
-				return
-			}
+		nap := time.Duration(naptime) * time.Second
+		select { // autovacuum's first look comes a naptime after the start
+		case <-ctx.Done():
+			return
+		case <-time.After(nap):
 		}
+		a.err = loop.Every(ctx, nap, a.pass)
 	}()
 	return a, nil
 }
@@ -145,14 +138,12 @@ func (a *autovacuumStandIn) pass(ctx context.Context) error {
 		if _, err := conn.Exec(ctx, stmt+d.table); err != nil {
 			return fmt.Errorf("autovacuum stand-in: %s%s: %w", stmt, d.table, err)
 		}
-		a.mu.Lock()
 		if d.vacuum {
 			a.vacuums++
 		}
 		if d.analyze {
 			a.analyzes++
 		}
-		a.mu.Unlock()
 	}
 	return nil
 }
@@ -166,7 +157,5 @@ func (a *autovacuumStandIn) stop() (vacuums, analyzes int, err error) {
 	}
 	a.cancel()
 	<-a.exited
-	a.mu.Lock()
-	defer a.mu.Unlock()
 	return a.vacuums, a.analyzes, a.err
 }
