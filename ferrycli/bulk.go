@@ -16,14 +16,15 @@ import (
 // `enqueue bulk` in parts: this file holds the command and the kind cache;
 // bulk_source.go opens the input, bulk_line.go parses one line,
 // bulk_parse.go parses every line on all cores, in input order,
-// bulk_copy.go inserts them in one transaction as they come, and
-// bulk_progress.go draws the bar.
+// bulk_copy.go encodes them for COPY (on the same cores) and inserts them
+// in one transaction as they come, and bulk_progress.go draws the bar.
 
 const (
 	// bulkMaxLine is the longest line bulk reads: 64 KiB of args plus room
 	// for the other fields.
 	bulkMaxLine = jobs.MaxArgsBytes + 64<<10
-	// bulkDefaultBatch is how many jobs go into one COPY by default.
+	// bulkDefaultBatch is how many jobs with a unique key go into one
+	// InsertMany by default.
 	bulkDefaultBatch = 10_000
 )
 
@@ -43,10 +44,12 @@ func enqueueBulk() *cli.Command {
    tags          array of tags (3 to 255 letters, digits, _ or -)
 
 Blank lines are skipped; a line is at most 128 KiB. The input is read once.
-Its lines are checked (the kinds against the database) and parsed on every
-core, and the jobs are inserted in file order in one transaction as they
-come, 10,000 at a time (fewer when lines are large) with COPY (River's
-InsertManyFast): all of them or, on failure, none. If any line is invalid,
+Its lines are checked (the kinds against the database), parsed and turned
+into River's rows on every core, and the jobs are inserted in file order in
+one transaction as they come, streamed into one COPY: all of them or, on
+failure, none. The rows are the ones River's InsertManyFast writes (the same
+defaults, the trace context, the seal), and every job not scheduled gets the
+same scheduled_at, so that they run in file order. If any line is invalid,
 the copying stops, the rest is still read to count the invalid lines, the
 first one is reported with its line number (and how many others are
 invalid), the exit code is 2, and the transaction rolls back: nothing is
@@ -54,8 +57,8 @@ inserted.
 
 Lines with a unique_key cannot go through COPY (a duplicate would fail the
 whole COPY), so runs of such lines are inserted with River's InsertMany in the
-same transaction, and a line whose key matches a live job, or an earlier line
-of the file, is skipped and counted as a duplicate.
+same transaction, --batch-size at a time, and a line whose key matches a live
+job, or an earlier line of the file, is skipped and counted as a duplicate.
 
 Neither a file nor standard input is ever held in memory: a run takes
 about 50 MB, whatever the input's size.
@@ -74,7 +77,7 @@ Examples:
 		Flags: []cli.Flag{
 			databaseURLFlag(),
 			&cli.StringFlag{Name: "file", Aliases: []string{"f"}, Usage: "JSON Lines file, one job per line, or - for stdin"},
-			&cli.IntFlag{Name: "batch-size", Value: bulkDefaultBatch, Usage: "jobs per COPY (100 to 100000)"},
+			&cli.IntFlag{Name: "batch-size", Value: bulkDefaultBatch, Usage: "jobs with a unique_key per InsertMany (100 to 100000)"},
 			jsonFlag(),
 		},
 		Action: runBulk,
@@ -116,7 +119,8 @@ func runBulk(c *cli.Context) error {
 		if err != nil {
 			return err
 		}
-		res, err = b.insert(ctx, pool, ins.Client(), prog.reader(r, size, "inserting"))
+		b.ins = ins
+		res, err = b.insert(ctx, pool, prog.reader(r, size, "inserting"))
 		prog.done()
 		return err
 	})
@@ -140,7 +144,11 @@ func runBulk(c *cli.Context) error {
 // (nil for an unknown kind), so the database is asked once per kind.
 type bulk struct {
 	pool  *pgxpool.Pool
+	ins   *jobs.Inserter // encodes and copies the jobs
 	batch int
+	// now is the created_at of every job, and the scheduled_at of every
+	// job not scheduled, so that they run in file order (of their ids).
+	now time.Time
 
 	mu    sync.Mutex // guards kinds
 	kinds map[string]*kindInfo

@@ -30,11 +30,14 @@ type bulkLine struct {
 	Tags        []string        `json:"tags"`
 }
 
-// parsedLine is a valid line: River's insert params and its unique key.
+// parsedLine is a valid line: River's insert params and its unique key,
+// and, once its block is encoded (a line without a unique key), its row for
+// COPY.
 type parsedLine struct {
 	params    river.InsertManyParams
 	uniqueKey string // "" when none
 	size      int    // the line's length
+	row       jobs.CopyRow
 }
 
 // scanLines calls fn with each non-blank line and its number (from 1).

@@ -10,11 +10,21 @@ import (
 )
 
 // A parser gets lines lineBlockSize at a time, or fewer when they add up
-// to lineBlockBytes.
+// to lineBlockBytes. The first blocks are smaller (firstBlockSize, then
+// twice as many each time), so that the first rows reach the COPY early.
 const (
 	lineBlockSize  = 4096
 	lineBlockBytes = 1 << 20
+	firstBlockSize = 256
 )
+
+// blockLines is the most lines of the block at position seq.
+func blockLines(seq int) int {
+	if seq >= 4 {
+		return lineBlockSize
+	}
+	return firstBlockSize << seq
+}
 
 // lineBlock is a run of lines copied out of the scanner's buffer, and,
 // once parsed, what they hold.
@@ -124,7 +134,7 @@ func (b *bulk) parseInput(ctx context.Context, r io.Reader, ordered func(*lineBl
 		}
 		err := scanLines(r, func(n int, line []byte) error {
 			blk.add(n, line)
-			if len(blk.nums) < lineBlockSize && len(blk.data) < lineBlockBytes {
+			if len(blk.nums) < blockLines(blk.seq) && len(blk.data) < lineBlockBytes {
 				return nil
 			}
 			return next()
@@ -163,6 +173,11 @@ func (b *bulk) parseInput(ctx context.Context, r io.Reader, ordered func(*lineBl
 				})
 				if invalid.Load() {
 					blk.parsed = nil
+				} else if blk.check.err == nil {
+					if err := b.encode(ctx, blk); err != nil {
+						blk.check.err = err
+						cancel(err)
+					}
 				}
 				blk.data, blk.ends, blk.nums = nil, nil, nil
 				if send(parsed, blk) != nil {

@@ -55,7 +55,9 @@ func Builtin() []Kind {
 //	// … the service's own writes in tx …
 //	tx.Commit(ctx) // the job exists if and only if this commits
 type Inserter struct {
-	client *river.Client[pgx.Tx]
+	client     *river.Client[pgx.Tx]
+	middleware []rivertype.JobInsertMiddleware // the client's, for EncodeCopy
+	schema     string                          // FERRY_SCHEMA's, "" for the search path
 }
 
 // InserterOption configures an Inserter.
@@ -109,19 +111,24 @@ func NewInserter(pool *pgxpool.Pool, opts ...InserterOption) (*Inserter, error) 
 	if err != nil {
 		return nil, fmt.Errorf("jobs: new inserter: %w", err)
 	}
+	mw := Middleware(o.keys)
 	c, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		// An inserting client NOTIFYs workers at most once per FetchCooldown
 		// per queue. River's default (100 ms) leaves jobs inserted in between
 		// waiting for the workers' poll: pickup p99 ~94 ms measured, against
 		// ~7 ms with 5 ms (README, "Tuning").
 		FetchCooldown: InsertNotifyCooldown,
-		Middleware:    Middleware(o.keys),
+		Middleware:    mw,
 		Schema:        s,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("jobs: new inserter: %w", err)
 	}
-	return &Inserter{client: c}, nil
+	ins := &Inserter{client: c, schema: s}
+	for _, m := range mw {
+		ins.middleware = append(ins.middleware, m.(rivertype.JobInsertMiddleware)) //nolint:forcetypeassert // Middleware's are all insert middleware
+	}
+	return ins, nil
 }
 
 // Client is the underlying insert-only River client, for River's other insert

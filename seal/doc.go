@@ -60,8 +60,9 @@
 // too: its scheduler and relay).
 //
 // The MAC covers the kind, the queue, the run id, the due time and the args.
-// River's InsertManyFast path (the COPY of `enqueue bulk`) runs insert
-// middleware too, so it seals like the others. Dead-letter retry (`enqueue
+// River's InsertManyFast path runs insert middleware too, and so does
+// jobs.Inserter.EncodeCopy (the COPY of `enqueue bulk`): both seal like
+// the others. Dead-letter retry (`enqueue
 // dead retry`, River's JobRetry) keeps the job's row, id and seal: the job
 // passes its own claim again.
 //

@@ -3,10 +3,12 @@ package e2e_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -121,6 +123,51 @@ func TestBulk_Insert(t *testing.T) {
 		require.Contains(t, stdout, "2 duplicates skipped")
 		require.Equal(t, 8, countJobs(t, pool))
 	})
+}
+
+// TestBulk_ManyBlocksInFileOrder: lines spread over many parsed blocks,
+// with runs of unique keys in between (each ends one COPY and starts the
+// next), all go in, in file order, and the jobs not scheduled share one
+// scheduled_at, so that they run in that order.
+func TestBulk_ManyBlocksInFileOrder(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t, true)
+	pool := pgtest.PoolFor(t, url)
+
+	const n = 20_000
+	lines := make([]string, n)
+	for i := range lines {
+		switch {
+		case i%5000 >= 4990: // ten keyed lines every 5,000
+			lines[i] = fmt.Sprintf(`{"kind":"ferry.noop","args":{"sleep":"%dms"},"unique_key":"u%d"}`, i, i)
+		case i == 7777:
+			lines[i] = fmt.Sprintf(`{"kind":"ferry.noop","args":{"sleep":"%dms"},"scheduled_at":"2099-01-01T00:00:00Z"}`, i)
+		default:
+			lines[i] = fmt.Sprintf(`{"kind":"ferry.noop","args":{"sleep":"%dms"}}`, i)
+		}
+	}
+	res := bulkJSON(t, url, lines...)
+	require.Equal(t, n, res.Inserted)
+	require.Zero(t, res.Duplicates)
+
+	rows, err := pool.Query(context.Background(), `SELECT args->>'sleep' FROM river_job ORDER BY id`)
+	require.NoError(t, err)
+	order, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Len(t, order, n)
+	for i, got := range order {
+		require.Equal(t, fmt.Sprintf("%dms", i), got, "job %d in id order", i)
+	}
+
+	var stamps, keyed, scheduled int
+	require.NoError(t, pool.QueryRow(context.Background(), `
+		SELECT count(DISTINCT scheduled_at) FILTER (WHERE unique_key IS NULL AND state = 'available'),
+		       count(*) FILTER (WHERE unique_key IS NOT NULL),
+		       count(*) FILTER (WHERE state = 'scheduled')
+		FROM river_job`).Scan(&stamps, &keyed, &scheduled))
+	require.Equal(t, 1, stamps, "the copied jobs share one scheduled_at")
+	require.Equal(t, 40, keyed)
+	require.Equal(t, 1, scheduled)
 }
 
 func TestBulk_Stdin(t *testing.T) {
