@@ -24,10 +24,10 @@ import (
 // River's InsertManyFastTx prepares a batch (each job's options, its
 // encoded args, the insert middleware), then copies it, then notifies: one
 // step after the other on the caller's goroutine, with the server idle
-// while the next batch is prepared (a fifth of a 300,000-job bulk on the
-// project's two-core machine). EncodeCopy does the preparing, and can run
-// on many goroutines at once, ahead of the COPY; CopyTx only streams the
-// rows, so that the server copies without waiting between batches.
+// while the next batch is prepared (0.64 s of a 4.15 s bulk of 300,000
+// jobs on the project's two-core machine). EncodeCopy does the preparing,
+// and can run on many goroutines at once, ahead of the COPY; CopyFromTx
+// only streams the rows, so that the server copies without waiting.
 //
 // The rows are the ones InsertManyFastTx writes (TestCopy compares them,
 // column by column, with River's for the same jobs), in Postgres's text
@@ -209,6 +209,9 @@ func copyParams(p *rivertype.JobInsertParams, now time.Time, mp river.InsertMany
 	if tags == nil {
 		tags = []string{}
 	}
+	// Clipped: the seal's middleware appends its tag, which must not land
+	// in spare capacity that the params of other jobs share.
+	tags = slices.Clip(tags)
 	metadata := opts.Metadata
 	if len(metadata) == 0 {
 		metadata = []byte("{}")
@@ -335,8 +338,14 @@ func appendTextArray(b []byte, tags []string) []byte {
 				b = append(b, `\\"`...) // \" in the literal, its backslash escaped for COPY
 			case '\\':
 				b = append(b, `\\\\`...)
+			case '\t':
+				b = append(b, `\t`...)
+			case '\n':
+				b = append(b, `\n`...)
+			case '\r':
+				b = append(b, `\r`...)
 			default:
-				b = appendCopyText(b, []byte{c})
+				b = append(b, c)
 			}
 		}
 		b = append(b, '"')

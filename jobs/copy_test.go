@@ -300,7 +300,8 @@ func TestCopyFromTx(t *testing.T) {
 }
 
 // TestCopy_Seals: with seal keys, the COPY path seals every job as the
-// other insert paths do (TestInserter_Seals).
+// other insert paths do (TestInserter_Seals), each with its own seal when
+// jobs share their options.
 func TestCopy_Seals(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
@@ -311,8 +312,12 @@ func TestCopy_Seals(t *testing.T) {
 	ins, err := jobs.NewInserter(pool, jobs.WithSealKeys(keys))
 	require.NoError(t, err)
 	queue := fmt.Sprintf("seal_copy_%d", queueSeq.Add(1))
+	// Two jobs share their options, whose tags have room to grow: each
+	// gets its own seal all the same.
+	shared := &river.InsertOpts{Queue: queue, Tags: make([]string, 0, 4)}
 	rows, err := ins.EncodeCopy(t.Context(), time.Now(), []river.InsertManyParams{
-		{Args: jobs.NoopArgs{}, InsertOpts: &river.InsertOpts{Queue: queue}},
+		{Args: jobs.NoopArgs{}, InsertOpts: shared},
+		{Args: jobs.NoopArgs{}, InsertOpts: shared},
 		{Args: jobs.NoopArgs{}, InsertOpts: &river.InsertOpts{Queue: queue, ScheduledAt: time.Now().Add(time.Hour)}},
 	})
 	require.NoError(t, err)
@@ -324,7 +329,7 @@ func TestCopy_Seals(t *testing.T) {
 	require.NoError(t, err)
 	ids, err := pgx.CollectRows(r, pgx.RowTo[int64])
 	require.NoError(t, err)
-	require.Len(t, ids, 2)
+	require.Len(t, ids, 3)
 	for _, id := range ids {
 		job, err := ins.Client().JobGet(t.Context(), id)
 		require.NoError(t, err)
