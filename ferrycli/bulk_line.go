@@ -140,7 +140,7 @@ func (b *bulk) parse(ctx context.Context, n int, line []byte) (parsedLine, error
 		opts.MaxAttempts = *l.MaxAttempts
 	}
 	for _, tag := range l.Tags {
-		if len(tag) > 255 || !tagRE.MatchString(tag) {
+		if !jobs.ValidTag(tag) {
 			return bad("tags: %q: tags are 3 to 255 letters, digits, _ or -, starting and ending with a letter or digit", tag)
 		}
 	}

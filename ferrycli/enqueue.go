@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"regexp"
 	"strings"
 	"time"
 
@@ -42,11 +41,6 @@ Each command has its own manual: enqueue COMMAND --help (enqueue jobs list --hel
 	app.Commands = []*cli.Command{enqueueJob(), enqueueBulk(), enqueueJobs(), enqueueDead(), enqueueOutbox(), enqueueSchedule(), enqueueLeader(), enqueueWorkers(), enqueueQueues(), enqueueLimits(), enqueueBroadcast(), enqueueLock(), versionCommand()}
 	return app
 }
-
-var (
-	// tagRE is River's rule for tags (river/insert_opts.go).
-	tagRE = regexp.MustCompile(`\A[\w][\w\-]+[\w]\z`)
-)
 
 func enqueueJob() *cli.Command {
 	return &cli.Command{
@@ -265,7 +259,7 @@ func insertOpts(c *cli.Context) (*river.InsertOpts, error) {
 		opts.ScheduledAt = time.Now().Add(d)
 	}
 	for _, tag := range c.StringSlice("tag") {
-		if len(tag) > 255 || !tagRE.MatchString(tag) {
+		if !jobs.ValidTag(tag) {
 			return nil, usageErrorf("--tag %q: tags are 3 to 255 letters, digits, _ or -, starting and ending with a letter or digit", tag)
 		}
 		opts.Tags = append(opts.Tags, tag)

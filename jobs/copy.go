@@ -38,8 +38,12 @@ import (
 // those River's own COPY fills.
 const copyColumns = "args, created_at, kind, max_attempts, metadata, priority, queue, scheduled_at, state, tags, unique_key, unique_states"
 
-// riverTagRE is River's rule for tags (river/insert_opts.go).
-var riverTagRE = regexp.MustCompile(`\A[\w][\w\-]+[\w]\z`)
+// tagRE is River's rule for tags (river/insert_opts.go).
+var tagRE = regexp.MustCompile(`\A[\w][\w\-]+[\w]\z`)
+
+// ValidTag says whether River accepts tag: 3 to 255 letters, digits, _ or
+// -, starting and ending with a letter or digit.
+func ValidTag(tag string) bool { return len(tag) <= 255 && tagRE.MatchString(tag) }
 
 // CopyRow is one job encoded by EncodeCopy, for a CopyBatch.
 type CopyRow struct {
@@ -50,13 +54,9 @@ type CopyRow struct {
 	queue string // the job's queue when it is available at once, else ""
 }
 
-// Size is the row's length in bytes.
-func (r CopyRow) Size() int { return len(r.data) }
-
 // CopyBatch is rows for CopyTx or CopyFromTx.
 type CopyBatch struct {
 	data   [][]byte // runs of consecutive rows
-	size   int
 	n      int
 	queues map[string]struct{} // the queues with a job available at once
 }
@@ -68,7 +68,6 @@ func (b *CopyBatch) Add(r CopyRow) {
 	} else {
 		b.data = append(b.data, r.data)
 	}
-	b.size += len(r.data)
 	b.n++
 	if r.queue != "" {
 		if b.queues == nil {
@@ -80,9 +79,6 @@ func (b *CopyBatch) Add(r CopyRow) {
 
 // Len is the number of rows in the batch.
 func (b *CopyBatch) Len() int { return b.n }
-
-// Size is the batch's length in bytes.
-func (b *CopyBatch) Size() int { return b.size }
 
 // follows says whether row starts where run ends, in the same array.
 func follows(run, row []byte) bool {
@@ -202,7 +198,7 @@ func copyParams(p *rivertype.JobInsertParams, now time.Time, mp river.InsertMany
 		tags = argOpts.Tags
 	}
 	for _, tag := range tags {
-		if len(tag) > 255 || !riverTagRE.MatchString(tag) {
+		if !ValidTag(tag) {
 			return fmt.Errorf("jobs: copy %s: tag %q: tags are 3 to 255 letters, digits, _ or -", args.Kind(), tag)
 		}
 	}
