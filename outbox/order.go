@@ -253,13 +253,18 @@ func startTurns(ctx context.Context, tx pgx.Tx, ins Inserter, maxAttempts int, t
 	for c, after := range latest {
 		rs, ts, ks, afters = append(rs, c.route), append(ts, c.topic), append(ks, c.key), append(afters, after)
 	}
-	if _, err := tx.Exec(ctx, sqlOrderLocks, rs, ts, ks); err != nil {
+	// The locks and the read in one round trip: the read's snapshot is
+	// taken once the locks are held, so it sees every commit of their
+	// holders.
+	b := &pgx.Batch{}
+	b.Queue(sqlOrderLocks, rs, ts, ks)
+	b.Queue(sqlTurns, rs, ts, ks, afters)
+	br := tx.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
 		return 0, fmt.Errorf("lock ordered chains: %w", err)
 	}
-	rows, err := tx.Query(ctx, sqlTurns, rs, ts, ks, afters)
-	if err != nil {
-		return 0, err
-	}
+	rows, _ := br.Query() // its error is the rows'
 	var (
 		i               int
 		id              int64
@@ -273,6 +278,9 @@ func startTurns(ctx context.Context, tx pgx.Tx, ins Inserter, maxAttempts int, t
 		parents, states = append(parents, parent), append(states, state)
 		return nil
 	}); err != nil {
+		return 0, fmt.Errorf("read the chains' next deliveries: %w", err)
+	}
+	if err := br.Close(); err != nil {
 		return 0, fmt.Errorf("read the chains' next deliveries: %w", err)
 	}
 	return startAll(ctx, tx, ins, ids, routes, parents, states, maxAttempts)

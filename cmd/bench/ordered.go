@@ -273,6 +273,12 @@ func orderedRun(ctx context.Context, serverURL, bin, dir string, ordered bool, k
 	out.perSec = float64(total) / lastS
 	if ordered {
 		var turn50, turn99, fetch50, fetch99, run50, run99 float64
+		var inserts, started int
+		// The jobs one transaction inserted share created_at (River's
+		// now()): the transactions that started deliveries, and how many.
+		if err := pool.QueryRow(ctx, `SELECT count(DISTINCT j.created_at), count(*) FROM ferry_outbox_delivery d JOIN river_job j ON j.id = d.job_id`).Scan(&inserts, &started); err != nil {
+			return out, err
+		}
 		if err := pool.QueryRow(ctx, `WITH s AS (
 			SELECT j.created_at AS started, j.attempted_at, d.delivered_at, j.attempt,
 			       lag(d.delivered_at) OVER (PARTITION BY m.ordering_key ORDER BY m.id) AS prev_delivered
@@ -286,7 +292,7 @@ func orderedRun(ctx context.Context, serverURL, bin, dir string, ordered bool, k
 			FROM s WHERE prev_delivered IS NOT NULL`).Scan(&turn50, &turn99, &fetch50, &fetch99, &run50, &run99); err != nil {
 			return out, err
 		}
-		fmt.Fprintf(os.Stderr, "ordered steps (ms): turn p50 %.0f p99 %.0f; fetch p50 %.0f p99 %.0f; last attempt to recorded p50 %.0f p99 %.0f\n", turn50, turn99, fetch50, fetch99, run50, run99)
+		fmt.Fprintf(os.Stderr, "ordered steps (ms): turn p50 %.0f p99 %.0f; fetch p50 %.0f p99 %.0f; last attempt to recorded p50 %.0f p99 %.0f; %d deliveries started by %d transactions\n", turn50, turn99, fetch50, fetch99, run50, run99, started, inserts)
 	}
 	// How River fetched the delivery jobs (their last attempts: a fetch's
 	// jobs share attempted_at and the fetching client), and how long a
