@@ -16,6 +16,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/ferryq/ferry/internal/testkit/fleet"
 )
 
@@ -260,6 +263,9 @@ func orderedRun(ctx context.Context, serverURL, bin, dir string, ordered bool, k
 	if !killed {
 		return out, errors.New("every message was delivered before the kill: too small a load")
 	}
+	if err := printWork(ctx, pool, f, ordered, total); err != nil {
+		return out, err
+	}
 	var relayS, halfS, p99S, lastS float64
 	if err := pool.QueryRow(ctx, `SELECT extract(epoch FROM max(relayed_at) - $1), extract(epoch FROM percentile_disc(0.5) WITHIN GROUP (ORDER BY delivered_at) - $1),
 		extract(epoch FROM percentile_disc(0.99) WITHIN GROUP (ORDER BY delivered_at) - $1), extract(epoch FROM max(delivered_at) - $1) FROM ferry_outbox`, start).Scan(&relayS, &halfS, &p99S, &lastS); err != nil {
@@ -318,4 +324,55 @@ func orderedRun(ctx context.Context, serverURL, bin, dir string, ordered bool, k
 	out.overlaps, out.failed = recv.overlaps, recv.failed
 	recv.mu.Unlock()
 	return out, nil
+}
+
+// printWork stops the fleet and prints what the run cost the database per
+// message, from its statistics (pg_stat_database, which the workers'
+// sessions report as they end): commits, rows written and read, and
+// buffers touched. Ordered and unordered runs of one load differ by what
+// ordering costs.
+func printWork(ctx context.Context, pool *pgxpool.Pool, f *fleet.Fleet, ordered bool, messages int) error {
+	if err := f.Kill(time.Minute); err != nil {
+		return err
+	}
+	// The workers' sessions (all named; the bench's are not) end once the
+	// server sees their sockets closed.
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		var others int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND backend_type = 'client backend'
+			AND application_name <> ''`).Scan(&others); err != nil {
+			return err
+		}
+		if others == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d sessions of the stopped workers still open after 30 s", others)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	var commits, inserted, updated, deleted, returned, fetched, blocks float64
+	if err := pool.QueryRow(ctx, `SELECT xact_commit, tup_inserted, tup_updated, tup_deleted, tup_returned, tup_fetched, blks_hit + blks_read
+		FROM pg_stat_database WHERE datname = current_database()`).Scan(&commits, &inserted, &updated, &deleted, &returned, &fetched, &blocks); err != nil {
+		return err
+	}
+	n := float64(messages)
+	fmt.Fprintf(os.Stderr, "ordered=%t: per message, %.2f commits, %.2f rows inserted, %.2f updated, %.2f deleted, %.1f returned, %.1f fetched, %.1f buffers\n",
+		ordered, commits/n, inserted/n, updated/n, deleted/n, returned/n, fetched/n, blocks/n)
+	// Where the rows were read: each table's sequential and index reads.
+	rows, err := pool.Query(ctx, `SELECT relname, seq_scan, seq_tup_read, coalesce(idx_scan, 0), coalesce(idx_tup_fetch, 0)
+		FROM pg_stat_user_tables WHERE seq_tup_read + coalesce(idx_tup_fetch, 0) > 0 ORDER BY seq_tup_read + coalesce(idx_tup_fetch, 0) DESC LIMIT 4`)
+	if err != nil {
+		return err
+	}
+	var (
+		table                                string
+		seqScans, seqRows, idxScans, idxRows float64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&table, &seqScans, &seqRows, &idxScans, &idxRows}, func() error {
+		fmt.Fprintf(os.Stderr, "ordered=%t: %s per message: %.2f sequential scans reading %.1f rows, %.2f index scans fetching %.1f rows\n",
+			ordered, table, seqScans/n, seqRows/n, idxScans/n, idxRows/n)
+		return nil
+	})
+	return err
 }
