@@ -217,7 +217,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// before any job runs), which starts many chains' next deliveries in
 	// one transaction.
 	advance := func(t outbox.Turn) { s.relay.Advance(t) }
-	deliver := outbox.NewDeliverWorker(outbox.DeliverConfig{Pool: pool, Routes: routes, MaxAttempts: maxAttempts, Logger: cfg.Logger, Tracer: tracing.Outbox(cfg.TracerProvider), Advance: advance})
+	deliver := outbox.NewDeliverWorker(outbox.DeliverConfig{Pool: pool, Routes: routes, MaxAttempts: maxAttempts, Logger: cfg.Logger, Tracer: tracing.Outbox(cfg.TracerProvider), Advance: advance,
+		ChainBudget: chainBudget(file.Limits, routes)})
 	if err := registry.Add(deliver.Kind()); err != nil {
 		return fail(err)
 	}
@@ -818,4 +819,24 @@ func queueSummary(q map[string]int) string {
 		out = fmt.Appendf(out, "%s=%d", name, q[name])
 	}
 	return string(out)
+}
+
+// chainBudget is the outbox's DeliverConfig.ChainBudget: its default, or
+// none (-1) when a limit applies to delivery jobs (their kind, the outbox
+// queue or a route's queue). A limit counts jobs, and a job that goes on
+// with its ordered key's next messages would deliver them past a rate or
+// a concurrency meant for the receiver; under such a limit each message
+// gets a job of its own.
+func chainBudget(limits []limit.Limit, routes *outbox.Routes) time.Duration {
+	for _, l := range limits {
+		if l.Kind == (outbox.DeliverArgs{}).Kind() || l.Queue == outbox.Queue {
+			return -1
+		}
+		for _, r := range routes.All() {
+			if l.Queue == outbox.QueueFor(r.Name) {
+				return -1
+			}
+		}
+	}
+	return 0
 }

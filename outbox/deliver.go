@@ -124,6 +124,13 @@ type DeliverConfig struct {
 	// context (one insert notification per delivery, which serialises
 	// commits under load).
 	Advance func(Turn)
+	// ChainBudget is how long a delivery job of an ordered chain, its own
+	// message delivered, goes on delivering the chain's next messages
+	// itself (see the package doc, "Ordered delivery"). Default
+	// DefaultChainBudget; negative: never, each message of a chain gets a
+	// job of its own when its turn comes (what a limit on delivery jobs
+	// needs, which counts jobs: ferry's worker sets it so under one).
+	ChainBudget time.Duration
 	// Tracer makes a client span for each webhook request, a child of the
 	// job's span (a child of the message's writer, through the relay),
 	// whose W3C context the request carries in its traceparent header.
@@ -170,6 +177,7 @@ type DeliverWorker struct {
 	retryAt sync.Map
 	tracer  Tracer
 	advance func(Turn)
+	chain   time.Duration
 }
 
 type retryKey struct {
@@ -195,6 +203,7 @@ func NewDeliverWorker(cfg DeliverConfig) *DeliverWorker {
 		now:         cfg.Now,
 		tracer:      cfg.Tracer,
 		advance:     cfg.Advance,
+		chain:       max(cmp.Or(cfg.ChainBudget, DefaultChainBudget), 0),
 	}
 	if w.routes == nil {
 		w.routes = &Routes{}
@@ -244,7 +253,10 @@ func (w *DeliverWorker) Timeout(job *river.Job[DeliverArgs]) time.Duration {
 	if !ok {
 		return unknownRouteJobTimeout
 	}
-	return routeTimeout(r) + jobTimeoutMargin
+	// An ordered delivery's job may go on to the next links of its chain
+	// for its chain budget: each link starts within it, with its route's
+	// timeout and the margin still ahead.
+	return routeTimeout(r) + jobTimeoutMargin + w.chain
 }
 
 // NextRetry returns when River retries a failed attempt: the time Work
@@ -302,10 +314,13 @@ func (w *DeliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) e
 		w.log.Error("outbox: delivery stuck", "message_id", a.MessageID, "route", a.Route, "topic", msg.Topic, "error", err)
 		return river.JobCancel(err)
 	case *deliveryStatus == "delivered":
-		// A second job for a delivery already done (a reset raced a
-		// success, a job inserted by hand): nothing to do.
+		// A job of an ordered chain run again after it delivered its own
+		// message (snoozed for a later link's retry, interrupted, its
+		// worker killed): it goes on with the link it claimed. Otherwise a
+		// second job for a delivery already done (a reset raced a success,
+		// a job inserted by hand): nothing to do.
 		w.log.Debug("outbox: already delivered", "message_id", a.MessageID, "route", a.Route, "topic", msg.Topic, "attempt", job.Attempt)
-		return nil
+		return w.resume(ctx, job, msg)
 	}
 
 	route, ok := w.routes.Get(a.Route)
@@ -315,12 +330,77 @@ func (w *DeliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) e
 	case !ok:
 		return w.waitForRoute(ctx, job, msg)
 	}
+	own := link{msg: msg, attempt: job.Attempt}
 	if route.Handler != nil {
-		return w.workHandler(ctx, job, route, msg)
+		return w.workHandler(ctx, job, route, own)
 	}
-	start := time.Now()
-	res := w.post(ctx, route, msg)
-	return w.finish(ctx, job, msg, res, time.Since(start))
+	return w.webhook(ctx, job, route, own)
+}
+
+// webhook posts l's message to route and records the attempt; while the
+// job's chain budget lasts, a delivered message of an ordered chain is
+// followed by the chain's next, claimed by this job in the transaction
+// that records it delivered (claimNext), and so on.
+func (w *DeliverWorker) webhook(ctx context.Context, job *river.Job[DeliverArgs], route Route, l link) error {
+	until := time.Now().Add(w.chain)
+	for {
+		start := time.Now()
+		res := w.post(w.within(ctx, l), route, l.msg)
+		next, err := w.finish(ctx, job, l, res, time.Since(start), w.chains(ctx, route, until))
+		if err != nil || next == nil {
+			return err
+		}
+		l = *next
+	}
+}
+
+// within returns the context of l's request: ctx, or for a claimed link
+// ctx in its own message's trace (Tracer.Within; without a Tracer, the
+// trace context its traceparent header carries).
+func (w *DeliverWorker) within(ctx context.Context, l link) context.Context {
+	switch {
+	case !l.claimed:
+		return ctx
+	case w.tracer != nil:
+		return w.tracer.Within(ctx, l.parent, l.state)
+	}
+	return traceparent.Within(ctx, l.parent, l.state)
+}
+
+// chains says whether a job whose chain budget runs until until claims
+// the next link of its chain: within the budget, and while nothing stops
+// the job, with the route's timeout and margin left before the job's
+// deadline.
+func (w *DeliverWorker) chains(ctx context.Context, route Route, until time.Time) bool {
+	if d, ok := ctx.Deadline(); ok && time.Until(d) < routeTimeout(route)+jobTimeoutMargin {
+		return false
+	}
+	return ctx.Err() == nil && time.Now().Before(until)
+}
+
+// resume goes on with the chain of a job whose own message is delivered:
+// the link it claimed before it was snoozed or cut off, or a link whose
+// turn came without a job. It returns nil when there is none.
+func (w *DeliverWorker) resume(ctx context.Context, job *river.Job[DeliverArgs], msg Message) error {
+	if msg.OrderingKey == "" {
+		return nil
+	}
+	a := job.Args
+	next, err := claimNext(ctx, w.pool, job.ID, a.Route, msg)
+	if err != nil {
+		return fmt.Errorf("outbox: deliver message %d to route %s: resume its chain: %w", a.MessageID, a.Route, err)
+	}
+	if next == nil {
+		return nil
+	}
+	route, ok := w.routes.Get(a.Route)
+	switch {
+	case !ok:
+		return w.waitForRoute(ctx, job, next.msg)
+	case route.Handler != nil:
+		return w.workHandler(ctx, job, route, *next)
+	}
+	return w.webhook(ctx, job, route, *next)
 }
 
 // forward moves a delivery to its route's queue (QueueFor), where only
@@ -519,10 +599,11 @@ func retryAfter(v string, now time.Time) (wait time.Duration, ok bool) {
 // handler (when Receive says first), the delivery recorded delivered and
 // the River job completed. A failure rolls all of it back, then the failed
 // attempt is recorded on its own.
-func (w *DeliverWorker) workHandler(ctx context.Context, job *river.Job[DeliverArgs], route Route, msg Message) error {
+func (w *DeliverWorker) workHandler(ctx context.Context, job *river.Job[DeliverArgs], route Route, l link) error {
+	msg := l.msg
 	timeout := routeTimeout(route)
 	timedOut := fmt.Errorf("handler timed out after %s", timeout)
-	hctx, cancel := context.WithTimeoutCause(ctx, timeout, timedOut)
+	hctx, cancel := context.WithTimeoutCause(w.within(ctx, l), timeout, timedOut)
 	defer cancel()
 
 	start := time.Now()
@@ -573,10 +654,11 @@ func (w *DeliverWorker) workHandler(ctx context.Context, job *river.Job[DeliverA
 	if res.outcome == delivered {
 		// Recorded in the transaction; only the log line is left.
 		w.handOn(msg, route.Name)
-		w.logDelivered(job, msg, res, elapsed)
+		w.logDelivered(job, l, res, elapsed)
 		return nil
 	}
-	return w.finish(ctx, job, msg, res, elapsed)
+	_, err = w.finish(ctx, job, l, res, elapsed, false)
+	return err
 }
 
 // callHandler runs h, turning a panic into an error: a job never panics the
@@ -590,17 +672,30 @@ func callHandler(ctx context.Context, h Handler, tx pgx.Tx, msg Message) (err er
 	return h(ctx, tx, msg)
 }
 
-// finish records a webhook attempt (or a handler's failed attempt), logs it
-// and returns what River should do with the job.
-func (w *DeliverWorker) finish(ctx context.Context, job *river.Job[DeliverArgs], msg Message, res attempt, elapsed time.Duration) error {
-	a := job.Args
-	attrs := []any{"message_id", a.MessageID, "route", a.Route, "topic", msg.Topic, "attempt", job.Attempt}
+// finish records an attempt at l (a webhook's, or a handler's failed
+// one), logs it and returns what River should do with the job. When chain
+// is true and l's message has an ordering key, the transaction that
+// records it delivered claims the chain's next link for the job
+// (claimNext), which it returns for the job to deliver next.
+//
+// A link the job claimed (not its own message) that fails is not the
+// job's failure, whose own message is delivered: the job is snoozed until
+// the link's next attempt (a snooze costs River no attempt; the link's
+// attempts are counted in its delivery), and a link stuck ends the job
+// completed.
+func (w *DeliverWorker) finish(ctx context.Context, job *river.Job[DeliverArgs], l link, res attempt, elapsed time.Duration, chain bool) (*link, error) {
+	a, msg := job.Args, l.msg
+	own := !l.claimed
+	attrs := []any{"message_id", msg.ID, "route", a.Route, "topic", msg.Topic, "attempt", l.attempt}
+	if !own {
+		attrs = append(attrs, "job_message_id", a.MessageID)
+	}
 	if res.status != 0 {
 		attrs = append(attrs, "status_code", res.status)
 	}
 	attrs = append(attrs, "duration", elapsed)
 	wrap := func(err error) error {
-		return fmt.Errorf("outbox: deliver message %d to route %s: %w", a.MessageID, a.Route, err)
+		return fmt.Errorf("outbox: deliver message %d to route %s: %w", msg.ID, a.Route, err)
 	}
 
 	// The job's context may be over (a timeout, a stop): the result must be
@@ -610,67 +705,96 @@ func (w *DeliverWorker) finish(ctx context.Context, job *river.Job[DeliverArgs],
 
 	switch res.outcome {
 	case delivered:
-		if err := pgx.BeginFunc(rctx, w.pool, func(tx pgx.Tx) error { return w.markDelivered(rctx, tx, msg, a.Route) }); err != nil {
+		chain = chain && msg.OrderingKey != ""
+		var (
+			next *link
+			err  error
+		)
+		if chain {
+			next, err = deliveredThenNext(rctx, w.pool, job.ID, a.Route, msg)
+		} else {
+			err = pgx.BeginFunc(rctx, w.pool, func(tx pgx.Tx) error { return w.markDelivered(rctx, tx, msg, a.Route) })
+		}
+		if err != nil {
 			if errors.Is(err, errMessageGone) {
-				return river.JobCancel(wrap(err))
+				if !own {
+					w.log.Warn("outbox: delivery cancelled", append(attrs, "error", err)...)
+					return nil, nil
+				}
+				return nil, river.JobCancel(wrap(err))
 			}
 			// Retried: the receiver gets it again and dedups on the
 			// event id.
 			err = wrap(fmt.Errorf("delivered, but recording it failed: %w", err))
 			w.log.Warn("outbox: delivery failed", append(attrs, "error", err)...)
-			return err
+			return nil, err
 		}
-		w.handOn(msg, a.Route)
-		w.logDelivered(job, msg, res, elapsed)
-		return nil
+		if !chain {
+			w.handOn(msg, a.Route)
+		}
+		w.logDelivered(job, l, res, elapsed)
+		return next, nil
 
 	case interrupted:
 		w.log.Warn("outbox: delivery interrupted", append(attrs, "error", res.err)...)
-		return wrap(res.err)
+		return nil, wrap(res.err)
 
 	case retry:
 		lastErr := truncate(res.err.Error(), maxLastError)
-		riverLimit := job.MaxAttempts > 0 && job.Attempt >= job.MaxAttempts
-		if !riverLimit && job.Attempt < w.maxAttempts {
-			next := w.now().Add(cmp.Or(res.retryAfter, backoff(job.Attempt)))
-			w.retryAt.Store(retryKey{job.ID, job.Attempt}, next)
+		riverLimit := own && job.MaxAttempts > 0 && job.Attempt >= job.MaxAttempts
+		if !riverLimit && l.attempt < w.maxAttempts {
+			next := w.now().Add(cmp.Or(res.retryAfter, backoff(l.attempt)))
 			err := wrap(res.err)
 			var keyedJob int64
-			if msg.OrderingKey != "" {
-				keyedJob = job.ID
+			if own {
+				w.retryAt.Store(retryKey{job.ID, job.Attempt}, next)
+				if msg.OrderingKey != "" {
+					keyedJob = job.ID
+				}
 			}
-			if rerr := recordFailed(rctx, w.pool, a.MessageID, a.Route, lastErr, next, keyedJob); rerr != nil {
+			if rerr := recordFailed(rctx, w.pool, msg.ID, a.Route, lastErr, next, keyedJob); rerr != nil {
 				err = errors.Join(err, wrap(rerr))
+				w.log.Warn("outbox: delivery failed", append(attrs, "error", lastErr, "next_attempt_at", next)...)
+				return nil, err
 			}
 			w.log.Warn("outbox: delivery failed", append(attrs, "error", lastErr, "next_attempt_at", next)...)
-			return err
+			if !own {
+				return nil, river.JobSnooze(max(next.Sub(w.now()), 0))
+			}
+			return nil, err
 		}
-		lastErr = truncate(fmt.Sprintf("%s (attempt %d, the last)", res.err, job.Attempt), maxLastError)
-		err := wrap(fmt.Errorf("%w (attempt %d, the last)", res.err, job.Attempt))
-		if rerr := recordStuck(rctx, w.pool, a.MessageID, a.Route, lastErr); rerr != nil {
+		lastErr = truncate(fmt.Sprintf("%s (attempt %d, the last)", res.err, l.attempt), maxLastError)
+		err := wrap(fmt.Errorf("%w (attempt %d, the last)", res.err, l.attempt))
+		if rerr := recordStuck(rctx, w.pool, msg.ID, a.Route, lastErr); rerr != nil {
 			err = errors.Join(err, wrap(rerr))
 		}
 		w.log.Error("outbox: delivery stuck", append(attrs, "error", lastErr)...)
-		if riverLimit {
-			return err // River discards the job: it was its last attempt.
+		switch {
+		case !own:
+			return nil, nil // the job's own message was delivered
+		case riverLimit:
+			return nil, err // River discards the job: it was its last attempt.
 		}
 		// MaxAttempts of this worker is below the job's own: River would
 		// retry a plain error, so cancel.
-		return river.JobCancel(err)
+		return nil, river.JobCancel(err)
 
 	default: // stuck
 		lastErr := truncate(res.err.Error(), maxLastError)
 		err := wrap(res.err)
-		if rerr := recordStuck(rctx, w.pool, a.MessageID, a.Route, lastErr); rerr != nil && !errors.Is(rerr, errMessageGone) {
+		if rerr := recordStuck(rctx, w.pool, msg.ID, a.Route, lastErr); rerr != nil && !errors.Is(rerr, errMessageGone) {
 			err = errors.Join(err, wrap(rerr))
 		}
 		w.log.Error("outbox: delivery stuck", append(attrs, "error", lastErr)...)
-		return river.JobCancel(err)
+		if !own {
+			return nil, nil
+		}
+		return nil, river.JobCancel(err)
 	}
 }
 
-func (w *DeliverWorker) logDelivered(job *river.Job[DeliverArgs], msg Message, res attempt, elapsed time.Duration) {
-	attrs := []any{"message_id", job.Args.MessageID, "route", job.Args.Route, "topic", msg.Topic, "attempt", job.Attempt}
+func (w *DeliverWorker) logDelivered(job *river.Job[DeliverArgs], l link, res attempt, elapsed time.Duration) {
+	attrs := []any{"message_id", l.msg.ID, "route", job.Args.Route, "topic", l.msg.Topic, "attempt", l.attempt}
 	if res.status != 0 {
 		attrs = append(attrs, "status_code", res.status)
 	}
@@ -732,6 +856,33 @@ func lockedMessage(row pgx.Row) error {
 	return nil
 }
 
+// deliveredThenNext records msg's delivery to route delivered
+// (markDelivered) and claims its chain's next link for job jobID
+// (claimNext), in one round trip and one transaction (a pipeline's
+// implicit one): a link of a chain costs its job one round trip to
+// Postgres after its request.
+func deliveredThenNext(ctx context.Context, pool *pgxpool.Pool, jobID int64, route string, msg Message) (_ *link, err error) {
+	b := &pgx.Batch{}
+	queueMarkDelivered(b, msg.ID, route)
+	queueClaimNext(b, jobID, route, msg)
+	br := pool.SendBatch(ctx, b)
+	defer func() {
+		if cerr := br.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("record delivered: %w", cerr)
+		}
+	}()
+	gone := readMarkDelivered(br)
+	if gone != nil && !errors.Is(gone, errMessageGone) {
+		return nil, gone
+	}
+	// A message gone leaves no delivered delivery: nothing is claimed.
+	next, err := readClaimNext(br, msg)
+	if err != nil {
+		return nil, err
+	}
+	return next, gone
+}
+
 // markDelivered records the delivery delivered, and the message delivered
 // when no delivery of it is left undone, in tx. Its three statements go in
 // one round trip (a pipeline, run in order): the message's lock first, so
@@ -740,17 +891,29 @@ func lockedMessage(row pgx.Row) error {
 // two updates after the lock did.
 func markDelivered(ctx context.Context, tx pgx.Tx, id int64, route string) (err error) {
 	b := &pgx.Batch{}
-	b.Queue(sqlLockMessage, id)
-	b.Queue(sqlDelivered, id, route)
-	b.Queue(sqlMessageDelivered, id)
+	queueMarkDelivered(b, id, route)
 	br := tx.SendBatch(ctx, b)
 	defer func() {
 		if cerr := br.Close(); err == nil && cerr != nil {
 			err = fmt.Errorf("record delivered: %w", cerr)
 		}
 	}()
-	if err := lockedMessage(br.QueryRow()); err != nil {
-		return err
+	return readMarkDelivered(br)
+}
+
+// queueMarkDelivered queues markDelivered's statements in b, the message's
+// lock first; readMarkDelivered reads them: errMessageGone when the
+// message is no more (the two updates then change nothing).
+func queueMarkDelivered(b *pgx.Batch, id int64, route string) {
+	b.Queue(sqlLockMessage, id)
+	b.Queue(sqlDelivered, id, route)
+	b.Queue(sqlMessageDelivered, id)
+}
+
+func readMarkDelivered(br pgx.BatchResults) error {
+	gone := lockedMessage(br.QueryRow())
+	if gone != nil && !errors.Is(gone, errMessageGone) {
+		return gone
 	}
 	if _, err := br.Exec(); err != nil {
 		return fmt.Errorf("record delivered: %w", err)
@@ -758,7 +921,7 @@ func markDelivered(ctx context.Context, tx pgx.Tx, id int64, route string) (err 
 	if _, err := br.Exec(); err != nil {
 		return fmt.Errorf("record message delivered: %w", err)
 	}
-	return nil
+	return gone
 }
 
 // markDelivered is markDelivered, and for a message with an ordering key

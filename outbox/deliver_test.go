@@ -198,9 +198,13 @@ func TestDeliverWorker_Timeout(t *testing.T) {
 		Route{Topic: testTopic, Name: "quick", URL: "http://127.0.0.1:1/", Timeout: 2 * time.Second},
 		Route{Topic: testTopic, Name: "default", URL: "http://127.0.0.1:1/"},
 	)
-	require.Equal(t, 7*time.Second, w.Timeout(deliverJob(1, "quick", 1, 24)))
-	require.Equal(t, DefaultRouteTimeout+5*time.Second, w.Timeout(deliverJob(1, "default", 1, 24)))
+	// The route's timeout, the margin, and the ordered chain's budget.
+	require.Equal(t, 7*time.Second+DefaultChainBudget, w.Timeout(deliverJob(1, "quick", 1, 24)))
+	require.Equal(t, DefaultRouteTimeout+5*time.Second+DefaultChainBudget, w.Timeout(deliverJob(1, "default", 1, 24)))
 	require.Equal(t, 15*time.Second, w.Timeout(deliverJob(1, "unknown", 1, 24)))
+	unchained := deliverSetup(t).worker(t, DeliverConfig{ChainBudget: -1},
+		Route{Topic: testTopic, Name: "quick", URL: "http://127.0.0.1:1/", Timeout: 2 * time.Second})
+	require.Equal(t, 7*time.Second, unchained.Timeout(deliverJob(1, "quick", 1, 24)))
 }
 
 // TestDeliverWorker_Webhook calls Work directly (a webhook needs nothing of

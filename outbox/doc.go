@@ -138,7 +138,18 @@
 // Each (route, topic, key) is a chain, and at most one delivery of a chain
 // has a River job. The relay gives a job to a chain's first undelivered
 // delivery and records the later ones without one (job_id NULL,
-// "waiting for its turn" in Stats and List). The delivery that completes
+// "waiting for its turn" in Stats and List). A webhook delivery's job,
+// its message delivered, goes on with its chain: in the same round trip
+// and transaction that records the delivery, it claims the chain's next
+// delivery if it waits for its turn (the delivery's job_id becomes the
+// job's), and posts it; and so on for DeliverConfig.ChainBudget (5 s), so
+// that a chain's links cost no job, fetch, completion or queue wait each.
+// A claimed delivery that fails snoozes the job until its retry (River
+// counts no attempt; the delivery counts its own, to MaxAttempts), and
+// the job, run again, or rescued after its process died, resumes with it;
+// a claimed delivery stuck ends the job. A claimed delivery's request
+// carries its own message's trace context (Tracer.Within), not the job's.
+// Past the budget, or for a Go handler route, the delivery that completes
 // hands the chain's turn on: to its process's relay (DeliverConfig.Advance,
 // Relay.Advance), which starts the next delivery of every chain handed to
 // it meanwhile in one transaction and one River insert (a transaction, and
@@ -162,7 +173,7 @@
 // "blocked", until Reset of the stuck message gives it a new job; once it
 // is delivered the chain goes on. A retried delivery holds its chain for
 // its backoff (5 s, 15 s, 60 s, …): a receiver that answers 429 or 503 with
-// Retry-After sets the pace. Its retry goes ahead of the fresh deliveries
+// Retry-After sets the pace. The retry of a job's own message goes ahead of the fresh deliveries
 // in its route's queue (River priority 1; every delivery job is inserted
 // at 2): its key waits on it, and its message is older than theirs. A
 // queue with more ready deliveries than workers would otherwise keep the

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
 	"github.com/ferryq/ferry/internal/base/traceparent"
@@ -16,17 +17,23 @@ import (
 
 // Ordered delivery (see the package doc): for each route and each
 // (topic, ordering key), at most one delivery has a job at a time, the
-// key's first undelivered message's. Three places start a chain's
+// key's first undelivered message's. Four places start a chain's
 // delivery, each holding the chain's advisory transaction lock, so that
 // none misses another's commit:
 //
+//   - the job that delivered the link before it (claimNext): in the
+//     pipeline that records its message delivered, it makes the next
+//     waiting delivery its own, and delivers it itself, for its chain
+//     budget (DefaultChainBudget); a job run again after it claimed one
+//     resumes with it;
 //   - the relay (order): a keyed delivery gets its job only when it is
 //     the first of its chain in the batch and the message before it is
 //     delivered to the route (or has no delivery to it); the others are
 //     recorded waiting, job_id NULL. It only tries the locks: a chain
 //     another holds waits, and the relay hands its turn on after its
 //     commit (the holder could not see the batch's message);
-//   - the delivery that completes hands the turn on: to its process's
+//   - the delivery that completes past its job's chain budget, or to a
+//     Go handler, hands the turn on: to its process's
 //     relay (DeliverConfig.Advance, Relay.Advance), which starts the
 //     successors of the turns handed to it meanwhile in one transaction
 //     (TakeTurns, after the turn's message is delivered only); without a
@@ -77,7 +84,7 @@ var sqlPredecessor = `SELECT p.id, p.status = 'pending' OR pd.status <> 'deliver
 // stays a lookup, run per row of the enclosing query, whose plan (the
 // primary key's index) does not depend on the table's statistics.
 func sqlDeliveryOf(id, route string) string {
-	return `SELECT d.status, d.job_id, d.delivered_at FROM ferry_outbox_delivery d
+	return `SELECT d.status, d.job_id, d.delivered_at, d.attempts FROM ferry_outbox_delivery d
 		WHERE d.message_id = ` + id + ` AND d.route = ` + route + ` LIMIT 1`
 }
 
@@ -304,6 +311,95 @@ func startTurns(ctx context.Context, tx pgx.Tx, ins Inserter, maxAttempts int, t
 		return 0, fmt.Errorf("read the chains' next deliveries: %w", err)
 	}
 	return startAll(ctx, tx, ins, ids, routes, parents, states, maxAttempts)
+}
+
+// DefaultChainBudget is how long one delivery job of an ordered chain goes
+// on delivering the chain's next messages itself, once its own is
+// delivered (claimNext; DeliverConfig.ChainBudget): a job, a fetch, a
+// completion and a turn's transaction saved per message, and no wait in
+// the queue between two links of a key. Past it the job hands the turn
+// on as any delivery does, to a new job at the back of the queue, so that
+// a key with a long backlog does not keep a worker from the other keys'
+// for longer.
+const DefaultChainBudget = 5 * time.Second
+
+// sqlClaimNext claims, for the job $5, the chain's first link after
+// message $4 (route $1, topic $2, key $3) not delivered to the route,
+// when it waits for its turn, or is already the job's (claimed before the
+// job was snoozed or cut off, after links the job delivered): the
+// delivery's job becomes $5, and the message (with its trace context)
+// and the delivery's attempts so far are returned. The caller holds the
+// chain's lock. Nothing is claimed unless the delivery of message $4 is
+// delivered (it may be gone: deleted with its message); then so is every
+// link between (links are delivered in order).
+var sqlClaimNext = `WITH next AS (
+		SELECT m.id, m.payload, m.dedup_key, m.created_at, m.traceparent, m.tracestate, d.attempts,
+		       d.status = 'pending' AND (d.job_id IS NULL OR d.job_id = $5) AS ours
+		FROM ferry_outbox m LEFT JOIN LATERAL (` + sqlDeliveryOf("m.id", "$1") + `) d ON true
+		WHERE m.topic = $2 AND m.ordering_key = $3 AND m.id > $4
+		  AND (m.status = 'pending' OR d.status IS NOT NULL) AND d.status IS DISTINCT FROM 'delivered'
+		  AND EXISTS (SELECT FROM ferry_outbox_delivery p WHERE p.message_id = $4 AND p.route = $1 AND p.status = 'delivered')
+		ORDER BY m.id LIMIT 1),
+	claimed AS (
+		UPDATE ferry_outbox_delivery SET job_id = $5, updated_at = now()
+		WHERE message_id = (SELECT id FROM next WHERE ours) AND route = $1 AND status NOT IN ('delivered', 'stuck')
+		RETURNING message_id)
+	SELECT n.id, n.payload, n.dedup_key, n.created_at, coalesce(n.traceparent, ''), coalesce(n.tracestate, ''), n.attempts
+	FROM next n JOIN claimed c ON c.message_id = n.id`
+
+// link is a delivery a job works: the job's own (its args' message), or
+// one of its chain claimed after it (claimNext). attempt is the attempt
+// it makes: the job's for its own, the delivery's recorded attempts plus
+// one for a claimed link (snoozing the job does not count in River).
+// claimed is set for a claimed link, with its message's trace context
+// (parent, state; empty when untraced), which its request carries instead
+// of the job's.
+type link struct {
+	msg           Message
+	attempt       int
+	claimed       bool
+	parent, state string
+}
+
+// claimNext takes the lock of msg's chain to route and claims its next
+// link for job jobID (sqlClaimNext), in one round trip and one
+// transaction (a pipeline's implicit one); nil when there is none to
+// claim (not relayed yet, none, or another's).
+func claimNext(ctx context.Context, pool *pgxpool.Pool, jobID int64, route string, msg Message) (*link, error) {
+	b := &pgx.Batch{}
+	queueClaimNext(b, jobID, route, msg)
+	br := pool.SendBatch(ctx, b)
+	defer br.Close()
+	next, err := readClaimNext(br, msg)
+	if err != nil {
+		return nil, err
+	}
+	return next, br.Close()
+}
+
+// queueClaimNext queues in b the lock of msg's chain to route and the
+// claim of its next link for job jobID; readClaimNext reads them.
+func queueClaimNext(b *pgx.Batch, jobID int64, route string, msg Message) {
+	b.Queue(sqlOrderLocks, []string{route}, []string{msg.Topic}, []string{msg.OrderingKey})
+	b.Queue(sqlClaimNext, route, msg.Topic, msg.OrderingKey, msg.ID, jobID)
+}
+
+func readClaimNext(br pgx.BatchResults, msg Message) (*link, error) {
+	if _, err := br.Exec(); err != nil {
+		return nil, fmt.Errorf("lock ordered chain: %w", err)
+	}
+	l := link{msg: Message{Topic: msg.Topic, OrderingKey: msg.OrderingKey}, claimed: true}
+	var payload []byte
+	err := br.QueryRow().Scan(&l.msg.ID, &payload, &l.msg.DedupKey, &l.msg.CreatedAt, &l.parent, &l.state, &l.attempt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("claim the chain's next delivery: %w", err)
+	}
+	l.msg.Payload = payload
+	l.attempt++
+	return &l, nil
 }
 
 // sqlRecordJob records a waiting delivery's job. Its status test is

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -120,7 +121,17 @@ type orderedFleet struct {
 // workers for one webhook route to receiver. With handOn, a delivery hands
 // its chain's turn to the first relay (DeliverConfig.Advance), as ferry's
 // worker does; without, it starts the next delivery itself.
-func startOrderedFleet(t *testing.T, b *relayBundle, receiver http.Handler, relays, workers int, handOn bool) *orderedFleet {
+// turnMode is how an ordered fleet's delivered message starts its chain's
+// next one.
+type turnMode int
+
+const (
+	chained           turnMode = iota // by the job that delivered it (the default)
+	handedToRelay                     // by a new job, from the relay's Advance
+	startedByDelivery                 // by a new job, in the transaction that records it
+)
+
+func startOrderedFleet(t *testing.T, b *relayBundle, receiver http.Handler, relays, workers int, mode turnMode) *orderedFleet {
 	t.Helper()
 	ctx := context.Background()
 	srv := hookServer(t, receiver.ServeHTTP)
@@ -129,7 +140,10 @@ func startOrderedFleet(t *testing.T, b *relayBundle, receiver http.Handler, rela
 	var first *Relay
 	relayLogs := &logtest.Recorder{}
 	cfg := DeliverConfig{Pool: b.pool, Routes: mustRoutes(t, route), Client: srv.Client(), Logger: logs.Logger()}
-	if handOn {
+	if mode != chained {
+		cfg.ChainBudget = -1
+	}
+	if mode != startedByDelivery {
 		cfg.Advance = func(t Turn) { first.Advance(t) }
 	}
 	w := NewDeliverWorker(cfg)
@@ -189,15 +203,15 @@ func (f *orderedFleet) waitDelivered(t *testing.T, want int) {
 // workers; unkeyed ones go in parallel.
 func TestOrdered_InOrderThroughFailures(t *testing.T) {
 	t.Parallel()
-	for name, handOn := range map[string]bool{"HandedToTheRelay": true, "StartedByTheDelivery": false} {
+	for name, mode := range map[string]turnMode{"Chained": chained, "HandedToTheRelay": handedToRelay, "StartedByTheDelivery": startedByDelivery} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			testInOrderThroughFailures(t, handOn)
+			testInOrderThroughFailures(t, mode)
 		})
 	}
 }
 
-func testInOrderThroughFailures(t *testing.T, handOn bool) {
+func testInOrderThroughFailures(t *testing.T, mode turnMode) {
 	b := relaySetup(t)
 	var mu sync.Mutex
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -209,7 +223,7 @@ func testInOrderThroughFailures(t *testing.T, handOn bool) {
 		}
 		return 0
 	})
-	f := startOrderedFleet(t, b, receiver, 2, 20, handOn)
+	f := startOrderedFleet(t, b, receiver, 2, 20, mode)
 	keys := []string{"", ""}
 	for i := range 20 {
 		keys = append(keys, fmt.Sprintf("acct-%02d", i))
@@ -224,6 +238,13 @@ func testInOrderThroughFailures(t *testing.T, handOn bool) {
 	require.Greater(t, count(t, b.pool, `SELECT count(*) FROM ferry_outbox_delivery WHERE attempts > 1`), 0, "the receiver's failures were retried")
 	for _, key := range keys[2:] {
 		require.Equal(t, []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, receiver.arrived[key], "key %s", key)
+	}
+	keyedJobs := count(t, b.pool, `SELECT count(DISTINCT d.job_id) FROM ferry_outbox_delivery d JOIN ferry_outbox o ON o.id = d.message_id
+		WHERE o.ordering_key IS NOT NULL`)
+	if mode == chained {
+		require.Less(t, keyedJobs, 100, "a job goes on with its chain's next messages")
+	} else {
+		require.Equal(t, 200, keyedJobs, "each keyed message has a job of its own")
 	}
 	require.NotContains(t, f.relayLogs.String(), "ordered deliveries released", "each turn was handed on, none left to the release pass")
 }
@@ -245,7 +266,7 @@ func TestOrdered_RetryGoesFirst(t *testing.T) {
 		}
 		return 0
 	})
-	f := startOrderedFleet(t, b, receiver, 1, 4, true)
+	f := startOrderedFleet(t, b, receiver, 1, 4, handedToRelay)
 	f.write(t, []string{"k", ""}, 2)
 	f.waitDelivered(t, 4)
 
@@ -276,7 +297,7 @@ func TestOrdered_StuckBlocksItsKey(t *testing.T) {
 		}
 		return 0
 	})
-	f := startOrderedFleet(t, b, receiver, 1, 4, true)
+	f := startOrderedFleet(t, b, receiver, 1, 4, chained)
 	f.write(t, []string{"a", "b"}, 3)
 
 	require.Eventually(t, func() bool {
@@ -374,9 +395,10 @@ func TestOrdered_RelayAndRelease(t *testing.T) {
 	require.Contains(t, stats, Stat{Topic: "account.changed", Route: "ledger", Status: StatusTurn, Count: 15})
 
 	// k1's first delivery, worked without River (no client in the
-	// context): delivered, its successor still without a job.
+	// context) and without going on with its chain: delivered, its
+	// successor still without a job.
 	logs := &logtest.Recorder{}
-	w := NewDeliverWorker(DeliverConfig{Pool: b.pool, Routes: mustRoutes(t, route), Client: srv.Client(), Logger: logs.Logger()})
+	w := NewDeliverWorker(DeliverConfig{Pool: b.pool, Routes: mustRoutes(t, route), Client: srv.Client(), Logger: logs.Logger(), ChainBudget: -1})
 	var first int64
 	require.NoError(t, b.pool.QueryRow(ctx, `SELECT min(id) FROM ferry_outbox WHERE ordering_key = 'k1'`).Scan(&first))
 	require.NoError(t, w.Work(ctx, deliverJob(first, "ledger", 1, 24)))
@@ -402,7 +424,7 @@ func TestOrdered_RelayAndRelease(t *testing.T) {
 	// until the relay takes the turn; taken twice, it starts one.
 	var turns []Turn
 	handing := NewDeliverWorker(DeliverConfig{Pool: b.pool, Routes: mustRoutes(t, route), Client: srv.Client(), Logger: logs.Logger(),
-		Advance: func(t Turn) { turns = append(turns, t) }})
+		Advance: func(t Turn) { turns = append(turns, t) }, ChainBudget: -1})
 	require.NoError(t, b.pool.QueryRow(ctx, `SELECT min(id) FROM ferry_outbox WHERE ordering_key = 'k2'`).Scan(&first))
 	require.NoError(t, handing.Work(ctx, deliverJob(first, "ledger", 1, 24)))
 	require.Equal(t, []Turn{{Route: "ledger", Topic: "account.changed", Key: "k2", After: first}}, turns)
@@ -475,8 +497,9 @@ func TestOrdered_ReleaseElsewhere(t *testing.T) {
 	require.Equal(t, 3, n)
 
 	// The first delivery, worked without River (no client in the
-	// context) and without a relay to hand its turn to: its turn is lost.
-	w := NewDeliverWorker(DeliverConfig{Pool: b.pool, Routes: mustRoutes(t, route), Client: srv.Client(), Logger: slog.New(slog.DiscardHandler)})
+	// context), without a relay to hand its turn to, and without going on
+	// with its chain: its turn is lost.
+	w := NewDeliverWorker(DeliverConfig{Pool: b.pool, Routes: mustRoutes(t, route), Client: srv.Client(), Logger: slog.New(slog.DiscardHandler), ChainBudget: -1})
 	var first int64
 	require.NoError(t, b.pool.QueryRow(ctx, `SELECT min(id) FROM ferry_outbox WHERE ordering_key = 'k1'`).Scan(&first))
 	require.NoError(t, w.Work(ctx, deliverJob(first, "ledger", 1, 24)))
@@ -571,4 +594,98 @@ func TestOrdered_ResetInOrder(t *testing.T) {
 	stats, err := Stats(ctx, b.pool)
 	require.NoError(t, err)
 	require.Contains(t, stats, Stat{Topic: "account.changed", Route: "ledger", Status: StatusTurn, Count: 2})
+}
+
+// TestOrdered_ChainedJob: a delivery job, its own message delivered, goes
+// on with its chain's next messages, claimed in the transaction that
+// records each delivered; cut off in the middle, run again, it resumes
+// with the message it claimed; a claimed message that fails snoozes the
+// job until its retry, counted in its delivery, not in River's attempts.
+func TestOrdered_ChainedJob(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := relaySetup(t)
+	release := make(chan struct{})
+	held := make(chan struct{}, 1)
+	var mu sync.Mutex
+	once := map[string]bool{}
+	receiver := newOrderReceiver(func(p orderedPayload) int {
+		mu.Lock()
+		first := !once[fmt.Sprint(p.Key, p.Seq)]
+		once[fmt.Sprint(p.Key, p.Seq)] = true
+		mu.Unlock()
+		switch {
+		case p.Key == "cut" && p.Seq == 3 && first:
+			held <- struct{}{}
+			<-release // until the test is over; the worker gives up first
+			return http.StatusServiceUnavailable
+		case p.Key == "fail" && p.Seq == 2 && first:
+			return http.StatusServiceUnavailable // Retry-After: 1
+		}
+		return 0
+	})
+	srv := hookServer(t, receiver.ServeHTTP)
+	t.Cleanup(func() { close(release) })
+	route := Route{Topic: "account.changed", Name: "ledger", URL: srv.URL}
+	f := &orderedFleet{relayBundle: b}
+	f.write(t, []string{"cut", "fail"}, 5)
+	r := NewRelay(RelayConfig{Pool: b.pool, Inserter: b.client, Routes: mustRoutes(t, route), Logger: slog.New(slog.DiscardHandler)})
+	n, err := r.RelayOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 10, n)
+	w := NewDeliverWorker(DeliverConfig{Pool: b.pool, Routes: mustRoutes(t, route), Client: srv.Client(), Logger: slog.New(slog.DiscardHandler)})
+	firstOf := func(key string) int64 {
+		var id int64
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT min(id) FROM ferry_outbox WHERE ordering_key = $1`, key).Scan(&id))
+		return id
+	}
+	type delivery struct {
+		Seq      int
+		Status   string
+		JobID    *int64
+		Attempts int
+	}
+	deliveries := func(key string) []delivery {
+		rows, err := b.pool.Query(ctx, `SELECT (o.payload->>'seq')::int, d.status, d.job_id, d.attempts
+			FROM ferry_outbox o JOIN ferry_outbox_delivery d ON d.message_id = o.id WHERE o.ordering_key = $1 ORDER BY o.id`, key)
+		require.NoError(t, err)
+		got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[delivery])
+		require.NoError(t, err)
+		return got
+	}
+
+	// Cut off while it delivers its chain's third message: the first two
+	// are delivered, the third is the job's, the others wait.
+	job := deliverJob(firstOf("cut"), "ledger", 1, 24)
+	jctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Work(jctx, job) }()
+	<-held
+	cancel()
+	err = <-done
+	require.Error(t, err)
+	require.NotErrorIs(t, err, &rivertype.JobSnoozeError{})
+	require.NotErrorIs(t, err, &rivertype.JobCancelError{})
+	firstJob := *deliveries("cut")[0].JobID // the relay's
+	id := job.ID
+	require.Equal(t, []delivery{{1, "delivered", &firstJob, 1}, {2, "delivered", &id, 1}, {3, "pending", &id, 0}, {4, "pending", nil, 0}, {5, "pending", nil, 0}}, deliveries("cut"))
+
+	// Run again (a retry, a rescue): it resumes with its third message.
+	job.Attempt = 2
+	require.NoError(t, w.Work(ctx, job))
+	require.Equal(t, []delivery{{1, "delivered", &firstJob, 1}, {2, "delivered", &id, 1}, {3, "delivered", &id, 1}, {4, "delivered", &id, 1}, {5, "delivered", &id, 1}}, deliveries("cut"))
+	require.Equal(t, []int{1, 2, 3, 4, 5}, receiver.arrived["cut"])
+
+	// A claimed message that fails: the job snoozes until its retry.
+	job = deliverJob(firstOf("fail"), "ledger", 1, 24)
+	err = w.Work(ctx, job)
+	var snooze *rivertype.JobSnoozeError
+	require.ErrorAs(t, err, &snooze)
+	require.InDelta(t, time.Second, snooze.Duration, float64(200*time.Millisecond), "Retry-After: 1")
+	id = job.ID
+	firstJob = *deliveries("fail")[0].JobID
+	require.Equal(t, []delivery{{1, "delivered", &firstJob, 1}, {2, "pending", &id, 1}, {3, "pending", nil, 0}, {4, "pending", nil, 0}, {5, "pending", nil, 0}}, deliveries("fail"))
+	require.NoError(t, w.Work(ctx, job)) // River runs it again, its attempt unchanged
+	require.Equal(t, []delivery{{1, "delivered", &firstJob, 1}, {2, "delivered", &id, 2}, {3, "delivered", &id, 1}, {4, "delivered", &id, 1}, {5, "delivered", &id, 1}}, deliveries("fail"))
+	require.Equal(t, []int{1, 2, 3, 4, 5}, receiver.arrived["fail"])
 }

@@ -25,4 +25,11 @@ type Tracer interface {
 	// ends the span with the response's status (0: none) and the attempt's
 	// error (nil: delivered).
 	Request(ctx context.Context, route, url string, id int64) (_ context.Context, end func(status int, err error))
+	// Within returns ctx (its deadline and values) with the W3C context
+	// parent and state as its span's instead of the job's; with parent
+	// empty, no span. A delivery job that goes on with the next messages
+	// of its ordered chain makes their requests' spans in their own
+	// messages' traces (children of their writers'), not in its first
+	// message's.
+	Within(ctx context.Context, parent, state string) context.Context
 }

@@ -20,11 +20,19 @@ type recordingTracer struct {
 	requests []string // "route url"
 	results  []int
 	errs     []error
+	withins  []string // "parent state"
 }
 
 const childParent = "00-4bf92f3577b34da6a3ce929d0e0e4736-b7ad6b7169203331-01"
 
 type requestKey struct{}
+
+func (r *recordingTracer) Within(ctx context.Context, parent, state string) context.Context {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.withins = append(r.withins, parent+" "+state)
+	return ctx
+}
 
 func (r *recordingTracer) Relay(_ context.Context, parent, state string, id int64, topic string) (string, string, func(error)) {
 	r.mu.Lock()
@@ -99,4 +107,49 @@ func TestDeliverWorker_Tracer(t *testing.T) {
 	require.Equal(t, []int{http.StatusNoContent, http.StatusServiceUnavailable}, tracer.results)
 	require.NoError(t, tracer.errs[0])
 	require.ErrorContains(t, tracer.errs[1], "503")
+}
+
+// TestDeliverWorker_ChainedTrace: a message of an ordered chain delivered
+// by its predecessor's job is requested in its own message's trace: the
+// Tracer's Within gets its W3C context, and without a Tracer its request
+// carries it in traceparent (the job's own message's request carries the
+// job's, here none).
+func TestDeliverWorker_ChainedTrace(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := relaySetup(t)
+	var mu sync.Mutex
+	var headers []string
+	srv := hookServer(t, func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		headers = append(headers, r.Header.Get("traceparent")+" "+r.Header.Get("tracestate"))
+		mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	})
+	route := Route{Topic: "order.placed", Name: "billing", URL: srv.URL}
+	const p1, p2 = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "00-0af7651916cd43dd8448eb211c80319c-b9c7c989f97918e1-01"
+	for _, key := range []string{"plain", "traced"} {
+		_, err := b.pool.Exec(ctx, `INSERT INTO ferry_outbox (topic, payload, ordering_key, traceparent, tracestate) VALUES ('order.placed', '{}', $1, $2, NULL), ('order.placed', '{}', $1, $3, 'congo=t61rcWkgMzE')`, key, p1, p2)
+		require.NoError(t, err)
+	}
+	r := NewRelay(RelayConfig{Pool: b.pool, Inserter: b.client, Routes: mustRoutes(t, route), Logger: slog.New(slog.DiscardHandler)})
+	n, err := r.RelayOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 4, n)
+	first := func(key string) int64 {
+		var id int64
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT min(id) FROM ferry_outbox WHERE ordering_key = $1`, key).Scan(&id))
+		return id
+	}
+
+	plain := NewDeliverWorker(DeliverConfig{Pool: b.pool, Routes: mustRoutes(t, route), Client: srv.Client(), Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, plain.Work(ctx, deliverJob(first("plain"), "billing", 1, 24)))
+	require.Equal(t, []string{" ", p2 + " congo=t61rcWkgMzE"}, headers, "the second message, delivered by the first's job, in its own trace")
+
+	tracer := &recordingTracer{}
+	traced := NewDeliverWorker(DeliverConfig{Pool: b.pool, Routes: mustRoutes(t, route), Client: srv.Client(), Tracer: tracer, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, traced.Work(ctx, deliverJob(first("traced"), "billing", 1, 24)))
+	require.Equal(t, []string{p2 + " congo=t61rcWkgMzE"}, tracer.withins)
+	require.Len(t, tracer.requests, 2, "a span for each request")
+	require.Zero(t, count(t, b.pool, `SELECT count(*) FROM ferry_outbox WHERE status <> 'delivered'`))
 }

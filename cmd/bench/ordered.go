@@ -278,32 +278,48 @@ func orderedRun(ctx context.Context, serverURL, bin, dir string, ordered bool, k
 	}
 	out.perSec = float64(total) / lastS
 	if ordered {
-		var turn50, turn99, fetch50, fetch99, run50, run99 float64
-		var inserts, started int
-		// The jobs one transaction inserted share created_at (River's
-		// now()): the transactions that started deliveries, and how many.
-		if err := pool.QueryRow(ctx, `SELECT count(DISTINCT j.created_at), count(*) FROM ferry_outbox_delivery d JOIN river_job j ON j.id = d.job_id`).Scan(&inserts, &started); err != nil {
+		// A chain's link is delivered by a job of its own (a turn handed
+		// on) or by an earlier link's job, which goes on with its chain
+		// (chained): how many of each, the jobs, and the transactions that
+		// inserted them (the jobs one transaction inserted share
+		// created_at, River's now()).
+		var jobs, inserts, own, chained int
+		if err := pool.QueryRow(ctx, `SELECT count(DISTINCT j.id), count(DISTINCT j.created_at),
+				count(*) FILTER (WHERE (j.args->>'message_id')::bigint = d.message_id), count(*) FILTER (WHERE (j.args->>'message_id')::bigint <> d.message_id)
+			FROM ferry_outbox_delivery d JOIN river_job j ON j.id = d.job_id`).Scan(&jobs, &inserts, &own, &chained); err != nil {
 			return out, err
 		}
+		// For the links with a job of their own: from the predecessor's
+		// delivery to the job's insert (the turn), to its first attempt
+		// (the fetch), and its last attempt to its delivery.
+		var (
+			links                                          int
+			turn50, turn99, fetch50, fetch99, run50, run99 float64
+		)
 		if err := pool.QueryRow(ctx, `WITH s AS (
-			SELECT j.created_at AS started, j.attempted_at, d.delivered_at, j.attempt,
+			SELECT j.created_at AS started, j.attempted_at, d.delivered_at, j.attempt, (j.args->>'message_id')::bigint = m.id AS own,
 			       lag(d.delivered_at) OVER (PARTITION BY m.ordering_key ORDER BY m.id) AS prev_delivered
 			FROM ferry_outbox m JOIN ferry_outbox_delivery d ON d.message_id = m.id JOIN river_job j ON j.id = d.job_id)
-			SELECT 1000 * extract(epoch FROM percentile_disc(0.5) WITHIN GROUP (ORDER BY started - prev_delivered)),
-			       1000 * extract(epoch FROM percentile_disc(0.99) WITHIN GROUP (ORDER BY started - prev_delivered)),
-			       1000 * extract(epoch FROM percentile_disc(0.5) WITHIN GROUP (ORDER BY attempted_at - started) FILTER (WHERE attempt = 1)),
-			       1000 * extract(epoch FROM percentile_disc(0.99) WITHIN GROUP (ORDER BY attempted_at - started) FILTER (WHERE attempt = 1)),
-			       1000 * extract(epoch FROM percentile_disc(0.5) WITHIN GROUP (ORDER BY delivered_at - attempted_at)),
-			       1000 * extract(epoch FROM percentile_disc(0.99) WITHIN GROUP (ORDER BY delivered_at - attempted_at))
-			FROM s WHERE prev_delivered IS NOT NULL`).Scan(&turn50, &turn99, &fetch50, &fetch99, &run50, &run99); err != nil {
+			SELECT count(*), coalesce(1000 * extract(epoch FROM percentile_disc(0.5) WITHIN GROUP (ORDER BY started - prev_delivered)), 0),
+			       coalesce(1000 * extract(epoch FROM percentile_disc(0.99) WITHIN GROUP (ORDER BY started - prev_delivered)), 0),
+			       coalesce(1000 * extract(epoch FROM percentile_disc(0.5) WITHIN GROUP (ORDER BY attempted_at - started) FILTER (WHERE attempt = 1)), 0),
+			       coalesce(1000 * extract(epoch FROM percentile_disc(0.99) WITHIN GROUP (ORDER BY attempted_at - started) FILTER (WHERE attempt = 1)), 0),
+			       coalesce(1000 * extract(epoch FROM percentile_disc(0.5) WITHIN GROUP (ORDER BY delivered_at - attempted_at)), 0),
+			       coalesce(1000 * extract(epoch FROM percentile_disc(0.99) WITHIN GROUP (ORDER BY delivered_at - attempted_at)), 0)
+			FROM s WHERE prev_delivered IS NOT NULL AND own`).Scan(&links, &turn50, &turn99, &fetch50, &fetch99, &run50, &run99); err != nil {
 			return out, err
 		}
-		fmt.Fprintf(os.Stderr, "ordered steps (ms): turn p50 %.0f p99 %.0f; fetch p50 %.0f p99 %.0f; last attempt to recorded p50 %.0f p99 %.0f; %d deliveries started by %d transactions\n", turn50, turn99, fetch50, fetch99, run50, run99, started, inserts)
+		fmt.Fprintf(os.Stderr, "ordered: %d deliveries by %d jobs inserted by %d transactions: %d by a job of their own, %d by an earlier message's job going on with its chain\n", own+chained, jobs, inserts, own, chained)
+		if links > 0 {
+			fmt.Fprintf(os.Stderr, "ordered steps of the %d links after the first with a job of their own (ms): turn p50 %.0f p99 %.0f; fetch p50 %.0f p99 %.0f; last attempt to recorded p50 %.0f p99 %.0f\n", links, turn50, turn99, fetch50, fetch99, run50, run99)
+		}
 	}
 	// How River fetched the delivery jobs (their last attempts: a fetch's
 	// jobs share attempted_at and the fetching client), and how long a
 	// retried attempt waited after the failure before it: the two figures
-	// that explain a run's pace.
+	// that explain a run's pace. (A chained link's failure snoozes its
+	// job, which River records as no error: the retries here are of jobs'
+	// own messages.)
 	var fetches int
 	var perFetch, gap50, retry50, retry90 float64
 	if err := pool.QueryRow(ctx, `WITH f AS (SELECT attempted_at, attempted_by[array_length(attempted_by, 1)] AS who, count(*) AS n

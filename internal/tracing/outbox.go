@@ -40,6 +40,13 @@ func (o outboxTracer) Relay(ctx context.Context, parent, state string, id int64,
 	}
 }
 
+func (o outboxTracer) Within(ctx context.Context, parent, state string) context.Context {
+	if parent == "" {
+		return trace.ContextWithSpanContext(ctx, trace.SpanContext{})
+	}
+	return otelferry.ContextWith(ctx, parent, state)
+}
+
 func (o outboxTracer) Request(ctx context.Context, route, url string, id int64) (context.Context, func(int, error)) {
 	ctx, span := o.tracer.Start(ctx, http.MethodPost, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
 		attribute.String("http.request.method", http.MethodPost),

@@ -49,12 +49,30 @@ func SetCapture(f Capture) {
 }
 
 // FromContext returns ctx's span context as W3C header values: both empty
-// when ctx holds no valid span context or no capture is installed.
+// when ctx holds no valid span context or no capture is installed. A
+// context made by Within returns what it was given.
 func FromContext(ctx context.Context) (parent, state string) {
+	if w, ok := ctx.Value(withinKey{}).(within); ok {
+		return w.parent, w.state
+	}
 	if f := capture.Load(); f != nil {
 		return (*f)(ctx)
 	}
 	return "", ""
+}
+
+type (
+	withinKey struct{}
+	within    struct{ parent, state string }
+)
+
+// Within returns ctx holding the W3C context parent and state (none when
+// parent is empty) in place of its span's, for FromContext and
+// InjectHeader: the outbox's request of a message delivered by another
+// message's job, without a tracer to make it a span, carries its own
+// message's trace.
+func Within(ctx context.Context, parent, state string) context.Context {
+	return context.WithValue(ctx, withinKey{}, within{parent, state})
 }
 
 // InjectHeader sets h's traceparent and tracestate headers from ctx's span

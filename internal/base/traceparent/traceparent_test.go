@@ -55,6 +55,20 @@ func TestRoundTrip(t *testing.T) {
 	require.Equal(t, http.Header{"Traceparent": {parent}}, h, "no state, no tracestate header")
 }
 
+// TestWithin: a context made by Within gives what it was given, not its
+// span's; with no parent, nothing.
+func TestWithin(t *testing.T) {
+	t.Parallel()
+	const other = "00-0af7651916cd43dd8448eb211c80319c-b9c7c989f97918e1-01"
+	ctx := traced(context.Background(), parent, state)
+	p, s := FromContext(Within(ctx, other, ""))
+	require.Equal(t, other, p)
+	require.Empty(t, s)
+	h := http.Header{}
+	InjectHeader(Within(ctx, "", ""), h)
+	require.Empty(t, h, "an untraced message's request carries no trace, not the job's")
+}
+
 func TestNoTrace(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
