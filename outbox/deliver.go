@@ -710,9 +710,12 @@ func (w *DeliverWorker) finish(ctx context.Context, job *river.Job[DeliverArgs],
 			next *link
 			err  error
 		)
-		if chain {
+		switch {
+		case chain:
 			next, err = deliveredThenNext(rctx, w.pool, job.ID, a.Route, msg)
-		} else {
+		case msg.OrderingKey == "" || w.advance != nil:
+			err = recordDelivered(rctx, w.pool, msg.ID, a.Route)
+		default: // the next link's job is inserted in the same transaction
 			err = pgx.BeginFunc(rctx, w.pool, func(tx pgx.Tx) error { return w.markDelivered(rctx, tx, msg, a.Route) })
 		}
 		if err != nil {
@@ -854,6 +857,20 @@ func lockedMessage(row pgx.Row) error {
 		return fmt.Errorf("lock message: %w", err)
 	}
 	return nil
+}
+
+// recordDelivered is markDelivered in one round trip: its statements in
+// a pipeline, which Postgres runs in one implicit transaction (BEGIN and
+// COMMIT would take a round trip each).
+func recordDelivered(ctx context.Context, pool *pgxpool.Pool, id int64, route string) error {
+	b := &pgx.Batch{}
+	queueMarkDelivered(b, id, route)
+	br := pool.SendBatch(ctx, b)
+	err := readMarkDelivered(br)
+	if cerr := br.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("record delivered: %w", cerr)
+	}
+	return err
 }
 
 // deliveredThenNext records msg's delivery to route delivered
