@@ -289,15 +289,18 @@ func orderedRun(ctx context.Context, serverURL, bin, dir string, ordered bool, k
 			FROM ferry_outbox_delivery d JOIN river_job j ON j.id = d.job_id`).Scan(&jobs, &inserts, &own, &chained); err != nil {
 			return out, err
 		}
-		// For the links with a job of their own: from the predecessor's
-		// delivery to the job's insert (the turn), to its first attempt
-		// (the fetch), and its last attempt to its delivery.
+		// For the links with a job of their own that delivered no other
+		// (a job that went on with its chain attempted later links after
+		// its own): from the predecessor's delivery to the job's insert
+		// (the turn), to its first attempt (the fetch), and its last
+		// attempt to its delivery.
 		var (
 			links                                          int
 			turn50, turn99, fetch50, fetch99, run50, run99 float64
 		)
 		if err := pool.QueryRow(ctx, `WITH s AS (
-			SELECT j.created_at AS started, j.attempted_at, d.delivered_at, j.attempt, (j.args->>'message_id')::bigint = m.id AS own,
+			SELECT j.created_at AS started, j.attempted_at, d.delivered_at, j.attempt,
+			       (j.args->>'message_id')::bigint = m.id AND count(*) OVER (PARTITION BY j.id) = 1 AS own,
 			       lag(d.delivered_at) OVER (PARTITION BY m.ordering_key ORDER BY m.id) AS prev_delivered
 			FROM ferry_outbox m JOIN ferry_outbox_delivery d ON d.message_id = m.id JOIN river_job j ON j.id = d.job_id)
 			SELECT count(*), coalesce(1000 * extract(epoch FROM percentile_disc(0.5) WITHIN GROUP (ORDER BY started - prev_delivered)), 0),
@@ -311,7 +314,7 @@ func orderedRun(ctx context.Context, serverURL, bin, dir string, ordered bool, k
 		}
 		fmt.Fprintf(os.Stderr, "ordered: %d deliveries by %d jobs inserted by %d transactions: %d by a job of their own, %d by an earlier message's job going on with its chain\n", own+chained, jobs, inserts, own, chained)
 		if links > 0 {
-			fmt.Fprintf(os.Stderr, "ordered steps of the %d links after the first with a job of their own (ms): turn p50 %.0f p99 %.0f; fetch p50 %.0f p99 %.0f; last attempt to recorded p50 %.0f p99 %.0f\n", links, turn50, turn99, fetch50, fetch99, run50, run99)
+			fmt.Fprintf(os.Stderr, "ordered steps of the %d links after the first with a job of their own and no other (ms): turn p50 %.0f p99 %.0f; fetch p50 %.0f p99 %.0f; last attempt to recorded p50 %.0f p99 %.0f\n", links, turn50, turn99, fetch50, fetch99, run50, run99)
 		}
 	}
 	// How River fetched the delivery jobs (their last attempts: a fetch's
