@@ -768,11 +768,15 @@ func (w *DeliverWorker) finish(ctx context.Context, job *river.Job[DeliverArgs],
 		}
 		lastErr = truncate(fmt.Sprintf("%s (attempt %d, the last)", res.err, l.attempt), maxLastError)
 		err := wrap(fmt.Errorf("%w (attempt %d, the last)", res.err, l.attempt))
-		if rerr := recordStuck(rctx, w.pool, msg.ID, a.Route, lastErr); rerr != nil {
+		rerr := recordStuck(rctx, w.pool, msg.ID, a.Route, lastErr)
+		if rerr != nil {
 			err = errors.Join(err, wrap(rerr))
 		}
 		w.log.Error("outbox: delivery stuck", append(attrs, "error", lastErr)...)
 		switch {
+		case !own && rerr != nil:
+			// Not recorded: the job is retried, and resumes with it.
+			return nil, err
 		case !own:
 			return nil, nil // the job's own message was delivered
 		case riverLimit:
@@ -785,12 +789,17 @@ func (w *DeliverWorker) finish(ctx context.Context, job *river.Job[DeliverArgs],
 	default: // stuck
 		lastErr := truncate(res.err.Error(), maxLastError)
 		err := wrap(res.err)
-		if rerr := recordStuck(rctx, w.pool, msg.ID, a.Route, lastErr); rerr != nil && !errors.Is(rerr, errMessageGone) {
+		rerr := recordStuck(rctx, w.pool, msg.ID, a.Route, lastErr)
+		if rerr != nil && !errors.Is(rerr, errMessageGone) {
 			err = errors.Join(err, wrap(rerr))
 		}
 		w.log.Error("outbox: delivery stuck", append(attrs, "error", lastErr)...)
-		if !own {
-			return nil, nil
+		switch {
+		case !own && rerr != nil && !errors.Is(rerr, errMessageGone):
+			// Not recorded: the job is retried, and resumes with it.
+			return nil, err
+		case !own:
+			return nil, nil // the job's own message was delivered
 		}
 		return nil, river.JobCancel(err)
 	}
