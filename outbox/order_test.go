@@ -239,12 +239,15 @@ func testInOrderThroughFailures(t *testing.T, mode turnMode) {
 	for _, key := range keys[2:] {
 		require.Equal(t, []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, receiver.arrived[key], "key %s", key)
 	}
-	keyedJobs := count(t, b.pool, `SELECT count(DISTINCT d.job_id) FROM ferry_outbox_delivery d JOIN ferry_outbox o ON o.id = d.message_id
-		WHERE o.ordering_key IS NOT NULL`)
+	// How many keyed messages a job of another message delivered (how
+	// many the relay relayed before their predecessor's job looked for
+	// them is a race; that some went on is not, with retries of a second).
+	byAnother := count(t, b.pool, `SELECT count(*) FROM ferry_outbox_delivery d JOIN river_job j ON j.id = d.job_id
+		WHERE (j.args->>'message_id')::bigint <> d.message_id`)
 	if mode == chained {
-		require.Less(t, keyedJobs, 100, "a job goes on with its chain's next messages")
+		require.Positive(t, byAnother, "a job goes on with its chain's next messages")
 	} else {
-		require.Equal(t, 200, keyedJobs, "each keyed message has a job of its own")
+		require.Zero(t, byAnother, "each keyed message has a job of its own")
 	}
 	require.NotContains(t, f.relayLogs.String(), "ordered deliveries released", "each turn was handed on, none left to the release pass")
 }
@@ -681,7 +684,8 @@ func TestOrdered_ChainedJob(t *testing.T) {
 	err = w.Work(ctx, job)
 	var snooze *rivertype.JobSnoozeError
 	require.ErrorAs(t, err, &snooze)
-	require.InDelta(t, time.Second, snooze.Duration, float64(200*time.Millisecond), "Retry-After: 1")
+	require.Positive(t, snooze.Duration, "until the retry Retry-After: 1 asked for")
+	require.LessOrEqual(t, snooze.Duration, time.Second)
 	id = job.ID
 	firstJob = *deliveries("fail")[0].JobID
 	require.Equal(t, []delivery{{1, "delivered", &firstJob, 1}, {2, "pending", &id, 1}, {3, "pending", nil, 0}, {4, "pending", nil, 0}, {5, "pending", nil, 0}}, deliveries("fail"))
