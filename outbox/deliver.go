@@ -755,12 +755,11 @@ func (w *DeliverWorker) finish(ctx context.Context, job *river.Job[DeliverArgs],
 					keyedJob = job.ID
 				}
 			}
-			if rerr := recordFailed(rctx, w.pool, msg.ID, a.Route, lastErr, next, keyedJob); rerr != nil {
-				err = errors.Join(err, wrap(rerr))
-				w.log.Warn("outbox: delivery failed", append(attrs, "error", lastErr, "next_attempt_at", next)...)
-				return nil, err
-			}
+			rerr := recordFailed(rctx, w.pool, msg.ID, a.Route, lastErr, next, keyedJob)
 			w.log.Warn("outbox: delivery failed", append(attrs, "error", lastErr, "next_attempt_at", next)...)
+			if rerr != nil {
+				return nil, errors.Join(err, wrap(rerr))
+			}
 			if !own {
 				return nil, river.JobSnooze(max(next.Sub(w.now()), 0))
 			}

@@ -679,13 +679,20 @@ func TestOrdered_ChainedJob(t *testing.T) {
 	require.Equal(t, []delivery{{1, "delivered", &firstJob, 1}, {2, "delivered", &id, 1}, {3, "delivered", &id, 1}, {4, "delivered", &id, 1}, {5, "delivered", &id, 1}}, deliveries("cut"))
 	require.Equal(t, []int{1, 2, 3, 4, 5}, receiver.arrived["cut"])
 
-	// A claimed message that fails: the job snoozes until its retry.
+	// A claimed message that fails: the job snoozes until its retry, the
+	// one Retry-After: 1 asked for (the worker's clock held still, so the
+	// snooze is exactly that).
+	clock := time.Now()
+	w.now = func() time.Time { return clock }
 	job = deliverJob(firstOf("fail"), "ledger", 1, 24)
 	err = w.Work(ctx, job)
 	var snooze *rivertype.JobSnoozeError
 	require.ErrorAs(t, err, &snooze)
-	require.Positive(t, snooze.Duration, "until the retry Retry-After: 1 asked for")
-	require.LessOrEqual(t, snooze.Duration, time.Second)
+	require.Equal(t, time.Second, snooze.Duration)
+	var next time.Time
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT d.next_attempt_at FROM ferry_outbox o JOIN ferry_outbox_delivery d ON d.message_id = o.id
+		WHERE o.ordering_key = 'fail' AND (o.payload->>'seq')::int = 2`).Scan(&next))
+	require.WithinDuration(t, clock.Add(snooze.Duration), next, time.Microsecond, "the job wakes when its claimed message is due")
 	id = job.ID
 	firstJob = *deliveries("fail")[0].JobID
 	require.Equal(t, []delivery{{1, "delivered", &firstJob, 1}, {2, "pending", &id, 1}, {3, "pending", nil, 0}, {4, "pending", nil, 0}, {5, "pending", nil, 0}}, deliveries("fail"))
