@@ -452,12 +452,14 @@ func (r *Relay) relayTx(ctx context.Context, careful bool) (n int, full bool, er
 			var (
 				jobIDs   []int64
 				waitRoom map[int64]string
+				queues   []string // of the jobs inserted
 			)
 			if len(params) > 0 {
 				jobIDs, waitRoom, err = r.insertDeliveries(ctx, tx, params, msgIDs, inSavepoint)
 				if err != nil {
 					return fmt.Errorf("insert delivery jobs: %w", err)
 				}
+				queues = insertedQueues(params, jobIDs)
 			}
 			// The waiting deliveries are recorded without a job (0: NULL).
 			msgIDs, names = append(msgIDs, waitMsgs...), append(names, waitNames...)
@@ -485,11 +487,15 @@ func (r *Relay) relayTx(ctx context.Context, careful bool) (n int, full bool, er
 				// at once. The next wake or poll tries them again.
 				full = false
 			}
-			// Recorded and marked in one round trip.
+			// Recorded and marked, and the workers woken, in one round
+			// trip.
 			b := &pgx.Batch{}
 			b.Queue(`INSERT INTO ferry_outbox_delivery (message_id, route, job_id)
 				SELECT m, r, NULLIF(j, 0) FROM unnest($1::bigint[], $2::text[], $3::bigint[]) AS u(m, r, j)`, msgIDs, names, jobIDs)
 			b.Queue(`UPDATE ferry_outbox SET status = 'relayed', relayed_at = now(), last_error = NULL WHERE id = ANY($1)`, relayed)
+			if len(queues) > 0 {
+				b.Queue(sqlWakeWorkers, r.cfg.Schema, queues)
+			}
 			if err := tx.SendBatch(ctx, b).Close(); err != nil {
 				return fmt.Errorf("record deliveries and mark relayed: %w", err)
 			}
@@ -509,6 +515,39 @@ func (r *Relay) relayTx(ctx context.Context, careful bool) (n int, full bool, er
 		return nil
 	})
 	return n, full, err
+}
+
+// sqlWakeWorkers sends, for each queue in $2, the insert notification
+// River's client sends when it inserts available jobs (channel
+// <schema>.river_insert, payload {"queue": "<name>"}; $1 the schema, ""
+// for the connection's current one), on which every River producer of
+// that queue fetches.
+//
+// River's client sends it at most once per fetch cooldown per queue: a
+// relay transaction that commits inside that window, after the fetch the
+// last notification caused, left its delivery jobs to the workers' next
+// poll (FERRY_FETCH_POLL_INTERVAL, 100 ms), the tail of the outbox's
+// commit-to-delivery latency. The relay sends it in every transaction
+// that inserted jobs; Postgres delivers identical notifications of one
+// transaction once, so where River sent its own this adds nothing. Its
+// cost is one notification per relay transaction, not per message. It is
+// SQL of its own rather than River's driver (NotifyMany, as jobs.CopyTx
+// and the limiter send it) so that it rides in the batch that records
+// the deliveries, without a round trip of its own; TestWakeWorkers holds
+// it to River's channel and payload.
+const sqlWakeWorkers = `SELECT pg_notify(concat(coalesce(NULLIF($1::text, ''), current_schema()), '.river_insert'), format('{"queue": %s}', to_json(q)))
+	FROM unnest($2::text[]) AS q`
+
+// insertedQueues returns the queues of the jobs inserted (jobIDs,
+// parallel to params: 0 for one refused), each once.
+func insertedQueues(params []river.InsertManyParams, jobIDs []int64) []string {
+	var queues []string
+	for i, p := range params {
+		if jobIDs[i] != 0 && !slices.Contains(queues, p.InsertOpts.Queue) {
+			queues = append(queues, p.InsertOpts.Queue)
+		}
+	}
+	return queues
 }
 
 // relayState reads, in one round trip, what a relay transaction claims

@@ -1,9 +1,11 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -263,6 +265,88 @@ func TestRelay_Start(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return count(t, b.pool, "SELECT count(*) FROM ferry_outbox WHERE id = $1 AND status = 'relayed'", id) == 1
 	}, 5*time.Second, 10*time.Millisecond)
+}
+
+// TestRelay_WakesWorkers: a relay transaction notifies its delivery jobs'
+// queues itself, though the River client that inserted them sent no
+// notification (at most one per fetch cooldown per queue; here an hour),
+// so the workers start them without waiting for their poll (here an hour).
+func TestRelay_WakesWorkers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.PoolFor(t, pgtest.NewDatabase(t, true))
+	inserter, err := river.NewClient(riverpgxv5.New(pool), &river.Config{FetchCooldown: time.Hour, FetchPollInterval: time.Hour})
+	require.NoError(t, err)
+	b := &relayBundle{pool: pool, client: inserter}
+	r := b.relay(t, webhook("t", "hook"))
+
+	worked := make(chan int64, 10)
+	workers := river.NewWorkers()
+	river.AddWorker(workers, river.WorkFunc(func(_ context.Context, job *river.Job[DeliverArgs]) error {
+		worked <- job.Args.MessageID
+		return nil
+	}))
+	worker, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		FetchPollInterval: time.Hour, // only a notification wakes it
+		Queues:            map[string]river.QueueConfig{QueueFor("hook"): {MaxWorkers: 10}},
+		Workers:           workers,
+		Logger:            slog.New(slog.DiscardHandler),
+	})
+	require.NoError(t, err)
+
+	// The first message's job, inserted before the worker starts, is
+	// taken by its first fetch, made once it listens. Its insert spent
+	// the inserting client's one notification of the hour.
+	first := b.add(t, "t", `{}`)
+	n, err := r.RelayOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.NoError(t, worker.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, worker.Stop(context.WithoutCancel(ctx))) })
+	require.Equal(t, first, <-worked)
+
+	for range 3 {
+		id := b.add(t, "t", `{}`)
+		n, err := r.RelayOnce(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		select {
+		case got := <-worked:
+			require.Equal(t, id, got)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("message %d's delivery job was not started: nothing woke the worker", id)
+		}
+	}
+}
+
+// TestWakeWorkers: the relay's notification is River's own: its channel
+// in the schema given (or the current one), its payload byte for byte.
+func TestWakeWorkers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	conn, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	var current string
+	require.NoError(t, conn.QueryRow(ctx, "SELECT current_schema()").Scan(&current))
+	for _, schema := range []string{"", "ferry_b"} {
+		channel := cmp.Or(schema, current) + ".river_insert"
+		_, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize())
+		require.NoError(t, err)
+		_, err = conn.Exec(ctx, sqlWakeWorkers, schema, []string{"outbox-hook", "default"})
+		require.NoError(t, err)
+		for _, queue := range []string{"outbox-hook", "default"} {
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			note, err := conn.Conn().WaitForNotification(wctx)
+			cancel()
+			require.NoError(t, err)
+			require.Equal(t, channel, note.Channel)
+			require.Equal(t, fmt.Sprintf("{\"queue\": %q}", queue), note.Payload, "as River's client sends it")
+		}
+		_, err = conn.Exec(ctx, "UNLISTEN *")
+		require.NoError(t, err)
+	}
 }
 
 func TestList_StatusFilter(t *testing.T) {
