@@ -123,6 +123,9 @@ type results struct {
 	SustainedTableMB          *float64          `json:"sustained_river_job_mb"`
 	SustainedVacuums          *float64          `json:"sustained_bench_vacuums"`
 	SustainedAutovacuum       string            `json:"sustained_autovacuum,omitempty"`
+	SustainedP99ByMinute      []float64         `json:"sustained_p99_ms_by_minute,omitempty"`
+	SustainedVacuumRuns       []vacuumRun       `json:"sustained_vacuum_runs,omitempty"`
+	SustainedServer           *serverActivity   `json:"sustained_server,omitempty"`
 	ScaleThroughputRatio1M    *float64          `json:"scale_throughput_ratio_1m"`
 	ScalePickupP99Ratio1M     *float64          `json:"scale_pickup_p99_ratio_1m"`
 	ScaleThroughputRatio5M    *float64          `json:"scale_throughput_ratio_5m"`
@@ -382,6 +385,7 @@ func runAll(ctx context.Context, serverURL, path string, quick bool) error {
 		} else {
 			res.SustainedP99Drift, res.SustainedDeadTuples, res.SustainedTableMB = r.Drift, ptr(float64(r.DeadTuples)), ptr(r.TableMB)
 			res.SustainedAutovacuum, res.SustainedVacuums = r.Autovacuum, ptr(float64(r.Vacuums))
+			res.SustainedP99ByMinute, res.SustainedVacuumRuns, res.SustainedServer = r.P99ByMinute, r.VacuumRuns, &r.Server
 			if r.Unstarted > 0 {
 				note("sustained", fmt.Errorf("fell behind: %d of %d jobs had not started two minutes after the last insert", r.Unstarted, r.Jobs))
 			}

@@ -213,6 +213,11 @@ func main() {
 		}
 		fmt.Fprintf(os.Stderr, "ferry at its defaults: backlog worked at %.0f jobs/s; then %d jobs/s (reached %.0f) for %s (%d jobs): insert-to-start p99 by minute %.1f ms; last/first %s (target ≤ 1.5); river_job at the end: %d live, %d dead tuples, %.0f MB; vacuumed by the %s (%d vacuums, %d analyzes by the bench)\n",
 			r.MaxJobsPerSec, r.Rate, r.Inserted, *dur, r.Jobs, r.P99ByMinute, driftText(r.Drift), r.LiveTuples, r.DeadTuples, r.TableMB, r.Autovacuum, r.Vacuums, r.Analyzes)
+		fmt.Fprintf(os.Stderr, "meanwhile the server (shared_buffers %s) made %d timed and %d requested checkpoints; backends wrote %d buffers themselves, checkpoints %d\n",
+			r.Server.SharedBuffers, r.Server.CheckpointsTimed, r.Server.CheckpointsReq, r.Server.BuffersBackend, r.Server.BuffersCheckpoints)
+		for _, v := range r.VacuumRuns {
+			fmt.Fprintf(os.Stderr, "  at %4.0f s for %5.1f s: %s\n", v.AtS, v.Seconds, v.Statement)
+		}
 		if r.Unstarted > 0 {
 			fmt.Fprintf(os.Stderr, "FELL BEHIND: %d of %d jobs had not started two minutes after the last insert\n", r.Unstarted, r.Jobs)
 		}

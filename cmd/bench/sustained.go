@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
 	"github.com/ferryq/ferry"
@@ -39,9 +40,51 @@ type sustainedResult struct {
 	// Vacuums and Analyzes the bench ran in autovacuum's place, on a
 	// server whose autovacuum is off (Autovacuum "bench"; "server" when
 	// the server's own ran).
-	Autovacuum string `json:"sustained_autovacuum"`
-	Vacuums    int    `json:"sustained_bench_vacuums"`
-	Analyzes   int    `json:"sustained_bench_analyzes"`
+	Autovacuum string      `json:"sustained_autovacuum"`
+	Vacuums    int         `json:"sustained_bench_vacuums"`
+	Analyzes   int         `json:"sustained_bench_analyzes"`
+	VacuumRuns []vacuumRun `json:"sustained_vacuum_runs"`
+	// What the server did meanwhile: checkpoints (timed and requested,
+	// the latter forced by WAL volume), buffers written by backends
+	// themselves (a full shared_buffers), and its shared_buffers.
+	Server serverActivity `json:"sustained_server"`
+}
+
+// serverActivity is what the server's cumulative statistics counted over
+// a run.
+type serverActivity struct {
+	SharedBuffers      string `json:"shared_buffers"`
+	CheckpointsTimed   int64  `json:"checkpoints_timed"`
+	CheckpointsReq     int64  `json:"checkpoints_requested"`
+	BuffersBackend     int64  `json:"buffers_written_by_backends"`
+	BuffersCheckpoints int64  `json:"buffers_written_by_checkpoints"`
+}
+
+// readServerActivity reads the server's counters (pg_stat_bgwriter; from
+// Postgres 17, pg_stat_checkpointer and pg_stat_io).
+func readServerActivity(ctx context.Context, pool *pgxpool.Pool) (serverActivity, error) {
+	var a serverActivity
+	var version int
+	if err := pool.QueryRow(ctx, "SELECT current_setting('server_version_num')::int, current_setting('shared_buffers')").Scan(&version, &a.SharedBuffers); err != nil {
+		return a, err
+	}
+	q := `SELECT checkpoints_timed, checkpoints_req, buffers_backend, buffers_checkpoint FROM pg_stat_bgwriter`
+	if version >= 170000 {
+		q = `SELECT c.num_timed, c.num_requested,
+			(SELECT coalesce(sum(writes), 0)::bigint FROM pg_stat_io WHERE backend_type = 'client backend'), c.buffers_written
+			FROM pg_stat_checkpointer c`
+	}
+	err := pool.QueryRow(ctx, q).Scan(&a.CheckpointsTimed, &a.CheckpointsReq, &a.BuffersBackend, &a.BuffersCheckpoints)
+	return a, err
+}
+
+// since is a's counters less those of before.
+func (a serverActivity) since(before serverActivity) serverActivity {
+	a.CheckpointsTimed -= before.CheckpointsTimed
+	a.CheckpointsReq -= before.CheckpointsReq
+	a.BuffersBackend -= before.BuffersBackend
+	a.BuffersCheckpoints -= before.BuffersCheckpoints
+	return a
 }
 
 // sustained measures ferry's backlog throughput at its defaults, then
@@ -67,7 +110,7 @@ func sustained(ctx context.Context, serverURL string, backlog int, dur time.Dura
 	if err != nil {
 		return res, err
 	}
-	defer func() { _, _, _ = av.stop() }() // before the database is dropped
+	defer func() { _, _, _, _ = av.stop() }() // before the database is dropped
 	res.Autovacuum = "server"
 	if av != nil {
 		res.Autovacuum = "bench"
@@ -83,6 +126,10 @@ func sustained(ctx context.Context, serverURL string, backlog int, dur time.Dura
 	}
 	defer stop()
 	ins, err := jobs.NewInserter(pool)
+	if err != nil {
+		return res, err
+	}
+	before, err := readServerActivity(ctx, pool)
 	if err != nil {
 		return res, err
 	}
@@ -142,9 +189,14 @@ func sustained(ctx context.Context, serverURL string, backlog int, dur time.Dura
 		res.Drift = &drift
 	}
 
-	if res.Vacuums, res.Analyzes, err = av.stop(); err != nil {
+	if res.Vacuums, res.Analyzes, res.VacuumRuns, err = av.stop(); err != nil {
 		return res, err
 	}
+	after, err := readServerActivity(ctx, pool)
+	if err != nil {
+		return res, err
+	}
+	res.Server = after.since(before)
 	var bytes int64
 	if err := pool.QueryRow(ctx, `SELECT n_live_tup, n_dead_tup, pg_total_relation_size('river_job')
 		FROM pg_stat_user_tables WHERE relname = 'river_job'`).Scan(&res.LiveTuples, &res.DeadTuples, &bytes); err != nil {
