@@ -330,11 +330,16 @@ func (w *DeliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) e
 	case !ok:
 		return w.waitForRoute(ctx, job, msg)
 	}
-	own := link{msg: msg, attempt: job.Attempt}
+	return w.deliver(ctx, job, route, link{msg: msg, attempt: job.Attempt})
+}
+
+// deliver delivers l, the job's own message or a link it claimed, to
+// route: by its Go handler, or by webhook.
+func (w *DeliverWorker) deliver(ctx context.Context, job *river.Job[DeliverArgs], route Route, l link) error {
 	if route.Handler != nil {
-		return w.workHandler(ctx, job, route, own)
+		return w.workHandler(ctx, job, route, l)
 	}
-	return w.webhook(ctx, job, route, own)
+	return w.webhook(ctx, job, route, l)
 }
 
 // webhook posts l's message to route and records the attempt; while the
@@ -394,13 +399,10 @@ func (w *DeliverWorker) resume(ctx context.Context, job *river.Job[DeliverArgs],
 		return nil
 	}
 	route, ok := w.routes.Get(a.Route)
-	switch {
-	case !ok:
+	if !ok {
 		return w.waitForRoute(ctx, job, next.msg)
-	case route.Handler != nil:
-		return w.workHandler(ctx, job, route, *next)
 	}
-	return w.webhook(ctx, job, route, *next)
+	return w.deliver(ctx, job, route, *next)
 }
 
 // forward moves a delivery to its route's queue (QueueFor), where only

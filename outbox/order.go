@@ -365,16 +365,16 @@ type link struct {
 // link for job jobID (sqlClaimNext), in one round trip and one
 // transaction (a pipeline's implicit one); nil when there is none to
 // claim (not relayed yet, none, or another's).
-func claimNext(ctx context.Context, pool *pgxpool.Pool, jobID int64, route string, msg Message) (*link, error) {
+func claimNext(ctx context.Context, pool *pgxpool.Pool, jobID int64, route string, msg Message) (_ *link, err error) {
 	b := &pgx.Batch{}
 	queueClaimNext(b, jobID, route, msg)
 	br := pool.SendBatch(ctx, b)
-	defer br.Close()
-	next, err := readClaimNext(br, msg)
-	if err != nil {
-		return nil, err
-	}
-	return next, br.Close()
+	defer func() {
+		if cerr := br.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("claim the chain's next delivery: %w", cerr)
+		}
+	}()
+	return readClaimNext(br, msg)
 }
 
 // queueClaimNext queues in b the lock of msg's chain to route and the
