@@ -365,6 +365,14 @@ func TestOrdered_RelayAndRelease(t *testing.T) {
 					errs <- err
 					return
 				}
+				// A relay that found a chain's lock held handed its turn
+				// on: what its turn loop (not started here) does.
+				if turns := r.handedTurns(); len(turns) > 0 {
+					if _, err := r.TakeTurns(ctx, turns); err != nil {
+						errs <- err
+						return
+					}
+				}
 				if n == 0 {
 					return
 				}
