@@ -265,20 +265,25 @@ func (r *Relay) TakeTurns(ctx context.Context, turns []Turn) (int, error) {
 // (sqlTurns). It is also how a delivery without a relay to hand its turn
 // to starts its successor, in the transaction that records it delivered.
 func startTurns(ctx context.Context, tx pgx.Tx, ins Inserter, maxAttempts int, turns []Turn) (int, error) {
-	// One turn per chain: the latest (a repeated delivery may hand an
-	// older one).
-	type chain struct{ route, topic, key string }
-	latest := map[chain]int64{}
-	for _, t := range turns {
-		c := chain{t.Route, t.Topic, t.Key}
-		latest[c] = max(latest[c], t.After)
-	}
+	// Every distinct turn, not one per chain: a chain's turns in one
+	// batch may be a delivered link's (whose successor's turn came) and a
+	// relay's after a later link not delivered yet (see order), which
+	// starts nothing; keeping only the latest would lose the first, and
+	// the successor would wait for the release pass. Of several turns of
+	// a chain, at most one finds its successor waiting after a delivered
+	// link (the chain's links are delivered in order); a turn handed twice
+	// is read once.
+	seen := make(map[Turn]bool, len(turns))
 	var (
 		rs, ts, ks []string
 		afters     []int64
 	)
-	for c, after := range latest {
-		rs, ts, ks, afters = append(rs, c.route), append(ts, c.topic), append(ks, c.key), append(afters, after)
+	for _, t := range turns {
+		if seen[t] {
+			continue
+		}
+		seen[t] = true
+		rs, ts, ks, afters = append(rs, t.Route), append(ts, t.Topic), append(ks, t.Key), append(afters, t.After)
 	}
 	// The locks and the read in one round trip: the read's snapshot is
 	// taken once the locks are held, so it sees every commit of their
@@ -300,7 +305,20 @@ func startTurns(ctx context.Context, tx pgx.Tx, ins Inserter, maxAttempts int, t
 		routes          []string
 		parents, states []*string
 	)
+	type delivery struct {
+		id    int64
+		route string
+	}
+	read := map[delivery]bool{}
 	if _, err := pgx.ForEachRow(rows, []any{&i, &id, &parent, &state}, func() error {
+		// Two turns of a chain never find the same link (each needs the
+		// link before it delivered); a guard all the same, as a second job
+		// for it would fail startWaiting and roll back every turn here.
+		d := delivery{id, rs[i-1]}
+		if read[d] {
+			return nil
+		}
+		read[d] = true
 		ids, routes = append(ids, id), append(routes, rs[i-1])
 		parents, states = append(parents, parent), append(states, state)
 		return nil

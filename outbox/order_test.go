@@ -490,6 +490,67 @@ func TestOrdered_HeadWhileAnotherHoldsTheChain(t *testing.T) {
 	require.Zero(t, n, "the chain's start taken twice starts nothing more")
 }
 
+// TestOrdered_TurnsOfOneChainTogether: a relay hands on a turn after a
+// link not delivered yet (its batch's message waits behind it, and the
+// chain's lock was another's), and the delivery of the link before that
+// one hands on its own turn: taken in one batch, the delivered link's
+// turn starts its successor. One turn per chain, the latest, would keep
+// the relay's, which starts nothing, and the chain would wait for the
+// release pass.
+func TestOrdered_TurnsOfOneChainTogether(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := relaySetup(t)
+	f := &orderedFleet{relayBundle: b}
+	f.write(t, []string{"k1"}, 3)
+	var ids []int64
+	rows, err := b.pool.Query(ctx, `SELECT id FROM ferry_outbox ORDER BY id`)
+	require.NoError(t, err)
+	ids, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	require.Len(t, ids, 3)
+	srv := statusHook(t, http.StatusNoContent, "")
+	route := Route{Topic: "account.changed", Name: "ledger", URL: srv.URL}
+	r := NewRelay(RelayConfig{Pool: b.pool, Inserter: b.client, Routes: mustRoutes(t, route), BatchSize: 1, PollInterval: time.Hour, Logger: slog.New(slog.DiscardHandler)})
+
+	// The first message gets its job, the second waits behind it.
+	for range 2 {
+		n, err := r.RelayOnce(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+	}
+	// The third is relayed while another holds the chain's lock: it waits
+	// too, and the relay hands on the turn after the second.
+	holder, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = holder.Rollback(ctx) }()
+	_, err = holder.Exec(ctx, sqlOrderLocks, []string{"ledger"}, []string{"account.changed"}, []string{"k1"})
+	require.NoError(t, err)
+	n, err := r.RelayOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.NoError(t, holder.Rollback(ctx))
+	waiting := `SELECT array_agg(message_id ORDER BY message_id) FROM ferry_outbox_delivery WHERE job_id IS NULL`
+	var still []int64
+	require.NoError(t, b.pool.QueryRow(ctx, waiting).Scan(&still))
+	require.Equal(t, ids[1:], still)
+
+	// The first is delivered and hands its turn to the same relay.
+	w := NewDeliverWorker(DeliverConfig{Pool: b.pool, Routes: mustRoutes(t, route), Client: srv.Client(), Logger: slog.New(slog.DiscardHandler),
+		Advance: r.Advance, ChainBudget: -1})
+	require.NoError(t, w.Work(ctx, deliverJob(ids[0], "ledger", 1, 24)))
+	turns := r.handedTurns()
+	require.ElementsMatch(t, []Turn{
+		{Route: "ledger", Topic: "account.changed", Key: "k1", After: ids[1]}, // the relay's
+		{Route: "ledger", Topic: "account.changed", Key: "k1", After: ids[0]}, // the delivery's
+	}, turns)
+	n, err = r.TakeTurns(ctx, turns)
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "the second message's turn came")
+	require.NoError(t, b.pool.QueryRow(ctx, waiting).Scan(&still))
+	require.Equal(t, ids[2:], still, "the third still waits behind the second")
+}
+
 // TestOrdered_ReleaseElsewhere: a relay configured ReleaseElsewhere runs
 // no release pass of its own, however often it polls; RunReleases (ferry
 // runs it on its leader) takes the lost turn, and ends with its context.
