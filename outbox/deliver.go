@@ -967,7 +967,8 @@ func (w *DeliverWorker) markDelivered(ctx context.Context, tx pgx.Tx, msg Messag
 	if err != nil {
 		return nil
 	}
-	n, err := startTurns(ctx, tx, client, w.maxAttempts, []Turn{{Route: route, Topic: msg.Topic, Key: msg.OrderingKey, After: msg.ID}})
+	s := starter{ins: client, schema: client.Schema(), maxAttempts: w.maxAttempts}
+	n, err := s.startTurns(ctx, tx, []Turn{{Route: route, Topic: msg.Topic, Key: msg.OrderingKey, After: msg.ID}})
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -251,7 +252,7 @@ var sqlTurns = `SELECT c.n, x.id, x.traceparent, x.tracestate
 func (r *Relay) TakeTurns(ctx context.Context, turns []Turn) (int, error) {
 	var n int
 	err := pgx.BeginFunc(ctx, r.cfg.Pool, func(tx pgx.Tx) (err error) {
-		n, err = startTurns(ctx, tx, r.cfg.Inserter, r.cfg.MaxAttempts, turns)
+		n, err = r.starter().startTurns(ctx, tx, turns)
 		return err
 	})
 	if err != nil {
@@ -260,11 +261,26 @@ func (r *Relay) TakeTurns(ctx context.Context, turns []Turn) (int, error) {
 	return n, nil
 }
 
+// starter starts waiting deliveries of ordered chains: it inserts their
+// jobs with ins (River's client), maxAttempts each (0: DefaultMaxAttempts),
+// and wakes their queues' workers on the channel of River's schema (""
+// for the connection's current one).
+type starter struct {
+	ins         Inserter
+	schema      string
+	maxAttempts int
+}
+
+// starter is the relay's: its inserter, schema and MaxAttempts.
+func (r *Relay) starter() starter {
+	return starter{ins: r.cfg.Inserter, schema: r.cfg.Schema, maxAttempts: r.cfg.MaxAttempts}
+}
+
 // startTurns is TakeTurns in tx: under the chains' locks, the next
 // delivery of each chain of turns gets its job if it waits for its turn
 // (sqlTurns). It is also how a delivery without a relay to hand its turn
 // to starts its successor, in the transaction that records it delivered.
-func startTurns(ctx context.Context, tx pgx.Tx, ins Inserter, maxAttempts int, turns []Turn) (int, error) {
+func (s starter) startTurns(ctx context.Context, tx pgx.Tx, turns []Turn) (int, error) {
 	// Every distinct turn, not one per chain: a chain's turns in one
 	// batch may be a delivered link's (whose successor's turn came) and a
 	// relay's after a later link not delivered yet (see order), which
@@ -328,7 +344,7 @@ func startTurns(ctx context.Context, tx pgx.Tx, ins Inserter, maxAttempts int, t
 	if err := br.Close(); err != nil {
 		return 0, fmt.Errorf("read the chains' next deliveries: %w", err)
 	}
-	return startAll(ctx, tx, ins, ids, routes, parents, states, maxAttempts)
+	return s.startAll(ctx, tx, ids, routes, parents, states)
 }
 
 // DefaultChainBudget is how long one delivery job of an ordered chain goes
@@ -430,10 +446,14 @@ const sqlRecordJob = `UPDATE ferry_outbox_delivery SET job_id = $3, updated_at =
 	WHERE message_id = $1 AND route = $2 AND status NOT IN ('delivered', 'stuck') AND job_id IS NULL`
 
 // startWaiting inserts the jobs of waiting deliveries (parallel slices),
-// in a savepoint, and records them. A queue that refuses them as full
-// leaves them waiting: it returns 0 and no error.
-func startWaiting(ctx context.Context, tx pgx.Tx, ins Inserter, ids []int64, routes []string, parents, states []*string, maxAttempts int) (int, error) {
+// in a savepoint, records them, and wakes their queues' workers
+// (sqlWakeWorkers, in the same round trip: River's client notifies a
+// queue at most once per fetch cooldown, and a turn taken just after
+// another would wait for the workers' poll). A queue that refuses them as
+// full leaves them waiting: it returns 0 and no error.
+func (s starter) startWaiting(ctx context.Context, tx pgx.Tx, ids []int64, routes []string, parents, states []*string) (int, error) {
 	params := make([]river.InsertManyParams, len(ids))
+	var queues []string
 	for i := range ids {
 		md, err := traceparent.SetMetadata(nil, deref(parents[i]), deref(states[i]))
 		if err != nil {
@@ -441,12 +461,15 @@ func startWaiting(ctx context.Context, tx pgx.Tx, ins Inserter, ids []int64, rou
 		}
 		params[i] = river.InsertManyParams{
 			Args:       DeliverArgs{MessageID: ids[i], Route: routes[i]},
-			InsertOpts: &river.InsertOpts{Queue: QueueFor(routes[i]), MaxAttempts: cmp.Or(maxAttempts, DefaultMaxAttempts), Metadata: md, Priority: priorityDelivery},
+			InsertOpts: &river.InsertOpts{Queue: QueueFor(routes[i]), MaxAttempts: cmp.Or(s.maxAttempts, DefaultMaxAttempts), Metadata: md, Priority: priorityDelivery},
+		}
+		if !slices.Contains(queues, QueueFor(routes[i])) {
+			queues = append(queues, QueueFor(routes[i]))
 		}
 	}
 	jobIDs := make([]int64, len(ids))
 	err := pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error {
-		res, err := ins.InsertManyTx(ctx, sp, params)
+		res, err := s.ins.InsertManyTx(ctx, sp, params)
 		if err != nil {
 			return jobs.AsQueueFull(err)
 		}
@@ -461,6 +484,7 @@ func startWaiting(ctx context.Context, tx pgx.Tx, ins Inserter, ids []int64, rou
 		for i := range ids {
 			b.Queue(sqlRecordJob, ids[i], routes[i], jobIDs[i])
 		}
+		b.Queue(sqlWakeWorkers, s.schema, queues)
 		br := sp.SendBatch(ctx, b)
 		for i := range ids {
 			tag, err := br.Exec()
@@ -489,16 +513,16 @@ func startWaiting(ctx context.Context, tx pgx.Tx, ins Inserter, ids []int64, rou
 // full queue refuses them, one at a time, so that it keeps only its own
 // deliveries waiting (for a later release pass). It returns how many it
 // started.
-func startAll(ctx context.Context, tx pgx.Tx, ins Inserter, ids []int64, routes []string, parents, states []*string, maxAttempts int) (int, error) {
+func (s starter) startAll(ctx context.Context, tx pgx.Tx, ids []int64, routes []string, parents, states []*string) (int, error) {
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	n, err := startWaiting(ctx, tx, ins, ids, routes, parents, states, maxAttempts)
+	n, err := s.startWaiting(ctx, tx, ids, routes, parents, states)
 	if err != nil || n > 0 {
 		return n, err
 	}
 	for k := range ids {
-		started, err := startWaiting(ctx, tx, ins, ids[k:k+1], routes[k:k+1], parents[k:k+1], states[k:k+1], maxAttempts)
+		started, err := s.startWaiting(ctx, tx, ids[k:k+1], routes[k:k+1], parents[k:k+1], states[k:k+1])
 		if err != nil {
 			return n, err
 		}
@@ -622,7 +646,7 @@ func (r *Relay) ReleaseOnce(ctx context.Context) (int, error) {
 			ids, routes = append(ids, h.id), append(routes, h.route)
 			parents, states = append(parents, h.parent), append(states, h.state)
 		}
-		n, err = startAll(ctx, tx, r.cfg.Inserter, ids, routes, parents, states, r.cfg.MaxAttempts)
+		n, err = r.starter().startAll(ctx, tx, ids, routes, parents, states)
 		return err
 	})
 	if err != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferryq/ferry/internal/base/logtest"
+	"github.com/ferryq/ferry/internal/base/pgtest"
 )
 
 // orderedPayload is what the ordered tests write: the key again, and the
@@ -549,6 +550,47 @@ func TestOrdered_TurnsOfOneChainTogether(t *testing.T) {
 	require.Equal(t, 1, n, "the second message's turn came")
 	require.NoError(t, b.pool.QueryRow(ctx, waiting).Scan(&still))
 	require.Equal(t, ids[2:], still, "the third still waits behind the second")
+}
+
+// TestOrdered_TurnWakesWorkers: a turn taken notifies the queue of the
+// job it starts, though the River client that inserted it sent no
+// notification (at most one per fetch cooldown per queue; here an hour),
+// so the workers start the chain's next delivery without waiting for
+// their poll (here an hour). So does a release pass.
+func TestOrdered_TurnWakesWorkers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.PoolFor(t, pgtest.NewDatabase(t, true))
+	b := &relayBundle{pool: pool, client: hourCooldownInserter(t, pool)}
+	var ids []int64
+	for range 4 {
+		ids = append(ids, b.add(t, "t", `{}`, WithOrderingKey("k1")))
+	}
+	rs := mustRoutes(t, webhook("t", "hook"))
+	r := NewRelay(RelayConfig{Pool: pool, Inserter: b.client, Routes: rs, PollInterval: time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	// The first message gets its job, the others wait behind it; the
+	// insert spent the inserting client's one notification of the hour.
+	n, err := r.RelayOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 4, n)
+	started := startHourPollWorker(t, pool, QueueFor("hook"))
+	started(ids[0])
+
+	// Delivered, each hands its turn on.
+	for i, id := range ids[:2] {
+		require.NoError(t, recordDelivered(ctx, pool, id, "hook"))
+		n, err := r.TakeTurns(ctx, []Turn{{Route: "hook", Topic: "t", Key: "k1", After: id}})
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		started(ids[i+1])
+	}
+	// Delivered without handing it on: the release pass starts the next.
+	require.NoError(t, recordDelivered(ctx, pool, ids[2], "hook"))
+	time.Sleep(10 * time.Millisecond) // past the relay's poll interval
+	n, err = r.ReleaseOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	started(ids[3])
 }
 
 // TestOrdered_ReleaseElsewhere: a relay configured ReleaseElsewhere runs

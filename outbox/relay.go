@@ -528,9 +528,11 @@ func (r *Relay) relayTx(ctx context.Context, careful bool) (n int, full bool, er
 // last notification caused, left its delivery jobs to the workers' next
 // poll (FERRY_FETCH_POLL_INTERVAL, 100 ms), the tail of the outbox's
 // commit-to-delivery latency. The relay sends it in every transaction
-// that inserted jobs; Postgres delivers identical notifications of one
-// transaction once, so where River sent its own this adds nothing. Its
-// cost is one notification per relay transaction, not per message. It is
+// that inserted jobs, and so does every transaction that starts waiting
+// deliveries of ordered chains (a turn taken, a release pass: startWaiting);
+// Postgres delivers identical notifications of one transaction once, so
+// where River sent its own this adds nothing. Its cost is one
+// notification per transaction, not per message. It is
 // SQL of its own rather than River's driver (NotifyMany, as jobs.CopyTx
 // and the limiter send it) so that it rides in the batch that records
 // the deliveries, without a round trip of its own; TestWakeWorkers holds

@@ -275,24 +275,8 @@ func TestRelay_WakesWorkers(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.PoolFor(t, pgtest.NewDatabase(t, true))
-	inserter, err := river.NewClient(riverpgxv5.New(pool), &river.Config{FetchCooldown: time.Hour, FetchPollInterval: time.Hour})
-	require.NoError(t, err)
-	b := &relayBundle{pool: pool, client: inserter}
+	b := &relayBundle{pool: pool, client: hourCooldownInserter(t, pool)}
 	r := b.relay(t, webhook("t", "hook"))
-
-	worked := make(chan int64, 10)
-	workers := river.NewWorkers()
-	river.AddWorker(workers, river.WorkFunc(func(_ context.Context, job *river.Job[DeliverArgs]) error {
-		worked <- job.Args.MessageID
-		return nil
-	}))
-	worker, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
-		FetchPollInterval: time.Hour, // only a notification wakes it
-		Queues:            map[string]river.QueueConfig{QueueFor("hook"): {MaxWorkers: 10}},
-		Workers:           workers,
-		Logger:            slog.New(slog.DiscardHandler),
-	})
-	require.NoError(t, err)
 
 	// The first message's job, inserted before the worker starts, is
 	// taken by its first fetch, made once it listens. Its insert spent
@@ -301,17 +285,7 @@ func TestRelay_WakesWorkers(t *testing.T) {
 	n, err := r.RelayOnce(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
-	require.NoError(t, worker.Start(ctx))
-	t.Cleanup(func() { require.NoError(t, worker.Stop(context.WithoutCancel(ctx))) })
-	started := func(id int64) {
-		t.Helper()
-		select {
-		case got := <-worked:
-			require.Equal(t, id, got)
-		case <-time.After(30 * time.Second):
-			t.Fatalf("message %d's delivery job was not started: nothing woke the worker", id)
-		}
-	}
+	started := startHourPollWorker(t, pool, QueueFor("hook"))
 	started(first)
 
 	for range 3 {
@@ -320,6 +294,50 @@ func TestRelay_WakesWorkers(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, 1, n)
 		started(id)
+	}
+}
+
+// hourCooldownInserter is a River client that sends at most one insert
+// notification per queue per hour (River's client sends one per fetch
+// cooldown): a job it inserts after its first in a queue starts at once
+// only when something else wakes the queue's workers.
+func hourCooldownInserter(t *testing.T, pool *pgxpool.Pool) *river.Client[pgx.Tx] {
+	t.Helper()
+	inserter, err := river.NewClient(riverpgxv5.New(pool), &river.Config{FetchCooldown: time.Hour, FetchPollInterval: time.Hour})
+	require.NoError(t, err)
+	return inserter
+}
+
+// startHourPollWorker starts a River client working queue with a job
+// that only reports its message's id, polling once an hour: only its
+// first fetch and insert notifications make it fetch. started(id) fails
+// the test unless the next job it works is message id's, within 30 s.
+func startHourPollWorker(t *testing.T, pool *pgxpool.Pool, queue string) (started func(id int64)) {
+	t.Helper()
+	ctx := context.Background()
+	worked := make(chan int64, 10)
+	workers := river.NewWorkers()
+	river.AddWorker(workers, river.WorkFunc(func(_ context.Context, job *river.Job[DeliverArgs]) error {
+		worked <- job.Args.MessageID
+		return nil
+	}))
+	worker, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		FetchPollInterval: time.Hour, // only a notification wakes it
+		Queues:            map[string]river.QueueConfig{queue: {MaxWorkers: 10}},
+		Workers:           workers,
+		Logger:            slog.New(slog.DiscardHandler),
+	})
+	require.NoError(t, err)
+	require.NoError(t, worker.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, worker.Stop(context.WithoutCancel(ctx))) })
+	return func(id int64) {
+		t.Helper()
+		select {
+		case got := <-worked:
+			require.Equal(t, id, got)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("message %d's delivery job was not started: nothing woke the worker", id)
+		}
 	}
 }
 
