@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -228,6 +229,57 @@ func TestRescue_KillWorkerRunningJobs(t *testing.T) {
 		t.Parallel()
 		run(t, true)
 	})
+}
+
+// TestRescue_KillRiverLeader kills -9 the worker whose River client leads
+// River (River's scheduler, periodic jobs and cleaners run there): the
+// rescue resigns River's leadership for it, and the other worker's River
+// client is elected while the dead leader's term still ran, where River
+// alone would wait for the term to run out (15 s) and the next election
+// attempt (5 s more): so long no snoozed, retried or scheduled job would
+// become available.
+func TestRescue_KillRiverLeader(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t, true)
+	pool := pgtest.PoolFor(t, url)
+	a, aID := startRescueWorker(t, url, "default=1", true)
+	waitRiverLeader(t, pool, aID)
+	b, bID := startRescueWorker(t, url, "default=1", false)
+	term := waitRiverLeader(t, pool, aID) // its latest term, just before the kill
+
+	require.NoError(t, a.Kill())
+	code, err := a.Wait(stopTimeout)
+	require.NoError(t, err)
+	require.Equal(t, 137, code, "killed by SIGKILL")
+	_, err = b.WaitForLineFunc(rescueWatchdog, logtest.Logged("rescue: River's leadership of the dead worker resigned", "worker", aID))
+	require.NoError(t, err, "A's successor as leader resigned A's River leadership")
+	next := waitRiverLeader(t, pool, bID)
+	require.True(t, next.ElectedAt.Before(term.ExpiresAt),
+		"B's River client elected at %s, while A's term ran until %s: on A's resignation, not on its expiry", next.ElectedAt, term.ExpiresAt)
+}
+
+// riverLeader is a row of river_leader.
+type riverLeader struct {
+	ElectedAt, ExpiresAt time.Time
+}
+
+// waitRiverLeader waits until River's leader is the River client clientID
+// and returns its term.
+func waitRiverLeader(t *testing.T, pool *pgxpool.Pool, clientID string) riverLeader {
+	t.Helper()
+	deadline := time.Now().Add(rescueWatchdog)
+	for {
+		var l riverLeader
+		err := pool.QueryRow(context.Background(), `SELECT elected_at, expires_at FROM river_leader WHERE leader_id = $1`, clientID).Scan(&l.ElectedAt, &l.ExpiresAt)
+		if err == nil {
+			return l
+		}
+		require.ErrorIs(t, err, pgx.ErrNoRows)
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not lead River in %s", clientID, rescueWatchdog)
+		}
+		time.Sleep(pollEvery)
+	}
 }
 
 // TestRescue_PoisonJobDiscarded runs a job that exits its worker's process

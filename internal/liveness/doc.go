@@ -43,6 +43,15 @@
 // "rescue: orphaned jobs rescued" (worker, count) and counts
 // ferry_jobs_rescued_total{reason}.
 //
+// A dead worker whose River client led River (river_leader) has that
+// leadership resigned in the same transaction, with River's own statement
+// and notification, so that another River client is elected at once:
+// River's scheduler (snoozed, retried and scheduled jobs made available),
+// periodic jobs and cleaners run on River's leader only, and River alone
+// waits out a dead leader's term (15 s) and then its next election
+// attempt (5 s more). It logs "rescue: River's leadership of the dead
+// worker resigned" (worker).
+//
 // A job running on a live worker is never rescued, however long it runs
 // and however slow or busy the worker is: liveness is the lock, not a
 // timestamp.

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
@@ -233,6 +234,67 @@ func TestRescuer_RescuesOnlyDeadWorkersJobs(t *testing.T) {
 	res, err = r.RescueOnce(ctx)
 	require.NoError(t, err)
 	require.Empty(t, res, "a worker is declared dead once")
+}
+
+// TestRescuer_ResignsRiverLeadership: the rescue of a dead worker that
+// held River's leadership resigns it with River's own statement, and a
+// live River client, told on River's channel, is elected before the dead
+// leader's term would have run out (River alone elects only after it);
+// a dead worker that does not lead River leaves River's leader alone.
+func TestRescuer_ResignsRiverLeadership(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	dead := b.worker(t, time.Hour, nil)
+	bystander := b.worker(t, time.Hour, nil)
+	live := b.worker(t, time.Hour, nil)
+	exec := riverpgxv5.New(b.pool).GetExecutor()
+	// The dead worker's River client was elected (River's elector's own
+	// statement, at River's TTL).
+	term, err := exec.LeaderAttemptElect(ctx, &riverdriver.LeaderElectParams{LeaderID: dead.ClientID(), TTL: 15 * time.Second})
+	require.NoError(t, err)
+	require.Equal(t, dead.ClientID(), term.LeaderID)
+
+	// A River client of the live worker, a follower.
+	workers := river.NewWorkers()
+	river.AddWorker(workers, river.WorkFunc(func(context.Context, *river.Job[ledgerArgs]) error { return nil }))
+	client, err := river.NewClient(riverpgxv5.New(b.pool), &river.Config{
+		ID: live.ClientID(), Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 1}},
+		Workers: workers, Logger: slog.New(slog.DiscardHandler),
+	})
+	require.NoError(t, err)
+	require.NoError(t, client.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, client.Stop(context.WithoutCancel(ctx))) })
+	// River's leader now (a zero one while there is none).
+	leader := func() riverdriver.Leader {
+		l, err := exec.LeaderGetElectedLeader(ctx, &riverdriver.LeaderGetElectedLeaderParams{})
+		if errors.Is(err, rivertype.ErrNotFound) {
+			return riverdriver.Leader{}
+		}
+		assert.NoError(t, err)
+		if l == nil {
+			return riverdriver.Leader{}
+		}
+		return *l
+	}
+
+	logs := &logtest.Recorder{}
+	r := b.rescuer(t, func(c *RescuerConfig) { c.Logger = logs.Logger() })
+	b.kill(t, dead)
+	res, err := r.RescueOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []Rescue{{WorkerID: dead.ID(), ClientID: dead.ClientID(), RiverLeader: true}}, res)
+	require.Equal(t, dead.ClientID(), logs.Find(t, "rescue: River's leadership of the dead worker resigned")["worker"])
+	require.Eventually(t, func() bool { return leader().LeaderID == live.ClientID() }, 30*time.Second, 10*time.Millisecond,
+		"the live River client is elected")
+	require.True(t, leader().ElectedAt.Before(term.ExpiresAt),
+		"elected while the dead leader's term still ran: on its resignation, not on its expiry")
+
+	b.kill(t, bystander)
+	res, err = r.RescueOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []Rescue{{WorkerID: bystander.ID(), ClientID: bystander.ClientID()}}, res)
+	require.Equal(t, live.ClientID(), leader().LeaderID, "a dead worker that did not lead River leaves River's leader alone")
 }
 
 // A job whose worker dies under it MaxOrphaned times is discarded as poison.
