@@ -28,8 +28,9 @@ func (e *WorkerAliveError) Error() string {
 // RescueJob is an operator's rescue of one running job (enqueue jobs
 // rescue), without waiting for the leader's next pass. When the job's
 // worker is a ferry worker whose lock nobody holds, the worker is declared
-// dead and every running job of it is taken back, as the rescuer would (its
-// late writes are fenced from then on); when the worker is alive, nothing
+// dead and every running job of it is taken back, and River's leadership
+// resigned if it held it, as the rescuer would (its late writes are fenced
+// from then on); when the worker is alive, nothing
 // is done and the error is a *WorkerAliveError. A job last attempted by a
 // River client that is not a ferry worker is taken back alone: liveness
 // cannot see that client, and the operator vouches for it. It returns the
