@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -287,8 +286,8 @@ func (s starter) startTurns(ctx context.Context, tx pgx.Tx, turns []Turn) (int, 
 	// starts nothing; keeping only the latest would lose the first, and
 	// the successor would wait for the release pass. Of several turns of
 	// a chain, at most one finds its successor waiting after a delivered
-	// link (the chain's links are delivered in order); a turn handed twice
-	// is read once.
+	// link (the chain's links are delivered in order), so no delivery is
+	// read twice; a turn handed twice is read once.
 	seen := make(map[Turn]bool, len(turns))
 	var (
 		rs, ts, ks []string
@@ -321,20 +320,7 @@ func (s starter) startTurns(ctx context.Context, tx pgx.Tx, turns []Turn) (int, 
 		routes          []string
 		parents, states []*string
 	)
-	type delivery struct {
-		id    int64
-		route string
-	}
-	read := map[delivery]bool{}
 	if _, err := pgx.ForEachRow(rows, []any{&i, &id, &parent, &state}, func() error {
-		// Two turns of a chain never find the same link (each needs the
-		// link before it delivered); a guard all the same, as a second job
-		// for it would fail startWaiting and roll back every turn here.
-		d := delivery{id, rs[i-1]}
-		if read[d] {
-			return nil
-		}
-		read[d] = true
 		ids, routes = append(ids, id), append(routes, rs[i-1])
 		parents, states = append(parents, parent), append(states, state)
 		return nil
@@ -453,7 +439,6 @@ const sqlRecordJob = `UPDATE ferry_outbox_delivery SET job_id = $3, updated_at =
 // full leaves them waiting: it returns 0 and no error.
 func (s starter) startWaiting(ctx context.Context, tx pgx.Tx, ids []int64, routes []string, parents, states []*string) (int, error) {
 	params := make([]river.InsertManyParams, len(ids))
-	var queues []string
 	for i := range ids {
 		md, err := traceparent.SetMetadata(nil, deref(parents[i]), deref(states[i]))
 		if err != nil {
@@ -462,9 +447,6 @@ func (s starter) startWaiting(ctx context.Context, tx pgx.Tx, ids []int64, route
 		params[i] = river.InsertManyParams{
 			Args:       DeliverArgs{MessageID: ids[i], Route: routes[i]},
 			InsertOpts: &river.InsertOpts{Queue: QueueFor(routes[i]), MaxAttempts: cmp.Or(s.maxAttempts, DefaultMaxAttempts), Metadata: md, Priority: priorityDelivery},
-		}
-		if !slices.Contains(queues, QueueFor(routes[i])) {
-			queues = append(queues, QueueFor(routes[i]))
 		}
 	}
 	jobIDs := make([]int64, len(ids))
@@ -484,7 +466,7 @@ func (s starter) startWaiting(ctx context.Context, tx pgx.Tx, ids []int64, route
 		for i := range ids {
 			b.Queue(sqlRecordJob, ids[i], routes[i], jobIDs[i])
 		}
-		b.Queue(sqlWakeWorkers, s.schema, queues)
+		b.Queue(sqlWakeWorkers, s.schema, insertedQueues(params, jobIDs))
 		br := sp.SendBatch(ctx, b)
 		for i := range ids {
 			tag, err := br.Exec()
