@@ -138,6 +138,10 @@ type Config struct {
 	// before ferry's rescuer discards the job as poison
 	// (FERRY_MAX_ORPHANED, default 5).
 	MaxOrphaned int
+	// RescueInterval is how often the leader looks for dead workers and
+	// rescues their running jobs (FERRY_RESCUE_INTERVAL, default 1s): one
+	// read of ferry_worker, pg_locks and pg_stat_activity a pass.
+	RescueInterval time.Duration
 	// SettleAfter is how long a job the database shows running on this
 	// live worker, which it does not run (a fetch or a completion that
 	// River lost), is left to River before the worker settles it
@@ -316,6 +320,7 @@ func (c Config) WithDefaults() Config {
 	c.LeaderTick = cmp.Or(c.LeaderTick, election.DefaultTick)
 	c.StandbyProbe = cmp.Or(c.StandbyProbe, election.DefaultProbe)
 	c.MaxOrphaned = cmp.Or(c.MaxOrphaned, liveness.DefaultMaxOrphaned)
+	c.RescueInterval = cmp.Or(c.RescueInterval, liveness.DefaultRescueInterval)
 	c.SettleAfter = cmp.Or(c.SettleAfter, liveness.DefaultSettleAfter)
 	c.OutboxRouteGrace = cmp.Or(c.OutboxRouteGrace, outbox.DefaultRouteGrace)
 	c.OutboxRetention = cmp.Or(c.OutboxRetention, DefaultOutboxRetention)
@@ -437,6 +442,9 @@ func (c Config) check() error {
 	}
 	if c.MaxOrphaned < 1 {
 		errs = append(errs, fmt.Errorf("max orphaned %d is under 1", c.MaxOrphaned))
+	}
+	if c.RescueInterval < election.MinTick {
+		errs = append(errs, fmt.Errorf("rescue interval %s is under %s", c.RescueInterval, election.MinTick))
 	}
 	if c.SettleAfter < time.Second {
 		errs = append(errs, fmt.Errorf("settle after %s is under 1s", c.SettleAfter))

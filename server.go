@@ -369,6 +369,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		Pool:        pool,
 		Leader:      s.elector,
 		Every:       cfg.LeaderTick,
+		Interval:    cfg.RescueInterval,
+		Settle:      cfg.LeaderTick + cmp.Or(cfg.LeaderTickTimeout, min(cfg.LeaderTick/3, 5*time.Second)),
 		MaxOrphaned: cfg.MaxOrphaned,
 		Logger:      cfg.Logger,
 		Registerer:  s.metrics.Registry,
@@ -376,7 +378,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return fail(err)
 	}
-	s.elector.Register("rescue", rescuer.Run)
+	// The rescue's writes are fenced: it runs while a new leader still
+	// defers to a crashed predecessor, so a dead leader's jobs are
+	// rescued within a pass of the failover, not after the deferral.
+	s.elector.RegisterFenced("rescue", rescuer.Run)
 	s.elector.Register("broadcast-leader", s.announceLeader)
 	s.elector.Register("broadcast-console", s.watchConsole)
 	s.relay = outbox.NewRelay(outbox.RelayConfig{Pool: pool, ListenConfig: sessions.Config().ConnConfig, Schema: cfg.Schema, Inserter: s.river, Routes: delivered, RouteGrace: cfg.OutboxRouteGrace, MaxAttempts: maxAttempts, Tracer: tracing.Outbox(cfg.TracerProvider), Logger: cfg.Logger,

@@ -15,7 +15,7 @@
 //	  │            │              standby: LISTEN for a resignation; try the lock on a
 //	  │            │              notice and every min(Tick, 250 ms), idle in between
 //	  │            ▼                     │
-//	  │     record term (ferry_leader_term) ◄──┘
+//	  │     record term (ferry_leader_term) ◄──┘  (fenced runnables start here)
 //	  │            │ error: unlock, back off, retry
 //	  │            ├── no predecessor, or it resigned ────┐
 //	  │            ▼                                      ▼
@@ -93,6 +93,12 @@
 // tick this keeps the number of processes running runnables at one or zero,
 // never two. A crash therefore costs the deferral, Tick + TickTimeout (20 s
 // at the defaults), and nothing more.
+//
+// A runnable registered with RegisterFenced is the exception: its every
+// effect is a write fenced by Fence (below), so two terms' copies cannot
+// both act, and it starts when the term is recorded, deferral or not
+// (ferry's rescue of dead workers, so that a killed leader's jobs do not
+// wait out the deferral). Fence accepts its writes from then on.
 //
 // A stop is a resignation only when it is clean. Every query on the lock
 // connection runs on a context that the stop does not cancel, bounded by

@@ -173,7 +173,10 @@ type Elector struct {
 	pid      int
 
 	leader atomic.Bool
-	term   atomic.Int64
+	// fencing is true while the fenced runnables run (from the term's
+	// record, through a deferral): Fence accepts their writes then.
+	fencing atomic.Bool
+	term    atomic.Int64
 
 	// BaseStartStop gives the elector ferry's one lifecycle shape: Start,
 	// Stop (safe twice, and without Start), Started, Stopped.
@@ -194,6 +197,9 @@ type Elector struct {
 type namedRunnable struct {
 	name string
 	fn   Runnable
+	// fenced: every effect of fn is a write fenced by Fence (see
+	// RegisterFenced).
+	fenced bool
 }
 
 // New validates cfg and returns an Elector; nothing connects until Start.
@@ -275,6 +281,24 @@ func (e *Elector) Register(name string, fn Runnable) {
 		panic("election: Register called after Start")
 	}
 	e.runnables = append(e.runnables, namedRunnable{name: name, fn: fn})
+}
+
+// RegisterFenced adds a runnable whose every effect is a database write
+// fenced by Fence: it starts as soon as the term is recorded, without
+// waiting out the deferral to a predecessor that did not resign. The
+// deferral keeps a zombie predecessor's runnables and this term's from
+// acting at once; a fenced write needs no such wait, because the term was
+// recorded only after every fenced transaction of the predecessor ended,
+// and any it begins later fails (see Fence). A runnable with any other
+// effect (a request to an outside service, a file) must use Register. It
+// must be called before Start.
+func (e *Elector) RegisterFenced(name string, fn Runnable) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.sealed {
+		panic("election: RegisterFenced called after Start")
+	}
+	e.runnables = append(e.runnables, namedRunnable{name: name, fn: fn, fenced: true})
 }
 
 // IsLeader reports whether this process leads now: it holds the lock, its
@@ -640,21 +664,28 @@ func (e *Elector) lead(ctx context.Context, conn *pgx.Conn, backendPID int) bool
 
 	ticker := time.NewTicker(e.cfg.Tick)
 	defer ticker.Stop()
+	// The fenced runnables start now, the others once the deferral is
+	// over (at once when there is none).
 	var sup *supervisor
+	e.fencing.Store(true)
+	early := e.startRunnables(true)
 	// stopRunnables cancels the runnables and reports an error if any of
 	// them is still running a tick later (or the tick timeout, if longer:
 	// with a tick of 50 ms, a runnable in a query on a loaded machine took
 	// longer to see its cancellation, and a clean stop became a crash for
 	// its successor).
 	stopRunnables := func(cause error) error {
-		if sup == nil {
-			return nil
-		}
 		e.leader.Store(false)
 		e.mIsLeader.Set(0)
-		err := sup.stop(cause, max(e.cfg.Tick, e.cfg.TickTimeout))
-		sup = nil
-		return err
+		e.fencing.Store(false)
+		var errs []error
+		for _, s := range []**supervisor{&early, &sup} {
+			if *s != nil {
+				errs = append(errs, (*s).stop(cause, max(e.cfg.Tick, e.cfg.TickTimeout)))
+				*s = nil
+			}
+		}
+		return errors.Join(errs...)
 	}
 	// resign ends the term on a stop. A term still deferring never started
 	// its runnables, but its predecessor may still run its own: stamping
@@ -683,10 +714,12 @@ func (e *Elector) lead(ctx context.Context, conn *pgx.Conn, backendPID int) bool
 			// check, bounded by TickTimeout, is what the runnables start on,
 			// however long the stamp took.
 			if err := e.markStarted(qctx, conn, term); err != nil {
+				_ = stopRunnables(errDemoted)
 				e.demote(conn, term, err)
 				return false
 			}
 			if err := e.check(qctx, conn); err != nil {
+				_ = stopRunnables(errDemoted)
 				e.demote(conn, term, err)
 				return false
 			}
@@ -694,7 +727,7 @@ func (e *Elector) lead(ctx context.Context, conn *pgx.Conn, backendPID int) bool
 			// see this process as the leader.
 			e.leader.Store(true)
 			e.mIsLeader.Set(1)
-			sup = e.startRunnables()
+			sup = e.startRunnables(false)
 			e.mTransitions.WithLabelValues("leader").Inc()
 			e.setState(StateLeader, term, backendPID)
 			e.log().Info("election: runnables started", "term", term, "runnables", len(e.runnables))
@@ -827,10 +860,15 @@ func (s *supervisor) still() []string {
 	return out
 }
 
-func (e *Elector) startRunnables() *supervisor {
+// startRunnables starts the fenced runnables (RegisterFenced) or the
+// others.
+func (e *Elector) startRunnables(fenced bool) *supervisor {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	s := &supervisor{cancel: cancel, log: e.log(), running: map[string]int{}}
 	for _, r := range e.runnables {
+		if r.fenced != fenced {
+			continue
+		}
 		s.wg.Add(1)
 		s.running[r.name]++
 		go func() {
@@ -907,7 +945,9 @@ const (
 // Fence checks, inside tx, that this process holds the newest term of its
 // key, and keeps it so until tx ends. Leader-only writes call it (and record
 // Term()) so that a stale leader's write never commits after a newer term
-// began.
+// began. It accepts while this process leads, and while its fenced
+// runnables run (RegisterFenced: from the term's record, a deferral
+// included).
 //
 // A check alone would not do: under READ COMMITTED a newer term could begin
 // between the check and the caller's commit. So Fence first locks its own
@@ -920,7 +960,7 @@ const (
 // the lock fail with a serialization error instead.
 func (e *Elector) Fence(ctx context.Context, tx pgx.Tx) error {
 	term := e.Term()
-	if !e.IsLeader() || term == 0 {
+	if !(e.IsLeader() || e.fencing.Load()) || term == 0 {
 		return ErrNotLeader
 	}
 	var one int

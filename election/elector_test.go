@@ -466,9 +466,7 @@ func TestElector_StopWhileDeferringLeavesTermUnresigned(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	// A crashed leader's unresigned term.
-	_, err := b.pool.Exec(ctx, "INSERT INTO ferry_leader_term (key, holder, hostname, pid, backend_pid) VALUES ($1, 'ferry-leader:gone:1', 'gone', 1, 1)", KeyElection)
-	require.NoError(t, err)
+	crashedPredecessor(t, b)
 	long := func(c *Config) { c.Tick = time.Minute }
 	deferring := b.elector(t, long)
 	require.Eventually(t, func() bool { return deferring.Status().State == StateDeferred }, 5*time.Second, 5*time.Millisecond)
@@ -488,6 +486,74 @@ func TestElector_StopWhileDeferringLeavesTermUnresigned(t *testing.T) {
 	rec := logs.Find(t, "election: leader acquired")
 	require.Equal(t, false, rec["previous_resigned"])
 	require.Equal(t, true, rec["deferred"])
+}
+
+// A fenced runnable starts when the term is recorded, while the leader
+// still defers to a crashed predecessor and the other runnables wait; its
+// fenced writes commit then, and fail once a newer term begins; the stop
+// stops it.
+func TestElector_FencedRunnableRunsWhileDeferring(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	crashedPredecessor(t, b)
+	_, err := b.pool.Exec(ctx, "CREATE TABLE fenced_writes (term bigint NOT NULL)")
+	require.NoError(t, err)
+
+	e, err := New(Config{DatabaseURL: b.url, Tick: time.Minute, Probe: testProbe, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	e.Register("activity", b.act.runnable)
+	fence := func() error {
+		return pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+			if err := e.Fence(ctx, tx); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, "INSERT INTO fenced_writes VALUES ($1)", e.Term())
+			return err
+		})
+	}
+	wrote, stopped := make(chan error, 1), make(chan struct{})
+	e.RegisterFenced("fenced", func(ctx context.Context) error {
+		wrote <- fence()
+		<-ctx.Done()
+		close(stopped)
+		return nil
+	})
+	require.NoError(t, e.Start(ctx))
+	t.Cleanup(e.Stop)
+
+	select {
+	case err := <-wrote:
+		require.NoError(t, err, "the fenced runnable's write")
+	case <-time.After(30 * time.Second):
+		t.Fatal("the fenced runnable did not run within 30 s")
+	}
+	require.Equal(t, StateDeferred, e.Status().State, "the deferral (a minute's tick) is not over")
+	require.Zero(t, b.act.starts.Load(), "the other runnables wait out the deferral")
+	require.False(t, e.IsLeader())
+	var n int
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM fenced_writes WHERE term = $1", e.Term()).Scan(&n))
+	require.Equal(t, 1, n)
+
+	// A newer term (another leader took over) fences it off.
+	_, err = b.pool.Exec(ctx, "INSERT INTO ferry_leader_term (key, holder, hostname, pid, backend_pid) VALUES ($1, 'other', 'h', 1, 1)", KeyElection)
+	require.NoError(t, err)
+	require.ErrorIs(t, fence(), ErrNotLeader, "no fenced write once a newer term began")
+
+	e.Stop()
+	select {
+	case <-stopped:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the fenced runnable was not stopped with the elector")
+	}
+}
+
+// crashedPredecessor records a crashed leader's term: unresigned, so the
+// next leader defers to it.
+func crashedPredecessor(t *testing.T, b *testBundle) {
+	t.Helper()
+	_, err := b.pool.Exec(context.Background(), "INSERT INTO ferry_leader_term (key, holder, hostname, pid, backend_pid) VALUES ($1, 'ferry-leader:gone:1', 'gone', 1, 1)", KeyElection)
+	require.NoError(t, err)
 }
 
 // Stopping a standby that waits for the lock leaves no waiter on it.

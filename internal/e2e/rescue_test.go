@@ -17,6 +17,7 @@ import (
 
 	"github.com/ferryq/ferry/internal/base/logtest"
 	"github.com/ferryq/ferry/internal/base/pgtest"
+	"github.com/ferryq/ferry/internal/liveness"
 	"github.com/ferryq/ferry/internal/testkit/proctest"
 )
 
@@ -256,6 +257,69 @@ func TestRescue_KillRiverLeader(t *testing.T) {
 	next := waitRiverLeader(t, pool, bID)
 	require.True(t, next.ElectedAt.Before(term.ExpiresAt),
 		"B's River client elected at %s, while A's term ran until %s: on A's resignation, not on its expiry", next.ElectedAt, term.ExpiresAt)
+}
+
+// TestRescue_KillLeaderRescuedWhileSuccessorDefers kills -9 the ferry
+// leader while it runs jobs: its successor rescues them while it still
+// defers to it (Tick + TickTimeout, 6 s here), not after (the rescue's
+// writes are fenced by the term, so it need not wait), and B's sessions
+// being older than that deferral shows the server did not just end every
+// session (RescuerConfig.Settle).
+func TestRescue_KillLeaderRescuedWhileSuccessorDefers(t *testing.T) {
+	t.Parallel()
+	const n = 5
+	url := pgtest.NewDatabase(t, true)
+	pool := pgtest.PoolFor(t, url)
+	bin := proctest.Build(t, rescueWorkerPkg)[rescueWorkerPkg]
+	start := func(leading bool) (*proctest.Proc, string) {
+		p := proctest.Start(t, bin, env(url, "FERRY_SHUTDOWN_GRACE=1s"), "run", "--admin-addr", "off", "--queues", "default=5",
+			"--leader-tick", "5s", "--leader-tick-timeout", "1s", "--standby-probe", "1s", "--rescue-interval", "200ms", "--job-timeout", "2h")
+		id := workerClientID(t, p)
+		role := "election: standby"
+		if leading {
+			role = "election: runnables started"
+		}
+		_, err := p.WaitForLineFunc(startTimeout, logtest.Logged(role))
+		require.NoError(t, err)
+		return p, id
+	}
+	a, aID := start(true)
+	ids := make([]int64, n)
+	for i := range ids {
+		ids[i] = enqueueID(t, url, "test.sleep", "--args", `{"sleeps":["1h","0s"]}`)
+	}
+	for _, id := range ids {
+		waitRescuedJob(t, pool, id, "running on A", runningOn(nil, aID))
+	}
+	b, bID := start(false)
+	// B's sessions older than the deferral: the server has not ended
+	// every session since.
+	deadline := time.Now().Add(rescueWatchdog)
+	for count(t, pool, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+		AND application_name LIKE '%' || $1 AND backend_start < now() - interval '7 s'`, liveness.SessionTag(bID)) == 0 {
+		require.False(t, time.Now().After(deadline), "no session of B is 7 s old after %s", rescueWatchdog)
+		time.Sleep(pollEvery)
+	}
+
+	require.NoError(t, a.Kill())
+	code, err := a.Wait(stopTimeout)
+	require.NoError(t, err)
+	require.Equal(t, 137, code, "killed by SIGKILL")
+	waitRescue(t, aID, []*proctest.Proc{b}, "count", n)
+	_, err = b.WaitForLineFunc(rescueWatchdog, logtest.Logged("election: runnables started"))
+	require.NoError(t, err, "B leads once its deferral is over")
+
+	var deferred bool
+	var deadAt, startedAt time.Time
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT t.started_at, w.dead_at,
+			EXISTS (SELECT 1 FROM ferry_leader_term p WHERE p.term < t.term AND p.resigned_at IS NULL)
+		FROM ferry_leader_term t, ferry_worker w WHERE w.client_id = $1 ORDER BY t.term DESC LIMIT 1`, aID).Scan(&startedAt, &deadAt, &deferred))
+	require.True(t, deferred, "A's term ended unresigned: B deferred to it")
+	require.True(t, deadAt.Before(startedAt), "A declared dead and its jobs rescued at %s, before B's term started at %s", deadAt, startedAt)
+	for _, id := range ids {
+		j := waitRescuedJob(t, pool, id, "completed", func(j rescuedJob) bool { return j.State == "completed" })
+		require.Equal(t, []string{aID, bID}, j.AttemptedBy, "job %d: A's attempt, then B's", id)
+	}
 }
 
 // riverLeader is a row of river_leader.

@@ -24,9 +24,10 @@
 //
 // # Rescue
 //
-// The Rescuer is a leader runnable. Every tick it lists the workers not
-// declared dead whose lock nobody holds and, for each, in one transaction
-// fenced by the leader's term: takes the worker's lock itself
+// The Rescuer is a leader runnable. Every Interval (FERRY_RESCUE_INTERVAL,
+// a second by default, not the leader tick: a pass that finds nobody dead
+// is one read) it lists the workers not declared dead whose lock nobody
+// holds and, for each, in one transaction fenced by the leader's term: takes the worker's lock itself
 // (pg_try_advisory_xact_lock, so that the worker cannot take it back
 // mid-rescue; if it cannot, the worker is alive again and is left alone),
 // stamps dead_at, and takes back every running job whose latest attempt is
@@ -51,6 +52,18 @@
 // waits out a dead leader's term (15 s) and then its next election
 // attempt (5 s more). It logs "rescue: River's leadership of the dead
 // worker resigned" (worker).
+//
+// Its every write is fenced, so it runs with the term, while a new leader
+// still defers to a crashed predecessor (election's RegisterFenced): a
+// killed leader's jobs are back within a pass of the failover, not after
+// the deferral (Tick + TickTimeout). What the deferral gave the rescue
+// besides, time for live workers to take their locks again after the
+// server ended every session (a restart, a promoted standby), Settle gives
+// it here: no pass rescues while every ferry worker session on the
+// server (application_name carrying a SessionTag) is younger than the
+// tick plus its timeout. A worker takes its lock again in the heartbeat
+// that finds its session gone, at most a tick after the loss, and every
+// second after until it has it.
 //
 // A job running on a live worker is never rescued, however long it runs
 // and however slow or busy the worker is: liveness is the lock, not a

@@ -323,6 +323,55 @@ func TestRescuer_PoisonAfterMaxOrphaned(t *testing.T) {
 	}
 }
 
+// A worker whose heartbeat finds its session gone takes its lock again on
+// a new session at once, not a tick later: after the server ended every
+// session, the rescuer holds back for only a tick and its timeout
+// (RescuerConfig.Settle).
+func TestWorker_TakesItsLockBackAtOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w := b.worker(t, time.Hour, nil) // no heartbeat but the test's
+	b.kill(t, w)
+	select {
+	case w.beat <- struct{}{}:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the worker's loop did not take the heartbeat")
+	}
+	require.Eventually(t, func() bool { return b.alive(t, w) }, 30*time.Second, 10*time.Millisecond,
+		"the lock is taken again in the heartbeat that found the session gone (the tick is an hour)")
+}
+
+// While no session of a ferry worker on the server is older than Settle
+// (the server has just ended every session: a restart, a promoted
+// standby), the rescuer holds back, since a live worker may not have taken
+// its lock again yet; once one is, it rescues.
+func TestRescuer_HoldsBackWhileEverySessionIsNew(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	w := b.worker(t, time.Hour, nil)
+	id := b.running(t, w.ClientID(), 1, 25)
+	b.kill(t, w)
+	// The leader's own pool: a ferry worker's sessions (ConfigurePool),
+	// all opened now.
+	own := b.session(t, "leader-client")
+	require.NoError(t, own.Ping(ctx))
+
+	held := b.rescuer(t, func(c *RescuerConfig) { c.Pool = own; c.Settle = time.Hour })
+	res, err := held.RescueOnce(ctx)
+	require.NoError(t, err)
+	require.Empty(t, res, "no ferry session is an hour old")
+	require.Equal(t, "running", b.job(t, id).State)
+
+	settled := b.rescuer(t, func(c *RescuerConfig) { c.Pool = own; c.Settle = 200 * time.Millisecond })
+	require.Eventually(t, func() bool {
+		res, err := settled.RescueOnce(ctx)
+		require.NoError(t, err)
+		return len(res) == 1
+	}, 30*time.Second, 50*time.Millisecond, "rescued once a ferry session is older than Settle")
+	require.Equal(t, "available", b.job(t, id).State)
+}
+
 // A worker that comes back after the rescuer declared it dead learns it and
 // stops; until it is declared dead, it takes its lock again and lives on.
 func TestWorker_ComesBack(t *testing.T) {

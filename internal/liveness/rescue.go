@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -24,6 +25,12 @@ import (
 // before the job is discarded as poison (FERRY_MAX_ORPHANED).
 const DefaultMaxOrphaned = 5
 
+// DefaultRescueInterval is how often the leader's rescuer looks for dead
+// workers (RescuerConfig.Interval): a killed worker's jobs, and the
+// chains of ordered outbox messages they carry, go on within about a
+// second of its death rather than up to a leader tick (15 s) later.
+const DefaultRescueInterval = time.Second
+
 // Fencer is the leader's fence (election.Elector): a rescue is a leader
 // write.
 type Fencer interface {
@@ -34,8 +41,22 @@ type Fencer interface {
 type RescuerConfig struct {
 	Pool   *pgxpool.Pool
 	Leader Fencer
-	// Every is the pass interval (the leader tick).
+	// Every is the leader tick: the longest a rescue waits for a dead
+	// worker's session still in a transaction before it ends it.
 	Every time.Duration
+	// Interval is how often a pass looks for dead workers
+	// (FERRY_RESCUE_INTERVAL); default Every. A pass that finds none is
+	// one read of ferry_worker, pg_locks and pg_stat_activity.
+	Interval time.Duration
+	// Settle, when positive, holds the rescue back while no session of a
+	// ferry worker on the server is older than Settle: the server ended
+	// every session within Settle (it restarted, or a standby was
+	// promoted), and a live worker whose liveness session it ended takes
+	// its lock again on a new one only when its next heartbeat finds the
+	// old one gone, up to a tick later. Set it to the tick plus its
+	// timeout. Outside such a window a worker whose lock is free is dead
+	// (or cut off) and rescued at the next pass.
+	Settle time.Duration
 	// MaxOrphaned: the death that makes a job's count reach it discards the
 	// job. Default DefaultMaxOrphaned.
 	MaxOrphaned int
@@ -51,6 +72,9 @@ type RescuerConfig struct {
 type Rescuer struct {
 	cfg      RescuerConfig
 	mRescued *prometheus.CounterVec
+	// forgotAt is when a pass last deleted old workers' rows (forgetSQL,
+	// at most once a tick), in Unix nanoseconds.
+	forgotAt atomic.Int64
 }
 
 // NewRescuer returns a Rescuer, registering its metric when cfg.Registerer
@@ -58,6 +82,7 @@ type Rescuer struct {
 func NewRescuer(cfg RescuerConfig) (*Rescuer, error) {
 	cfg.MaxOrphaned = cmp.Or(cfg.MaxOrphaned, DefaultMaxOrphaned)
 	cfg.Keep = cmp.Or(cfg.Keep, 24*time.Hour)
+	cfg.Interval = cmp.Or(cfg.Interval, cfg.Every)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -65,7 +90,10 @@ func NewRescuer(cfg RescuerConfig) (*Rescuer, error) {
 		return nil, fmt.Errorf("liveness: max orphaned %d is under 1", cfg.MaxOrphaned)
 	}
 	if cfg.Every <= 0 {
-		return nil, fmt.Errorf("liveness: rescue interval %s is not positive", cfg.Every)
+		return nil, fmt.Errorf("liveness: leader tick %s is not positive", cfg.Every)
+	}
+	if cfg.Interval <= 0 {
+		return nil, fmt.Errorf("liveness: rescue interval %s is not positive", cfg.Interval)
 	}
 	r := &Rescuer{cfg: cfg, mRescued: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ferry_jobs_rescued_total",
@@ -79,11 +107,14 @@ func NewRescuer(cfg RescuerConfig) (*Rescuer, error) {
 	return r, nil
 }
 
-// Run rescues every Every until ctx ends (leadership lost, or the process
-// stopping). A failed pass returns its error, so the elector restarts Run
-// with backoff.
+// Run rescues every Interval until ctx ends (leadership lost, or the
+// process stopping). A failed pass returns its error, so the elector
+// restarts Run with backoff. Its writes are fenced by the leader's term,
+// so it may run while the leader still defers to a crashed predecessor
+// (election.Elector.RegisterFenced): the death of a leader is then
+// rescued within a pass, not after the deferral.
 func (r *Rescuer) Run(ctx context.Context) error {
-	return loop.Every(ctx, r.cfg.Every, func(ctx context.Context) error {
+	return loop.Every(ctx, r.cfg.Interval, func(ctx context.Context) error {
 		_, err := r.RescueOnce(ctx)
 		return err
 	})
@@ -111,11 +142,22 @@ func (r Rescue) Total() int { return r.Available + r.Poison + r.Exhausted + r.Ca
 // The SQL of a pass. A worker is alive while some session holds its lock
 // (Namespace, id) in this database.
 const (
+	// deadCandidatesSQL lists the workers whose lock nobody holds, unless
+	// $1 (Settle, in seconds) is positive and no ferry worker's session
+	// on the server (its application_name carries a SessionTag) began at
+	// least $1 ago: then the server has just ended every session, and the
+	// live workers are still taking their locks again. Sessions of other
+	// roles show no backend_start without pg_read_all_stats, but the
+	// pass's own pool is a ferry worker's and of its own role.
 	deadCandidatesSQL = `SELECT w.id, w.client_id, w.stopped_at IS NOT NULL FROM ferry_worker w
 WHERE w.dead_at IS NULL AND NOT EXISTS (
     SELECT 1 FROM pg_locks l
     WHERE l.locktype = 'advisory' AND l.classid = ferry_liveness_namespace()::oid AND l.objid = w.id::oid AND l.objsubid = 2
       AND l.granted AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))
+  AND ($1::float8 <= 0 OR EXISTS (
+    SELECT 1 FROM pg_stat_activity a
+    WHERE a.datname = current_database() AND a.application_name LIKE '%` + sessionTagPrefix + `%'
+      AND a.backend_start <= now() - make_interval(secs => $1::float8)))
 ORDER BY w.id`
 	declareDeadSQL = `UPDATE ferry_worker SET dead_at = now() WHERE id = $1 AND dead_at IS NULL`
 	// rescueSQL takes back the running jobs whose latest attempt is the
@@ -164,7 +206,7 @@ func (r *Rescuer) RescueOnce(ctx context.Context) ([]Rescue, error) {
 		clientID string
 		stopped  bool // stopped gracefully (its hard stop may still have left jobs running)
 	}
-	rows, err := r.cfg.Pool.Query(ctx, deadCandidatesSQL)
+	rows, err := r.cfg.Pool.Query(ctx, deadCandidatesSQL, r.cfg.Settle.Seconds())
 	if err != nil {
 		return nil, fmt.Errorf("rescue: find dead workers: %w", err)
 	}
@@ -201,9 +243,13 @@ func (r *Rescuer) RescueOnce(ctx context.Context) ([]Rescue, error) {
 			r.cfg.Logger.Warn("rescue: River's leadership of the dead worker resigned", "worker", c.clientID, "worker_id", c.id)
 		}
 	}
+	if last := r.forgotAt.Load(); time.Since(time.Unix(0, last)) < r.cfg.Every {
+		return out, nil
+	}
 	if _, err := r.cfg.Pool.Exec(ctx, forgetSQL, r.cfg.Keep.Seconds()); err != nil {
 		return out, fmt.Errorf("rescue: forget old workers: %w", err)
 	}
+	r.forgotAt.Store(time.Now().UnixNano())
 	return out, nil
 }
 

@@ -143,6 +143,10 @@ type Worker struct {
 
 	mu sync.Mutex
 	id int32
+
+	// beat, when a test sends on it, runs a heartbeat now rather than at
+	// the tick.
+	beat chan struct{}
 }
 
 // New validates cfg and returns a Worker; nothing connects until Start.
@@ -172,7 +176,7 @@ func New(cfg Config) (*Worker, error) {
 		return nil, fmt.Errorf("liveness: database URL: %s", redact.Postgres(err.Error()))
 	}
 	hostname, _ := os.Hostname()
-	w := &Worker{cfg: cfg, connCfg: pc.ConnConfig, hostname: hostname, pid: os.Getpid()}
+	w := &Worker{cfg: cfg, connCfg: pc.ConnConfig, hostname: hostname, pid: os.Getpid(), beat: make(chan struct{})}
 	w.mSettled = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ferry_jobs_settled_total",
 		Help: "Jobs the database showed running on this live worker that it did not run, settled by the worker in River's place, by outcome: never_started (River's fetch reply was lost: available again), completed, failed, cancelled, snoozed (River's completion was lost).",
@@ -284,12 +288,16 @@ func (w *Worker) register(ctx context.Context) (*pgx.Conn, error) {
 }
 
 // run beats until ctx ends. A worker not registered yet tries again; a
-// lost session is replaced by a new one that takes the lock again, unless
+// lost session is replaced by a new one that takes the lock again, at
+// once and then every second (at most every tick) until it has it, unless
 // the rescuer declared the worker dead meanwhile: then OnDead, and nothing
-// more.
+// more. Taking the lock back at once matters after the server ended every
+// session (a restart, a promoted standby): the rescuer holds back only
+// while every session is younger than a tick and its timeout
+// (RescuerConfig.Settle), and a worker notices its loss up to a tick late.
 func (w *Worker) run(ctx context.Context, conn *pgx.Conn) {
 	id := w.ID()
-	t := time.NewTicker(w.cfg.Tick)
+	t := time.NewTimer(w.cfg.Tick)
 	defer t.Stop()
 	for {
 		select {
@@ -299,7 +307,9 @@ func (w *Worker) run(ctx context.Context, conn *pgx.Conn) {
 			}
 			return
 		case <-t.C:
+		case <-w.beat:
 		}
+		t.Reset(w.cfg.Tick)
 		if (id == 0 || conn == nil) && w.cfg.Ledger != nil {
 			w.cfg.Ledger.forget(time.Now().Add(-2 * w.cfg.SettleAfter))
 		}
@@ -311,12 +321,7 @@ func (w *Worker) run(ctx context.Context, conn *pgx.Conn) {
 			continue
 		}
 		if conn == nil {
-			var dead bool
-			conn, dead = w.reacquire(ctx, id)
-			if dead {
-				w.cfg.Logger.Error("liveness: declared dead; stopping", "client_id", w.cfg.ClientID, "worker_id", id)
-				w.cfg.OnDead(ErrDeclaredDead)
-				<-ctx.Done()
+			if w.retake(ctx, id, &conn, t) {
 				return
 			}
 			continue
@@ -334,6 +339,9 @@ func (w *Worker) run(ctx context.Context, conn *pgx.Conn) {
 			w.cfg.Logger.Warn("liveness: heartbeat failed; taking the lock again on a new session", "client_id", w.cfg.ClientID, "error", redact.Postgres(err.Error()))
 			closeQuietly(conn)
 			conn = nil
+			if w.retake(ctx, id, &conn, t) {
+				return
+			}
 		case !dead:
 			w.settle(ctx)
 		default:
@@ -347,6 +355,29 @@ func (w *Worker) run(ctx context.Context, conn *pgx.Conn) {
 		}
 	}
 }
+
+// retake tries once to take the worker's lock again on a new session
+// (reacquire) and, while it has not, makes the timer t fire again in
+// retakeEvery (at most a tick). It reports whether the worker was declared
+// dead: OnDead was called and the run is over.
+func (w *Worker) retake(ctx context.Context, id int32, conn **pgx.Conn, t *time.Timer) bool {
+	c, dead := w.reacquire(ctx, id)
+	if dead {
+		w.cfg.Logger.Error("liveness: declared dead; stopping", "client_id", w.cfg.ClientID, "worker_id", id)
+		w.cfg.OnDead(ErrDeclaredDead)
+		<-ctx.Done()
+		return true
+	}
+	*conn = c
+	if c == nil {
+		t.Reset(min(w.cfg.Tick, retakeEvery))
+	}
+	return false
+}
+
+// retakeEvery is how often a worker whose liveness session was lost tries
+// to take its lock again.
+const retakeEvery = time.Second
 
 // settle settles the strays (Ledger) on the worker's pool: a failed pass
 // is logged and tried again next tick.
