@@ -313,6 +313,35 @@ func orderedRun(ctx context.Context, serverURL, bin, dir string, ordered bool, k
 			return out, err
 		}
 		fmt.Fprintf(os.Stderr, "ordered: %d deliveries by %d jobs inserted by %d transactions: %d by a job of their own, %d by an earlier message's job going on with its chain\n", own+chained, jobs, inserts, own, chained)
+		// The chains that ended last, which set the run's pace: their
+		// failures (each a wait of the receiver's Retry-After and a fetch)
+		// and their longest wait between two deliveries (a kill's: the
+		// rescue of the chain's job).
+		krows, err := pool.Query(ctx, `WITH d AS (SELECT m.ordering_key AS k, d.delivered_at, d.attempts,
+				d.delivered_at - lag(d.delivered_at) OVER (PARTITION BY m.ordering_key ORDER BY m.id) AS gap
+			FROM ferry_outbox m JOIN ferry_outbox_delivery d ON d.message_id = m.id)
+			SELECT k, extract(epoch FROM max(delivered_at) - $1), sum(attempts) - count(*), coalesce(extract(epoch FROM max(gap)), 0)
+			FROM d GROUP BY k ORDER BY 2 DESC LIMIT 5`, start)
+		if err != nil {
+			return out, err
+		}
+		var (
+			key       string
+			last, gap float64
+			fails     int
+		)
+		if _, err := pgx.ForEachRow(krows, []any{&key, &last, &fails, &gap}, func() error {
+			fmt.Fprintf(os.Stderr, "ordered: key %s delivered last at %.1f s, after %d failures; its longest wait between two deliveries %.1f s\n", key, last, fails, gap)
+			return nil
+		}); err != nil {
+			return out, err
+		}
+		var f50, f99, fmax float64
+		if err := pool.QueryRow(ctx, `SELECT percentile_disc(0.5) WITHIN GROUP (ORDER BY f), percentile_disc(0.99) WITHIN GROUP (ORDER BY f), max(f)
+			FROM (SELECT sum(d.attempts) - count(*) AS f FROM ferry_outbox m JOIN ferry_outbox_delivery d ON d.message_id = m.id GROUP BY m.ordering_key) x`).Scan(&f50, &f99, &fmax); err != nil {
+			return out, err
+		}
+		fmt.Fprintf(os.Stderr, "ordered: failures per key p50 %.0f, p99 %.0f, max %.0f\n", f50, f99, fmax)
 		if links > 0 {
 			fmt.Fprintf(os.Stderr, "ordered steps of the %d links after the first with a job of their own and no other (ms): turn p50 %.0f p99 %.0f; fetch p50 %.0f p99 %.0f; last attempt to recorded p50 %.0f p99 %.0f\n", links, turn50, turn99, fetch50, fetch99, run50, run99)
 		}
