@@ -370,7 +370,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		Leader:      s.elector,
 		Every:       cfg.LeaderTick,
 		Interval:    cfg.RescueInterval,
-		Settle:      cfg.LeaderTick + cmp.Or(cfg.LeaderTickTimeout, min(cfg.LeaderTick/3, 5*time.Second)),
+		Settle:      s.elector.Deferral(),
 		MaxOrphaned: cfg.MaxOrphaned,
 		Logger:      cfg.Logger,
 		Registerer:  s.metrics.Registry,
@@ -378,9 +378,11 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return fail(err)
 	}
-	// The rescue's writes are fenced: it runs while a new leader still
-	// defers to a crashed predecessor, so a dead leader's jobs are
-	// rescued within a pass of the failover, not after the deferral.
+	// The rescue's writes are fenced (ending a dead worker's sessions
+	// and forgetting old workers' rows, which are not, do no harm twice):
+	// it runs while a new leader still defers to a crashed predecessor,
+	// so a dead leader's jobs are rescued within a pass of the failover,
+	// not after the deferral.
 	s.elector.RegisterFenced("rescue", rescuer.Run)
 	s.elector.Register("broadcast-leader", s.announceLeader)
 	s.elector.Register("broadcast-console", s.watchConsole)

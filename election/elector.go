@@ -284,14 +284,15 @@ func (e *Elector) Register(name string, fn Runnable) {
 }
 
 // RegisterFenced adds a runnable whose every effect is a database write
-// fenced by Fence: it starts as soon as the term is recorded, without
-// waiting out the deferral to a predecessor that did not resign. The
-// deferral keeps a zombie predecessor's runnables and this term's from
-// acting at once; a fenced write needs no such wait, because the term was
-// recorded only after every fenced transaction of the predecessor ended,
-// and any it begins later fails (see Fence). A runnable with any other
-// effect (a request to an outside service, a file) must use Register. It
-// must be called before Start.
+// fenced by Fence, or one that does no harm when a zombie predecessor
+// does it too: it starts as soon as the term is recorded, without waiting
+// out the deferral to a predecessor that did not resign. The deferral
+// keeps a zombie predecessor's runnables and this term's from acting at
+// once; a fenced write needs no such wait, because the term was recorded
+// only after every fenced transaction of the predecessor ended, and any it
+// begins later fails (see Fence). A runnable with any other effect (a
+// request to an outside service, a file) must use Register. It must be
+// called before Start.
 func (e *Elector) RegisterFenced(name string, fn Runnable) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -300,6 +301,10 @@ func (e *Elector) RegisterFenced(name string, fn Runnable) {
 	}
 	e.runnables = append(e.runnables, namedRunnable{name: name, fn: fn, fenced: true})
 }
+
+// Deferral is how long a new leader defers to a predecessor that did not
+// resign before it starts its runnables: the tick plus its timeout.
+func (e *Elector) Deferral() time.Duration { return e.cfg.Tick + e.cfg.TickTimeout }
 
 // IsLeader reports whether this process leads now: it holds the lock, its
 // latest tick confirmed it, and its runnables run (or are being started:
