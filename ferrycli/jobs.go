@@ -102,16 +102,17 @@ Examples:
 				Name:      "rescue",
 				Usage:     "take back running jobs whose worker is dead, now, as the leader's rescuer would",
 				ArgsUsage: "ID…",
-				Description: `The leader's rescuer takes back the running jobs of a dead worker within a
-leader tick or two; this does it now. A job running on a live worker is
+				Description: `The leader's rescuer takes back the running jobs of a dead worker within
+FERRY_RESCUE_INTERVAL (a second); this does it now, with no leader at all. A job running on a live worker is
 left alone (reported as failed): it would run twice. When the job's worker
 is dead, the worker is declared dead and all its running jobs are taken
 back: available again with the attempt counted, or discarded when out of
 attempts, or as poison at the FERRY_MAX_ORPHANED-th death. A job last
 attempted by a River client that is not a ferry worker is taken back
 alone. A running job whose cancellation was requested (enqueue jobs cancel)
-is cancelled, not made available. Each id is reported; the exit code is 1
-if any was not rescued.
+is cancelled, not made available. A dead worker that led River has that
+leadership resigned too, and the result says so. Each id is reported; the
+exit code is 1 if any was not rescued.
 
 Examples:
    enqueue jobs rescue 1042
@@ -570,20 +571,28 @@ var (
 )
 
 // actionRescue takes back running jobs of dead workers (internal/liveness).
+// A rescue that resigned the dead worker's River leadership says so.
 func actionRescue(maxOrphaned int) jobAction {
+	resigned := map[int64]bool{} // by job id
 	return jobAction{
 		verb: "rescue", done: "rescued",
 		do: func(ctx context.Context, pool *pgxpool.Pool, c *river.Client[pgx.Tx], id int64) (*rivertype.JobRow, error) {
-			_, err := liveness.RescueJob(ctx, pool, id, maxOrphaned)
+			res, err := liveness.RescueJobReport(ctx, pool, id, maxOrphaned)
 			switch {
 			case errors.Is(err, liveness.ErrJobNotFound):
 				return nil, rivertype.ErrNotFound
 			case err != nil:
 				return nil, err
 			}
+			resigned[id] = res.RiverLeader
 			return c.JobGet(ctx, id)
 		},
-		outcome: noOutcome,
+		outcome: func(j *rivertype.JobRow, _ runningWorker) (string, string) {
+			if resigned[j.ID] {
+				return fmt.Sprintf("rescued (%s); its dead worker's River leadership resigned: another River client leads at once", j.State), ""
+			}
+			return "", ""
+		},
 	}
 }
 

@@ -62,3 +62,32 @@ func TestJobsRescue(t *testing.T) {
 	require.Equal(t, 1, j.Errors, "the rescue is recorded in the job's errors")
 	require.NoError(t, b.Kill())
 }
+
+// TestJobsRescue_RiverLeader: `enqueue jobs rescue` of a job whose dead
+// worker led River resigns that leadership, as the leader's rescuer does,
+// and says so.
+func TestJobsRescue_RiverLeader(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t, true)
+	pool := pgtest.PoolFor(t, url)
+	orphan := enqueueID(t, url, "ferry.noop", "--args", `{"sleep":"1h"}`)
+	a := startWorker(t, url, nil, electionArgs(time.Second)...)
+	aID := workerClientID(t, a)
+	waitJobState(t, pool, orphan, "running", 10*time.Second)
+	waitRiverLeader(t, pool, aID)
+	require.NoError(t, a.Kill())
+
+	// No other River client runs: River's leadership stays A's until
+	// someone resigns it.
+	stdout, stderr, code := enqueue(t, url, nil, "jobs", "rescue", fmt.Sprint(orphan), "--json")
+	require.Equal(t, 0, code, "stderr: %s", stderr)
+	var results []struct {
+		OK   bool   `json:"ok"`
+		Note string `json:"note"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(stdout), &results), stdout)
+	require.Len(t, results, 1)
+	require.True(t, results[0].OK, "%+v", results[0])
+	require.Contains(t, results[0].Note, "River leadership resigned")
+	require.Zero(t, count(t, pool, "SELECT count(*) FROM river_leader"), "A's River leadership is gone")
+}

@@ -36,10 +36,27 @@ func (e *WorkerAliveError) Error() string {
 // cannot see that client, and the operator vouches for it. It returns the
 // job's state afterwards.
 func RescueJob(ctx context.Context, pool *pgxpool.Pool, id int64, maxOrphaned int) (string, error) {
+	res, err := RescueJobReport(ctx, pool, id, maxOrphaned)
+	return res.State, err
+}
+
+// JobRescue is what RescueJobReport did.
+type JobRescue struct {
+	// State is the job's state afterwards.
+	State string
+	// RiverLeader: the job's worker, declared dead by this rescue, held
+	// River's leadership, which the rescue resigned for it.
+	RiverLeader bool
+}
+
+// RescueJobReport is RescueJob, reporting also whether the rescue resigned
+// the dead worker's River leadership.
+func RescueJobReport(ctx context.Context, pool *pgxpool.Pool, id int64, maxOrphaned int) (JobRescue, error) {
 	if maxOrphaned < 1 {
 		maxOrphaned = DefaultMaxOrphaned
 	}
 	var state string
+	var riverLeader bool
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		var clientID *string
 		// A plain read: takeBack re-checks the state and the attempt under
@@ -73,15 +90,16 @@ func RescueJob(ctx context.Context, pool *pgxpool.Pool, id int64, maxOrphaned in
 				return err
 			}
 		default:
-			_, ok, err := rescueWorker(ctx, tx, workerID, *clientID, maxOrphaned)
+			res, ok, err := rescueWorker(ctx, tx, workerID, *clientID, maxOrphaned)
 			if err != nil {
 				return err
 			}
 			if !ok {
 				return &WorkerAliveError{ClientID: *clientID}
 			}
+			riverLeader = res.RiverLeader
 		}
 		return tx.QueryRow(ctx, `SELECT state::text FROM river_job WHERE id = $1`, id).Scan(&state)
 	})
-	return state, err
+	return JobRescue{State: state, RiverLeader: riverLeader}, err
 }
