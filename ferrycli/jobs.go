@@ -103,16 +103,17 @@ Examples:
 				Usage:     "take back running jobs whose worker is dead, now, as the leader's rescuer would",
 				ArgsUsage: "ID…",
 				Description: `The leader's rescuer takes back the running jobs of a dead worker within
-FERRY_RESCUE_INTERVAL (a second); this does it now, with no leader at all. A job running on a live worker is
-left alone (reported as failed): it would run twice. When the job's worker
-is dead, the worker is declared dead and all its running jobs are taken
-back: available again with the attempt counted, or discarded when out of
-attempts, or as poison at the FERRY_MAX_ORPHANED-th death. A job last
-attempted by a River client that is not a ferry worker is taken back
-alone. A running job whose cancellation was requested (enqueue jobs cancel)
-is cancelled, not made available. A dead worker that led River has that
-leadership resigned too, and the result says so. Each id is reported; the
-exit code is 1 if any was not rescued.
+FERRY_RESCUE_INTERVAL (a second); this does it now, with no leader at all.
+A job running on a live worker is left alone (reported as failed): it
+would run twice. When the job's worker is dead, the worker is declared
+dead and all its running jobs are taken back: available again with the
+attempt counted, or discarded when out of attempts, or as poison at the
+FERRY_MAX_ORPHANED-th death. A job last attempted by a River client that
+is not a ferry worker is taken back alone. A running job whose
+cancellation was requested (enqueue jobs cancel) is cancelled, not made
+available. A dead worker that led River has that leadership resigned
+too, and the result says so. Each id is reported; the exit code is 1 if
+any was not rescued.
 
 Examples:
    enqueue jobs rescue 1042

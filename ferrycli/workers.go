@@ -23,7 +23,7 @@ last heartbeat says. States:
    alive     its session holds the lock; RUNNING counts the jobs whose latest
              attempt is its own
    lost      its lock is free, and the leader has not declared it dead yet
-             (within a tick, or no leader): its running jobs wait for that
+             (within a second, or no leader): its running jobs wait for that
    dead      the leader declared it dead and took back RESCUED running jobs,
              at the time in ENDED
    stopped   it stopped gracefully at ENDED

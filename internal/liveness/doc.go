@@ -3,8 +3,9 @@
 //
 // River rescues a running job only after RescueStuckJobsAfter (an hour by
 // default): a worker killed with kill -9, OOM-killed or lost with its host
-// leaves its jobs running that long. ferry knows within a tick, because
-// Postgres ends a process's sessions when the process dies.
+// leaves its jobs running that long. ferry knows within a second (the
+// rescue interval), because Postgres ends a process's sessions when the
+// process dies.
 //
 // # Liveness
 //

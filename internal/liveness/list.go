@@ -14,8 +14,9 @@ const (
 	StateAlive = "alive"
 	// StateLost: nobody holds the lock, and the worker neither stopped nor
 	// was declared dead: its process died or its session was lost, and the
-	// leader's rescuer has not come to it yet (within a tick, or there is
-	// no leader). Its running jobs wait for the rescue.
+	// leader's rescuer has not come to it yet (within a rescue interval,
+	// longer just after the server ended every session; or there is no
+	// leader). Its running jobs wait for the rescue.
 	StateLost = "lost"
 	// StateDead: the rescuer declared it dead (dead_at) and took back its
 	// running jobs (rescued_jobs).
