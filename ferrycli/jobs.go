@@ -578,7 +578,7 @@ func actionRescue(maxOrphaned int) jobAction {
 	return jobAction{
 		verb: "rescue", done: "rescued",
 		do: func(ctx context.Context, pool *pgxpool.Pool, c *river.Client[pgx.Tx], id int64) (*rivertype.JobRow, error) {
-			res, err := liveness.RescueJobReport(ctx, pool, id, maxOrphaned)
+			res, err := liveness.RescueJob(ctx, pool, id, maxOrphaned)
 			switch {
 			case errors.Is(err, liveness.ErrJobNotFound):
 				return nil, rivertype.ErrNotFound

@@ -532,11 +532,11 @@ func (r *Relay) relayTx(ctx context.Context, careful bool) (n int, full bool, er
 // deliveries of ordered chains (a turn taken, a release pass: startWaiting);
 // Postgres delivers identical notifications of one transaction once, so
 // where River sent its own this adds nothing. Its cost is one
-// notification per transaction, not per message. It is
-// SQL of its own rather than River's driver (NotifyMany, as jobs.CopyTx
-// and the limiter send it) so that it rides in the batch that records
-// the deliveries, without a round trip of its own; TestWakeWorkers holds
-// it to River's channel and payload.
+// notification per transaction, not per message. It is SQL of its own
+// rather than River's driver (NotifyMany, as jobs.CopyTx and the limiter
+// send it) so that it rides in the batch that records the deliveries,
+// without a round trip of its own; TestWakeWorkers holds it to River's
+// channel and payload.
 const sqlWakeWorkers = `SELECT pg_notify(concat(coalesce(NULLIF($1::text, ''), current_schema()), '.river_insert'), format('{"queue": %s}', to_json(q)))
 	FROM unnest($2::text[]) AS q`
 

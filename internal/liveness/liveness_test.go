@@ -459,17 +459,17 @@ func TestRescueJob(t *testing.T) {
 	require.Equal(t, "running", b.job(t, onLive).State)
 
 	b.kill(t, dead)
-	state, err := RescueJob(ctx, b.pool, onDead, 5)
+	res, err := RescueJob(ctx, b.pool, onDead, 5)
 	require.NoError(t, err)
-	require.Equal(t, "available", state)
+	require.Equal(t, "available", res.State)
 	require.Equal(t, "available", b.job(t, alsoOnDead).State, "the dead worker's other jobs are taken back with it")
 	var declared bool
 	require.NoError(t, b.pool.QueryRow(ctx, "SELECT dead_at IS NOT NULL FROM ferry_worker WHERE id = $1", dead.ID()).Scan(&declared))
 	require.True(t, declared, "declared dead, so its late writes are fenced")
 
-	state, err = RescueJob(ctx, b.pool, foreign, 5)
+	res, err = RescueJob(ctx, b.pool, foreign, 5)
 	require.NoError(t, err)
-	require.Equal(t, "available", state)
+	require.Equal(t, "available", res.State)
 
 	_, err = RescueJob(ctx, b.pool, foreign, 5)
 	require.ErrorIs(t, err, ErrJobNotRunning)

@@ -55,8 +55,8 @@ type RescuerConfig struct {
 	// its lock again on a new one only when its next heartbeat finds the
 	// old one gone, up to a tick later. Set it to the tick plus its
 	// timeout (the leader's deferral, which held the rescue back as long
-	// before it ran with the term). Outside such a window a worker whose lock is free is dead
-	// (or cut off) and rescued at the next pass.
+	// before it ran with the term). Outside such a window a worker whose
+	// lock is free is dead (or cut off) and rescued at the next pass.
 	Settle time.Duration
 	// MaxOrphaned: the death that makes a job's count reach it discards the
 	// job. Default DefaultMaxOrphaned.

@@ -25,6 +25,15 @@ func (e *WorkerAliveError) Error() string {
 	return fmt.Sprintf("running on live worker %s: not rescued", e.ClientID)
 }
 
+// JobRescue is what RescueJob did.
+type JobRescue struct {
+	// State is the job's state afterwards.
+	State string
+	// RiverLeader: the job's worker, declared dead by this rescue, held
+	// River's leadership, which the rescue resigned for it.
+	RiverLeader bool
+}
+
 // RescueJob is an operator's rescue of one running job (enqueue jobs
 // rescue), without waiting for the leader's next pass. When the job's
 // worker is a ferry worker whose lock nobody holds, the worker is declared
@@ -34,24 +43,9 @@ func (e *WorkerAliveError) Error() string {
 // is done and the error is a *WorkerAliveError. A job last attempted by a
 // River client that is not a ferry worker is taken back alone: liveness
 // cannot see that client, and the operator vouches for it. It returns the
-// job's state afterwards.
-func RescueJob(ctx context.Context, pool *pgxpool.Pool, id int64, maxOrphaned int) (string, error) {
-	res, err := RescueJobReport(ctx, pool, id, maxOrphaned)
-	return res.State, err
-}
-
-// JobRescue is what RescueJobReport did.
-type JobRescue struct {
-	// State is the job's state afterwards.
-	State string
-	// RiverLeader: the job's worker, declared dead by this rescue, held
-	// River's leadership, which the rescue resigned for it.
-	RiverLeader bool
-}
-
-// RescueJobReport is RescueJob, reporting also whether the rescue resigned
-// the dead worker's River leadership.
-func RescueJobReport(ctx context.Context, pool *pgxpool.Pool, id int64, maxOrphaned int) (JobRescue, error) {
+// job's state afterwards, and whether it resigned the worker's River
+// leadership.
+func RescueJob(ctx context.Context, pool *pgxpool.Pool, id int64, maxOrphaned int) (JobRescue, error) {
 	if maxOrphaned < 1 {
 		maxOrphaned = DefaultMaxOrphaned
 	}

@@ -321,7 +321,8 @@ func (w *Worker) run(ctx context.Context, conn *pgx.Conn) {
 			continue
 		}
 		if conn == nil {
-			if w.retake(ctx, id, &conn, t) {
+			var dead bool
+			if conn, dead = w.retake(ctx, id, t); dead {
 				return
 			}
 			continue
@@ -338,8 +339,7 @@ func (w *Worker) run(ctx context.Context, conn *pgx.Conn) {
 		case err != nil:
 			w.cfg.Logger.Warn("liveness: heartbeat failed; taking the lock again on a new session", "client_id", w.cfg.ClientID, "error", redact.Postgres(err.Error()))
 			closeQuietly(conn)
-			conn = nil
-			if w.retake(ctx, id, &conn, t) {
+			if conn, dead = w.retake(ctx, id, t); dead {
 				return
 			}
 		case !dead:
@@ -357,22 +357,21 @@ func (w *Worker) run(ctx context.Context, conn *pgx.Conn) {
 }
 
 // retake tries once to take the worker's lock again on a new session
-// (reacquire) and, while it has not, makes the timer t fire again in
-// retakeEvery (at most a tick). It reports whether the worker was declared
-// dead: OnDead was called and the run is over.
-func (w *Worker) retake(ctx context.Context, id int32, conn **pgx.Conn, t *time.Timer) bool {
-	c, dead := w.reacquire(ctx, id)
+// (reacquire) and returns it; while it has none, it makes the timer t
+// fire again in retakeEvery (at most a tick). dead: the worker was
+// declared dead, OnDead was called and the run is over.
+func (w *Worker) retake(ctx context.Context, id int32, t *time.Timer) (conn *pgx.Conn, dead bool) {
+	conn, dead = w.reacquire(ctx, id)
 	if dead {
 		w.cfg.Logger.Error("liveness: declared dead; stopping", "client_id", w.cfg.ClientID, "worker_id", id)
 		w.cfg.OnDead(ErrDeclaredDead)
 		<-ctx.Done()
-		return true
+		return nil, true
 	}
-	*conn = c
-	if c == nil {
+	if conn == nil {
 		t.Reset(min(w.cfg.Tick, retakeEvery))
 	}
-	return false
+	return conn, false
 }
 
 // retakeEvery is how often a worker whose liveness session was lost tries
