@@ -849,8 +849,8 @@ func received(t *testing.T, pool *pgxpool.Pool, consumer string, id int64) int {
 }
 
 // TestDeliverWorker_Handler runs Go handler routes through a real River
-// client: the handler's effect, the delivery and the job's completion are
-// one transaction.
+// client: the handler's effect, its receipt and the delivery are one
+// transaction; River completes the job after it.
 func TestDeliverWorker_Handler(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -877,8 +877,9 @@ func TestDeliverWorker_Handler(t *testing.T) {
 		require.Equal(t, 1, d.Attempts)
 		require.Equal(t, "delivered", b.message(t, id).Status)
 
-		// The effect, the delivery and the job completion committed
-		// together: the rows carry the same transaction id.
+		// The effect, the receipt and the delivery committed together: the
+		// rows carry the same transaction id. The job's completion is
+		// River's, in a transaction of its own.
 		var effXmin, deliveryXmin, receivedXmin, jobXmin string
 		require.NoError(t, b.pool.QueryRow(ctx, "SELECT xmin::text FROM "+eff.table).Scan(&effXmin))
 		require.NoError(t, b.pool.QueryRow(ctx, "SELECT xmin::text FROM ferry_outbox_delivery WHERE message_id = $1", id).Scan(&deliveryXmin))
@@ -886,7 +887,7 @@ func TestDeliverWorker_Handler(t *testing.T) {
 		require.NoError(t, b.pool.QueryRow(ctx, "SELECT xmin::text FROM river_job WHERE id = $1", jobsAfter[0].ID).Scan(&jobXmin))
 		require.Equal(t, effXmin, deliveryXmin)
 		require.Equal(t, effXmin, receivedXmin)
-		require.Equal(t, effXmin, jobXmin)
+		require.NotEqual(t, effXmin, jobXmin)
 
 		// A second job for the same delivery (a redelivery) changes
 		// nothing.
@@ -895,6 +896,32 @@ func TestDeliverWorker_Handler(t *testing.T) {
 		require.Equal(t, 1, eff.count(t, b.pool))
 		require.EqualValues(t, 1, eff.calls.Load())
 		require.Equal(t, 1, b.delivery(t, id, "ledger").Attempts)
+	})
+
+	t.Run("RunAgainAfterCommit", func(t *testing.T) {
+		t.Parallel()
+		// A job whose worker died after the handler's transaction
+		// committed, before River completed the job, runs again (rescued):
+		// it finds the delivery delivered and does nothing. Work is
+		// called without River, as the rescued run of the same job.
+		b := deliverSetup(t)
+		eff := newEffects(t, b.pool)
+		w := b.worker(t, DeliverConfig{}, handlerRoute("ledger", eff.write))
+		id := b.seed(t, testTopic, `{}`, "ledger")
+		job := deliverJob(id, "ledger", 1, 24)
+
+		require.NoError(t, w.Work(ctx, job))
+		require.Equal(t, 1, eff.count(t, b.pool))
+		require.Equal(t, "delivered", b.delivery(t, id, "ledger").Status)
+		require.Equal(t, "delivered", b.message(t, id).Status)
+
+		job.Attempt = 2
+		require.NoError(t, w.Work(ctx, job))
+		require.Equal(t, 1, eff.count(t, b.pool))
+		require.EqualValues(t, 1, eff.calls.Load())
+		d := b.delivery(t, id, "ledger")
+		require.Equal(t, "delivered", d.Status)
+		require.Equal(t, 1, d.Attempts)
 	})
 
 	t.Run("ConcurrentDuplicateJobs", func(t *testing.T) {

@@ -185,10 +185,12 @@
 // The wire is at least once. Receive records (consumer, event id) in
 // ferry_outbox_received inside the receiver's transaction and says whether
 // it is the first time; a Go handler runs inside that transaction, which
-// also completes the delivery's River job (river.JobCompleteTx), so its
-// effect happens once. HTTP receivers keep their own UNIQUE on the event id;
-// Verify checks a request's signature (the standard headers, or
-// Ferry-Signature from an older worker) and timestamp for them.
+// also records the delivery delivered, so its effect happens once (a job
+// run again after that commit, its River completion lost with its worker,
+// finds the delivery delivered and does nothing). HTTP receivers keep
+// their own UNIQUE on the event id; Verify checks a request's signature
+// (the standard headers, or Ferry-Signature from an older worker) and
+// timestamp for them.
 //
 // # Module
 //
