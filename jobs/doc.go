@@ -136,7 +136,10 @@
 // round trip costs what the trigger did), and would leave plain-SQL
 // inserts unbounded. A trigger with transition tables cannot take a
 // column list (UPDATE OF state, queue), so River's inserts still call the
-// UPDATE trigger, which returns after one LIMIT 1 read.
+// UPDATE trigger, which returns after one LIMIT 1 read. (The dead-worker
+// fence, a BEFORE UPDATE statement trigger without transition tables, has
+// one since migration 025: River's inserts no longer call it, bounded or
+// not.)
 //
 // Counters are exact only while a queue is bounded, so setting a bound on a
 // queue that had none counts its jobs in a transaction that first takes

@@ -110,18 +110,22 @@
 // River completes a job with an UPDATE that matches state = 'running' and
 // not the attempt, so by itself a worker that comes back late could
 // overwrite the outcome of the attempt that replaced its own. ferry adds a
-// fence in the database (migrations 006, 015, 016, 019): every session of a
-// worker ends its application_name with the worker's SessionTag
+// fence in the database (migrations 006, 015, 016, 019, 025): every session
+// of a worker ends its application_name with the worker's SessionTag
 // (ConfigurePool), recorded in ferry_worker.session_tag, and a
 // statement-level trigger refuses any UPDATE of river_job from a session of
-// a worker declared dead (SQLSTATE FR001, IsDeclaredDead). The tag is in
+// a worker declared dead (SQLSTATE FR001, IsDeclaredDead). Its column list
+// is every column but kind (migration 025): River's insert, INSERT … ON
+// CONFLICT … DO UPDATE SET kind = river_job.kind, fires UPDATE statement
+// triggers whether a row conflicts or not, and changes no job; with the
+// list it no longer calls the fence. The tag is in
 // application_name, not in a session setting, because a transaction pooler
 // (PgBouncer) sets a client's application_name on whichever server session
 // it lends it, while a setting stays with the server session and would
 // name the wrong worker there. The trigger has no WHEN clause (migration
 // 019): Postgres plans a trigger's WHEN again for each statement, which
-// cost every UPDATE of river_job, River's inserts included, more than a
-// call of the function that tests the session first and returns. The trigger and
+// cost every UPDATE of river_job more than a call of the function that
+// tests the session first and returns. The trigger and
 // the rescue meet on the transaction advisory lock (FenceNamespace,
 // hashtext(client id)): every UPDATE from a worker's session holds it shared
 // to the end of its transaction, and the rescue, having stamped dead_at,

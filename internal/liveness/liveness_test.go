@@ -433,9 +433,39 @@ func TestFence_DeadWorkerCannotWrite(t *testing.T) {
 	require.Error(t, err, "the dead worker's late completion would overwrite the live attempt")
 	require.True(t, IsDeclaredDead(err), "%v", err)
 	require.Equal(t, "running", b.job(t, id).State)
+	// Any column but kind is fenced (the trigger's column list).
+	_, err = deadPool.Exec(ctx, `UPDATE river_job SET metadata = metadata || '{"late": true}' WHERE id = $1`, id)
+	require.True(t, IsDeclaredDead(err), "%v", err)
+	// River's insert changes no job (its ON CONFLICT … DO UPDATE sets
+	// kind to itself) and does not call the fence: a job the dead
+	// worker's session inserts is inserted.
+	now := time.Now()
+	ins, err := riverpgxv5.New(deadPool).GetExecutor().JobInsertFastMany(ctx, &riverdriver.JobInsertFastManyParams{Jobs: []*riverdriver.JobInsertFastParams{{
+		EncodedArgs: []byte(`{}`), Kind: "fence_test", MaxAttempts: 25, Metadata: []byte(`{}`), Priority: 1,
+		Queue: river.QueueDefault, ScheduledAt: &now, State: rivertype.JobStateAvailable,
+	}}})
+	require.NoError(t, err, "River's insert from a dead worker's session")
+	require.Len(t, ins, 1)
 	require.NoError(t, completeBy(livePool))
 	require.Equal(t, "completed", b.job(t, id).State)
 	require.False(t, IsDeclaredDead(errors.New("other")))
+}
+
+// The fence's trigger fires for an UPDATE of any column of river_job but
+// kind, which River's insert sets (to itself) on a conflict (migration
+// 025). A column River adds must be added to the list.
+func TestFence_Columns(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var fenced, all []string
+	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT
+		(SELECT array_agg(a.attname ORDER BY a.attname) FROM pg_trigger g
+		   JOIN pg_attribute a ON a.attrelid = g.tgrelid AND a.attnum = ANY (g.tgattr)
+		   WHERE g.tgrelid = 'river_job'::regclass AND g.tgname = 'ferry_worker_fence'),
+		(SELECT array_agg(attname ORDER BY attname) FROM pg_attribute
+		   WHERE attrelid = 'river_job'::regclass AND attnum > 0 AND NOT attisdropped AND attname <> 'kind')`).Scan(&fenced, &all))
+	require.NotEmpty(t, all)
+	require.Equal(t, all, fenced)
 }
 
 // An operator's rescue of one job: refused on a live worker, the whole
