@@ -71,6 +71,9 @@ type Server struct {
 	limiter *limit.Limiter
 	// broadcast is this process's broadcast Broker (Broadcast).
 	broadcast *broadcast.Broker
+	// announcing holds the leader-release announcements a demotion left
+	// running (announceLeader); close waits for them.
+	announcing sync.WaitGroup
 	// routes are the outbox routes this process delivers (none when it
 	// does not work the outbox queue), published at start.
 	routes    *outbox.Routes
@@ -808,6 +811,7 @@ func (s *Server) close() {
 		return
 	}
 	s.closed = true
+	s.announcing.Wait()
 	if s.broadcast != nil {
 		s.broadcast.Close()
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ferryq/ferry/broadcast"
+	"github.com/ferryq/ferry/election"
 	"github.com/ferryq/ferry/internal/admin"
 	"github.com/ferryq/ferry/internal/base/redact"
 )
@@ -67,11 +68,25 @@ func (s *Server) announceLeader(ctx context.Context) error {
 	// runnables to stop: a partitioned leader's announcement cannot land,
 	// and waiting longer would only make a demotion look like runnables
 	// that would not stop.
-	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(2*time.Second, s.cfg.LeaderTick/2))
-	defer cancel()
-	if err := s.broadcast.Publish(pctx, admin.EventsChannel, map[string]any{"leader": "released"}); err != nil {
-		s.cfg.Logger.Debug("broadcast: leader release not announced", "error", err)
+	release := func() {
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(2*time.Second, s.cfg.LeaderTick/2))
+		defer cancel()
+		if err := s.broadcast.Publish(pctx, admin.EventsChannel, map[string]any{"leader": "released"}); err != nil {
+			s.cfg.Logger.Debug("broadcast: leader release not announced", "error", err)
+		}
 	}
+	if !election.Demoted(ctx) {
+		// A stop: the process may exit next, so the announcement goes
+		// before the runnable returns.
+		release()
+		return nil
+	}
+	// Demoted: the failed check may mean the database is out of reach. The
+	// demotion does not wait on the announcement (at a 1 s tick a
+	// partitioned leader was demoted 500 ms later for it, 1.5 to 1.8 s
+	// after the cut, past the tick and its timeout); the server's close
+	// waits for it.
+	s.announcing.Go(release)
 	return nil
 }
 

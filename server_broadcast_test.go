@@ -3,6 +3,7 @@ package ferry_test
 import (
 	"context"
 	"crypto/rand"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -12,7 +13,9 @@ import (
 	"github.com/ferryq/ferry"
 	"github.com/ferryq/ferry/broadcast"
 	"github.com/ferryq/ferry/internal/admin"
+	"github.com/ferryq/ferry/internal/base/logtest"
 	"github.com/ferryq/ferry/internal/base/pgtest"
+	"github.com/ferryq/ferry/internal/testkit/netproxy"
 )
 
 func TestServer_Broadcast(t *testing.T) {
@@ -68,4 +71,37 @@ func TestServer_Broadcast(t *testing.T) {
 		}
 		require.Equal(t, admin.EventsChannel, ev.Channel, "nothing else on the test channel: %s", ev.Data)
 	}
+}
+
+// A leader demoted because the database went out of reach (a partition:
+// its ownership check times out) does not wait for its announcement that
+// it let the lead go, which cannot land: "election: demoted" is logged
+// before the announcement gives up, not after.
+func TestServer_DemotionDoesNotWaitForItsAnnouncement(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.NewDatabase(t, true)
+	u, err := url.Parse(dbURL)
+	require.NoError(t, err)
+	px, err := netproxy.Start(u.Host)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = px.Close() })
+	u.Host = px.Addr()
+	logs := &logtest.Recorder{}
+	cfg := quietConfig(u.String())
+	cfg.Logger = logs.Logger()
+	cfg.LeaderTick = time.Second
+	srv, err := ferry.New(context.Background(), cfg)
+	require.NoError(t, err)
+	stop := runServer(t, srv)
+	require.Eventually(t, func() bool { return len(logs.All("election: runnables started")) == 1 }, 30*time.Second, 10*time.Millisecond)
+
+	px.Partition()
+	require.Eventually(t, func() bool { return len(logs.All("broadcast: leader release not announced")) == 1 }, 30*time.Second, 10*time.Millisecond)
+	out := logs.String()
+	demoted := strings.Index(out, `"msg":"election: demoted"`)
+	gaveUp := strings.Index(out, `"msg":"broadcast: leader release not announced"`)
+	require.GreaterOrEqual(t, demoted, 0, "demoted")
+	require.Less(t, demoted, gaveUp, "the demotion waited for the announcement")
+	px.Heal()
+	_ = stop()
 }

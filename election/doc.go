@@ -49,7 +49,10 @@
 // nothing until it uses the connection. So the leader checks every Tick, with
 // a timeout of TickTimeout, that pg_locks shows its own backend holding the
 // key. No row, an error or a timeout is loss: it cancels its runnables, closes
-// the connection and becomes a standby ("election: demoted").
+// the connection and becomes a standby ("election: demoted"). The demotion
+// waits for the runnables to return, so a runnable whose context ended for
+// a loss (Demoted) must not wait on the database then: it may be out of
+// reach.
 //
 // # Why the database predicate
 //

@@ -65,6 +65,8 @@ var (
 	// and may still be running, so the successor must defer too.
 	ErrStoppedWhileDeferring = errors.New("election: stopped while deferring to a predecessor that did not resign")
 
+	// errDemoted is the cause of the runnables' context when the term is
+	// lost (Demoted).
 	errDemoted = errors.New("election: demoted")
 )
 
@@ -919,6 +921,17 @@ func (s *supervisor) stop(cause error, wait time.Duration) error {
 		s.log.Error("election: runnables still running after their context was cancelled", "waited", wait, "runnables", strings.Join(s.still(), ","))
 		return ErrRunnablesStillRunning
 	}
+}
+
+// Demoted reports whether a runnable's ctx ended because this process lost
+// its term (a failed ownership check: the lock gone, an error, a timeout)
+// rather than because the elector stops. The elector logs "election:
+// demoted" once every runnable has returned, and a check that failed may
+// mean the database is out of reach (a partition): a runnable that says
+// goodbye through the database should not wait on it then, or the demotion
+// comes that much later than Tick + TickTimeout after the loss.
+func Demoted(ctx context.Context) bool {
+	return errors.Is(context.Cause(ctx), errDemoted)
 }
 
 // sleep waits d, or until ctx is done; it reports whether the full d passed.

@@ -650,6 +650,44 @@ func TestElector_TerminateBackend(t *testing.T) {
 	_ = next
 }
 
+// Demoted tells a runnable why its context ended: the term lost (here the
+// lock session terminated) or the elector stopping.
+func TestElector_Demoted(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	e, err := New(Config{DatabaseURL: b.url, Tick: testTick, Probe: testProbe, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	ended := make(chan bool, 2)
+	next := func() bool {
+		select {
+		case d := <-ended:
+			return d
+		case <-time.After(30 * time.Second): // a watchdog
+			t.Fatal("the runnable's context did not end")
+			return false
+		}
+	}
+	e.Register("watch", func(ctx context.Context) error {
+		<-ctx.Done()
+		ended <- Demoted(ctx)
+		return nil
+	})
+	require.NoError(t, e.Start(ctx))
+	t.Cleanup(e.Stop)
+	waitLeader(t, 5*time.Second, e)
+
+	var ok bool
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT pg_terminate_backend($1)", e.Status().BackendPID).Scan(&ok))
+	require.True(t, ok)
+	require.True(t, next(), "demoted: the term was lost")
+
+	waitLeader(t, 10*time.Second, e)
+	e.Stop()
+	require.False(t, next(), "stopped, not demoted")
+	require.False(t, Demoted(ctx))
+}
+
 func TestElector_GracefulHandover(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
