@@ -83,7 +83,7 @@ func (s *Server) announceLeader(ctx context.Context) error {
 	}
 	// Demoted: the failed check may mean the database is out of reach. The
 	// demotion does not wait on the announcement (at a 1 s tick a
-	// partitioned leader was demoted 500 ms later for it, 1.5 to 1.8 s
+	// partitioned leader was demoted 500 ms later for it, up to 1.8 s
 	// after the cut, past the tick and its timeout); the server's close
 	// waits for it.
 	s.announcing.Go(release)

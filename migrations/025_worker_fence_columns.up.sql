@@ -15,7 +15,7 @@
 -- of River's and ferry's sets one (state, metadata, …), and Postgres fires
 -- a column-list trigger when one of its columns is a target of the UPDATE,
 -- changed or not. The list is every column of river_job but kind;
--- TestFenceColumns fails when River adds one that is not in it.
+-- TestFence_Columns fails when River adds one that is not in it.
 DROP TRIGGER ferry_worker_fence ON river_job;
 CREATE TRIGGER ferry_worker_fence
     BEFORE UPDATE OF id, state, attempt, max_attempts, attempted_at, created_at,
