@@ -49,36 +49,31 @@ func RescueJob(ctx context.Context, pool *pgxpool.Pool, id int64, maxOrphaned in
 	if maxOrphaned < 1 {
 		maxOrphaned = DefaultMaxOrphaned
 	}
-	var state string
-	var riverLeader bool
+	var out JobRescue
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		var clientID *string
 		// A plain read: takeBack re-checks the state and the attempt under
 		// its own row lock, and a row lock taken here, held while takeBack
 		// waits for the worker's writes in flight, could deadlock with the
 		// worker's own completion of this job.
-		err := tx.QueryRow(ctx, `SELECT state::text, attempted_by[cardinality(attempted_by)] FROM river_job WHERE id = $1`, id).Scan(&state, &clientID)
+		err := tx.QueryRow(ctx, `SELECT state::text, attempted_by[cardinality(attempted_by)] FROM river_job WHERE id = $1`, id).Scan(&out.State, &clientID)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			return ErrJobNotFound
 		case err != nil:
 			return fmt.Errorf("read the job: %w", err)
-		case state != "running" || clientID == nil:
-			return fmt.Errorf("%w (%s)", ErrJobNotRunning, state)
+		case out.State != "running" || clientID == nil:
+			return fmt.Errorf("%w (%s)", ErrJobNotRunning, out.State)
 		}
 		var workerID int32
 		var dead bool
 		switch err := tx.QueryRow(ctx, `SELECT id, dead_at IS NOT NULL FROM ferry_worker WHERE client_id = $1`, *clientID).Scan(&workerID, &dead); {
-		case errors.Is(err, pgx.ErrNoRows):
-			var res Rescue
-			if err := takeBack(ctx, tx, *clientID, &id, maxOrphaned, &res); err != nil {
-				return err
-			}
-		case err != nil:
+		case err != nil && !errors.Is(err, pgx.ErrNoRows):
 			return fmt.Errorf("read the job's worker: %w", err)
-		case dead:
-			// Declared dead, the job still running: taken back alone (its
-			// worker's other jobs went with the declaration).
+		case err != nil || dead:
+			// Not a ferry worker's (the operator vouches for its client),
+			// or declared dead with the job still running (its worker's
+			// other jobs went with the declaration): taken back alone.
 			var res Rescue
 			if err := takeBack(ctx, tx, *clientID, &id, maxOrphaned, &res); err != nil {
 				return err
@@ -91,9 +86,9 @@ func RescueJob(ctx context.Context, pool *pgxpool.Pool, id int64, maxOrphaned in
 			if !ok {
 				return &WorkerAliveError{ClientID: *clientID}
 			}
-			riverLeader = res.RiverLeader
+			out.RiverLeader = res.RiverLeader
 		}
-		return tx.QueryRow(ctx, `SELECT state::text FROM river_job WHERE id = $1`, id).Scan(&state)
+		return tx.QueryRow(ctx, `SELECT state::text FROM river_job WHERE id = $1`, id).Scan(&out.State)
 	})
-	return JobRescue{State: state, RiverLeader: riverLeader}, err
+	return out, err
 }
