@@ -44,7 +44,7 @@ type sizes struct {
 	orphans      int           // orphan rescue trials (1 s tick, 100 jobs)
 	bulk         int           // lines for enqueue bulk
 	rounds       int           // paired rounds of the sealed and bounded ratios
-	pairRounds   int           // paired rounds against River at its best and through PgBouncer
+	pairRounds   int           // paired rounds against River (at ferry's settings and at its best) and through PgBouncer
 	locks        int           // lock acquisitions of the fencing oracle
 	lockKills    int           // kill -9 of the lock's holder, and as many pg_terminate_backend
 	relayBatches []int         // the relay batch sizes measured
@@ -57,8 +57,8 @@ var (
 	// counts, pickup-sweep and default-tick failover ones) in under three
 	// minutes on a 2-core machine (total_seconds): one trial of each
 	// failover at a 1 s tick, three rounds of each ratio (two against River
-	// at its best and through PgBouncer), the relay at its default batch
-	// and the largest.
+	// at ferry's settings and at its best, and through PgBouncer), the relay
+	// at its default batch and the largest.
 	quickSizes = sizes{backlog: 20_000, latencyDur: 3 * time.Second, relay: 10_000, outboxDur: 3 * time.Second, tickDur: 4 * time.Second,
 		trials: 1, defTrials: 0, orphans: 2, bulk: 50_000, rounds: 3, pairRounds: 2, locks: 600, lockKills: 2,
 		relayBatches: []int{outbox.DefaultBatchSize, 5000}}
@@ -203,11 +203,11 @@ func runAll(ctx context.Context, serverURL, path string, quick bool) error {
 		}
 	}
 
-	step("worker throughput, bare River then ferry")
-	if river, ferryRate, err := workerThroughput(ctx, serverURL, sz.backlog); err != nil {
+	step("worker throughput, bare River at ferry's settings against ferry, paired rounds")
+	if river, ferryRate, ratio, err := workerThroughput(ctx, serverURL, sz.backlog, sz.pairRounds); err != nil {
 		note("worker", err)
 	} else {
-		res.WorkerRiverJobsPerSec, res.WorkerFerryJobsPerSec, res.WorkerRatio = ptr(river), ptr(ferryRate), ptr(ferryRate/river)
+		res.WorkerRiverJobsPerSec, res.WorkerFerryJobsPerSec, res.WorkerRatio = ptr(river), ptr(ferryRate), ptr(ratio)
 	}
 	step("worker throughput, bare River at River's own bench settings against ferry's defaults, paired rounds")
 	if river, ferryRate, ratio, err := riverBestRatio(ctx, serverURL, sz.backlog, sz.pairRounds); err != nil {
@@ -526,15 +526,19 @@ func mapsKeys(m map[string]string) func(func(string) bool) {
 
 // workerThroughput works the same backlog of no-op jobs with a bare River
 // client and with ferry's whole worker stack (middleware, metrics, logging,
-// election, relay, scheduler), with the same fetch settings and workers:
-// ferry's defaults.
-func workerThroughput(ctx context.Context, serverURL string, n int) (riverRate, ferryRate float64, err error) {
-	riverRate, err = bareRiverThroughput(ctx, serverURL, n, defaultWorkers(), ferry.DefaultFetchCooldown, ferry.DefaultFetchPollInterval)
-	if err != nil {
-		return 0, 0, err
-	}
-	ferryRate, err = ferryThroughput(ctx, serverURL, n, nil, false)
-	return riverRate, ferryRate, err
+// election, relay, scheduler), with the same fetch settings and workers
+// (ferry's defaults), in paired rounds, and returns the best rate of each
+// and the median of the rounds' ratios ferry/River (worker_ratio). It
+// was one pass of each until the run at rev 03ef9f9: over the ten full
+// runs before, that single ratio ranged from 0.84 to 1.37 for builds
+// whose paired ratio against River at its best held between 0.80 and
+// 1.07, the machine's load moving between the two passes.
+func workerThroughput(ctx context.Context, serverURL string, n, rounds int) (riverRate, ferryRate, ratio float64, err error) {
+	return pairedRounds(rounds,
+		func() (float64, error) {
+			return bareRiverThroughput(ctx, serverURL, n, defaultWorkers(), ferry.DefaultFetchCooldown, ferry.DefaultFetchPollInterval)
+		},
+		func() (float64, error) { return ferryThroughput(ctx, serverURL, n, nil, false) })
 }
 
 // defaultWorkers is the worker count of ferry's default queue.
