@@ -62,9 +62,12 @@
 // server ended every session (a restart, a promoted standby), Settle gives
 // it here: no pass rescues while every ferry worker session on the
 // server (application_name carrying a SessionTag) is younger than the
-// tick plus its timeout. A worker takes its lock again in the heartbeat
-// that finds its session gone, at most a tick after the loss, and every
-// second after until it has it.
+// tick plus its timeout. A worker reads its idle liveness session between
+// heartbeats, so it hears the server end it (a terminated backend, a
+// shutdown) and takes its lock again at once, waiting up to the tick
+// timeout for the old backend to let it go; a loss nobody announces (a
+// partition) is found by the next heartbeat, at most a tick late. It
+// tries again every second until it has the lock.
 //
 // A job running on a live worker is never rescued, however long it runs
 // and however slow or busy the worker is: liveness is the lock, not a

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,6 +25,7 @@ import (
 
 	"github.com/ferryq/ferry/internal/base/logtest"
 	"github.com/ferryq/ferry/internal/base/pgtest"
+	"github.com/ferryq/ferry/internal/testkit/netproxy"
 	"github.com/ferryq/ferry/internal/testkit/pgbouncer"
 )
 
@@ -37,6 +40,9 @@ type testBundle struct {
 	url  string
 	pool *pgxpool.Pool
 	seq  atomic.Int32
+
+	mu      sync.Mutex
+	proxies map[*Worker]*netproxy.Proxy // each worker's way to the server
 }
 
 func setup(t *testing.T) *testBundle {
@@ -45,17 +51,30 @@ func setup(t *testing.T) *testBundle {
 	return &testBundle{url: url, pool: pgtest.PoolFor(t, url)}
 }
 
-// worker starts a Worker with an hour-long tick (no heartbeat unless the
-// test asks for one) and a unique client id.
+// worker starts a Worker with the tick given (an hour: no heartbeat unless
+// the test asks for one) and a unique client id, whose liveness session
+// goes through a proxy of its own (kill).
 func (b *testBundle) worker(t *testing.T, tick time.Duration, onDead func(error)) *Worker {
 	t.Helper()
+	u, err := url.Parse(b.url)
+	require.NoError(t, err)
+	proxy, err := netproxy.Start(u.Host)
+	require.NoError(t, err)
+	u.Host = proxy.Addr()
 	w, err := New(Config{
-		DatabaseURL: b.url, ClientID: fmt.Sprintf("test-%d", b.seq.Add(1)),
+		DatabaseURL: u.String(), ClientID: fmt.Sprintf("test-%d", b.seq.Add(1)),
 		Tick: tick, TickTimeout: time.Second, OnDead: onDead, Logger: slog.New(slog.DiscardHandler),
 	})
 	require.NoError(t, err)
 	require.NoError(t, w.Start(context.Background()))
 	t.Cleanup(w.Stop)
+	t.Cleanup(func() { _ = proxy.Close() }) // first: a crashed worker's stop finds its session closed
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.proxies == nil {
+		b.proxies = map[*Worker]*netproxy.Proxy{}
+	}
+	b.proxies[w] = proxy
 	return w
 }
 
@@ -112,16 +131,43 @@ func (b *testBundle) job(t *testing.T, id int64) jobRow {
 	return j
 }
 
-// kill ends the worker's liveness session from the server side, as the
-// death of its process or the server's lease would.
+// kill is the death of the worker's process as the database sees it: its
+// liveness session ends and nothing takes the lock again. The worker's
+// network is cut first (its proxy partitioned), so that it never hears
+// of the end, and the server ends the session. revive heals it.
 func (b *testBundle) kill(t *testing.T, w *Worker) {
 	t.Helper()
-	ctx := context.Background()
-	var pid int
-	require.NoError(t, b.pool.QueryRow(ctx, "SELECT backend_pid FROM ferry_worker WHERE id = $1", w.ID()).Scan(&pid))
-	_, err := b.pool.Exec(ctx, "SELECT pg_terminate_backend($1)", pid)
-	require.NoError(t, err)
+	b.proxy(w).Partition()
+	b.endSession(t, w)
 	require.Eventually(t, func() bool { return !b.alive(t, w) }, 5*time.Second, 5*time.Millisecond)
+}
+
+// revive ends the partition of a killed worker: what the server sent
+// meanwhile (the end of its session) reaches it.
+func (b *testBundle) revive(w *Worker) { b.proxy(w).Heal() }
+
+func (b *testBundle) proxy(w *Worker) *netproxy.Proxy {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.proxies[w]
+}
+
+// endSession has the server end the worker's liveness session
+// (pg_terminate_backend), as a restart or an operator would.
+func (b *testBundle) endSession(t *testing.T, w *Worker) {
+	t.Helper()
+	_, err := b.pool.Exec(context.Background(), "SELECT pg_terminate_backend($1)", b.holder(t, w))
+	require.NoError(t, err)
+}
+
+// holder is the backend pid that holds the worker's lock, 0 for none.
+func (b *testBundle) holder(t *testing.T, w *Worker) int {
+	t.Helper()
+	var pid int
+	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT coalesce(max(pid), 0) FROM pg_locks
+		WHERE locktype = 'advisory' AND classid = $1::int::oid AND objid = $2::int::oid AND objsubid = 2 AND granted
+		  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`, Namespace, w.ID()).Scan(&pid))
+	return pid
 }
 
 // session is a pool whose sessions belong to the worker clientID, as a
@@ -151,11 +197,7 @@ func complete(p *pgxpool.Pool, id int64) error {
 
 func (b *testBundle) alive(t *testing.T, w *Worker) bool {
 	t.Helper()
-	var n int
-	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_locks
-		WHERE locktype = 'advisory' AND classid = $1::int::oid AND objid = $2::int::oid AND objsubid = 2 AND granted
-		  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`, Namespace, w.ID()).Scan(&n))
-	return n == 1
+	return b.holder(t, w) != 0
 }
 
 func TestWorker_Lifecycle(t *testing.T) {
@@ -323,22 +365,21 @@ func TestRescuer_PoisonAfterMaxOrphaned(t *testing.T) {
 	}
 }
 
-// A worker whose heartbeat finds its session gone takes its lock again on
-// a new session at once, not a tick later: after the server ended every
-// session, the rescuer holds back for only a tick and its timeout
-// (RescuerConfig.Settle).
+// A worker whose session the server ends takes its lock again on a new
+// session at once, not at its next heartbeat (here an hour away): after
+// the server ended every session, the rescuer holds back for only a tick
+// and its timeout (RescuerConfig.Settle).
 func TestWorker_TakesItsLockBackAtOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	w := b.worker(t, time.Hour, nil) // no heartbeat but the test's
-	b.kill(t, w)
-	select {
-	case w.beat <- struct{}{}:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the worker's loop did not take the heartbeat")
-	}
-	require.Eventually(t, func() bool { return b.alive(t, w) }, 30*time.Second, 10*time.Millisecond,
-		"the lock is taken again in the heartbeat that found the session gone (the tick is an hour)")
+	w := b.worker(t, time.Hour, nil)
+	old := b.holder(t, w)
+	b.endSession(t, w)
+	require.Eventually(t, func() bool { h := b.holder(t, w); return h != 0 && h != old }, 30*time.Second, 10*time.Millisecond,
+		"the lock is taken again on a new session without a heartbeat (the tick is an hour)")
+	var pid int
+	require.NoError(t, b.pool.QueryRow(context.Background(), "SELECT backend_pid FROM ferry_worker WHERE id = $1", w.ID()).Scan(&pid))
+	require.Equal(t, b.holder(t, w), pid, "the new session recorded itself")
 }
 
 // While no session of a ferry worker on the server is older than Settle
@@ -383,6 +424,7 @@ func TestWorker_ComesBack(t *testing.T) {
 		var died atomic.Bool
 		w := b.worker(t, 50*time.Millisecond, func(error) { died.Store(true) })
 		b.kill(t, w)
+		b.revive(w)
 		require.Eventually(t, func() bool { return b.alive(t, w) }, 5*time.Second, 10*time.Millisecond, "the lock is taken again on a new session")
 		require.False(t, died.Load())
 	})
@@ -391,17 +433,15 @@ func TestWorker_ComesBack(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		dead := make(chan error, 1)
-		w := b.worker(t, 200*time.Millisecond, func(err error) { dead <- err })
+		w := b.worker(t, time.Hour, func(err error) { dead <- err })
 		r := b.rescuer(t, nil)
-		// Race the worker's next heartbeat until the rescuer wins once.
-		require.Eventually(t, func() bool {
-			if b.alive(t, w) {
-				b.kill(t, w)
-			}
-			res, err := r.RescueOnce(context.Background())
-			require.NoError(t, err)
-			return len(res) == 1
-		}, 10*time.Second, time.Millisecond)
+		b.kill(t, w)
+		res, err := r.RescueOnce(context.Background())
+		require.NoError(t, err)
+		require.Len(t, res, 1)
+		// Back, it hears of its session's end, takes its lock again and
+		// finds itself declared dead.
+		b.revive(w)
 		select {
 		case err := <-dead:
 			require.ErrorIs(t, err, ErrDeclaredDead)

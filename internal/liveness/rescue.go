@@ -51,12 +51,14 @@ type RescuerConfig struct {
 	// Settle, when positive, holds the rescue back while no session of a
 	// ferry worker on the server is older than Settle: the server ended
 	// every session within Settle (it restarted, or a standby was
-	// promoted), and a live worker whose liveness session it ended takes
-	// its lock again on a new one only when its next heartbeat finds the
-	// old one gone, up to a tick later. Set it to the tick plus its
-	// timeout (the leader's deferral, which held the rescue back as long
-	// before it ran with the term). Outside such a window a worker whose
-	// lock is free is dead (or cut off) and rescued at the next pass.
+	// promoted), and a live worker whose liveness session it ended is
+	// taking its lock again on a new one: at once when it heard of the
+	// end (Worker's wait), else at its next heartbeat, up to a tick
+	// later, and every second until the server takes connections. Set it
+	// to the tick plus its timeout (the leader's deferral, which held the
+	// rescue back as long before it ran with the term). Outside such a
+	// window a worker whose lock is free is dead (or cut off) and rescued
+	// at the next pass.
 	Settle time.Duration
 	// MaxOrphaned: the death that makes a job's count reach it discards the
 	// job. Default DefaultMaxOrphaned.

@@ -143,10 +143,6 @@ type Worker struct {
 
 	mu sync.Mutex
 	id int32
-
-	// beat, when a test sends on it, runs a heartbeat now rather than at
-	// the tick.
-	beat chan struct{}
 }
 
 // New validates cfg and returns a Worker; nothing connects until Start.
@@ -176,7 +172,7 @@ func New(cfg Config) (*Worker, error) {
 		return nil, fmt.Errorf("liveness: database URL: %s", redact.Postgres(err.Error()))
 	}
 	hostname, _ := os.Hostname()
-	w := &Worker{cfg: cfg, connCfg: pc.ConnConfig, hostname: hostname, pid: os.Getpid(), beat: make(chan struct{})}
+	w := &Worker{cfg: cfg, connCfg: pc.ConnConfig, hostname: hostname, pid: os.Getpid()}
 	w.mSettled = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ferry_jobs_settled_total",
 		Help: "Jobs the database showed running on this live worker that it did not run, settled by the worker in River's place, by outcome: never_started (River's fetch reply was lost: available again), completed, failed, cancelled, snoozed (River's completion was lost).",
@@ -292,22 +288,30 @@ func (w *Worker) register(ctx context.Context) (*pgx.Conn, error) {
 // once and then every second (at most every tick) until it has it, unless
 // the rescuer declared the worker dead meanwhile: then OnDead, and nothing
 // more. Taking the lock back at once matters after the server ended every
-// session (a restart, a promoted standby): the rescuer holds back only
-// while every session is younger than a tick and its timeout
-// (RescuerConfig.Settle), and a worker notices its loss up to a tick late.
+// session (a restart, a promoted standby, pg_terminate_backend of every
+// session): the rescuer holds back only while every session is younger
+// than a tick and its timeout (RescuerConfig.Settle). A loss the server
+// announces (it ends the session) is seen as it happens (wait); one it
+// cannot announce (a partition, a host gone) at the next heartbeat.
 func (w *Worker) run(ctx context.Context, conn *pgx.Conn) {
 	id := w.ID()
 	t := time.NewTimer(w.cfg.Tick)
 	defer t.Stop()
 	for {
-		select {
-		case <-ctx.Done():
-			if conn != nil {
+		lost := w.wait(ctx, conn, t)
+		if ctx.Err() != nil {
+			switch {
+			case lost:
+				closeQuietly(conn)
+			case conn != nil:
 				w.stop(conn, id)
 			}
 			return
-		case <-t.C:
-		case <-w.beat:
+		}
+		if lost {
+			w.cfg.Logger.Warn("liveness: the server ended this worker's session; taking the lock again on a new session", "client_id", w.cfg.ClientID, "worker_id", id)
+			closeQuietly(conn)
+			conn = nil
 		}
 		t.Reset(w.cfg.Tick)
 		if (id == 0 || conn == nil) && w.cfg.Ledger != nil {
@@ -354,6 +358,43 @@ func (w *Worker) run(ctx context.Context, conn *pgx.Conn) {
 			return
 		}
 	}
+}
+
+// wait returns when the next heartbeat is due (t fires) or ctx ends;
+// lost reports that the server ended the liveness session conn
+// meanwhile. While it waits it reads the idle session, on
+// which the server sends nothing but the error with which it ends the
+// session (a terminated backend, a shutdown) before it closes it, so
+// that the worker takes its lock again at once rather than at its next
+// heartbeat, up to a tick later: after the server ended every session,
+// a tick and its timeout is all the rescuer waits (RescuerConfig.Settle).
+// The read is interrupted by a deadline (pgx's default), which leaves
+// the session open for the heartbeat.
+func (w *Worker) wait(ctx context.Context, conn *pgx.Conn, t *time.Timer) (lost bool) {
+	if conn == nil {
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		return false
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ended := make(chan error, 1)
+	go func() { ended <- conn.PgConn().WaitForNotification(wctx) }()
+	var err error
+	select {
+	case err = <-ended:
+	case <-ctx.Done():
+		cancel()
+		err = <-ended // the session is stop's again
+	case <-t.C:
+		cancel()
+		err = <-ended // the session is the heartbeat's again
+	}
+	// The session listens on no channel, so no notification comes: any
+	// error but the interruption's (ctx's end included) is its end.
+	return err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
 }
 
 // retake tries once to take the worker's lock again on a new session
@@ -406,13 +447,24 @@ func (w *Worker) settle(ctx context.Context) {
 // reports dead when the worker's row says the rescuer declared it dead; a
 // nil connection and false mean "not yet" (the old session still holds the
 // lock, or the database is unreachable): try again next tick.
+//
+// It waits up to the tick timeout for the lock (lock_timeout, on the
+// server): a backend the server ended reports its end to the client
+// before it releases its locks, and a worker that saw that end comes here
+// at once, while a rescue holds the lock only for its short transaction.
 func (w *Worker) reacquire(ctx context.Context, id int32) (*pgx.Conn, bool) {
 	conn, err := w.connect(ctx)
 	if err != nil {
 		return nil, false
 	}
-	var got bool
-	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock(ferry_liveness_namespace(), $1)", id).Scan(&got); err != nil || !got {
+	if err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", strconv.FormatInt(w.cfg.TickTimeout.Milliseconds(), 10)); err != nil {
+			return err
+		}
+		// A session lock: it outlives the transaction.
+		_, err := tx.Exec(ctx, "SELECT pg_advisory_lock(ferry_liveness_namespace(), $1)", id)
+		return err
+	}); err != nil {
 		closeQuietly(conn)
 		return nil, false
 	}
