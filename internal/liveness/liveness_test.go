@@ -51,9 +51,9 @@ func setup(t *testing.T) *testBundle {
 	return &testBundle{url: url, pool: pgtest.PoolFor(t, url)}
 }
 
-// worker starts a Worker with the tick given (an hour: no heartbeat unless
-// the test asks for one) and a unique client id, whose liveness session
-// goes through a proxy of its own (kill).
+// worker starts a Worker with the tick given (an hour: no heartbeat
+// during the test) and a unique client id, whose liveness session goes
+// through a proxy of its own (kill).
 func (b *testBundle) worker(t *testing.T, tick time.Duration, onDead func(error)) *Worker {
 	t.Helper()
 	u, err := url.Parse(b.url)
@@ -156,8 +156,11 @@ func (b *testBundle) proxy(w *Worker) *netproxy.Proxy {
 // (pg_terminate_backend), as a restart or an operator would.
 func (b *testBundle) endSession(t *testing.T, w *Worker) {
 	t.Helper()
-	_, err := b.pool.Exec(context.Background(), "SELECT pg_terminate_backend($1)", b.holder(t, w))
-	require.NoError(t, err)
+	pid := b.holder(t, w)
+	require.NotZero(t, pid, "the worker holds its lock")
+	var ended bool
+	require.NoError(t, b.pool.QueryRow(context.Background(), "SELECT pg_terminate_backend($1)", pid).Scan(&ended))
+	require.True(t, ended)
 }
 
 // holder is the backend pid that holds the worker's lock, 0 for none.
@@ -375,11 +378,14 @@ func TestWorker_TakesItsLockBackAtOnce(t *testing.T) {
 	w := b.worker(t, time.Hour, nil)
 	old := b.holder(t, w)
 	b.endSession(t, w)
-	require.Eventually(t, func() bool { h := b.holder(t, w); return h != 0 && h != old }, 30*time.Second, 10*time.Millisecond,
-		"the lock is taken again on a new session without a heartbeat (the tick is an hour)")
-	var pid int
-	require.NoError(t, b.pool.QueryRow(context.Background(), "SELECT backend_pid FROM ferry_worker WHERE id = $1", w.ID()).Scan(&pid))
-	require.Equal(t, b.holder(t, w), pid, "the new session recorded itself")
+	// Taken again, and the new session recorded in the worker's row (the
+	// heartbeat that follows the lock).
+	require.Eventually(t, func() bool {
+		var recorded int
+		require.NoError(t, b.pool.QueryRow(context.Background(), "SELECT backend_pid FROM ferry_worker WHERE id = $1", w.ID()).Scan(&recorded))
+		h := b.holder(t, w)
+		return h != 0 && h != old && h == recorded
+	}, 30*time.Second, 10*time.Millisecond, "the lock is taken again on a new session without a heartbeat (the tick is an hour)")
 }
 
 // While no session of a ferry worker on the server is older than Settle
