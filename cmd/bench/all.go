@@ -529,8 +529,8 @@ func mapsKeys(m map[string]string) func(func(string) bool) {
 // election, relay, scheduler), with the same fetch settings and workers
 // (ferry's defaults), in paired rounds, and returns the best rate of each
 // and the median of the rounds' ratios ferry/River (worker_ratio). It
-// was one pass of each until the run at rev 03ef9f9: over the ten full
-// runs before, that single ratio ranged from 0.84 to 1.37 for builds
+// was one pass of each before rev f01cf75: over the ten full runs
+// before, that single ratio ranged from 0.84 to 1.37 for builds
 // whose paired ratio against River at its best held between 0.80 and
 // 1.07, the machine's load moving between the two passes.
 func workerThroughput(ctx context.Context, serverURL string, n, rounds int) (riverRate, ferryRate, ratio float64, err error) {
