@@ -7,7 +7,7 @@
 // on its figures.
 //
 //	go run ./cmd/bench -mode sweep
-//	go run ./cmd/bench -mode latency -cooldown 5ms -poll 100ms -rate 500
+//	go run ./cmd/bench -mode latency -cooldown 1ms -poll 100ms -rate 500
 //	go run ./cmd/bench -mode orphans -trials 20   # kill -9 of a worker running 100 jobs
 //	go run ./cmd/bench -mode broadcast -duration 10s  # 1,000 signed messages/s to 3 subscriber processes
 //	go run ./cmd/bench -mode locks -lock-procs 16 -lock-acquisitions 10000 # fencing oracle with kills
@@ -47,6 +47,7 @@ import (
 	"github.com/ferryq/ferry"
 	"github.com/ferryq/ferry/internal/base/redact"
 	"github.com/ferryq/ferry/internal/base/scratchdb"
+	"github.com/ferryq/ferry/jobs"
 )
 
 type stampArgs struct {
@@ -98,10 +99,10 @@ func main() {
 		mode     = flag.String("mode", "sweep", "all, quick, sweep, latency, throughput, failover, orphans, ticks, outbox, ordered, sealed, bounded, pgbouncer, pgfailover, riverbest, otel, lean, bulkcopy, counts, scale, pickup, limits, limits-overhead or sustained")
 		out      = flag.String("out", "bench/results.json", "all and quick modes: where to write the results")
 		url      = flag.String("database-url", os.Getenv("TEST_DATABASE_URL"), "server to create scratch databases on")
-		cooldown = flag.Duration("cooldown", 5*time.Millisecond, "worker fetch cooldown")
-		poll     = flag.Duration("poll", 100*time.Millisecond, "worker fetch poll interval")
+		cooldown = flag.Duration("cooldown", ferry.DefaultFetchCooldown, "worker fetch cooldown")
+		poll     = flag.Duration("poll", ferry.DefaultFetchPollInterval, "worker fetch poll interval")
 		workers  = flag.Int("workers", 100, "workers in the queue")
-		insCool  = flag.Duration("insert-cooldown", 5*time.Millisecond, "inserting client's fetch cooldown (its insert-notify limiter)")
+		insCool  = flag.Duration("insert-cooldown", jobs.InsertNotifyCooldown, "inserting client's fetch cooldown (its insert-notify limiter)")
 		rate     = flag.Int("rate", 500, "latency mode: inserts per second; ticks mode: load jobs per second")
 		dur      = flag.Duration("duration", 4*time.Second, "latency and ticks modes: how long to run")
 		plots    = flag.String("plots", "", "pickup, scale and failover modes: draw SVG pictures into this directory (pickup: a sweep of insert rates)")
@@ -410,8 +411,9 @@ func main() {
 			{Name: "river-default", Cooldown: 100 * time.Millisecond, Poll: time.Second, Workers: 100, InsertCooldown: 100 * time.Millisecond},
 			{Name: "river-default-worker", Cooldown: 100 * time.Millisecond, Poll: time.Second, Workers: 100, InsertCooldown: 5 * time.Millisecond},
 			{Name: "fast-worker-slow-inserter", Cooldown: 5 * time.Millisecond, Poll: 100 * time.Millisecond, Workers: 100, InsertCooldown: 100 * time.Millisecond},
-			{Name: "ferry", Cooldown: 5 * time.Millisecond, Poll: 100 * time.Millisecond, Workers: 100, InsertCooldown: 5 * time.Millisecond},
-			{Name: "ferry-1ms-insert", Cooldown: 5 * time.Millisecond, Poll: 100 * time.Millisecond, Workers: 100, InsertCooldown: time.Millisecond},
+			{Name: "ferry-5ms", Cooldown: 5 * time.Millisecond, Poll: 100 * time.Millisecond, Workers: 100, InsertCooldown: 5 * time.Millisecond},
+			{Name: "ferry-5ms-1ms-insert", Cooldown: 5 * time.Millisecond, Poll: 100 * time.Millisecond, Workers: 100, InsertCooldown: time.Millisecond},
+			{Name: "ferry", Cooldown: ferry.DefaultFetchCooldown, Poll: ferry.DefaultFetchPollInterval, Workers: 100, InsertCooldown: jobs.InsertNotifyCooldown},
 			{Name: "river-bench", Cooldown: 2 * time.Millisecond, Poll: 20 * time.Millisecond, Workers: 2000, InsertCooldown: 2 * time.Millisecond},
 		}
 		for _, s := range settings {
