@@ -58,7 +58,7 @@ func TestConfig_Validate(t *testing.T) {
 		want string
 	}{
 		"no database":         {func(c *Config) { c.DatabaseURL = "" }, "DATABASE_URL"},
-		"poll under cooldown": {func(c *Config) { c.FetchPollInterval = time.Millisecond }, "below the fetch cooldown"},
+		"poll under cooldown": {func(c *Config) { c.FetchCooldown, c.FetchPollInterval = 5*time.Millisecond, 2*time.Millisecond }, "below the fetch cooldown"},
 		"cooldown too small":  {func(c *Config) { c.FetchCooldown = time.Microsecond }, "below River's minimum"},
 		"negative grace":      {func(c *Config) { c.ShutdownGrace = -time.Second }, "negative"},
 		"bad queue":           {func(c *Config) { c.Queues = map[string]int{"BAD": 1} }, "lowercase"},

@@ -45,7 +45,7 @@ func TestWorker_BadConfig(t *testing.T) {
 		{name: "Argument", args: []string{"extra"}, want: "run takes no arguments"},
 		{name: "AdminExposedWithoutToken", args: []string{"--admin-addr", "0.0.0.0:0"}, want: "without FERRY_ADMIN_TOKEN"},
 		{name: "ShutdownGraceNegative", args: []string{"--shutdown-grace", "-1s"}, want: "shutdown grace -1s is negative"},
-		{name: "PollIntervalBelowCooldown", args: []string{"--fetch-poll-interval", "1ms"}, want: "below the fetch cooldown"},
+		{name: "PollIntervalBelowCooldown", args: []string{"--fetch-cooldown", "5ms", "--fetch-poll-interval", "2ms"}, want: "fetch poll interval 2ms is below the fetch cooldown 5ms"},
 		{name: "LeaderTickTooShort", args: []string{"--leader-tick", "5ms"}, want: "leader tick 5ms is under 10ms"},
 		{name: "LeaderTickTimeoutNegative", args: []string{"--leader-tick-timeout", "-1s"}, want: "leader tick timeout -1s must be above zero"},
 		{name: "ElectionKeyNotANumber", env: []string{"FERRY_ELECTION_KEY=abc"}, want: "FERRY_ELECTION_KEY"},
