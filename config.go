@@ -43,7 +43,8 @@ const (
 	// at 500 jobs/s measured p50 1.5 to 1.6 ms and p99 5.7 to 6.0 ms
 	// against 4.5 ms and 9.1 to 9.4 ms at 5 ms, and a backlog ran no slower
 	// (README, "Tuning"). It bounds a replica's fetches of a queue at 1,000
-	// a second while inserts keep notifying; idle, the poll's 10 a second.
+	// a second while inserts notify or, under a backlog, workers free up
+	// (200 at 5 ms); idle, the poll's 10 a second.
 	DefaultFetchCooldown     = time.Millisecond
 	DefaultFetchPollInterval = 100 * time.Millisecond
 	DefaultShutdownGrace     = 25 * time.Second
