@@ -45,7 +45,7 @@ const (
 	// (README, "Tuning"). It bounds a replica's fetches of a queue at 1,000
 	// a second while inserts notify or, under a backlog, workers free up
 	// (200 at 5 ms); idle, the poll's 10 a second.
-	DefaultFetchCooldown     = time.Millisecond
+	DefaultFetchCooldown     = river.FetchCooldownMin
 	DefaultFetchPollInterval = 100 * time.Millisecond
 	DefaultShutdownGrace     = 25 * time.Second
 	// DefaultOutboxRetention keeps delivered outbox messages and Go

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -37,7 +36,7 @@ type DBTX interface {
 // notification (or the workers' poll); with the workers' own fetch
 // cooldown (ferry's default is 1 ms too) it sets pickup: at 5 ms each,
 // p50 4.5 ms at 500 jobs/s, at 1 ms each 1.6 ms (README, "Tuning").
-const InsertNotifyCooldown = time.Millisecond
+const InsertNotifyCooldown = river.FetchCooldownMin
 
 // MaxArgsBytes is the largest args document ferry accepts at insert.
 const MaxArgsBytes = 64 << 10
