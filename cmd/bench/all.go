@@ -86,16 +86,21 @@ type results struct {
 	OutboxE2EColdP99MS        *float64 `json:"outbox_e2e_cold_p99_ms"`
 	// Ordered outbox delivery (full run only): 1,000 keys × 50 messages,
 	// three workers, a kill -9, a receiver failing 20 %.
-	OrderedViolations         *float64          `json:"ordered_violations"`
-	OrderedThroughputRatio    *float64          `json:"ordered_throughput_ratio"`
-	OrderedMsgsPerSec         *float64          `json:"ordered_msgs_per_sec"`
-	UnorderedMsgsPerSec       *float64          `json:"unordered_msgs_per_sec"`
-	LimitConcurrencyUtil      *float64          `json:"limit_concurrency_utilization"`
-	LimitRateUtil             *float64          `json:"limit_rate_utilization"`
-	LimitViolations           *float64          `json:"limit_violations"`
-	LimitThroughputRatio      *float64          `json:"limit_throughput_ratio"`
-	OutboxRelayLagP99MS       *float64          `json:"outbox_relay_lag_p99_ms"`
-	OutboxFetchLagP99MS       *float64          `json:"outbox_fetch_lag_p99_ms"`
+	OrderedViolations      *float64 `json:"ordered_violations"`
+	OrderedThroughputRatio *float64 `json:"ordered_throughput_ratio"`
+	OrderedMsgsPerSec      *float64 `json:"ordered_msgs_per_sec"`
+	UnorderedMsgsPerSec    *float64 `json:"unordered_msgs_per_sec"`
+	LimitConcurrencyUtil   *float64 `json:"limit_concurrency_utilization"`
+	LimitRateUtil          *float64 `json:"limit_rate_utilization"`
+	LimitViolations        *float64 `json:"limit_violations"`
+	LimitThroughputRatio   *float64 `json:"limit_throughput_ratio"`
+	OutboxRelayLagP99MS    *float64 `json:"outbox_relay_lag_p99_ms"`
+	OutboxFetchLagP99MS    *float64 `json:"outbox_fetch_lag_p99_ms"`
+	// The outbox tail's anatomy (outboxResult).
+	OutboxTailRelayMS         *float64          `json:"outbox_tail_relay_lag_ms"`
+	OutboxTailFetchMS         *float64          `json:"outbox_tail_fetch_lag_ms"`
+	OutboxTailWorkMS          *float64          `json:"outbox_tail_work_lag_ms"`
+	OutboxCheckpoints         *float64          `json:"outbox_checkpoints_during"`
 	TickLagInsertP99MS        *float64          `json:"tick_lag_insert_p99_ms"`
 	TickLagStartP99MS         *float64          `json:"tick_lag_start_p99_ms"`
 	FailoverGracefulMSMedian  *float64          `json:"failover_graceful_ms_median"`
@@ -257,6 +262,8 @@ func runAll(ctx context.Context, serverURL, path string, quick bool) error {
 		res.OutboxRelayMsgsPerSec, res.OutboxE2EP50MS, res.OutboxE2EP99MS = ptr(r.BestRelayPerSec), ptr(r.E2EP50MS), ptr(r.E2EP99MS)
 		res.OutboxE2EMaxMS, res.OutboxRelayLagP99MS, res.OutboxFetchLagP99MS = ptr(r.E2EMaxMS), ptr(r.RelayLagP99MS), ptr(r.FetchLagP99MS)
 		res.OutboxE2EColdP99MS = ptr(r.E2EColdP99MS)
+		res.OutboxTailRelayMS, res.OutboxTailFetchMS, res.OutboxTailWorkMS = ptr(r.TailRelayMS), ptr(r.TailFetchMS), ptr(r.TailWorkMS)
+		res.OutboxCheckpoints = ptr(float64(r.Checkpoints))
 	}
 	if !quick {
 		// Two runs of 50,000 messages through real workers: two and a
@@ -458,6 +465,8 @@ func printTable(r results) {
 		{"outbox commit to delivery max", f(r.OutboxE2EMaxMS, "ms"), ""},
 		{"outbox insert to relay transaction p99", f(r.OutboxRelayLagP99MS, "ms"), "measured"},
 		{"outbox relay transaction to delivery fetch p99", f(r.OutboxFetchLagP99MS, "ms"), "measured"},
+		{"outbox tail (≥ p99), medians: insert to relay / relay to fetch / fetch to handler; checkpoints begun meanwhile",
+			fmt.Sprintf("%s / %s / %s; %s", f(r.OutboxTailRelayMS, "ms"), f(r.OutboxTailFetchMS, "ms"), f(r.OutboxTailWorkMS, "ms"), f(r.OutboxCheckpoints, "")), "measured"},
 		{"ordered outbox delivery: order violations (1,000 keys × 50, kill -9, 20 % failures)", f(r.OrderedViolations, ""), "0"},
 		{"ordered / unordered outbox delivery throughput", f(r.OrderedThroughputRatio, ""), "≥ 0.8"},
 		{"concurrency limit 20, jobs of 5 s, 4 workers: utilization", f(r.LimitConcurrencyUtil, ""), "≥ 0.85"},

@@ -346,8 +346,8 @@ func main() {
 		if err != nil {
 			log.Fatalf("bench: outbox: %v", redact.Postgres(err.Error()))
 		}
-		fmt.Fprintf(os.Stderr, "outbox relay (%d messages, one route): %v msgs/s by batch size; commit to delivery start at %d msgs/s (%d messages): p50 %.1f ms p99 %.1f ms max %.1f ms\n",
-			r.RelayMessages, r.RelayMsgsPerSec, r.E2ERate, r.E2EMessages, r.E2EP50MS, r.E2EP99MS, r.E2EMaxMS)
+		fmt.Fprintf(os.Stderr, "outbox relay (%d messages, one route): %v msgs/s by batch size; commit to delivery start at %d msgs/s (%d messages): p50 %.1f ms p99 %.1f ms max %.1f ms; the tail (%d at or above the p99), medians: insert to relay %.1f ms, relay to fetch %.1f ms, fetch to handler %.1f ms; %d checkpoints begun meanwhile\n",
+			r.RelayMessages, r.RelayMsgsPerSec, r.E2ERate, r.E2EMessages, r.E2EP50MS, r.E2EP99MS, r.E2EMaxMS, r.TailSamples, r.TailRelayMS, r.TailFetchMS, r.TailWorkMS, r.Checkpoints)
 		_ = json.NewEncoder(os.Stdout).Encode(r)
 		return
 	case "ticks":

@@ -36,6 +36,16 @@ type outboxResult struct {
 	RelayLagP99MS float64 `json:"outbox_relay_lag_p99_ms"`
 	FetchLagP50MS float64 `json:"outbox_fetch_lag_p50_ms"`
 	FetchLagP99MS float64 `json:"outbox_fetch_lag_p99_ms"`
+	// The tail's anatomy: over the messages at or above the p99, the
+	// median of each leg (insert to relay transaction, that transaction
+	// to the fetch, the fetch to the handler's first line), and the
+	// checkpoints the server began while the latency was measured (their
+	// writes and fsyncs slow every commit on the path).
+	TailRelayMS float64 `json:"outbox_tail_relay_lag_ms"`
+	TailFetchMS float64 `json:"outbox_tail_fetch_lag_ms"`
+	TailWorkMS  float64 `json:"outbox_tail_work_lag_ms"`
+	TailSamples int     `json:"outbox_tail_samples"`
+	Checkpoints int64   `json:"outbox_checkpoints_during"`
 	// The warm-up's figures: the server's first warmUp.
 	E2EColdP99MS       float64 `json:"outbox_e2e_cold_p99_ms"`
 	E2EColdMaxMS       float64 `json:"outbox_e2e_cold_max_ms"`
@@ -65,6 +75,8 @@ func outboxBench(ctx context.Context, serverURL string, messages, rate int, dur 
 	if err != nil {
 		return res, err
 	}
+	res.TailRelayMS, res.TailFetchMS, res.TailWorkMS, res.TailSamples = lags.tail()
+	res.Checkpoints = lags.checkpoints
 	res.E2EColdP99MS, res.E2EColdMaxMS = pct(cold, 99), pct(cold, 100)
 	res.RelayLagP50MS, res.RelayLagP99MS = pct(lags.relay, 50), pct(lags.relay, 99)
 	res.FetchLagP50MS, res.FetchLagP99MS = pct(lags.fetch, 50), pct(lags.fetch, 99)
@@ -106,8 +118,37 @@ func relayThroughput(ctx context.Context, serverURL string, n, batch int) (float
 	return float64(n) / el.Seconds(), nil
 }
 
-// outboxLags are the two first legs of each message's path, in ms.
-type outboxLags struct{ relay, fetch []float64 }
+// outboxLags are the two first legs of each message's path, in ms, and
+// its anatomy (leg), by message.
+type outboxLags struct {
+	relay, fetch []float64
+	// leg holds each measured message's three legs (relay, fetch, work)
+	// and its commit-to-start latency, for the tail's anatomy.
+	leg         []legs
+	checkpoints int64
+}
+
+type legs struct{ relay, fetch, work, total float64 }
+
+// tail returns the median of each leg over the messages whose total is at
+// or above the p99, and how many those are.
+func (l outboxLags) tail() (relay, fetch, work float64, n int) {
+	totals := make([]float64, len(l.leg))
+	for i, g := range l.leg {
+		totals[i] = g.total
+	}
+	p99 := pct(totals, 99)
+	var r, f, w []float64
+	for _, g := range l.leg {
+		if g.total >= p99 {
+			r, f, w = append(r, g.relay), append(f, g.fetch), append(w, g.work)
+		}
+	}
+	return pct(r, 50), pct(f, 50), pct(w, 50), len(r)
+}
+
+// sqlCheckpoints counts the checkpoints the server has begun.
+const sqlCheckpoints = `SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter`
 
 // warmUp is how long the outbox and pickup benches insert at their
 // rate before they measure.
@@ -154,6 +195,10 @@ func outboxLatency(ctx context.Context, serverURL string, rate int, dur time.Dur
 	t := time.NewTicker(time.Second / time.Duration(rate))
 	defer t.Stop()
 	var firstMeasured int64
+	var checkpointsBefore int64
+	if err := pool.QueryRow(ctx, sqlCheckpoints).Scan(&checkpointsBefore); err != nil {
+		return nil, nil, lags, err
+	}
 	for i := range warm + n {
 		<-t.C
 		var id int64
@@ -185,16 +230,29 @@ func outboxLatency(ctx context.Context, serverURL string, rate int, dur time.Dur
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	rows, err := pool.Query(ctx, `SELECT extract(epoch FROM o.relayed_at - o.created_at) * 1000,
-		extract(epoch FROM j.attempted_at - o.relayed_at) * 1000
+	if err := pool.QueryRow(ctx, sqlCheckpoints).Scan(&lags.checkpoints); err != nil {
+		return nil, nil, lags, err
+	}
+	lags.checkpoints -= checkpointsBefore
+	rows, err := pool.Query(ctx, `SELECT o.id, extract(epoch FROM o.relayed_at - o.created_at) * 1000,
+		extract(epoch FROM j.attempted_at - o.relayed_at) * 1000, j.attempted_at
 		FROM ferry_outbox o JOIN ferry_outbox_delivery d ON d.message_id = o.id JOIN river_job j ON j.id = d.job_id
 		WHERE j.attempted_at IS NOT NULL AND o.id >= $1`, firstMeasured)
 	if err != nil {
 		return nil, nil, lags, err
 	}
-	var relay, fetch float64
-	if _, err := pgx.ForEachRow(rows, []any{&relay, &fetch}, func() error {
+	var (
+		id           int64
+		relay, fetch float64
+		attempted    time.Time
+	)
+	mu.Lock()
+	defer mu.Unlock()
+	if _, err := pgx.ForEachRow(rows, []any{&id, &relay, &fetch, &attempted}, func() error {
 		lags.relay, lags.fetch = append(lags.relay, relay), append(lags.fetch, fetch)
+		lags.leg = append(lags.leg, legs{relay: relay, fetch: fetch,
+			work:  float64(started[id].Sub(attempted).Microseconds()) / 1000,
+			total: float64(started[id].Sub(committed[id]).Microseconds()) / 1000})
 		return nil
 	}); err != nil {
 		return nil, nil, lags, err
@@ -202,8 +260,6 @@ func outboxLatency(ctx context.Context, serverURL string, rate int, dur time.Dur
 	if len(lags.relay) < n {
 		return nil, nil, lags, fmt.Errorf("the path of %d of %d messages read back", len(lags.relay), n)
 	}
-	mu.Lock()
-	defer mu.Unlock()
 	out := make([]float64, 0, n)
 	for id, c := range committed {
 		ms := float64(started[id].Sub(c).Microseconds()) / 1000
