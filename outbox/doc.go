@@ -29,7 +29,11 @@
 // UPDATE SKIP LOCKED, in batches, and in the same transaction records one
 // delivery per (message, route) in ferry_outbox_delivery, inserts the
 // outbox.deliver jobs (River's InsertManyTx) and marks the messages relayed.
-// Relays on many replicas share the work; none relays a message twice.
+// Relays on many replicas share the work; none relays a message twice. The
+// relay's transaction commits asynchronously (synchronous_commit off): no
+// delivery starts before River's fetch commits, synchronously, and that
+// commit's flush covers the relay's, so a crash can only lose a relay
+// whose deliveries had not started, and its messages are relayed again.
 //
 // A route's queue may be bounded (package jobs, "Bounded queues"). A
 // message whose delivery jobs its route's queue refuses as full stays

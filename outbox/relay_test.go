@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferryq/ferry/internal/base/pgtest"
@@ -394,4 +395,47 @@ func TestList_StatusFilter(t *testing.T) {
 	require.Equal(t, []int64{pending, relayed}, ids("pending"), "pending: the unrelayed message, and the relayed one whose delivery is pending")
 	require.Empty(t, ids("stuck"))
 	require.Len(t, ids(""), 2)
+}
+
+// syncCommitSpy is an Inserter that records the relay transaction's
+// synchronous_commit when it inserts the delivery jobs.
+type syncCommitSpy struct {
+	Inserter
+	seen []string
+}
+
+func (s *syncCommitSpy) InsertManyTx(ctx context.Context, tx pgx.Tx, params []river.InsertManyParams) ([]*rivertype.JobInsertResult, error) {
+	var v string
+	if err := tx.QueryRow(ctx, "SHOW synchronous_commit").Scan(&v); err != nil {
+		return nil, err
+	}
+	s.seen = append(s.seen, v)
+	return s.Inserter.InsertManyTx(ctx, tx, params)
+}
+
+func TestRelay_CommitsAsynchronously(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := relaySetup(t)
+	spy := &syncCommitSpy{Inserter: b.client}
+	rs, err := NewRoutes(webhook("order.placed", "billing"))
+	require.NoError(t, err)
+	// One connection, so that the check after the relay reads the one
+	// the relay used.
+	cfg := b.pool.Config().Copy()
+	cfg.MaxConns = 1
+	one, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(one.Close)
+	r := NewRelay(RelayConfig{Pool: one, Inserter: spy, Routes: rs, Logger: slog.New(slog.DiscardHandler)})
+	b.add(t, "order.placed", `{"order_id":1}`)
+
+	n, err := r.RelayOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Equal(t, []string{"off"}, spy.seen, "the relay's transaction commits without waiting for its flush")
+
+	var outside string
+	require.NoError(t, one.QueryRow(ctx, "SHOW synchronous_commit").Scan(&outside))
+	require.Equal(t, "on", outside, "SET LOCAL: the pooled connection keeps its setting")
 }
