@@ -86,17 +86,16 @@ type results struct {
 	OutboxE2EColdP99MS        *float64 `json:"outbox_e2e_cold_p99_ms"`
 	// Ordered outbox delivery (full run only): 1,000 keys × 50 messages,
 	// three workers, a kill -9, a receiver failing 20 %.
-	OrderedViolations      *float64 `json:"ordered_violations"`
-	OrderedThroughputRatio *float64 `json:"ordered_throughput_ratio"`
-	OrderedMsgsPerSec      *float64 `json:"ordered_msgs_per_sec"`
-	UnorderedMsgsPerSec    *float64 `json:"unordered_msgs_per_sec"`
-	LimitConcurrencyUtil   *float64 `json:"limit_concurrency_utilization"`
-	LimitRateUtil          *float64 `json:"limit_rate_utilization"`
-	LimitViolations        *float64 `json:"limit_violations"`
-	LimitThroughputRatio   *float64 `json:"limit_throughput_ratio"`
-	OutboxRelayLagP99MS    *float64 `json:"outbox_relay_lag_p99_ms"`
-	OutboxFetchLagP99MS    *float64 `json:"outbox_fetch_lag_p99_ms"`
-	// The outbox tail's anatomy (outboxResult).
+	OrderedViolations         *float64          `json:"ordered_violations"`
+	OrderedThroughputRatio    *float64          `json:"ordered_throughput_ratio"`
+	OrderedMsgsPerSec         *float64          `json:"ordered_msgs_per_sec"`
+	UnorderedMsgsPerSec       *float64          `json:"unordered_msgs_per_sec"`
+	LimitConcurrencyUtil      *float64          `json:"limit_concurrency_utilization"`
+	LimitRateUtil             *float64          `json:"limit_rate_utilization"`
+	LimitViolations           *float64          `json:"limit_violations"`
+	LimitThroughputRatio      *float64          `json:"limit_throughput_ratio"`
+	OutboxRelayLagP99MS       *float64          `json:"outbox_relay_lag_p99_ms"`
+	OutboxFetchLagP99MS       *float64          `json:"outbox_fetch_lag_p99_ms"`
 	OutboxTailRelayMS         *float64          `json:"outbox_tail_relay_lag_ms"`
 	OutboxTailFetchMS         *float64          `json:"outbox_tail_fetch_lag_ms"`
 	OutboxTailWorkMS          *float64          `json:"outbox_tail_work_lag_ms"`
