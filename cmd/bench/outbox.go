@@ -78,8 +78,9 @@ func outboxBench(ctx context.Context, serverURL string, messages, rate int, dur 
 	res.TailRelayMS, res.TailFetchMS, res.TailWorkMS, res.TailSamples = lags.tail()
 	res.Checkpoints = lags.checkpoints
 	res.E2EColdP99MS, res.E2EColdMaxMS = pct(cold, 99), pct(cold, 100)
-	res.RelayLagP50MS, res.RelayLagP99MS = pct(lags.relay, 50), pct(lags.relay, 99)
-	res.FetchLagP50MS, res.FetchLagP99MS = pct(lags.fetch, 50), pct(lags.fetch, 99)
+	relay, fetch := lags.column(func(g legs) float64 { return g.relay }), lags.column(func(g legs) float64 { return g.fetch })
+	res.RelayLagP50MS, res.RelayLagP99MS = pct(relay, 50), pct(relay, 99)
+	res.FetchLagP50MS, res.FetchLagP99MS = pct(fetch, 50), pct(fetch, 99)
 	res.E2EMessages = len(lat)
 	res.E2EP50MS, res.E2EP99MS, res.E2EMaxMS = pct(lat, 50), pct(lat, 99), pct(lat, 100)
 	return res, nil
@@ -118,26 +119,31 @@ func relayThroughput(ctx context.Context, serverURL string, n, batch int) (float
 	return float64(n) / el.Seconds(), nil
 }
 
-// outboxLags are the two first legs of each message's path, in ms, and
-// its anatomy (leg), by message.
+// outboxLags are the measured messages' paths (leg, one per message) and
+// the checkpoints the server began while they were measured.
 type outboxLags struct {
-	relay, fetch []float64
-	// leg holds each measured message's three legs (relay, fetch, work)
-	// and its commit-to-start latency, for the tail's anatomy.
 	leg         []legs
 	checkpoints int64
 }
 
+// legs is one message's path, in ms: insert to the relay's transaction
+// (relay), that transaction to River's fetch (fetch), the fetch to the
+// handler's first line (work), and commit to that line (total).
 type legs struct{ relay, fetch, work, total float64 }
+
+// column returns one leg of every message.
+func (l outboxLags) column(of func(legs) float64) []float64 {
+	xs := make([]float64, len(l.leg))
+	for i, g := range l.leg {
+		xs[i] = of(g)
+	}
+	return xs
+}
 
 // tail returns the median of each leg over the messages whose total is at
 // or above the p99, and how many those are.
 func (l outboxLags) tail() (relay, fetch, work float64, n int) {
-	totals := make([]float64, len(l.leg))
-	for i, g := range l.leg {
-		totals[i] = g.total
-	}
-	p99 := pct(totals, 99)
+	p99 := pct(l.column(func(g legs) float64 { return g.total }), 99)
 	var r, f, w []float64
 	for _, g := range l.leg {
 		if g.total >= p99 {
@@ -249,7 +255,6 @@ func outboxLatency(ctx context.Context, serverURL string, rate int, dur time.Dur
 	mu.Lock()
 	defer mu.Unlock()
 	if _, err := pgx.ForEachRow(rows, []any{&id, &relay, &fetch, &attempted}, func() error {
-		lags.relay, lags.fetch = append(lags.relay, relay), append(lags.fetch, fetch)
 		lags.leg = append(lags.leg, legs{relay: relay, fetch: fetch,
 			work:  float64(started[id].Sub(attempted).Microseconds()) / 1000,
 			total: float64(started[id].Sub(committed[id]).Microseconds()) / 1000})
@@ -257,8 +262,8 @@ func outboxLatency(ctx context.Context, serverURL string, rate int, dur time.Dur
 	}); err != nil {
 		return nil, nil, lags, err
 	}
-	if len(lags.relay) < n {
-		return nil, nil, lags, fmt.Errorf("the path of %d of %d messages read back", len(lags.relay), n)
+	if len(lags.leg) < n {
+		return nil, nil, lags, fmt.Errorf("the path of %d of %d messages read back", len(lags.leg), n)
 	}
 	out := make([]float64, 0, n)
 	for id, c := range committed {
