@@ -1,6 +1,15 @@
 package ferry
 
-import "context"
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+)
+
+// RelayInserterForTest returns the River client the relay inserts its
+// delivery jobs with.
+func (s *Server) RelayInserterForTest() *river.Client[pgx.Tx] { return s.relayInserter }
 
 // AppendServiceForTest adds a service that Run starts after the others, so
 // that a test can make a start fail after River started.

@@ -46,6 +46,12 @@ import (
 // context past this is left to River's rescuer.
 const hardStopBudget = 15 * time.Second
 
+// relayNotifyCooldown is the fetch cooldown of the relay's insert-only
+// River client, and so the least time between two insert notifications
+// River itself sends for one queue through it: the relay sends its own in
+// every transaction that inserts jobs.
+const relayNotifyCooldown = 24 * time.Hour
+
 // Server is one ferry process: a River client working every registered kind,
 // and the admin HTTP server.
 type Server struct {
@@ -65,6 +71,9 @@ type Server struct {
 	elector  *election.Elector
 	sched    *periodic.Scheduler
 	relay    *outbox.Relay
+	// relayInserter is the insert-only River client the relay inserts
+	// its delivery jobs with (see New).
+	relayInserter *river.Client[pgx.Tx]
 	// verifier refuses unsealed jobs; nil without seal keys.
 	verifier *seal.Verifier
 	// limiter enforces the config file's limits (none: it does nothing).
@@ -389,7 +398,27 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.elector.RegisterFenced("rescue", rescuer.Run)
 	s.elector.Register("broadcast-leader", s.announceLeader)
 	s.elector.Register("broadcast-console", s.watchConsole)
-	s.relay = outbox.NewRelay(outbox.RelayConfig{Pool: pool, ListenConfig: sessions.Config().ConnConfig, Schema: cfg.Schema, Inserter: s.river, Routes: delivered, RouteGrace: cfg.OutboxRouteGrace, MaxAttempts: maxAttempts, Tracer: tracing.Outbox(cfg.TracerProvider), Logger: cfg.Logger,
+	// The relay inserts its delivery jobs through a River client of its
+	// own, which works no queue and carries the same insert middleware
+	// (unique keys, seals, metrics, traces). River's client sends an
+	// insert notification per queue at most once per FetchCooldown (1 ms
+	// by default here), in a round trip of its own inside the inserting
+	// transaction; the relay sends the same notification in the round
+	// trip that records its deliveries (see outbox.RelayConfig.Inserter),
+	// so River's would cost each relay transaction one round trip for
+	// nothing. With a cooldown of a day it is sent at most once a day per
+	// queue.
+	s.relayInserter, err = river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Schema:            cfg.Schema,
+		FetchCooldown:     relayNotifyCooldown,
+		FetchPollInterval: relayNotifyCooldown,
+		Logger:            logging.River(cfg.Logger),
+		Middleware:        middleware,
+	})
+	if err != nil {
+		return fail(fmt.Errorf("ferry: new river client for the relay: %w", err))
+	}
+	s.relay = outbox.NewRelay(outbox.RelayConfig{Pool: pool, ListenConfig: sessions.Config().ConnConfig, Schema: cfg.Schema, Inserter: s.relayInserter, Routes: delivered, RouteGrace: cfg.OutboxRouteGrace, MaxAttempts: maxAttempts, Tracer: tracing.Outbox(cfg.TracerProvider), Logger: cfg.Logger,
 		ReleaseElsewhere: true})
 	s.services = []service{s.elector, s.sched, s.relay}
 	// The release pass of ordered deliveries reads every waiting one: on

@@ -537,3 +537,73 @@ func TestServer_Retention(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, `SELECT extract(epoch FROM now() - tick_at)::bigint * 1000000000 FROM ferry_periodic_tick WHERE schedule_id = 'gone'`).Scan(&age))
 	require.Less(t, age, 150*time.Minute, "the newest tick stayed")
 }
+
+// notifyCounter counts the statements that send a notification.
+type notifyCounter struct{ n atomic.Int64 }
+
+func (c *notifyCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	if strings.Contains(data.SQL, "pg_notify") {
+		c.n.Add(1)
+	}
+	return ctx
+}
+
+func (*notifyCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// TestServer_RelayInserter: the relay inserts its delivery jobs through a
+// River client whose own insert notification (a round trip inside the
+// inserting transaction; the relay sends the same one in its last) goes
+// out once for a queue, not once per insert as from the server's client,
+// and whose inserts go through the server's insert middleware.
+func TestServer_RelayInserter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.URL(t)
+	srv, err := ferry.New(ctx, quietConfig(url))
+	require.NoError(t, err)
+	t.Cleanup(srv.Close)
+
+	cfg, err := pgxpool.ParseConfig(url)
+	require.NoError(t, err)
+	counter := &notifyCounter{}
+	cfg.ConnConfig.Tracer = counter
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+
+	// Three inserts into one queue, each in a transaction of its own
+	// (rolled back: only the statements sent count), spaced past the
+	// server's 1 ms fetch cooldown.
+	rollback := errors.New("rollback")
+	notifications := func(c *river.Client[pgx.Tx], queue string) int64 {
+		counter.n.Store(0)
+		for range 3 {
+			err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				_, err := c.InsertManyTx(ctx, tx, []river.InsertManyParams{{Args: outbox.DeliverArgs{MessageID: 1, Route: "r"}, InsertOpts: &river.InsertOpts{Queue: queue}}})
+				require.NoError(t, err)
+				return rollback
+			})
+			require.ErrorIs(t, err, rollback)
+			time.Sleep(10 * time.Millisecond)
+		}
+		return counter.n.Load()
+	}
+	require.EqualValues(t, 3, notifications(srv.River(), "relay_inserter_a"), "the server's client notifies every insert")
+	require.EqualValues(t, 1, notifications(srv.RelayInserterForTest(), "relay_inserter_b"), "the relay's client notifies a queue once")
+
+	// The unique-key middleware, one of the server's, holds on its inserts.
+	var skipped []bool
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		opts := jobs.WithUniqueKey(&river.InsertOpts{Queue: "relay_inserter_b"}, "k")
+		for range 2 {
+			res, err := srv.RelayInserterForTest().InsertManyTx(ctx, tx, []river.InsertManyParams{{Args: outbox.DeliverArgs{MessageID: 1, Route: "r"}, InsertOpts: opts}})
+			if err != nil {
+				return err
+			}
+			skipped = append(skipped, res[0].UniqueSkippedAsDuplicate)
+		}
+		return rollback
+	})
+	require.ErrorIs(t, err, rollback)
+	require.Equal(t, []bool{false, true}, skipped)
+}

@@ -81,7 +81,16 @@ type RelayConfig struct {
 	// Schema is the deployment's FERRY_SCHEMA (internal/base/schema): the relay
 	// listens on the channel ferry_outbox_channel() names there,
 	// NotifyChannel and the schema's name. Default "": NotifyChannel.
-	Schema   string
+	Schema string
+	// Inserter inserts the delivery jobs, in the relay's transaction.
+	// The relay wakes the workers of each queue it inserted into itself,
+	// in the round trip that records the deliveries (sqlWakeWorkers); a
+	// River client also sends that notification, at most once per its
+	// FetchCooldown per queue, in a round trip of its own. An insert-only
+	// client (no Queues) with the same insert middleware and a long
+	// FetchCooldown (and FetchPollInterval) spares the relay's
+	// transactions that round trip: ferry's worker gives its relay one
+	// with a cooldown of a day.
 	Inserter Inserter
 	// Routes are this process's own routes, those it delivers. The relay
 	// routes each message to these and to every route a live worker has
