@@ -308,7 +308,26 @@ type attempt struct {
 // Work implements river.Worker.
 func (w *DeliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 	a := job.Args
-	msg, deliveryStatus, err := w.load(ctx, a)
+	route, ok := w.routes.Get(a.Route)
+	var (
+		msg            Message
+		deliveryStatus *string
+		err            error
+	)
+	if ok && route.Handler != nil && job.Queue != Queue {
+		// A Go handler's delivery in its route's queue, the common case:
+		// the handler's transaction reads the message (workHandler with an
+		// unread link), a round trip fewer before the handler starts. It
+		// comes back only for what the switch below answers without a
+		// handler: no message, no delivery row, or the delivery delivered.
+		var back *loaded
+		if back, err = w.workHandler(ctx, job, route, link{msg: Message{ID: a.MessageID}, attempt: job.Attempt, unread: true}); back == nil {
+			return err
+		}
+		msg, deliveryStatus, err = back.msg, back.status, back.err
+	} else {
+		msg, deliveryStatus, err = w.load(ctx, a)
+	}
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		err := fmt.Errorf("outbox: deliver message %d to route %s: message not found (deleted by retention?)", a.MessageID, a.Route)
@@ -330,7 +349,6 @@ func (w *DeliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) e
 		return w.resume(ctx, job, msg)
 	}
 
-	route, ok := w.routes.Get(a.Route)
 	switch {
 	case job.Queue == Queue || (!ok && job.Queue != QueueFor(a.Route)):
 		return w.forward(ctx, job, msg)
@@ -344,7 +362,8 @@ func (w *DeliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) e
 // route: by its Go handler, or by webhook.
 func (w *DeliverWorker) deliver(ctx context.Context, job *river.Job[DeliverArgs], route Route, l link) error {
 	if route.Handler != nil {
-		return w.workHandler(ctx, job, route, l)
+		_, err := w.workHandler(ctx, job, route, l)
+		return err
 	}
 	return w.webhook(ctx, job, route, l)
 }
@@ -465,13 +484,55 @@ func (w *DeliverWorker) waitForRoute(ctx context.Context, job *river.Job[Deliver
 // load reads the message and the status of its delivery to the job's route
 // (nil when there is no delivery row). A missing message is pgx.ErrNoRows.
 func (w *DeliverWorker) load(ctx context.Context, a DeliverArgs) (Message, *string, error) {
-	msg := Message{ID: a.MessageID}
+	return scanLoad(w.pool.QueryRow(ctx, sqlLoad, a.MessageID, a.Route), a.MessageID)
+}
+
+// scanLoad reads row, sqlLoad's for message id.
+func scanLoad(row pgx.Row, id int64) (Message, *string, error) {
+	msg := Message{ID: id}
 	var status *string
 	var payload []byte
-	err := w.pool.QueryRow(ctx, sqlLoad, a.MessageID, a.Route).
-		Scan(&msg.Topic, &payload, &msg.DedupKey, &msg.CreatedAt, &msg.OrderingKey, &status)
+	err := row.Scan(&msg.Topic, &payload, &msg.DedupKey, &msg.CreatedAt, &msg.OrderingKey, &status)
 	msg.Payload = payload
 	return msg, status, err
+}
+
+// loaded is what load reads, as a handler's transaction reads it (see
+// workHandler), for Work to answer when it is not for the handler.
+type loaded struct {
+	msg    Message
+	status *string
+	err    error
+}
+
+// errNotForHandler rolls back a handler's transaction that read a
+// delivery not for its handler (workHandler).
+var errNotForHandler = errors.New("outbox: the delivery is not for the handler")
+
+// loadAndReceive is load and Receive in one round trip (a pipeline), in
+// tx: r is the read of message id and its delivery to route (r.err
+// pgx.ErrNoRows when the message is gone); first and err are Receive's.
+// Receive runs whatever the read finds: the caller rolls tx back when the
+// delivery is not for the handler.
+func loadAndReceive(ctx context.Context, tx pgx.Tx, route string, id int64) (r loaded, first bool, err error) {
+	b := &pgx.Batch{}
+	b.Queue(sqlLoad, id, route)
+	b.Queue(sqlReceive, route, Message{ID: id}.EventID())
+	br := tx.SendBatch(ctx, b)
+	defer func() {
+		if cerr := br.Close(); r.err == nil && err == nil && cerr != nil {
+			err = fmt.Errorf("outbox: receive %d for %s: %w", id, route, cerr)
+		}
+	}()
+	r.msg, r.status, r.err = scanLoad(br.QueryRow(), id)
+	if r.err != nil && !errors.Is(r.err, pgx.ErrNoRows) {
+		return r, false, nil
+	}
+	tag, err := br.Exec()
+	if err != nil {
+		return r, false, fmt.Errorf("outbox: receive %d for %s: %w", id, route, err)
+	}
+	return r, tag.RowsAffected() == 1, nil
 }
 
 // post sends msg to the webhook route once.
@@ -608,20 +669,48 @@ func retryAfter(v string, now time.Time) (wait time.Duration, ok bool) {
 // handler (when Receive says first) and the delivery recorded delivered
 // (River completes the job after it). A failure rolls all of it back,
 // then the failed attempt is recorded on its own.
-func (w *DeliverWorker) workHandler(ctx context.Context, job *river.Job[DeliverArgs], route Route, l link) error {
-	msg := l.msg
+//
+// When l is unread (only its message's id is known), the transaction
+// reads the message and its delivery's status (sqlLoad) in the round trip
+// of Receive, a pipeline: the handler starts after two round trips
+// (BEGIN, then both), not three. When the read finds no message, no
+// delivery row, or the delivery delivered, nothing is for the handler:
+// the transaction rolls back (with Receive's row) and workHandler
+// returns what it read, for Work to answer.
+func (w *DeliverWorker) workHandler(ctx context.Context, job *river.Job[DeliverArgs], route Route, l link) (*loaded, error) {
 	timeout := routeTimeout(route)
 	timedOut := fmt.Errorf("handler timed out after %s", timeout)
 	hctx, cancel := context.WithTimeoutCause(w.within(ctx, l), timeout, timedOut)
 	defer cancel()
 
 	start := time.Now()
-	var handlerErr error
+	var (
+		handlerErr error
+		back       *loaded
+	)
 	err := pgx.BeginFunc(hctx, w.pool, func(tx pgx.Tx) error {
-		first, err := Receive(hctx, tx, route.Name, msg.EventID())
+		var (
+			first bool
+			err   error
+		)
+		if l.unread {
+			var r loaded
+			r, first, err = loadAndReceive(hctx, tx, route.Name, l.msg.ID)
+			switch {
+			case errors.Is(r.err, pgx.ErrNoRows) || (r.err == nil && (r.status == nil || *r.status == "delivered")):
+				back = &r
+				return errNotForHandler
+			case r.err != nil:
+				return r.err
+			}
+			l.msg, l.unread = r.msg, false
+		} else {
+			first, err = Receive(hctx, tx, route.Name, l.msg.EventID())
+		}
 		if err != nil {
 			return err
 		}
+		msg := l.msg
 		if first {
 			if err := callHandler(hctx, route.Handler, tx, msg); err != nil {
 				handlerErr = err
@@ -631,6 +720,15 @@ func (w *DeliverWorker) workHandler(ctx context.Context, job *river.Job[DeliverA
 		return w.markDelivered(hctx, tx, msg, route.Name)
 	})
 	elapsed := time.Since(start)
+	switch {
+	case back != nil:
+		return back, nil
+	case l.unread:
+		// The message was never read (BEGIN or the read failed): as when
+		// load fails, no attempt was made.
+		return nil, fmt.Errorf("outbox: deliver message %d to route %s: load message: %w", l.msg.ID, route.Name, err)
+	}
+	msg := l.msg
 
 	var (
 		res       attempt
@@ -658,10 +756,10 @@ func (w *DeliverWorker) workHandler(ctx context.Context, job *river.Job[DeliverA
 		// Recorded in the transaction; only the log line is left.
 		w.handOn(msg, route.Name)
 		w.logDelivered(job, l, res, elapsed)
-		return nil
+		return nil, nil
 	}
 	_, err = w.finish(ctx, job, l, res, elapsed, false)
-	return err
+	return nil, err
 }
 
 // callHandler runs h, turning a panic into an error: a job never panics the

@@ -1035,3 +1035,78 @@ func TestDeliverWorker_Handler(t *testing.T) {
 		require.Equal(t, "stuck", b.message(t, id).Status)
 	})
 }
+
+// statementTracer counts the statements and pipelines a pool sends: each
+// is one round trip to Postgres once its statements are prepared.
+type statementTracer struct{ n atomic.Int64 }
+
+func (s *statementTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	s.n.Add(1)
+	return ctx
+}
+
+func (*statementTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (s *statementTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	s.n.Add(1)
+	return ctx
+}
+
+func (*statementTracer) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (*statementTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
+// TestDeliverWorker_HandlerReadsInItsTransaction: a Go handler's delivery
+// reads its message in the handler's transaction, in Receive's round
+// trip, so the handler starts after two round trips (BEGIN, then the read
+// and Receive in one pipeline; three when the message was read first);
+// a delivery that is not for the handler rolls back Receive's row.
+func TestDeliverWorker_HandlerReadsInItsTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := deliverSetup(t)
+	cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
+	require.NoError(t, err)
+	trace := &statementTracer{}
+	cfg.ConnConfig.Tracer = trace
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+
+	var (
+		before = int64(-1)
+		got    Message
+	)
+	rs, err := NewRoutes(Route{Topic: testTopic, Name: "ledger", Handler: func(_ context.Context, _ pgx.Tx, msg Message) error {
+		before, got = trace.n.Load(), msg
+		return nil
+	}})
+	require.NoError(t, err)
+	w := NewDeliverWorker(DeliverConfig{Pool: pool, Routes: rs, Logger: b.logs.Logger()})
+
+	// A first delivery prepares the statements on the pool's connection.
+	require.NoError(t, w.Work(ctx, deliverJob(b.seed(t, testTopic, `{}`, "ledger"), "ledger", 1, 24)))
+
+	id := b.seed(t, testTopic, `{"order_id": 7}`, "ledger")
+	trace.n.Store(0)
+	require.NoError(t, w.Work(ctx, deliverJob(id, "ledger", 1, 24)))
+	require.EqualValues(t, 2, before, "round trips before the handler started")
+	require.Equal(t, id, got.ID)
+	require.Equal(t, testTopic, got.Topic)
+	require.JSONEq(t, `{"order_id": 7}`, string(got.Payload))
+	require.Equal(t, "delivered", b.delivery(t, id, "ledger").Status)
+	require.Equal(t, 1, received(t, b.pool, "ledger", id))
+
+	// The message gone: cancelled, and Receive's row rolled back.
+	gone := b.seed(t, testTopic, `{}`, "ledger")
+	_, err = b.pool.Exec(ctx, "DELETE FROM ferry_outbox WHERE id = $1", gone)
+	require.NoError(t, err)
+	err = w.Work(ctx, deliverJob(gone, "ledger", 1, 24))
+	requireJobCancel(t, err)
+	require.Contains(t, err.Error(), "message not found")
+	require.Zero(t, received(t, b.pool, "ledger", gone))
+
+	// No delivery row for the route: cancelled, nothing received.
+	stray := b.seed(t, testTopic, `{}`)
+	requireJobCancel(t, w.Work(ctx, deliverJob(stray, "ledger", 1, 24)))
+	require.Zero(t, received(t, b.pool, "ledger", stray))
+}

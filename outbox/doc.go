@@ -191,7 +191,10 @@
 // it is the first time; a Go handler runs inside that transaction, which
 // also records the delivery delivered, so its effect happens once (a job
 // run again after that commit, its River completion lost with its worker,
-// finds the delivery delivered and does nothing). HTTP receivers keep
+// finds the delivery delivered and does nothing). The handler's
+// transaction reads the message too, in Receive's round trip (a
+// pipeline): the handler starts two round trips after its worker gets the
+// job, not three. HTTP receivers keep
 // their own UNIQUE on the event id; Verify checks a request's signature
 // (the standard headers, or Ferry-Signature from an older worker) and
 // timestamp for them.

@@ -373,11 +373,14 @@ var sqlClaimNext = `WITH next AS (
 // one for a claimed link (snoozing the job does not count in River).
 // claimed is set for a claimed link, with its message's trace context
 // (parent, state; empty when untraced), which its request carries instead
-// of the job's.
+// of the job's. unread is set for the job's own link before its message
+// is read (msg holds only its ID): a handler's transaction reads it
+// (workHandler).
 type link struct {
 	msg           Message
 	attempt       int
 	claimed       bool
+	unread        bool
 	parent, state string
 }
 

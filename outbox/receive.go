@@ -21,9 +21,12 @@ import (
 //		return chargeOnce(ctx, tx, payload)
 //	})
 func Receive(ctx context.Context, tx pgx.Tx, consumer, eventID string) (first bool, err error) {
-	tag, err := tx.Exec(ctx, `INSERT INTO ferry_outbox_received (consumer, event_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`, consumer, eventID)
+	tag, err := tx.Exec(ctx, sqlReceive, consumer, eventID)
 	if err != nil {
 		return false, fmt.Errorf("outbox: receive %s for %s: %w", eventID, consumer, err)
 	}
 	return tag.RowsAffected() == 1, nil
 }
+
+// sqlReceive is Receive's statement: $1 the consumer, $2 the event id.
+const sqlReceive = `INSERT INTO ferry_outbox_received (consumer, event_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`
