@@ -51,6 +51,14 @@
 // message is relayed whole: with two routes, one of them full, it waits
 // for both.
 //
+// A relay transaction reads the live routes and the bounded queues in the
+// round trip of its claims, which filter by what the transaction before
+// read; each claimed message is routed by what its own transaction read.
+// When that would let the claims take more (a topic routed since, a queue
+// with room again), the relay passes again at once. So a transaction
+// takes five round trips without a bound: BEGIN, the state with the
+// claims, River's insert, the record, COMMIT.
+//
 // # Routes across replicas
 //
 // Replicas may differ in their routes: during a rolling deploy that adds a

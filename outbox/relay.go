@@ -136,6 +136,13 @@ type Relay struct {
 	cfg  RelayConfig
 	wake chan struct{}
 
+	// filter is what the last relay transaction read of the state the
+	// claims filter by (claimFilter); the next one claims by it. filtered
+	// says whether one has read it.
+	filterMu sync.Mutex
+	filter   claimFilter
+	filtered bool
+
 	// The turns of ordered chains handed over by deliveries (Advance),
 	// started by turnLoop.
 	turnsMu  sync.Mutex
@@ -270,12 +277,14 @@ func deref(s *string) string {
 // SQL of the relay.
 const (
 	// sqlClaimNew claims messages the relay has not looked at yet.
-	sqlClaimNew = `SELECT id, topic, false, traceparent, tracestate, ordering_key FROM ferry_outbox
+	sqlClaimNew = `SELECT id, topic, false, false, traceparent, tracestate, ordering_key FROM ferry_outbox
 		WHERE status = 'pending' AND route_wait_since IS NULL AND NOT (topic = ANY($2))
 		ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`
 	// sqlClaimWaiting claims waiting messages that are due: their topic
-	// has a route now ($2), or their grace ($3 seconds) is over.
-	sqlClaimWaiting = `SELECT id, topic, true, traceparent, tracestate, ordering_key FROM ferry_outbox
+	// has a route now ($2), or their grace ($3 seconds) is over (the
+	// fourth column).
+	sqlClaimWaiting = `SELECT id, topic, true, route_wait_since <= now() - make_interval(secs => $3),
+		traceparent, tracestate, ordering_key FROM ferry_outbox
 		WHERE status = 'pending' AND route_wait_since IS NOT NULL
 		  AND (topic = ANY($2) OR route_wait_since <= now() - make_interval(secs => $3))
 		  AND NOT (topic = ANY($4))
@@ -309,7 +318,7 @@ const (
 // of full queues stay behind. So that full queues do not fill every batch
 // with messages that cannot go (and keep the others waiting behind them),
 // the claims leave out the topics one of whose routes' queues is at its
-// bound, as ferry_queue says before the claim; such messages are claimed
+// bound, as ferry_queue said when last read; such messages are claimed
 // again once their queues have room, at the latest on the next poll.
 func (r *Relay) RelayOnce(ctx context.Context) (int, error) {
 	n, _, err := r.relayOnce(ctx)
@@ -318,30 +327,76 @@ func (r *Relay) RelayOnce(ctx context.Context) (int, error) {
 
 // relayOnce is RelayOnce; full says whether a claim filled its batch.
 //
-// Its transaction makes six round trips to Postgres when no route's queue
-// is bounded (eleven before): BEGIN; the live routes and the bounded
-// queues, full or not; both claims; River's insert of the delivery jobs (and its
-// notification of the queue's producers, when its client sends one); the
-// deliveries recorded and the messages marked; COMMIT.
-// The statements of each step go in one pipeline (pgx.Batch). The
-// insert runs in a savepoint only when one of its queues is bounded: a
-// queue without a bound never refuses a job. A bound set meanwhile that
+// Its transaction makes five round trips to Postgres when no route's
+// queue is bounded (eleven before): BEGIN; the live routes, the bounded
+// queues (full or not) and both claims; River's insert of the delivery
+// jobs (and its notification of the queue's producers, when its client
+// sends one: see RelayConfig.Inserter); the deliveries recorded, the
+// messages marked and the workers woken; COMMIT. The statements of each
+// step go in one pipeline (pgx.Batch).
+//
+// The claims, sent with the read of the state they filter by, filter by
+// the state the transaction before read (claimFilter; a relay's first
+// transaction reads it first, in a round trip of its own), and each
+// claimed message is routed by the state read in its own transaction.
+// When the state read would let the claims take more (a topic routed
+// since, a queue with room again), a second transaction follows at once,
+// with it.
+//
+// The insert runs in a savepoint only when one of its queues is bounded:
+// a queue without a bound never refuses a job. A bound set meanwhile that
 // refuses one aborts the transaction, and the batch is relayed again at
 // once, with savepoints.
 func (r *Relay) relayOnce(ctx context.Context) (n int, full bool, err error) {
-	n, full, err = r.relayTx(ctx, false)
-	if errors.Is(err, jobs.ErrQueueFull) {
-		n, full, err = r.relayTx(ctx, true)
+	for pass := 0; ; pass++ {
+		m, f, stale, err := r.relayTx(ctx, false)
+		if errors.Is(err, jobs.ErrQueueFull) {
+			m, f, stale, err = r.relayTx(ctx, true)
+		}
+		if err != nil {
+			return 0, false, fmt.Errorf("outbox: relay: %w", err)
+		}
+		n, full = n+m, f
+		if !stale || pass > 0 {
+			return n, full, nil
+		}
 	}
-	if err != nil {
-		return 0, false, fmt.Errorf("outbox: relay: %w", err)
-	}
-	return n, full, nil
+}
+
+// claimFilter is what a relay transaction's claims filter by: the topics
+// some live route covers (routed: a waiting message of one is due), and
+// the topics one of whose routes' queues is at its bound (full: their
+// messages are left out).
+type claimFilter struct {
+	routed, full []string
+}
+
+// lets says whether claims by f could take a message that claims by was
+// left out: a topic routed that was not, or a topic full that is not.
+func (f claimFilter) lets(was claimFilter) bool {
+	return slices.ContainsFunc(f.routed, func(t string) bool { return !slices.Contains(was.routed, t) }) ||
+		slices.ContainsFunc(was.full, func(t string) bool { return !slices.Contains(f.full, t) })
+}
+
+// setFilter stores f as the filter of the next claims.
+func (r *Relay) setFilter(f claimFilter) {
+	r.filterMu.Lock()
+	defer r.filterMu.Unlock()
+	r.filter, r.filtered = f, true
+}
+
+// claimFilter returns the filter of the next claims, and whether a
+// transaction read it (false before the relay's first).
+func (r *Relay) claimFilter() (claimFilter, bool) {
+	r.filterMu.Lock()
+	defer r.filterMu.Unlock()
+	return r.filter, r.filtered
 }
 
 // relayTx is one relay transaction; careful inserts the delivery jobs in
-// a savepoint whatever their queues.
-func (r *Relay) relayTx(ctx context.Context, careful bool) (n int, full bool, err error) {
+// a savepoint whatever their queues. stale says whether the state it
+// read lets claims take what its own claims left out (claimFilter.lets).
+func (r *Relay) relayTx(ctx context.Context, careful bool) (n int, full, stale bool, err error) {
 	// The spans of the traced messages relayed, ended with the transaction.
 	var ends []func(error)
 	// The turns of chains whose locks others held (see order), handed on
@@ -358,20 +413,62 @@ func (r *Relay) relayTx(ctx context.Context, careful bool) (n int, full bool, er
 		}
 	}()
 	err = pgx.BeginFunc(ctx, r.cfg.Pool, func(tx pgx.Tx) error {
-		live, bounded, fullQueues, err := relayState(ctx, tx)
-		if err != nil {
-			return err
+		var (
+			routes  map[string][]string
+			bounded []string
+		)
+		b := &pgx.Batch{}
+		queueRelayState(b)
+		var br pgx.BatchResults
+		// readState reads the state from br, and stores what the next
+		// claims filter by.
+		readState := func() (claimFilter, error) {
+			live, bnd, fullQueues, err := readRelayState(br)
+			if err != nil {
+				return claimFilter{}, err
+			}
+			routes, bounded = union(live, r.cfg.Routes), bnd
+			read := claimFilter{routed: make([]string, 0, len(routes)), full: topicsOf(routes, fullQueues)}
+			for topic := range routes {
+				read.routed = append(read.routed, topic)
+			}
+			r.setFilter(read)
+			return read, nil
 		}
-		routes := union(live, r.cfg.Routes)
-		routed := make([]string, 0, len(routes))
-		for topic := range routes {
-			routed = append(routed, topic)
+		by, known := r.claimFilter()
+		ahead := !known || careful
+		if ahead {
+			// The relay's first transaction, with nothing read before to
+			// claim by, or the one after a bound refused an insert (the
+			// state read before did not know it): the state goes first,
+			// in a round trip of its own.
+			br = tx.SendBatch(ctx, b)
+			read, err := readState()
+			if cerr := br.Close(); err == nil && cerr != nil {
+				err = fmt.Errorf("read live routes and bounded queues: %w", cerr)
+			}
+			if err != nil {
+				return err
+			}
+			by, b = read, &pgx.Batch{}
 		}
-		fullTopics := topicsOf(routes, fullQueues)
+		b.Queue(sqlClaimNew, r.cfg.BatchSize, by.full)
+		b.Queue(sqlClaimWaiting, r.cfg.BatchSize, by.routed, r.cfg.RouteGrace.Seconds(), by.full)
+		br = tx.SendBatch(ctx, b)
+		if !ahead {
+			// The claims went with the state's statements, queued in b
+			// before them.
+			read, err := readState()
+			if err != nil {
+				_ = br.Close()
+				return err
+			}
+			stale = read.lets(by)
+		}
 		var (
 			id            int64
 			topic         string
-			waiting       bool
+			waiting, due  bool
 			parent, state *string
 			key           *string
 			relayed       []int64
@@ -386,11 +483,14 @@ func (r *Relay) relayTx(ctx context.Context, careful bool) (n int, full bool, er
 			keyed        bool
 		)
 		claim := func(rows pgx.Rows) error {
-			c, err := pgx.ForEachRow(rows, []any{&id, &topic, &waiting, &parent, &state, &key}, func() error {
+			c, err := pgx.ForEachRow(rows, []any{&id, &topic, &waiting, &due, &parent, &state, &key}, func() error {
 				rs := routes[topic]
 				switch {
-				case len(rs) == 0 && waiting:
+				case len(rs) == 0 && waiting && due:
 					noRoute = append(noRoute, id) // its grace is over
+				case len(rs) == 0 && waiting:
+					// Claimed for a route the last state had and this one
+					// has not: it waits on, its grace running.
 				case len(rs) == 0:
 					waitNow = append(waitNow, id)
 				default:
@@ -418,10 +518,6 @@ func (r *Relay) relayTx(ctx context.Context, careful bool) (n int, full bool, er
 			full = full || int(c.RowsAffected()) >= r.cfg.BatchSize
 			return nil
 		}
-		claims := &pgx.Batch{}
-		claims.Queue(sqlClaimNew, r.cfg.BatchSize, fullTopics)
-		claims.Queue(sqlClaimWaiting, r.cfg.BatchSize, routed, r.cfg.RouteGrace.Seconds(), fullTopics)
-		br := tx.SendBatch(ctx, claims)
 		for range 2 {
 			rows, _ := br.Query() // its error is the rows'
 			if err := claim(rows); err != nil {
@@ -523,7 +619,7 @@ func (r *Relay) relayTx(ctx context.Context, careful bool) (n int, full bool, er
 		}
 		return nil
 	})
-	return n, full, err
+	return n, full, stale, err
 }
 
 // sqlWakeWorkers sends, for each queue in $2, the insert notification
@@ -561,21 +657,18 @@ func insertedQueues(params []river.InsertManyParams, jobIDs []int64) []string {
 	return queues
 }
 
-// relayState reads, in one round trip, what a relay transaction claims
+// queueRelayState queues in b what a relay transaction routes and claims
 // by: the routes of live workers (LiveRoutes), the bounded queues and
-// those of them at their bound. The same round trip makes the
-// transaction's commit asynchronous (sqlRelayCommitAsync).
-func relayState(ctx context.Context, tx pgx.Tx) (live map[string][]string, bounded, full []string, err error) {
-	b := &pgx.Batch{}
+// those of them at their bound; first, the statement that makes the
+// transaction's commit asynchronous (sqlRelayCommitAsync), which so costs
+// no round trip of its own. readRelayState reads them.
+func queueRelayState(b *pgx.Batch) {
 	b.Queue(sqlRelayCommitAsync)
 	b.Queue(sqlLiveRoutes)
 	b.Queue(sqlBoundedQueues)
-	br := tx.SendBatch(ctx, b)
-	defer func() {
-		if cerr := br.Close(); err == nil && cerr != nil {
-			err = fmt.Errorf("read live routes and bounded queues: %w", cerr)
-		}
-	}()
+}
+
+func readRelayState(br pgx.BatchResults) (live map[string][]string, bounded, full []string, err error) {
 	if _, err := br.Exec(); err != nil {
 		return nil, nil, nil, fmt.Errorf("set the relay's commit asynchronous: %w", err)
 	}

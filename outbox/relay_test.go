@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferryq/ferry/internal/base/pgtest"
+	"github.com/ferryq/ferry/jobs"
 )
 
 type relayBundle struct {
@@ -438,4 +439,77 @@ func TestRelay_CommitsAsynchronously(t *testing.T) {
 	var outside string
 	require.NoError(t, one.QueryRow(ctx, "SHOW synchronous_commit").Scan(&outside))
 	require.Equal(t, "on", outside, "SET LOCAL: the pooled connection keeps its setting")
+}
+
+// TestRelay_RoundTrips: a relay's transaction sends the read of the state
+// it routes by with the claims, which filter by the state the transaction
+// before read: five round trips (BEGIN; the state and the claims; River's
+// insert; the record; COMMIT; six when the state went first), the first
+// transaction of a relay reading the state first. When the state read
+// would let the claims take what they left out (a queue with room
+// again), one RelayOnce passes again at once.
+func TestRelay_RoundTrips(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := relaySetup(t)
+	_, err := jobs.SetQueueBounds(ctx, b.pool, []jobs.QueueBound{{Name: QueueFor("crm"), MaxLength: 1}})
+	require.NoError(t, err)
+	cfg := b.pool.Config().Copy()
+	trace := &statementTracer{}
+	cfg.ConnConfig.Tracer = trace
+	traced, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(traced.Close)
+	// An inserter that sends River's insert notification once per queue
+	// (the relay sends its own), as ferry's worker gives its relay; a
+	// relay of its own has made its first insert (River's client reads
+	// the server's version then) and notification.
+	inserter := hourCooldownInserter(t, b.pool)
+	relay := func() *Relay {
+		return NewRelay(RelayConfig{Pool: traced, Inserter: inserter,
+			Routes: mustRoutes(t, webhook("order.placed", "billing"), webhook("user.signed", "crm")), BatchSize: 1, Logger: slog.New(slog.DiscardHandler)})
+	}
+	b.add(t, "order.placed", `{}`)
+	_, err = relay().RelayOnce(ctx)
+	require.NoError(t, err)
+	r := relay()
+	relayOnce := func() (claimed int, statements int64) {
+		t.Helper()
+		trace.n.Store(0)
+		n, err := r.RelayOnce(ctx)
+		require.NoError(t, err)
+		return n, trace.n.Load()
+	}
+
+	b.add(t, "order.placed", `{}`)
+	n, first := relayOnce()
+	require.Equal(t, 1, n)
+	require.EqualValues(t, 6, first, "a relay's first transaction: BEGIN, the state, the claims, River's insert, the record, COMMIT")
+	b.add(t, "order.placed", `{}`)
+	n, next := relayOnce()
+	require.Equal(t, 1, n)
+	require.EqualValues(t, 5, next, "BEGIN, the state with the claims, River's insert, the record, COMMIT")
+
+	// The crm queue takes one job; then the claims leave its topic out,
+	// once a transaction has read that it is at its bound.
+	b.add(t, "user.signed", `{}`)
+	n, _ = relayOnce()
+	require.Equal(t, 1, n)
+	n, _ = relayOnce()
+	require.Zero(t, n)
+	held := b.add(t, "user.signed", `{}`)
+	n, _ = relayOnce()
+	require.Zero(t, n, "the full queue's topic is left out")
+	require.Equal(t, "pending", messageOf(t, b, held).Status)
+
+	// Room again: the claims, by the state read before, leave the message
+	// out; the state read with them has room, so the same RelayOnce passes
+	// again and relays it.
+	var left int64
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT min(id) FROM river_job WHERE queue = $1`, QueueFor("crm")).Scan(&left))
+	_, err = b.client.JobCancel(ctx, left)
+	require.NoError(t, err)
+	n, _ = relayOnce()
+	require.Equal(t, 1, n)
+	require.Equal(t, "relayed", messageOf(t, b, held).Status)
 }
