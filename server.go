@@ -400,7 +400,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.elector.Register("broadcast-console", s.watchConsole)
 	// The relay inserts its delivery jobs through a River client of its
 	// own, which works no queue and carries the same insert middleware
-	// (unique keys, seals, metrics, traces). River's client sends an
+	// (unique keys, seals, trace context, metrics). River's client sends an
 	// insert notification per queue at most once per FetchCooldown (1 ms
 	// by default here), in a round trip of its own inside the inserting
 	// transaction; the relay sends the same notification in the round

@@ -285,8 +285,9 @@ const uniqueKeyMeta = "ferry_unique_key"
 // The key is turned into River's unique_key by UniqueKeyMiddleware, which
 // every River client ferry builds installs: an Inserter's, the server's
 // (ferry.Server.River, which the scheduler and Telegram insert with), and
-// the insert-only one its outbox relay inserts with. A River client of your own must install it too; one without
-// it inserts the job with no uniqueness at all.
+// the insert-only one its outbox relay inserts with. A River client of
+// your own must install it too; one without it inserts the job with no
+// uniqueness at all.
 func WithUniqueKey(opts *river.InsertOpts, key string) *river.InsertOpts {
 	var o river.InsertOpts
 	if opts != nil {
