@@ -309,25 +309,21 @@ type attempt struct {
 func (w *DeliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 	a := job.Args
 	route, ok := w.routes.Get(a.Route)
-	var (
-		msg            Message
-		deliveryStatus *string
-		err            error
-	)
+	var read *loaded
 	if ok && route.Handler != nil && job.Queue != Queue {
 		// A Go handler's delivery in its route's queue, the common case:
 		// the handler's transaction reads the message (workHandler with an
 		// unread link), a round trip fewer before the handler starts. It
 		// comes back only for what the switch below answers without a
 		// handler: no message, no delivery row, or the delivery delivered.
-		var back *loaded
-		if back, err = w.workHandler(ctx, job, route, link{msg: Message{ID: a.MessageID}, attempt: job.Attempt, unread: true}); back == nil {
+		var err error
+		if read, err = w.workHandler(ctx, job, route, link{msg: Message{ID: a.MessageID}, attempt: job.Attempt, unread: true}); read == nil {
 			return err
 		}
-		msg, deliveryStatus, err = back.msg, back.status, back.err
 	} else {
-		msg, deliveryStatus, err = w.load(ctx, a)
+		read = w.load(ctx, a)
 	}
+	msg, deliveryStatus, err := read.msg, read.status, read.err
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		err := fmt.Errorf("outbox: deliver message %d to route %s: message not found (deleted by retention?)", a.MessageID, a.Route)
@@ -482,19 +478,19 @@ func (w *DeliverWorker) waitForRoute(ctx context.Context, job *river.Job[Deliver
 }
 
 // load reads the message and the status of its delivery to the job's route
-// (nil when there is no delivery row). A missing message is pgx.ErrNoRows.
-func (w *DeliverWorker) load(ctx context.Context, a DeliverArgs) (Message, *string, error) {
-	return scanLoad(w.pool.QueryRow(ctx, sqlLoad, a.MessageID, a.Route), a.MessageID)
+// (nil when there is no delivery row); a missing message is err pgx.ErrNoRows.
+func (w *DeliverWorker) load(ctx context.Context, a DeliverArgs) *loaded {
+	r := scanLoad(w.pool.QueryRow(ctx, sqlLoad, a.MessageID, a.Route), a.MessageID)
+	return &r
 }
 
 // scanLoad reads row, sqlLoad's for message id.
-func scanLoad(row pgx.Row, id int64) (Message, *string, error) {
-	msg := Message{ID: id}
-	var status *string
+func scanLoad(row pgx.Row, id int64) loaded {
+	r := loaded{msg: Message{ID: id}}
 	var payload []byte
-	err := row.Scan(&msg.Topic, &payload, &msg.DedupKey, &msg.CreatedAt, &msg.OrderingKey, &status)
-	msg.Payload = payload
-	return msg, status, err
+	r.err = row.Scan(&r.msg.Topic, &payload, &r.msg.DedupKey, &r.msg.CreatedAt, &r.msg.OrderingKey, &r.status)
+	r.msg.Payload = payload
+	return r
 }
 
 // loaded is what load reads, as a handler's transaction reads it (see
@@ -524,7 +520,7 @@ func loadAndReceive(ctx context.Context, tx pgx.Tx, route string, id int64) (r l
 			err = fmt.Errorf("outbox: receive %d for %s: %w", id, route, cerr)
 		}
 	}()
-	r.msg, r.status, r.err = scanLoad(br.QueryRow(), id)
+	r = scanLoad(br.QueryRow(), id)
 	if r.err != nil && !errors.Is(r.err, pgx.ErrNoRows) {
 		return r, false, nil
 	}
