@@ -127,7 +127,24 @@ RETURNING token`
 SELECT pg_notify('` + Channel + `', name) FROM r`
 
 	sqlFence = `SELECT token, expires_at > clock_timestamp() FROM ferry_lock WHERE name = $1 FOR SHARE`
+
+	// sqlAwaitExpiry sleeps until the holder's expiry when it is at most $2
+	// seconds away (not at all otherwise: a holder that renewed). Sent in
+	// the round trip of sqlAcquire, it makes the attempt at the expiry by
+	// the database's clock, whatever the waiter's wake-up costs.
+	sqlAwaitExpiry = `SELECT pg_sleep(CASE WHEN s.remaining <= $2::float8 THEN s.remaining ELSE 0 END)
+FROM (SELECT extract(epoch FROM expires_at - clock_timestamp())::float8 AS remaining
+      FROM ferry_lock WHERE name = $1) s`
 )
+
+// expiryLead is how long before a holder's expiry a waiter sends the
+// attempt that waits for it in the database (sqlAwaitExpiry). Waking in the
+// process at the expiry instead makes the attempt late by the wake-up: a
+// timer, a busy CPU, the round trip, several milliseconds on a loaded host.
+// While that attempt waits (at most 2×expiryLead) the waiter hears no
+// release: a holder that releases just before its expiry hands over at the
+// expiry.
+const expiryLead = 20 * time.Millisecond
 
 // Acquire takes the lock name for opts.TTL, waiting up to opts.Wait while
 // another holder has it. It returns a *HeldError (ErrNotAcquired) naming
@@ -143,7 +160,7 @@ func (c *Client) Acquire(ctx context.Context, name string, opts Options) (*Lock,
 	}
 	if opts.Wait == 0 {
 		start := time.Now()
-		token, held, err := c.try(ctx, c.pool, name, ttl)
+		token, held, err := c.try(ctx, c.pool, name, ttl, false)
 		if err != nil {
 			return nil, err
 		}
@@ -158,18 +175,31 @@ func (c *Client) Acquire(ctx context.Context, name string, opts Options) (*Lock,
 type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
 // try makes one attempt: the token on success, or the current holder.
-func (c *Client) try(ctx context.Context, q querier, name string, ttl time.Duration) (int64, *Holder, error) {
+// atExpiry makes the database start the attempt at the holder's expiry
+// when that is near (sqlAwaitExpiry, in the same round trip).
+func (c *Client) try(ctx context.Context, q querier, name string, ttl time.Duration, atExpiry bool) (int64, *Holder, error) {
 	for {
 		var (
 			ok bool
 			h  Holder
 			us int64
 		)
-		err := q.QueryRow(ctx, sqlAcquire, name, c.holder, ttl.Microseconds()).
-			Scan(&ok, &h.Name, &h.Token, &h.Holder, &h.AcquiredAt, &h.ExpiresAt, &us)
+		dest := []any{&ok, &h.Name, &h.Token, &h.Holder, &h.AcquiredAt, &h.ExpiresAt, &us}
+		var err error
+		if atExpiry {
+			b := &pgx.Batch{}
+			b.Queue(sqlAwaitExpiry, name, (2 * expiryLead).Seconds())
+			b.Queue(sqlAcquire, name, c.holder, ttl.Microseconds()).
+				QueryRow(func(row pgx.Row) error { return row.Scan(dest...) })
+			err = q.SendBatch(ctx, b).Close()
+			atExpiry = false
+		} else {
+			err = q.QueryRow(ctx, sqlAcquire, name, c.holder, ttl.Microseconds()).Scan(dest...)
+		}
 		switch {
 		case err == nil && ok:
 			return h.Token, nil, nil
@@ -217,7 +247,8 @@ func scanHolders(rows pgx.Rows) ([]Holder, error) {
 
 // wait listens for releases on a connection of its own, then tries until
 // the lock is free, the wait runs out or ctx ends. A try follows each
-// notification for name, the holder's expiry, and every PollInterval.
+// notification for name, the holder's expiry (sent expiryLead before it,
+// the database waits for it), and every PollInterval.
 func (c *Client) wait(ctx context.Context, name string, ttl, wait time.Duration) (*Lock, error) {
 	if wait > 0 {
 		var cancel context.CancelFunc
@@ -240,10 +271,13 @@ func (c *Client) wait(ctx context.Context, name string, ttl, wait time.Duration)
 	if _, err := conn.Exec(ctx, "LISTEN "+Channel); err != nil {
 		return nil, translate(ctx, "listen for releases of "+name, err)
 	}
-	var last *Holder
+	var (
+		last     *Holder
+		atExpiry bool // the next try waits in the database for the expiry
+	)
 	for {
-		start := time.Now()
-		token, held, err := c.try(ctx, conn, name, ttl)
+		start := time.Now() // the lock's deadline counts from here
+		token, held, err := c.try(ctx, conn, name, ttl, atExpiry)
 		if err != nil {
 			if errors.Is(context.Cause(ctx), errWaitOver) && last != nil {
 				return nil, &HeldError{Holder: *last}
@@ -254,10 +288,19 @@ func (c *Client) wait(ctx context.Context, name string, ttl, wait time.Duration)
 			return c.newLock(name, token, ttl, start), nil
 		}
 		last = held
-		// Sleep until a release of name, the holder's expiry, or the poll.
-		sleep := min(held.ExpiresIn+time.Millisecond, c.poll)
-		sleep = max(sleep, time.Millisecond)
-		if err := awaitRelease(ctx, conn.Conn(), name, sleep); err != nil {
+		// Sleep until a release of name, the poll, or shortly before the
+		// holder's expiry, when the next try waits for the expiry.
+		untilExpiry := held.ExpiresIn - expiryLead
+		atExpiry = untilExpiry <= c.poll
+		sleep := min(untilExpiry, c.poll)
+		if sleep <= 0 {
+			continue
+		}
+		notified, err := awaitRelease(ctx, conn.Conn(), name, sleep)
+		if notified {
+			atExpiry = false
+		}
+		if err != nil {
 			if errors.Is(context.Cause(ctx), errWaitOver) {
 				return nil, &HeldError{Holder: *last}
 			}
@@ -271,21 +314,21 @@ func (c *Client) wait(ctx context.Context, name string, ttl, wait time.Duration)
 
 var errWaitOver = errors.New("locks: wait over")
 
-// awaitRelease returns when a notification for name arrives or d passes
-// (nil either way), or with ctx's or the connection's error.
-func awaitRelease(ctx context.Context, conn *pgx.Conn, name string, d time.Duration) error {
+// awaitRelease returns when a notification for name arrives (true) or d
+// passes (false), or with ctx's or the connection's error.
+func awaitRelease(ctx context.Context, conn *pgx.Conn, name string, d time.Duration) (bool, error) {
 	wctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	for {
 		n, err := conn.WaitForNotification(wctx)
 		if err != nil {
 			if ctx.Err() == nil && wctx.Err() != nil {
-				return nil // d passed
+				return false, nil // d passed
 			}
-			return err
+			return false, err
 		}
 		if n.Payload == name {
-			return nil
+			return true, nil
 		}
 	}
 }

@@ -157,10 +157,38 @@ func TestClient_Acquire(t *testing.T) {
 		require.NoError(t, b.pool.QueryRow(ctx, `INSERT INTO ferry_lock (name, token, holder, acquired_at, expires_at)
 			VALUES ('report', 7, 'dead', clock_timestamp(), clock_timestamp() + interval '1 second')
 			RETURNING expires_at`).Scan(&deadExpiry))
-		l, err := b.b.Acquire(ctx, "report", locks.Options{TTL: time.Hour, Wait: locks.Forever})
-		require.NoError(t, err)
-		release(t, l)
-		require.EqualValues(t, 8, l.Token())
+		type result struct {
+			l   *locks.Lock
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			l, err := b.b.Acquire(ctx, "report", locks.Options{TTL: time.Hour, Wait: locks.Forever})
+			done <- result{l, err}
+		}()
+		// The attempt that takes the lock is in the database before the
+		// expiry, waiting for it: the waiter's own wake-up is not on the
+		// path from the expiry to the next holder.
+		waitedInDatabase := false
+		var res result
+	observe:
+		for {
+			select {
+			case res = <-done:
+				break observe
+			case <-time.After(2 * time.Millisecond):
+			}
+			var n int
+			require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+				WHERE datname = current_database() AND wait_event = 'PgSleep'
+				  AND query LIKE 'SELECT pg_sleep%' AND pid <> pg_backend_pid()
+				  AND (SELECT expires_at > clock_timestamp() FROM ferry_lock WHERE name = 'report' AND token = 7)`).Scan(&n))
+			waitedInDatabase = waitedInDatabase || n > 0
+		}
+		require.NoError(t, res.err)
+		release(t, res.l)
+		require.EqualValues(t, 8, res.l.Token())
+		require.True(t, waitedInDatabase, "the waiter's attempt waited in the database for the expiry")
 		var acquiredAt time.Time
 		require.NoError(t, b.pool.QueryRow(ctx, `SELECT acquired_at FROM ferry_lock WHERE name = 'report'`).Scan(&acquiredAt))
 		require.False(t, acquiredAt.Before(deadExpiry), "taken only once the dead holder's lock expired")
