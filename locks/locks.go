@@ -288,11 +288,19 @@ func (c *Client) wait(ctx context.Context, name string, ttl, wait time.Duration)
 			return c.newLock(name, token, ttl, start), nil
 		}
 		last = held
-		// Sleep until a release of name, the poll, or shortly before the
-		// holder's expiry, when the next try waits for the expiry.
+		// Sleep until a release of name, the poll, or expiryLead before the
+		// holder's expiry, when the next try waits for the expiry. An
+		// expiry less than two polls away is halved to: a poll's sleep could
+		// wake too near it for the next try to be the one at the expiry.
 		untilExpiry := held.ExpiresIn - expiryLead
+		sleep := c.poll
 		atExpiry = untilExpiry <= c.poll
-		sleep := min(untilExpiry, c.poll)
+		switch {
+		case atExpiry:
+			sleep = untilExpiry
+		case untilExpiry < 2*c.poll:
+			sleep = untilExpiry / 2
+		}
 		if sleep <= 0 {
 			continue
 		}

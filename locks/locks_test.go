@@ -2,6 +2,8 @@ package locks_test
 
 import (
 	"context"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -151,48 +153,91 @@ func TestClient_Acquire(t *testing.T) {
 
 	t.Run("DeadHolderExpires", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
-		// A holder that died: its row, unrenewed, expiring in a second.
-		var deadExpiry time.Time
-		require.NoError(t, b.pool.QueryRow(ctx, `INSERT INTO ferry_lock (name, token, holder, acquired_at, expires_at)
-			VALUES ('report', 7, 'dead', clock_timestamp(), clock_timestamp() + interval '1 second')
-			RETURNING expires_at`).Scan(&deadExpiry))
+		url := pgtest.NewDatabase(t, true)
+		pool := pgtest.PoolFor(t, url)
+		// A holder that died: its row, unrenewed.
+		_, err := pool.Exec(ctx, `INSERT INTO ferry_lock (name, token, holder, acquired_at, expires_at)
+			VALUES ('report', 7, 'dead', clock_timestamp(), clock_timestamp() + interval '1 hour')`)
+		require.NoError(t, err)
+		// The waiter's statements are traced; it polls every second, so it
+		// sees the expiry brought near below, and its attempt at the
+		// expiry is the one that takes the lock (no release is sent).
+		cfg, err := pgxpool.ParseConfig(url)
+		require.NoError(t, err)
+		tracer := &attemptTracer{}
+		cfg.ConnConfig.Tracer = tracer
+		wpool, err := pgxpool.NewWithConfig(ctx, cfg)
+		require.NoError(t, err)
+		t.Cleanup(wpool.Close)
+		waiter := locks.New(wpool, locks.Config{Holder: "waiter", PollInterval: time.Second})
 		type result struct {
 			l   *locks.Lock
 			err error
 		}
 		done := make(chan result, 1)
 		go func() {
-			l, err := b.b.Acquire(ctx, "report", locks.Options{TTL: time.Hour, Wait: locks.Forever})
+			l, err := waiter.Acquire(ctx, "report", locks.Options{TTL: time.Hour, Wait: locks.Forever})
 			done <- result{l, err}
 		}()
-		// The attempt that takes the lock is in the database before the
-		// expiry, waiting for it: the waiter's own wake-up is not on the
-		// path from the expiry to the next holder.
-		waitedInDatabase := false
-		var res result
-	observe:
-		for {
-			select {
-			case res = <-done:
-				break observe
-			case <-time.After(2 * time.Millisecond):
-			}
-			var n int
-			require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-				WHERE datname = current_database() AND wait_event = 'PgSleep'
-				  AND query LIKE 'SELECT pg_sleep%' AND pid <> pg_backend_pid()
-				  AND (SELECT expires_at > clock_timestamp() FROM ferry_lock WHERE name = 'report' AND token = 7)`).Scan(&n))
-			waitedInDatabase = waitedInDatabase || n > 0
-		}
+		waitForListener(t, pool)
+		var deadExpiry time.Time
+		require.NoError(t, pool.QueryRow(ctx, `UPDATE ferry_lock SET expires_at = clock_timestamp() + interval '3 seconds'
+			WHERE name = 'report' RETURNING expires_at`).Scan(&deadExpiry))
+		res := <-done
 		require.NoError(t, res.err)
 		release(t, res.l)
 		require.EqualValues(t, 8, res.l.Token())
-		require.True(t, waitedInDatabase, "the waiter's attempt waited in the database for the expiry")
 		var acquiredAt time.Time
-		require.NoError(t, b.pool.QueryRow(ctx, `SELECT acquired_at FROM ferry_lock WHERE name = 'report'`).Scan(&acquiredAt))
+		require.NoError(t, pool.QueryRow(ctx, `SELECT acquired_at FROM ferry_lock WHERE name = 'report'`).Scan(&acquiredAt))
 		require.False(t, acquiredAt.Before(deadExpiry), "taken only once the dead holder's lock expired")
+		// The attempt that took it waited in the database for the expiry,
+		// in its round trip: the waiter's own wake-up is not on the path
+		// from the expiry to the next holder.
+		require.Equal(t, []string{"await expiry", "acquire"}, tracer.lastBatch(),
+			"the attempt that took the lock was sent with the statement that waits for the expiry")
 	})
+}
+
+// attemptTracer records the statements of the last batch a pool sent.
+type attemptTracer struct {
+	mu    sync.Mutex
+	batch []string
+	last  []string
+}
+
+func (*attemptTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	return ctx
+}
+func (*attemptTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (a *attemptTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.batch = nil
+	return ctx
+}
+func (a *attemptTracer) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch {
+	case d.Err != nil:
+		a.batch = append(a.batch, "error: "+d.Err.Error())
+	case strings.HasPrefix(d.SQL, "SELECT pg_sleep"):
+		a.batch = append(a.batch, "await expiry")
+	case strings.HasPrefix(d.SQL, "WITH acquired AS"):
+		a.batch = append(a.batch, "acquire")
+	default:
+		a.batch = append(a.batch, d.SQL)
+	}
+}
+func (a *attemptTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.last = a.batch
+}
+func (a *attemptTracer) lastBatch() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.last
 }
 
 // waitForListener waits until a waiter has made its first try and sleeps:
