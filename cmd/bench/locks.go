@@ -49,6 +49,7 @@ type lockResults struct {
 	LockOverlaps      *float64 `json:"lock_overlaps"`
 	LockAcquisitions  *float64 `json:"lock_acquisitions"`
 	LockKillFreeMSMax *float64 `json:"lock_kill_free_ms_max"`
+	LockKillNextMSMax *float64 `json:"lock_kill_next_holder_ms_max"`
 }
 
 // lockStep is -mode all's (and quick's) lock bench: 16 processes, n
@@ -66,6 +67,7 @@ func lockStep(ctx context.Context, serverURL string, n, kills int) (lockResults,
 	}
 	if len(r.KillFreeMS) > 0 {
 		res.LockKillFreeMSMax = ptr(slices.Max(r.KillFreeMS))
+		res.LockKillNextMSMax = ptr(slices.Max(r.KillNextMS))
 	}
 	return res, nil
 }

@@ -157,8 +157,8 @@ func main() {
 		if err != nil {
 			log.Fatalf("bench: locks: %v", redact.Postgres(err.Error()))
 		}
-		fmt.Fprintf(os.Stderr, "locks: %d processes, %d acquisitions, %d kill -9 and %d pg_terminate_backend of the holder: %d fenced writes, %d overlaps; handover p50 %.1f ms, p99 %.1f ms, max %.1f ms (%d handovers); kill to next holder %v ms (ttl %d ms)\n",
-			r.Procs, r.Acquisitions, r.Kills, r.Terminates, r.FencedWrites, r.Overlaps, r.HandoverP50MS, r.HandoverP99MS, r.HandoverMaxMS, r.Handovers, r.KillFreeMS, r.TTLMS)
+		fmt.Fprintf(os.Stderr, "locks: %d processes, %d acquisitions, %d kill -9 and %d pg_terminate_backend of the holder: %d fenced writes, %d overlaps; handover p50 %.1f ms, p99 %.1f ms, max %.1f ms (%d handovers); kill to the lock free %v ms, to the next holder %v ms (ttl %d ms)\n",
+			r.Procs, r.Acquisitions, r.Kills, r.Terminates, r.FencedWrites, r.Overlaps, r.HandoverP50MS, r.HandoverP99MS, r.HandoverMaxMS, r.Handovers, r.KillFreeMS, r.KillNextMS, r.TTLMS)
 		_ = json.NewEncoder(os.Stdout).Encode(r)
 		return
 	case "broadcast":

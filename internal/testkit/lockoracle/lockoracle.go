@@ -21,6 +21,15 @@
 // database's clock, for the releases the contender saw succeed (it then
 // writes a released row): the rel row's commit, the release, the wake-up
 // and the next acquisition.
+//
+// # A killed holder
+//
+// For each kill -9 of the holder: from the kill to the lock free, and from
+// the kill to the next holder's acq row. Free is the earlier of the lease's
+// expiry (the last expires_at of the killed token that the oracle read
+// before the next token; it reads every 10 ms, so a renewal committed
+// after the kill shows there) and the next acquisition (a holder that
+// released just before the kill). Both by the database's clock.
 package lockoracle
 
 import (
@@ -63,7 +72,8 @@ type Result struct {
 	HandoverP50MS float64   `json:"handover_p50_ms"`
 	HandoverP99MS float64   `json:"handover_p99_ms"`
 	HandoverMaxMS float64   `json:"handover_max_ms"`
-	KillFreeMS    []float64 `json:"kill_free_ms"` // kill to the next holder's acq row
+	KillFreeMS    []float64 `json:"kill_free_ms"`        // kill to the lock free (its lease's expiry)
+	KillNextMS    []float64 `json:"kill_next_holder_ms"` // kill to the next holder's acq row
 	TTLMS         int64     `json:"ttl_ms"`
 }
 
@@ -105,21 +115,26 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 
 	faults := cfg.Kills + cfg.Terminates
 	type kill struct {
-		token int64
-		at    time.Time
+		token  int64
+		at     time.Time // by the database's clock, read after the kill
+		expiry time.Time // the token's expires_at, read until the next token
 	}
 	var kills []kill
 	next := 0 // faults injected
 	for {
 		var (
-			token  int64
-			holder string
-			held   bool
+			token   int64
+			holder  string
+			held    bool
+			expires time.Time
 		)
-		err := pool.QueryRow(ctx, `SELECT token, holder, expires_at > clock_timestamp() FROM ferry_lock WHERE name = $1`, lockName).
-			Scan(&token, &holder, &held)
+		err := pool.QueryRow(ctx, `SELECT token, holder, expires_at > clock_timestamp(), expires_at FROM ferry_lock WHERE name = $1`, lockName).
+			Scan(&token, &holder, &held, &expires)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return res, err
+		}
+		if n := len(kills); n > 0 && kills[n-1].token == token {
+			kills[n-1].expiry = expires
 		}
 		if token >= int64(cfg.Acquisitions) {
 			break
@@ -134,7 +149,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 						if err := pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&at); err != nil {
 							return res, err
 						}
-						kills = append(kills, kill{token: token, at: at})
+						kills = append(kills, kill{token: token, at: at, expiry: expires})
 						res.Kills++
 						if err := start(); err != nil {
 							return res, err
@@ -171,7 +186,12 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			return res, err
 		}
 		if after != nil {
-			res.KillFreeMS = append(res.KillFreeMS, ms(after.Sub(k.at)))
+			free := k.expiry
+			if after.Before(free) {
+				free = *after // released before the kill, then taken
+			}
+			res.KillFreeMS = append(res.KillFreeMS, ms(free.Sub(k.at)))
+			res.KillNextMS = append(res.KillNextMS, ms(after.Sub(k.at)))
 		}
 	}
 	return res, nil
