@@ -18,9 +18,15 @@
 //
 // ferry_lock (contract) has a row per name: name (1 to 128 letters, digits
 // and _.:-, checked by the database), token, holder, acquired_at, expires_at.
-// An acquisition is one UPSERT that succeeds only when the row is new or its
-// expires_at has passed by the database's clock (clock_timestamp()), and adds
-// one to token. Rows are kept after release (expires_at is set to the
+// An acquisition is one statement that takes the row only when it is new or
+// its expires_at has passed by the database's clock (clock_timestamp()), and
+// adds one to token. An attempt on a held lock only reads: it locks no row
+// and writes nothing, so the waiters a release wakes, and their polls,
+// never make the holder's fences or release wait, nor wait for them. A
+// free lock's row is locked FOR UPDATE SKIP LOCKED: an attempt that finds
+// it locked by another transaction (an acquisition committing, a fenced
+// transaction of a holder whose lease ran out) tries again, backing off
+// from 1 to 20 ms. Rows are kept after release (expires_at is set to the
 // database's clock), so a name's token grows strictly with each acquisition:
 // it is the fencing token. No server clock is read: expiry is the database's,
 // and the holder measures only durations on its own monotonic clock.

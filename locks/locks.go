@@ -88,20 +88,42 @@ type Options struct {
 const (
 	// sqlAcquire takes the lock when its row is new or expired, and
 	// otherwise returns the holder as the statement's snapshot has it, in
-	// one round trip (a waiter woken with many others makes one query).
-	// The snapshot may predate the row's latest version (a holder that
-	// committed meanwhile): then no holder row comes back, and try asks
-	// again.
-	sqlAcquire = `WITH acquired AS (
-    INSERT INTO ferry_lock AS l (name, token, holder, acquired_at, expires_at)
-    VALUES ($1, 1, $2, clock_timestamp(), clock_timestamp() + $3 * interval '1 microsecond')
-    ON CONFLICT (name) DO UPDATE
-        -- The clock read again: excluded's times are from before this
-        -- statement waited for the row (a stale holder's fenced write).
-        SET token = l.token + 1, holder = excluded.holder,
-            acquired_at = clock_timestamp(), expires_at = clock_timestamp() + $3 * interval '1 microsecond'
-        WHERE l.expires_at <= clock_timestamp()
-    RETURNING name, token, holder, acquired_at, expires_at)
+	// one round trip.
+	//
+	// An attempt on a held lock only reads: it locks no row, takes no
+	// transaction id and writes no WAL, so it waits for no commit flush
+	// and for no fenced transaction of the holder (Wait 0 answers at
+	// once), and the holder's fences and release never wait for it. An
+	// UPSERT (INSERT … ON CONFLICT DO UPDATE … WHERE expired), as before,
+	// locks the row before it evaluates its WHERE: every failed attempt
+	// and every poll was a write with its own flush, and the waiters a
+	// release woke queued on the row one after another.
+	//
+	// A free lock's row is locked FOR UPDATE SKIP LOCKED: an attempt that
+	// finds another transaction holding it (an acquisition about to
+	// commit, or a fenced transaction of a holder whose lease ran out)
+	// skips it and returns no row: try reads the holder again and retries.
+	// Under the row lock the expiry is checked again on the newest version
+	// and the clock read again, so one attempt takes the lock, and a
+	// fenced write still commits before any newer token exists.
+	sqlAcquire = `WITH free AS (
+    SELECT name FROM ferry_lock
+    WHERE name = $1 AND expires_at <= clock_timestamp()
+    FOR UPDATE SKIP LOCKED),
+taken AS (
+    UPDATE ferry_lock AS l
+    SET token = l.token + 1, holder = $2, acquired_at = clock_timestamp(),
+        expires_at = clock_timestamp() + $3 * interval '1 microsecond'
+    FROM free WHERE l.name = free.name AND l.expires_at <= clock_timestamp()
+    RETURNING l.name, l.token, l.holder, l.acquired_at, l.expires_at),
+created AS (
+    -- A name's first acquisition; DO NOTHING locks no row either.
+    INSERT INTO ferry_lock (name, token, holder, acquired_at, expires_at)
+    SELECT $1, 1, $2, clock_timestamp(), clock_timestamp() + $3 * interval '1 microsecond'
+    WHERE NOT EXISTS (SELECT 1 FROM ferry_lock WHERE name = $1)
+    ON CONFLICT (name) DO NOTHING
+    RETURNING name, token, holder, acquired_at, expires_at),
+acquired AS (SELECT * FROM taken UNION ALL SELECT * FROM created)
 SELECT true, name, token, holder, acquired_at, expires_at, 0::bigint FROM acquired
 UNION ALL
 SELECT false, name, token, holder, acquired_at, expires_at,
@@ -182,7 +204,7 @@ type querier interface {
 // atExpiry makes the database start the attempt at the holder's expiry
 // when that is near (sqlAwaitExpiry, in the same round trip).
 func (c *Client) try(ctx context.Context, q querier, name string, ttl time.Duration, atExpiry bool) (int64, *Holder, error) {
-	for {
+	for skipped := 0; ; skipped++ {
 		var (
 			ok bool
 			h  Holder
@@ -210,7 +232,9 @@ func (c *Client) try(ctx context.Context, q querier, name string, ttl time.Durat
 			return 0, nil, translate(ctx, "acquire "+name, err)
 		}
 		// Not acquired, and the snapshot has no live holder: a holder
-		// committed after it, or released meanwhile. Read it afresh.
+		// committed after it, or another transaction has the free lock's
+		// row locked (an acquisition committing, a fenced transaction of
+		// a holder whose lease ran out). Read the holder afresh.
 		held, err := holderOf(ctx, q, name)
 		if err != nil {
 			return 0, nil, translate(ctx, "read the holder of "+name, err)
@@ -218,8 +242,26 @@ func (c *Client) try(ctx context.Context, q querier, name string, ttl time.Durat
 		if held != nil {
 			return 0, held, nil
 		}
+		// Still free and locked: the other transaction has not ended. An
+		// acquisition commits within a millisecond or so; a fenced
+		// transaction takes as long as its writer does. Back off from
+		// 1 ms to skipBackoffMax rather than spin.
+		if skipped > 0 {
+			t := time.NewTimer(min(time.Millisecond<<min(skipped-1, 10), skipBackoffMax))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return 0, nil, context.Cause(ctx)
+			case <-t.C:
+			}
+		}
 	}
 }
+
+// skipBackoffMax caps the pause between attempts on a free lock whose row
+// another transaction holds: a fenced transaction of a holder whose lease
+// ran out delays the next holder by at most this much after it ends.
+const skipBackoffMax = 20 * time.Millisecond
 
 func holderOf(ctx context.Context, q querier, name string) (*Holder, error) {
 	rows, err := q.Query(ctx, sqlHolder, name)

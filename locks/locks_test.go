@@ -162,13 +162,7 @@ func TestClient_Acquire(t *testing.T) {
 		// The waiter's statements are traced; it polls every second, so it
 		// sees the expiry brought near below, and its attempt at the
 		// expiry is the one that takes the lock (no release is sent).
-		cfg, err := pgxpool.ParseConfig(url)
-		require.NoError(t, err)
-		tracer := &attemptTracer{}
-		cfg.ConnConfig.Tracer = tracer
-		wpool, err := pgxpool.NewWithConfig(ctx, cfg)
-		require.NoError(t, err)
-		t.Cleanup(wpool.Close)
+		wpool, tracer := tracedPool(t, url)
 		waiter := locks.New(wpool, locks.Config{Holder: "waiter", PollInterval: time.Second})
 		type result struct {
 			l   *locks.Lock
@@ -198,13 +192,31 @@ func TestClient_Acquire(t *testing.T) {
 	})
 }
 
-// attemptTracer records the statements of the last batch a pool sent.
-type attemptTracer struct {
-	mu    sync.Mutex
-	batch []string
+// tracedPool is a pool on url whose statements an attemptTracer sees.
+func tracedPool(t *testing.T, url string) (*pgxpool.Pool, *attemptTracer) {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
+	require.NoError(t, err)
+	tracer := &attemptTracer{}
+	cfg.ConnConfig.Tracer = tracer
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool, tracer
 }
 
-func (*attemptTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+// attemptTracer records the statements of the last batch a pool sent, and
+// counts the attempts sent alone.
+type attemptTracer struct {
+	mu       sync.Mutex
+	batch    []string
+	attempts atomic.Int64
+}
+
+func (a *attemptTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	if strings.HasPrefix(d.SQL, "WITH free AS") {
+		a.attempts.Add(1)
+	}
 	return ctx
 }
 func (*attemptTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
@@ -222,7 +234,7 @@ func (a *attemptTracer) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.Tr
 		a.batch = append(a.batch, "error: "+d.Err.Error())
 	case strings.HasPrefix(d.SQL, "SELECT pg_sleep"):
 		a.batch = append(a.batch, "await expiry")
-	case strings.HasPrefix(d.SQL, "WITH acquired AS"):
+	case strings.HasPrefix(d.SQL, "WITH free AS"):
 		a.batch = append(a.batch, "acquire")
 	default:
 		a.batch = append(a.batch, d.SQL)
@@ -243,7 +255,7 @@ func waitForListener(t *testing.T, pool *pgxpool.Pool) {
 		var n int
 		err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
 			WHERE datname = current_database() AND state = 'idle'
-			  AND query LIKE 'WITH acquired AS%' AND pid <> pg_backend_pid()`).Scan(&n)
+			  AND query LIKE 'WITH free AS%' AND pid <> pg_backend_pid()`).Scan(&n)
 		return err == nil && n > 0
 	}, time.Minute, 5*time.Millisecond)
 }
@@ -361,30 +373,28 @@ func TestFence(t *testing.T) {
 		require.NoError(t, err)
 		defer func() { _ = tx.Rollback(ctx) }()
 		require.NoError(t, locks.Fence(ctx, tx, "report", 1))
-
-		got := make(chan *locks.Lock, 1)
-		go func() {
-			l, err := b.b.Acquire(ctx, "report", locks.Options{TTL: time.Minute, Wait: time.Minute})
-			if err != nil {
-				t.Errorf("acquire: %v", err)
-			}
-			got <- l
-		}()
-		// The acquirer is blocked on the fenced row, past the expiry.
-		require.Eventually(t, func() bool {
-			var n int
-			err := b.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-				WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'WITH acquired AS%'`).Scan(&n)
-			return err == nil && n > 0
-		}, time.Minute, 5*time.Millisecond)
-		// And the fenced lock expires meanwhile, so that the blocked
-		// attempt itself acquires once the stale write commits (not a
-		// later attempt after a wait).
 		require.Eventually(t, func() bool {
 			var expired bool
 			err := b.pool.QueryRow(ctx, `SELECT expires_at <= clock_timestamp() FROM ferry_lock WHERE name = 'report'`).Scan(&expired)
 			return err == nil && expired
 		}, time.Minute, 5*time.Millisecond)
+
+		// The acquirer's attempts are traced: it tries the expired lock,
+		// finds its row locked by the fenced transaction, and tries again.
+		apool, tracer := tracedPool(t, b.pool.Config().ConnString())
+		acquirer := locks.New(apool, locks.Config{Holder: "next", PollInterval: time.Hour})
+		got := make(chan *locks.Lock, 1)
+		go func() {
+			l, err := acquirer.Acquire(ctx, "report", locks.Options{TTL: time.Minute, Wait: time.Minute})
+			if err != nil {
+				t.Errorf("acquire: %v", err)
+			}
+			got <- l
+		}()
+		require.Eventually(t, func() bool { return tracer.attempts.Load() >= 3 }, time.Minute, time.Millisecond)
+		var token int64
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT token FROM ferry_lock WHERE name = 'report'`).Scan(&token))
+		require.EqualValues(t, 1, token, "not taken while the fenced transaction is open")
 		_, err = tx.Exec(ctx, `INSERT INTO fenced (token) VALUES (1)`)
 		require.NoError(t, err)
 		require.NoError(t, tx.Commit(ctx))
@@ -401,6 +411,39 @@ func TestFence(t *testing.T) {
 		err = pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error { return locks.Fence(ctx, tx, "report", 1) })
 		require.ErrorIs(t, err, locks.ErrLost)
 	})
+}
+
+// TestClient_Acquire_HeldLockIsOnlyRead: an attempt on a held lock locks
+// nothing, so it neither waits for the holder's fenced transaction nor
+// makes the holder's fences and release wait for it.
+func TestClient_Acquire_HeldLockIsOnlyRead(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	l1, err := b.a.Acquire(ctx, "report", locks.Options{TTL: time.Minute})
+	require.NoError(t, err)
+	release(t, l1)
+	_, err = b.b.Acquire(ctx, "report", locks.Options{TTL: time.Minute})
+	var held *locks.HeldError
+	require.ErrorAs(t, err, &held)
+	require.Equal(t, l1.Token(), held.Holder.Token)
+	// A row lock leaves its transaction's id in the row's xmax.
+	var xmax string
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT xmax::text FROM ferry_lock WHERE name = 'report'`).Scan(&xmax))
+	require.Equal(t, "0", xmax, "the attempt locked the row")
+
+	tx, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	require.NoError(t, l1.Fence(ctx, tx))
+	// An attempt that locked the row would wait for tx; this one answers
+	// while tx is open (the deadline only ends a wait that never would).
+	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	_, err = b.b.Acquire(actx, "report", locks.Options{TTL: time.Minute})
+	require.ErrorAs(t, err, &held)
+	require.Equal(t, l1.Token(), held.Holder.Token)
+	require.NoError(t, tx.Commit(ctx))
 }
 
 func TestList(t *testing.T) {
