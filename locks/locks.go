@@ -93,11 +93,11 @@ const (
 	// An attempt on a held lock only reads: it locks no row, takes no
 	// transaction id and writes no WAL, so it waits for no commit flush
 	// and for no fenced transaction of the holder (Wait 0 answers at
-	// once), and the holder's fences and release never wait for it. An
-	// UPSERT (INSERT … ON CONFLICT DO UPDATE … WHERE expired), as before,
-	// locks the row before it evaluates its WHERE: every failed attempt
-	// and every poll was a write with its own flush, and the waiters a
-	// release woke queued on the row one after another.
+	// once), and the holder's fences and release never wait for it. The
+	// UPSERT this statement replaced (INSERT … ON CONFLICT DO UPDATE …
+	// WHERE expired) locked the row before it evaluated its WHERE: every
+	// failed attempt and every poll was a write with its own flush, and the
+	// waiters a release woke queued on the row one after another.
 	//
 	// A free lock's row is locked FOR UPDATE SKIP LOCKED: an attempt that
 	// finds another transaction holding it (an acquisition about to
