@@ -114,6 +114,10 @@ func runLock(c *cli.Context) error {
 			h := held.Holder
 			return &exitError{Code: ExitTempFail, Err: fmt.Errorf("lock %s is held by %s (token %d, since %s, expires in %s)",
 				name, h.Holder, h.Token, h.AcquiredAt.UTC().Format(time.RFC3339), h.ExpiresIn.Round(time.Millisecond))}
+		case errors.Is(err, locks.ErrNotAcquired):
+			// Not taken, with no holder to name: the lock's row stayed
+			// locked by another transaction for the whole wait.
+			return &exitError{Code: ExitTempFail, Err: err}
 		case err != nil:
 			return err
 		}

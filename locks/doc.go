@@ -65,7 +65,8 @@
 // tries every Config.PollInterval (a notification lost while a connection
 // was down).
 // When the wait runs out Acquire returns a *HeldError naming the holder
-// (errors.Is ErrNotAcquired).
+// (errors.Is ErrNotAcquired), or ErrNotAcquired alone when no attempt saw
+// a holder (the free lock's row stayed locked by another transaction).
 //
 // # Failures
 //

@@ -170,8 +170,11 @@ const expiryLead = 20 * time.Millisecond
 
 // Acquire takes the lock name for opts.TTL, waiting up to opts.Wait while
 // another holder has it. It returns a *HeldError (ErrNotAcquired) naming
-// the holder when the wait runs out, ErrUnavailable when Postgres cannot be
-// reached, ErrInvalidName for a bad name, or ctx's error.
+// the holder when the wait runs out (ErrNotAcquired without a holder when
+// no attempt saw one: the free lock's row stayed locked by another
+// transaction, such as a fenced write of a holder whose lease ran out),
+// ErrUnavailable when Postgres cannot be reached, ErrInvalidName for a bad
+// name, or ctx's error.
 func (c *Client) Acquire(ctx context.Context, name string, opts Options) (*Lock, error) {
 	if !ValidName(name) {
 		return nil, fmt.Errorf("%w: %q: use 1 to 128 letters, digits and _.:-", ErrInvalidName, name)
@@ -321,8 +324,13 @@ func (c *Client) wait(ctx context.Context, name string, ttl, wait time.Duration)
 		start := time.Now() // the lock's deadline counts from here
 		token, held, err := c.try(ctx, conn, name, ttl, atExpiry)
 		if err != nil {
-			if errors.Is(context.Cause(ctx), errWaitOver) && last != nil {
+			switch {
+			case errors.Is(context.Cause(ctx), errWaitOver) && last != nil:
 				return nil, &HeldError{Holder: *last}
+			case errors.Is(context.Cause(ctx), errWaitOver):
+				// No attempt saw a holder: the free lock's row stayed
+				// locked (try backs off while it is).
+				return nil, fmt.Errorf("%w: %s: the wait ran out with no live holder seen: another transaction held the lock's row (a fenced write of a holder whose lease ran out?)", ErrNotAcquired, name)
 			}
 			return nil, err
 		}
@@ -362,7 +370,9 @@ func (c *Client) wait(ctx context.Context, name string, ttl, wait time.Duration)
 	}
 }
 
-var errWaitOver = errors.New("locks: wait over")
+// errWaitOver ends a positive Wait; it is ErrNotAcquired, for the paths
+// where no attempt has answered yet.
+var errWaitOver = fmt.Errorf("%w: the wait ran out", ErrNotAcquired)
 
 // awaitRelease returns when a notification for name arrives (true) or d
 // passes (false), or with ctx's or the connection's error.

@@ -2,6 +2,7 @@ package locks_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -411,6 +412,33 @@ func TestFence(t *testing.T) {
 		err = pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error { return locks.Fence(ctx, tx, "report", 1) })
 		require.ErrorIs(t, err, locks.ErrLost)
 	})
+}
+
+// TestClient_Acquire_WaitRunsOutOnALockedRow: a free lock whose row another
+// transaction holds for the whole wait (a fenced write of a holder whose
+// lease ran out) is not taken, and the wait ends in ErrNotAcquired.
+func TestClient_Acquire_WaitRunsOutOnALockedRow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	_, err := b.pool.Exec(ctx, `INSERT INTO ferry_lock (name, token, holder, acquired_at, expires_at)
+		VALUES ('report', 1, 'slow', clock_timestamp() - interval '1 minute', clock_timestamp() - interval '1 second')`)
+	require.NoError(t, err)
+	tx, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	// The fence fails (expired) and keeps the row locked until tx ends.
+	require.ErrorIs(t, locks.Fence(ctx, tx, "report", 1), locks.ErrLost)
+
+	_, err = b.b.Acquire(ctx, "report", locks.Options{TTL: time.Minute, Wait: 300 * time.Millisecond})
+	require.ErrorIs(t, err, locks.ErrNotAcquired)
+	var held *locks.HeldError
+	require.False(t, errors.As(err, &held), "no holder to name: %v", err)
+	require.Contains(t, err.Error(), "another transaction held the lock's row")
+	require.NoError(t, tx.Rollback(ctx))
+	var token int64
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT token FROM ferry_lock WHERE name = 'report'`).Scan(&token))
+	require.EqualValues(t, 1, token, "not taken")
 }
 
 // TestClient_Acquire_HeldLockIsOnlyRead: an attempt on a held lock locks

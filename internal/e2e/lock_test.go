@@ -106,6 +106,27 @@ func TestLockRun_Held(t *testing.T) {
 	require.Equal(t, 1, lockRows(t, pool))
 }
 
+// A free lock whose row another transaction holds for the whole --wait (a
+// fenced write of a holder whose lease ran out): exit 75, CMD never runs.
+func TestLockRun_RowLocked(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t, true)
+	pool := pgtest.PoolFor(t, url)
+	ctx := context.Background()
+	_, err := pool.Exec(ctx, `INSERT INTO ferry_lock (name, token, holder, acquired_at, expires_at)
+		VALUES ('report', 1, 'slow', clock_timestamp() - interval '1 minute', clock_timestamp() - interval '1 second')`)
+	require.NoError(t, err)
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	require.ErrorIs(t, locks.Fence(ctx, tx, "report", 1), locks.ErrLost, "expired; the row stays locked")
+
+	stdout, stderr, code := enqueue(t, url, nil, "lock", "run", "report", "--wait", "500ms", "--", "sh", "-c", "echo ran")
+	require.Equal(t, 75, code, stderr)
+	require.Empty(t, stdout, "CMD never ran")
+	require.Contains(t, oneLine(t, stderr), "another transaction held the lock's row")
+}
+
 // A lock lost while CMD runs: CMD gets SIGTERM, the CLI exits 75 saying so.
 func TestLockRun_Lost(t *testing.T) {
 	t.Parallel()
