@@ -329,8 +329,9 @@ func (c *Client) wait(ctx context.Context, name string, ttl, wait time.Duration)
 				return nil, &HeldError{Holder: *last}
 			case errors.Is(context.Cause(ctx), errWaitOver):
 				// No attempt saw a holder: the free lock's row stayed
-				// locked (try backs off while it is).
-				return nil, fmt.Errorf("%w: %s: the wait ran out with no live holder seen: another transaction held the lock's row (a fenced write of a holder whose lease ran out?)", ErrNotAcquired, name)
+				// locked (try backs off while it is), or the wait was
+				// shorter than the first attempt.
+				return nil, fmt.Errorf("%w: %s: the wait ran out before any attempt saw a live holder or took the lock (was its row locked by another transaction, a fenced write of a holder whose lease ran out?)", ErrNotAcquired, name)
 			}
 			return nil, err
 		}

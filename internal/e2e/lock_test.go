@@ -124,7 +124,7 @@ func TestLockRun_RowLocked(t *testing.T) {
 	stdout, stderr, code := enqueue(t, url, nil, "lock", "run", "report", "--wait", "500ms", "--", "sh", "-c", "echo ran")
 	require.Equal(t, 75, code, stderr)
 	require.Empty(t, stdout, "CMD never ran")
-	require.Contains(t, oneLine(t, stderr), "another transaction held the lock's row")
+	require.Contains(t, oneLine(t, stderr), "before any attempt saw a live holder")
 }
 
 // A lock lost while CMD runs: CMD gets SIGTERM, the CLI exits 75 saying so.
