@@ -207,7 +207,8 @@ type querier interface {
 // atExpiry makes the database start the attempt at the holder's expiry
 // when that is near (sqlAwaitExpiry, in the same round trip).
 func (c *Client) try(ctx context.Context, q querier, name string, ttl time.Duration, atExpiry bool) (int64, *Holder, error) {
-	for skipped := 0; ; skipped++ {
+	var backoff time.Duration // between attempts on a free lock's locked row
+	for {
 		var (
 			ok bool
 			h  Holder
@@ -247,10 +248,10 @@ func (c *Client) try(ctx context.Context, q querier, name string, ttl time.Durat
 		}
 		// Still free and locked: the other transaction has not ended. An
 		// acquisition commits within a millisecond or so; a fenced
-		// transaction takes as long as its writer does. Back off from
-		// 1 ms to skipBackoffMax rather than spin.
-		if skipped > 0 {
-			t := time.NewTimer(min(time.Millisecond<<min(skipped-1, 10), skipBackoffMax))
+		// transaction takes as long as its writer does. Retry once at
+		// once, then back off from 1 ms to skipBackoffMax rather than spin.
+		if backoff > 0 {
+			t := time.NewTimer(backoff)
 			select {
 			case <-ctx.Done():
 				t.Stop()
@@ -258,6 +259,7 @@ func (c *Client) try(ctx context.Context, q querier, name string, ttl time.Durat
 			case <-t.C:
 			}
 		}
+		backoff = min(max(2*backoff, time.Millisecond), skipBackoffMax)
 	}
 }
 
@@ -324,14 +326,8 @@ func (c *Client) wait(ctx context.Context, name string, ttl, wait time.Duration)
 		start := time.Now() // the lock's deadline counts from here
 		token, held, err := c.try(ctx, conn, name, ttl, atExpiry)
 		if err != nil {
-			switch {
-			case errors.Is(context.Cause(ctx), errWaitOver) && last != nil:
-				return nil, &HeldError{Holder: *last}
-			case errors.Is(context.Cause(ctx), errWaitOver):
-				// No attempt saw a holder: the free lock's row stayed
-				// locked (try backs off while it is), or the wait was
-				// shorter than the first attempt.
-				return nil, fmt.Errorf("%w: %s: the wait ran out before any attempt saw a live holder or took the lock (was its row locked by another transaction, a fenced write of a holder whose lease ran out?)", ErrNotAcquired, name)
+			if errors.Is(context.Cause(ctx), errWaitOver) {
+				return nil, waitOver(name, last)
 			}
 			return nil, err
 		}
@@ -361,7 +357,7 @@ func (c *Client) wait(ctx context.Context, name string, ttl, wait time.Duration)
 		}
 		if err != nil {
 			if errors.Is(context.Cause(ctx), errWaitOver) {
-				return nil, &HeldError{Holder: *last}
+				return nil, waitOver(name, last)
 			}
 			if ctx.Err() != nil {
 				return nil, context.Cause(ctx)
@@ -369,6 +365,17 @@ func (c *Client) wait(ctx context.Context, name string, ttl, wait time.Duration)
 			return nil, translate(ctx, "wait for "+name, err)
 		}
 	}
+}
+
+// waitOver is Acquire's error when its wait ran out: the last holder it
+// saw, or, when no attempt saw one, ErrNotAcquired saying why that can be
+// (the free lock's row stayed locked while try backed off, or the wait was
+// shorter than the first attempt).
+func waitOver(name string, last *Holder) error {
+	if last != nil {
+		return &HeldError{Holder: *last}
+	}
+	return fmt.Errorf("%w: %s: the wait ran out before any attempt saw a live holder or took the lock (was its row locked by another transaction, a fenced write of a holder whose lease ran out?)", ErrNotAcquired, name)
 }
 
 // errWaitOver ends a positive Wait; it is ErrNotAcquired, for the paths
