@@ -139,6 +139,8 @@ type results struct {
 	MetricsScrapeMS5M         *float64          `json:"metrics_scrape_ms_5m"`
 	WorkerPeakRSSMB           *float64          `json:"worker_peak_rss_mb"`
 	OtelWorkerRatio           *float64          `json:"otel_worker_ratio"`
+	OtelOffJobsPerSec         *float64          `json:"otel_off_jobs_per_sec"`
+	OtelOnJobsPerSec          *float64          `json:"otel_on_jobs_per_sec"`
 	LeanModules               *float64          `json:"lean_modules"`
 	LeanRiverModules          *float64          `json:"lean_river_modules"`
 	LeanBinaryRatio           *float64          `json:"lean_binary_ratio"`
@@ -223,7 +225,7 @@ func runAll(ctx context.Context, serverURL, path string, quick bool) error {
 	if r, err := otelThroughput(ctx, serverURL, sz.backlog/2, sz.rounds); err != nil {
 		note("otel", err)
 	} else {
-		res.OtelWorkerRatio = ptr(r.Ratio)
+		res.OtelWorkerRatio, res.OtelOffJobsPerSec, res.OtelOnJobsPerSec = ptr(r.Ratio), ptr(r.Off), ptr(r.On)
 	}
 	step("worker throughput, ferry without then with seal keys")
 	if r, err := sealedThroughput(ctx, serverURL, sz.backlog/2, sz.rounds); err != nil {
@@ -510,6 +512,7 @@ func printTable(r results) {
 		{"slowest River UI count, 5M finished jobs", f(r.RiverUICountsMS5M, "ms"), ""},
 		{"/metrics scrape, 5M finished jobs: first (finished counts) / later", fmt.Sprintf("%s / %s", f(r.MetricsFirstScrapeMS5M, "ms"), f(r.MetricsScrapeMS5M, "ms")), ""},
 		{"worker peak RSS", f(r.WorkerPeakRSSMB, "MB"), ""},
+		{"worker jobs/s without / with every job traced (best round of each)", fmt.Sprintf("%s / %s", f(r.OtelOffJobsPerSec, "/s"), f(r.OtelOnJobsPerSec, "/s")), ""},
 		{"worker ratio traced / not", f(r.OtelWorkerRatio, ""), "≥ 0.95"},
 		{"a writer service's modules (River alone)", f(r.LeanModules, "") + " (" + f(r.LeanRiverModules, "") + ")", "≤ 40"},
 		{"a writer service's binary / River alone", f(r.LeanBinaryRatio, ""), "≤ 1.1"},
