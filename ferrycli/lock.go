@@ -115,8 +115,9 @@ func runLock(c *cli.Context) error {
 			return &exitError{Code: ExitTempFail, Err: fmt.Errorf("lock %s is held by %s (token %d, since %s, expires in %s)",
 				name, h.Holder, h.Token, h.AcquiredAt.UTC().Format(time.RFC3339), h.ExpiresIn.Round(time.Millisecond))}
 		case errors.Is(err, locks.ErrNotAcquired):
-			// Not taken, with no holder to name: the lock's row stayed
-			// locked by another transaction for the whole wait.
+			// Not taken, with no holder to name: no attempt saw one (the
+			// lock's row stayed locked by another transaction, or the
+			// wait was shorter than the first attempt).
 			return &exitError{Code: ExitTempFail, Err: err}
 		case err != nil:
 			return err

@@ -66,7 +66,8 @@
 // was down).
 // When the wait runs out Acquire returns a *HeldError naming the holder
 // (errors.Is ErrNotAcquired), or ErrNotAcquired alone when no attempt saw
-// a holder (the free lock's row stayed locked by another transaction).
+// a holder (the free lock's row stayed locked by another transaction, or
+// the wait was shorter than the first attempt).
 //
 // # Failures
 //

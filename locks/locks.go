@@ -172,7 +172,8 @@ const expiryLead = 20 * time.Millisecond
 // another holder has it. It returns a *HeldError (ErrNotAcquired) naming
 // the holder when the wait runs out (ErrNotAcquired without a holder when
 // no attempt saw one: the free lock's row stayed locked by another
-// transaction, such as a fenced write of a holder whose lease ran out),
+// transaction, such as a fenced write of a holder whose lease ran out, or
+// the wait was shorter than the first attempt),
 // ErrUnavailable when Postgres cannot be reached, ErrInvalidName for a bad
 // name, or ctx's error.
 func (c *Client) Acquire(ctx context.Context, name string, opts Options) (*Lock, error) {
