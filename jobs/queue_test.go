@@ -243,6 +243,29 @@ func TestQueueBound_Release(t *testing.T) {
 		require.Equal(t, "cancelled", state)
 	})
 
+	// An insert whose conflict moves the job it meets (a user's SQL; River's
+	// own conflicts set only kind) is counted as an UPDATE is.
+	t.Run("ConflictMovesJob", func(t *testing.T) {
+		t.Parallel()
+		b := setupBound(t, 1)
+		other := setupBound(t, 5)
+		upsert := func(queue string) error {
+			_, err := b.pool.Exec(t.Context(), `
+				INSERT INTO river_job (args, kind, max_attempts, queue, state, unique_key, unique_states)
+				VALUES ('{}', 'ferry.noop', 25, $1, 'available', $2::bytea, B'11111111')
+				ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND unique_states IS NOT NULL
+					AND river_job_state_in_bitmask(unique_states, state)
+				DO UPDATE SET queue = excluded.queue`, queue, []byte(b.queue))
+			return jobs.AsQueueFull(err)
+		}
+		require.NoError(t, upsert(b.queue))
+		require.ErrorIs(t, b.insert(t, 1), jobs.ErrQueueFull)
+		require.NoError(t, upsert(other.queue), "the conflict moves the job to the other queue")
+		require.EqualValues(t, 0, b.count(t))
+		require.NoError(t, b.insert(t, 1), "the moved job freed its place")
+		require.ErrorIs(t, upsert(b.queue), jobs.ErrQueueFull, "moving it back takes a place the queue no longer has")
+	})
+
 	t.Run("MoveBetweenQueues", func(t *testing.T) {
 		t.Parallel()
 		b := setupBound(t, 1)
