@@ -167,6 +167,12 @@ type results struct {
 	// figures (serverSettings): without autovacuum, say, river_job keeps
 	// every dead row of a long run.
 	Server map[string]string `json:"server"`
+	// The paired rounds' own ratios, in the order they ran, of the four
+	// ratios that are their median.
+	WorkerRatioRounds            []float64 `json:"worker_ratio_rounds,omitempty"`
+	WorkerRatioVsRiverBestRounds []float64 `json:"worker_ratio_vs_river_best_rounds,omitempty"`
+	OtelWorkerRatioRounds        []float64 `json:"otel_worker_ratio_rounds,omitempty"`
+	SealedWorkerRatioRounds      []float64 `json:"sealed_worker_ratio_rounds,omitempty"`
 	lockResults
 }
 
@@ -210,28 +216,32 @@ func runAll(ctx context.Context, serverURL, path string, quick bool) error {
 	}
 
 	step("worker throughput, bare River at ferry's settings against ferry, paired rounds")
-	if river, ferryRate, ratio, err := workerThroughput(ctx, serverURL, sz.backlog, sz.pairRounds); err != nil {
+	if p, err := workerThroughput(ctx, serverURL, sz.backlog, sz.pairRounds); err != nil {
 		note("worker", err)
 	} else {
-		res.WorkerRiverJobsPerSec, res.WorkerFerryJobsPerSec, res.WorkerRatio = ptr(river), ptr(ferryRate), ptr(ratio)
+		res.WorkerRiverJobsPerSec, res.WorkerFerryJobsPerSec, res.WorkerRatio = ptr(p.Base), ptr(p.Other), ptr(p.Ratio())
+		res.WorkerRatioRounds = p.Ratios
 	}
 	step("worker throughput, bare River at River's own bench settings against ferry's defaults, paired rounds")
-	if river, ferryRate, ratio, err := riverBestRatio(ctx, serverURL, sz.backlog, sz.pairRounds); err != nil {
+	if p, err := riverBestRatio(ctx, serverURL, sz.backlog, sz.pairRounds); err != nil {
 		note("worker_river_best", err)
 	} else {
-		res.RiverBestJobsPerSec, res.FerryDefaultJobsPerSec, res.WorkerRatioVsRiverBest = ptr(river), ptr(ferryRate), ptr(ratio)
+		res.RiverBestJobsPerSec, res.FerryDefaultJobsPerSec, res.WorkerRatioVsRiverBest = ptr(p.Base), ptr(p.Other), ptr(p.Ratio())
+		res.WorkerRatioVsRiverBestRounds = p.Ratios
 	}
 	step("worker throughput, ferry without then with every job traced")
 	if r, err := otelThroughput(ctx, serverURL, sz.backlog/2, sz.rounds); err != nil {
 		note("otel", err)
 	} else {
 		res.OtelWorkerRatio, res.OtelOffJobsPerSec, res.OtelOnJobsPerSec = ptr(r.Ratio), ptr(r.Off), ptr(r.On)
+		res.OtelWorkerRatioRounds = r.RoundRatios
 	}
 	step("worker throughput, ferry without then with seal keys")
 	if r, err := sealedThroughput(ctx, serverURL, sz.backlog/2, sz.rounds); err != nil {
 		note("sealed", err)
 	} else {
 		res.UnsealedWorkerJobsPerSec, res.SealedWorkerJobsPerSec, res.SealedWorkerRatio = ptr(r.Unsealed), ptr(r.Sealed), ptr(r.Ratio)
+		res.SealedWorkerRatioRounds = r.Rounds
 		res.SealedInsertRatio, res.SealedBulkRatio = ptr(r.InsertRatio), ptr(r.BulkRatio)
 	}
 	step("insert-to-start latency at 500 jobs/s")
@@ -539,13 +549,13 @@ func mapsKeys(m map[string]string) func(func(string) bool) {
 // workerThroughput works the same backlog of no-op jobs with a bare River
 // client and with ferry's whole worker stack (middleware, metrics, logging,
 // election, relay, scheduler), with the same fetch settings and workers
-// (ferry's defaults), in paired rounds, and returns the best rate of each
-// and the median of the rounds' ratios ferry/River (worker_ratio). It
+// (ferry's defaults), in paired rounds (worker_ratio: the median of the
+// rounds' ratios ferry/River). It
 // was one pass of each before rev f01cf75: over the ten full runs
 // before, that single ratio ranged from 0.84 to 1.37 for builds
 // whose paired ratio against River at its best held between 0.80 and
 // 1.07, the machine's load moving between the two passes.
-func workerThroughput(ctx context.Context, serverURL string, n, rounds int) (riverRate, ferryRate, ratio float64, err error) {
+func workerThroughput(ctx context.Context, serverURL string, n, rounds int) (paired, error) {
 	return pairedRounds(rounds,
 		func() (float64, error) {
 			return bareRiverThroughput(ctx, serverURL, n, defaultWorkers(), ferry.DefaultFetchCooldown, ferry.DefaultFetchPollInterval)
@@ -571,10 +581,10 @@ const (
 )
 
 // riverBestRatio works a backlog of n no-op jobs with bare River at River's
-// own benchmark settings and with ferry at its defaults, in paired rounds,
-// and returns the best rate of each and the median of the rounds' ratios
-// ferry/River (worker_ratio_vs_river_best).
-func riverBestRatio(ctx context.Context, serverURL string, n, rounds int) (riverRate, ferryRate, ratio float64, err error) {
+// own benchmark settings and with ferry at its defaults, in paired rounds
+// (worker_ratio_vs_river_best: the median of the rounds' ratios
+// ferry/River).
+func riverBestRatio(ctx context.Context, serverURL string, n, rounds int) (paired, error) {
 	return pairedRounds(rounds,
 		func() (float64, error) {
 			return bareRiverThroughput(ctx, serverURL, n, riverBestWorkers, riverBestCooldown, riverBestPoll)

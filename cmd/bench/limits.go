@@ -320,9 +320,10 @@ func limitOverhead(ctx context.Context, serverURL string, n, rounds int) (unlimi
 	if err := os.WriteFile(cfg, []byte("limits:\n  - {kind: ferry.noop, concurrency: 100000}\n"), 0o600); err != nil {
 		return 0, 0, 0, err
 	}
-	return pairedRounds(rounds,
+	p, err := pairedRounds(rounds,
 		func() (float64, error) { return ferryThroughput(ctx, serverURL, n, nil, false) },
 		func() (float64, error) {
 			return ferryThroughput(ctx, serverURL, n, nil, false, func(c *ferry.Config) { c.ConfigFile = cfg })
 		})
+	return p.Base, p.Other, p.Ratio(), err
 }

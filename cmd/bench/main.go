@@ -272,21 +272,22 @@ func main() {
 		_ = json.NewEncoder(os.Stdout).Encode(r)
 		return
 	case "riverbest":
-		river, ferryRate, ratio, err := riverBestRatio(ctx, *url, *backlog, 3)
+		p, err := riverBestRatio(ctx, *url, *backlog, 3)
 		if err != nil {
 			log.Fatalf("bench: riverbest: %v", redact.Postgres(err.Error()))
 		}
-		fmt.Fprintf(os.Stderr, "backlog of %d no-op jobs, 3 paired rounds: bare River at its bench settings (%d workers, %s cooldown, %s poll) best %.0f/s; ferry at its defaults (%s) best %.0f/s; median ratio %.3f\n",
-			*backlog, riverBestWorkers, riverBestCooldown, riverBestPoll, river, ferry.DefaultQueues, ferryRate, ratio)
-		_ = json.NewEncoder(os.Stdout).Encode(map[string]float64{"river_best_jobs_per_sec": river, "ferry_default_jobs_per_sec": ferryRate, "worker_ratio_vs_river_best": ratio})
+		fmt.Fprintf(os.Stderr, "backlog of %d no-op jobs, 3 paired rounds: bare River at its bench settings (%d workers, %s cooldown, %s poll) best %.0f/s; ferry at its defaults (%s) best %.0f/s; median ratio %.3f of %.3f\n",
+			*backlog, riverBestWorkers, riverBestCooldown, riverBestPoll, p.Base, ferry.DefaultQueues, p.Other, p.Ratio(), p.Ratios)
+		_ = json.NewEncoder(os.Stdout).Encode(map[string]any{"river_best_jobs_per_sec": p.Base, "ferry_default_jobs_per_sec": p.Other,
+			"worker_ratio_vs_river_best": p.Ratio(), "worker_ratio_vs_river_best_rounds": p.Ratios})
 		return
 	case "otel":
 		r, err := otelThroughput(ctx, *url, *backlog/2, 5)
 		if err != nil {
 			log.Fatalf("bench: otel: %v", redact.Postgres(err.Error()))
 		}
-		fmt.Fprintf(os.Stderr, "ferry worker, %d no-op jobs, 5 rounds: without traces %.0f jobs/s, every job traced and exported over OTLP/HTTP %.0f jobs/s (best of each), ratio %.3f (median of the rounds'), %d spans exported\n",
-			*backlog/2, r.Off, r.On, r.Ratio, r.Spans)
+		fmt.Fprintf(os.Stderr, "ferry worker, %d no-op jobs, 5 rounds: without traces %.0f jobs/s, every job traced and exported over OTLP/HTTP %.0f jobs/s (best of each), ratio %.3f (median of the rounds' %.3f), %d spans exported\n",
+			*backlog/2, r.Off, r.On, r.Ratio, r.RoundRatios, r.Spans)
 		_ = json.NewEncoder(os.Stdout).Encode(r)
 		return
 	case "lean":

@@ -24,6 +24,8 @@ type otelResult struct {
 	Ratio  float64 `json:"otel_worker_ratio"`
 	Spans  int64   `json:"otel_spans_exported"`
 	Rounds int     `json:"otel_rounds"`
+	// RoundRatios is each paired round's ratio, Ratio their median.
+	RoundRatios []float64 `json:"otel_worker_ratio_rounds"`
 }
 
 // otelThroughput works a backlog of n no-op jobs rounds times each way,
@@ -53,13 +55,13 @@ func otelThroughput(ctx context.Context, serverURL string, n, rounds int) (otelR
 		return ferryThroughput(ctx, serverURL, n, nil, false, func(c *ferry.Config) { c.TracerProvider = tp })
 	}
 	r := otelResult{Rounds: rounds}
-	var err error
-	r.Off, r.On, r.Ratio, err = pairedRounds(rounds,
+	p, err := pairedRounds(rounds,
 		func() (float64, error) { return ferryThroughput(ctx, serverURL, n, nil, false) },
 		traced)
 	if err != nil {
 		return r, err
 	}
+	r.Off, r.On, r.Ratio, r.RoundRatios = p.Base, p.Other, p.Ratio(), p.Ratios
 	r.Spans = exported.Load()
 	// Fails closed: a run whose spans never reached the collector measured
 	// nothing of tracing's cost.

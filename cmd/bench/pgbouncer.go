@@ -34,16 +34,14 @@ type pgbouncerResult struct {
 // direct too when direct is set (the full run measures that latency in a
 // step of its own).
 func pgbouncerThroughput(ctx context.Context, serverURL string, n, rounds, rate int, dur time.Duration, direct bool) (pgbouncerResult, error) {
-	var (
-		r   pgbouncerResult
-		err error
-	)
-	r.Direct, r.Pooled, r.Ratio, err = pairedRounds(rounds,
+	var r pgbouncerResult
+	p, err := pairedRounds(rounds,
 		func() (float64, error) { return ferryThroughput(ctx, serverURL, n, nil, false) },
 		func() (float64, error) { return ferryThroughput(ctx, serverURL, n, nil, true) })
 	if err != nil {
 		return r, err
 	}
+	r.Direct, r.Pooled, r.Ratio = p.Base, p.Other, p.Ratio()
 	if direct {
 		if r.DirectP50, r.DirectP99, _, err = ferryLatency(ctx, serverURL, rate, dur, false); err != nil {
 			return r, err

@@ -16,6 +16,8 @@ type sealedResult struct {
 	Unsealed float64 `json:"unsealed_jobs_per_sec"`
 	Sealed   float64 `json:"sealed_jobs_per_sec"`
 	Ratio    float64 `json:"sealed_worker_ratio"`
+	// Rounds is each paired round's ratio, Ratio their median.
+	Rounds []float64 `json:"sealed_worker_ratio_rounds"`
 	// InsertRatio and BulkRatio are what sealing costs an inserter:
 	// jobs.Inserter with keys against without, one job per transaction
 	// from 8 goroutines and COPY in chunks (as in the bounded mode),
@@ -35,12 +37,13 @@ func sealedThroughput(ctx context.Context, serverURL string, n, rounds int) (sea
 		return sealedResult{}, err
 	}
 	var r sealedResult
-	r.Unsealed, r.Sealed, r.Ratio, err = pairedRounds(rounds,
+	p, err := pairedRounds(rounds,
 		func() (float64, error) { return ferryThroughput(ctx, serverURL, n, nil, false) },
 		func() (float64, error) { return ferryThroughput(ctx, serverURL, n, keys, false) })
 	if err != nil {
 		return r, err
 	}
+	r.Unsealed, r.Sealed, r.Ratio, r.Rounds = p.Base, p.Other, p.Ratio(), p.Ratios
 	r.InsertRatio, r.BulkRatio, err = sealedInsert(ctx, serverURL, keys, n/10, rounds)
 	return r, err
 }
@@ -82,15 +85,32 @@ func sealedInsert(ctx context.Context, serverURL string, keys *seal.Keys, n, rou
 	return insertRatio, bulkRatio, nil
 }
 
+// paired is what pairedRounds measured: the best rate of each side, and
+// each round's ratio other/base in the order the rounds ran (recorded
+// beside their median, which alone hides how far apart the rounds were
+// on this shared machine).
+type paired struct {
+	Base, Other float64
+	Ratios      []float64
+}
+
+// Ratio is the median of the rounds' ratios.
+func (p paired) Ratio() float64 {
+	m, _ := medianMax(p.Ratios)
+	return m
+}
+
 // pairedRounds measures base and other in each of rounds rounds, so that
-// drift in the machine's load hits both alike, and returns the best rate of
-// each and the median of the rounds' own ratios other/base. The one that
-// goes first turns with the round: neither always runs in the wake of the
-// other's writes (its database dropped, a checkpoint).
-func pairedRounds(rounds int, base, other func() (float64, error)) (bestBase, bestOther, ratio float64, err error) {
-	var ratios []float64
+// drift in the machine's load hits both alike. The one that goes first
+// turns with the round: neither always runs in the wake of the other's
+// writes (its database dropped, a checkpoint).
+func pairedRounds(rounds int, base, other func() (float64, error)) (paired, error) {
+	var p paired
 	for r := range rounds {
-		var b, o float64
+		var (
+			b, o float64
+			err  error
+		)
 		if r%2 == 0 {
 			if b, err = base(); err == nil {
 				o, err = other()
@@ -101,11 +121,10 @@ func pairedRounds(rounds int, base, other func() (float64, error)) (bestBase, be
 			}
 		}
 		if err != nil {
-			return 0, 0, 0, err
+			return paired{}, err
 		}
-		bestBase, bestOther = max(bestBase, b), max(bestOther, o)
-		ratios = append(ratios, o/b)
+		p.Base, p.Other = max(p.Base, b), max(p.Other, o)
+		p.Ratios = append(p.Ratios, o/b)
 	}
-	ratio, _ = medianMax(ratios)
-	return bestBase, bestOther, ratio, nil
+	return p, nil
 }
