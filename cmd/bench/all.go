@@ -550,11 +550,11 @@ func mapsKeys(m map[string]string) func(func(string) bool) {
 // client and with ferry's whole worker stack (middleware, metrics, logging,
 // election, relay, scheduler), with the same fetch settings and workers
 // (ferry's defaults), in paired rounds (worker_ratio: the median of the
-// rounds' ratios ferry/River). It
-// was one pass of each before rev f01cf75: over the ten full runs
-// before, that single ratio ranged from 0.84 to 1.37 for builds
-// whose paired ratio against River at its best held between 0.80 and
-// 1.07, the machine's load moving between the two passes.
+// rounds' ratios ferry/River). It was one pass of each before rev
+// f01cf75: over the ten full runs before, that single ratio ranged from
+// 0.84 to 1.37 for builds whose paired ratio against River at its best
+// held between 0.80 and 1.07, the machine's load moving between the two
+// passes.
 func workerThroughput(ctx context.Context, serverURL string, n, rounds int) (paired, error) {
 	return pairedRounds(rounds,
 		func() (float64, error) {
