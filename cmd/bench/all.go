@@ -130,6 +130,9 @@ type results struct {
 	SustainedP99ByMinute      []float64         `json:"sustained_p99_ms_by_minute,omitempty"`
 	SustainedVacuumRuns       []vacuumRun       `json:"sustained_vacuum_runs,omitempty"`
 	SustainedServer           *serverActivity   `json:"sustained_server,omitempty"`
+	SustainedMaxJobsPerSec    *float64          `json:"sustained_max_jobs_per_sec"`
+	SustainedRate             *float64          `json:"sustained_rate"`
+	SustainedInsertedPerSec   *float64          `json:"sustained_inserted_per_sec"`
 	ScaleThroughputRatio1M    *float64          `json:"scale_throughput_ratio_1m"`
 	ScalePickupP99Ratio1M     *float64          `json:"scale_pickup_p99_ratio_1m"`
 	ScaleThroughputRatio5M    *float64          `json:"scale_throughput_ratio_5m"`
@@ -404,6 +407,9 @@ func runAll(ctx context.Context, serverURL, path string, quick bool) error {
 			res.SustainedP99Drift, res.SustainedDeadTuples, res.SustainedTableMB = r.Drift, ptr(float64(r.DeadTuples)), ptr(r.TableMB)
 			res.SustainedAutovacuum, res.SustainedVacuums = r.Autovacuum, ptr(float64(r.Vacuums))
 			res.SustainedP99ByMinute, res.SustainedVacuumRuns, res.SustainedServer = r.P99ByMinute, r.VacuumRuns, &r.Server
+			// The load the drift was measured under: the maximum, half of
+			// it asked, and the rate the producer reached.
+			res.SustainedMaxJobsPerSec, res.SustainedRate, res.SustainedInsertedPerSec = ptr(r.MaxJobsPerSec), ptr(float64(r.Rate)), ptr(r.Inserted)
 			if r.Unstarted > 0 {
 				note("sustained", fmt.Errorf("fell behind: %d of %d jobs had not started two minutes after the last insert", r.Unstarted, r.Jobs))
 			}
@@ -516,6 +522,7 @@ func printTable(r results) {
 		{"worker throughput, 5M finished jobs / none", f(r.ScaleThroughputRatio5M, ""), "≥ 0.8"},
 		{"pickup p99, 5M finished jobs / none", f(r.ScalePickupP99Ratio5M, ""), "≤ 1.5"},
 		{"pickup p99 drift over 10 minutes at half the maximum, last / first minute", f(r.SustainedP99Drift, ""), "≤ 1.5"},
+		{"those 10 minutes: the maximum, half of it asked, inserted", fmt.Sprintf("%s, %s, %s", f(r.SustainedMaxJobsPerSec, "/s"), f(r.SustainedRate, "/s"), f(r.SustainedInsertedPerSec, "/s")), ""},
 		{"river_job after those 10 minutes: dead tuples, size", fmt.Sprintf("%s, %s", f(r.SustainedDeadTuples, ""), f(r.SustainedTableMB, "MB")), ""},
 		{"vacuumed by (the bench stands in for a server's autovacuum that is off), the bench's vacuums", fmt.Sprintf("%s, %s", r.SustainedAutovacuum, f(r.SustainedVacuums, "")), ""},
 		{"slowest enqueue/console count, 5M finished jobs", f(r.ConsoleCountsMS5M, "ms"), "≤ 100 ms"},
