@@ -244,7 +244,7 @@ func runAll(ctx context.Context, serverURL, path string, quick bool) error {
 		note("sealed", err)
 	} else {
 		res.UnsealedWorkerJobsPerSec, res.SealedWorkerJobsPerSec, res.SealedWorkerRatio = ptr(r.Unsealed), ptr(r.Sealed), ptr(r.Ratio)
-		res.SealedWorkerRatioRounds = r.Rounds
+		res.SealedWorkerRatioRounds = r.RoundRatios
 		res.SealedInsertRatio, res.SealedBulkRatio = ptr(r.InsertRatio), ptr(r.BulkRatio)
 	}
 	step("insert-to-start latency at 500 jobs/s")

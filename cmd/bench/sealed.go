@@ -16,8 +16,8 @@ type sealedResult struct {
 	Unsealed float64 `json:"unsealed_jobs_per_sec"`
 	Sealed   float64 `json:"sealed_jobs_per_sec"`
 	Ratio    float64 `json:"sealed_worker_ratio"`
-	// Rounds is each paired round's ratio, Ratio their median.
-	Rounds []float64 `json:"sealed_worker_ratio_rounds"`
+	// RoundRatios is each paired round's ratio, Ratio their median.
+	RoundRatios []float64 `json:"sealed_worker_ratio_rounds"`
 	// InsertRatio and BulkRatio are what sealing costs an inserter:
 	// jobs.Inserter with keys against without, one job per transaction
 	// from 8 goroutines and COPY in chunks (as in the bounded mode),
@@ -43,7 +43,7 @@ func sealedThroughput(ctx context.Context, serverURL string, n, rounds int) (sea
 	if err != nil {
 		return r, err
 	}
-	r.Unsealed, r.Sealed, r.Ratio, r.Rounds = p.Base, p.Other, p.Ratio(), p.Ratios
+	r.Unsealed, r.Sealed, r.Ratio, r.RoundRatios = p.Base, p.Other, p.Ratio(), p.Ratios
 	r.InsertRatio, r.BulkRatio, err = sealedInsert(ctx, serverURL, keys, n/10, rounds)
 	return r, err
 }
