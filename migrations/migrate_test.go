@@ -85,3 +85,27 @@ func TestMigrator_PoolOfOne(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, m.Check(ctx))
 }
+
+// TestRiverJobAutovacuum: migration 027 has autovacuum vacuum river_job
+// by its dead rows whatever its size, and its down migration hands it
+// back to the server's settings.
+func TestRiverJobAutovacuum(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.PoolFor(t, pgtest.NewDatabase(t, false))
+	m, err := migrations.New(pool, nil)
+	require.NoError(t, err)
+	_, err = m.Up(ctx)
+	require.NoError(t, err)
+	options := func() []string {
+		var o []string
+		require.NoError(t, pool.QueryRow(ctx, `SELECT coalesce(reloptions, '{}') FROM pg_class WHERE oid = 'river_job'::regclass`).Scan(&o))
+		return o
+	}
+	require.ElementsMatch(t, []string{"autovacuum_vacuum_scale_factor=0", "autovacuum_vacuum_threshold=10000"}, options())
+
+	down, err := m.Down(ctx, 1)
+	require.NoError(t, err)
+	require.Equal(t, 27, down[0].Version)
+	require.Empty(t, options())
+}

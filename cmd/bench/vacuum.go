@@ -27,10 +27,25 @@ import (
 // a job leaves behind stays in the table and its indexes. On a server
 // with autovacuum on it does nothing.
 //
+// As autovacuum does, it takes a table's own storage parameters over the
+// server's for when to vacuum and analyze it (autovacuum_enabled and the
+// six thresholds and scale factors: ferry's migration 027 sets river_job's
+// vacuum pair), and vacuums a table's indexes one after the other:
+// VACUUM (PARALLEL 0), since a plain VACUUM would hand them to parallel
+// workers, which autovacuum never starts. It does not follow a table's
+// own cost settings (no table of ferry's or River's sets them).
+//
+// The server's launcher runs from its start, long before any load, so the
+// stand-in takes its first look at once and then every naptime: each
+// minute of a run started with it, the first too, begins with a look.
+//
 // Its first form ran one pass at a time and waited a naptime after each
 // pass ended: with river_job's vacuum taking 20 to 40 s, it vacuumed 7
 // times in ten minutes and left 1.35 million dead tuples where the
 // server's own autovacuum, on the same server and load, left 0.70 million.
+// Its second took its first look a naptime after its start, so a run's
+// first minute was the only one without a vacuum, and vacuumed indexes in
+// parallel.
 type autovacuumStandIn struct {
 	pool *pgxpool.Pool
 	set  map[string]string
@@ -106,14 +121,16 @@ func runAutovacuumStandIn(ctx context.Context, pool *pgxpool.Pool, set map[strin
 		var wg sync.WaitGroup
 		defer close(a.exited)
 		defer wg.Wait()
-		// The launcher: its first look comes a naptime after the start.
+		// The launcher: a look at once, then one every naptime.
 		t := time.NewTicker(time.Duration(naptime) * time.Second)
 		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
+		for first := true; ; first = false {
+			if !first {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+				}
 			}
 			a.mu.Lock()
 			launch := a.workers < maxWorkers
@@ -163,11 +180,25 @@ func (a *autovacuumStandIn) pass(ctx context.Context) error {
 	if _, err := conn.Exec(ctx, "SELECT set_config('vacuum_cost_delay', $1, false)", delay); err != nil {
 		return fmt.Errorf("autovacuum stand-in: %w", err)
 	}
-	rows, err := conn.Query(ctx, `SELECT quote_ident(s.schemaname) || '.' || quote_ident(s.relname),
-			s.n_dead_tup > $1::float8 + $2::float8 * greatest(c.reltuples, 0)
-				OR ($3::float8 >= 0 AND s.n_ins_since_vacuum > $3::float8 + $4::float8 * greatest(c.reltuples, 0)),
-			s.n_mod_since_analyze > $5::float8 + $6::float8 * greatest(c.reltuples, 0)
-		FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid`,
+	// A table's storage parameters (pg_class.reloptions, "name=value")
+	// over the server's settings, as autovacuum takes them.
+	rows, err := conn.Query(ctx, `WITH t AS (
+			SELECT quote_ident(s.schemaname) || '.' || quote_ident(s.relname) AS name,
+				s.n_dead_tup, s.n_ins_since_vacuum, s.n_mod_since_analyze, greatest(c.reltuples, 0) AS rows,
+				coalesce((SELECT jsonb_object_agg(split_part(o, '=', 1), substr(o, strpos(o, '=') + 1))
+					FROM unnest(c.reloptions) o), '{}') AS opt
+			FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid)
+		SELECT name,
+			coalesce((opt->>'autovacuum_enabled')::bool, true) AND (
+				n_dead_tup > coalesce((opt->>'autovacuum_vacuum_threshold')::float8, $1::float8)
+					+ coalesce((opt->>'autovacuum_vacuum_scale_factor')::float8, $2::float8) * rows
+				OR (coalesce((opt->>'autovacuum_vacuum_insert_threshold')::float8, $3::float8) >= 0
+					AND n_ins_since_vacuum > coalesce((opt->>'autovacuum_vacuum_insert_threshold')::float8, $3::float8)
+						+ coalesce((opt->>'autovacuum_vacuum_insert_scale_factor')::float8, $4::float8) * rows)),
+			coalesce((opt->>'autovacuum_enabled')::bool, true)
+				AND n_mod_since_analyze > coalesce((opt->>'autovacuum_analyze_threshold')::float8, $5::float8)
+					+ coalesce((opt->>'autovacuum_analyze_scale_factor')::float8, $6::float8) * rows
+		FROM t`,
 		a.set["autovacuum_vacuum_threshold"], a.set["autovacuum_vacuum_scale_factor"],
 		a.set["autovacuum_vacuum_insert_threshold"], a.set["autovacuum_vacuum_insert_scale_factor"],
 		a.set["autovacuum_analyze_threshold"], a.set["autovacuum_analyze_scale_factor"])
@@ -215,11 +246,11 @@ func (a *autovacuumStandIn) table(ctx context.Context, conn *pgxpool.Conn, table
 		delete(a.busy, table)
 		a.mu.Unlock()
 	}()
-	stmt := "VACUUM (ANALYZE) "
+	stmt := "VACUUM (PARALLEL 0, ANALYZE) "
 	if !vacuum {
 		stmt = "ANALYZE "
 	} else if !analyze {
-		stmt = "VACUUM "
+		stmt = "VACUUM (PARALLEL 0) "
 	}
 	if _, err := conn.Exec(ctx, "SELECT set_config('vacuum_cost_limit', $1, false)", strconv.Itoa(share)); err != nil {
 		return fmt.Errorf("autovacuum stand-in: %w", err)
