@@ -383,6 +383,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		Every:       cfg.LeaderTick,
 		Interval:    cfg.RescueInterval,
 		Settle:      s.elector.Deferral(),
+		Self:        clientID,
 		MaxOrphaned: cfg.MaxOrphaned,
 		Logger:      cfg.Logger,
 		Registerer:  s.metrics.Registry,

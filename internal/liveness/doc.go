@@ -62,7 +62,13 @@
 // server ended every session (a restart, a promoted standby), Settle gives
 // it here: no pass rescues while every ferry worker session on the
 // server (application_name carrying a SessionTag) is younger than the
-// tick plus its timeout. A worker reads its idle liveness session between
+// tick plus its timeout, unless the server shows none of what such an end
+// leaves behind: the rescuer's own worker holds its lock on the session it
+// registered on, no live worker holds its lock on a later one, and the
+// server neither started nor was promoted within that window
+// (RescuerConfig.Self). A fleet that has just started, all of its
+// sessions young, has a killed worker's jobs back within a pass, not once
+// the fleet is a tick and its timeout old. A worker reads its idle liveness session between
 // heartbeats, so it hears the server end it (a terminated backend, a
 // shutdown) and takes its lock again at once, waiting up to the tick
 // timeout for the old backend to let it go; a loss nobody announces (a

@@ -163,6 +163,18 @@ func (b *testBundle) endSession(t *testing.T, w *Worker) {
 	require.True(t, ended)
 }
 
+// retaken has the server end the worker's liveness session and waits for
+// the worker to take its lock again on a new one.
+func (b *testBundle) retaken(t *testing.T, w *Worker) {
+	t.Helper()
+	old := b.holder(t, w)
+	b.endSession(t, w)
+	require.Eventually(t, func() bool {
+		h := b.holder(t, w)
+		return h != 0 && h != old
+	}, 30*time.Second, 10*time.Millisecond, "the lock taken again on a new session")
+}
+
 // holder is the backend pid that holds the worker's lock, 0 for none.
 func (b *testBundle) holder(t *testing.T, w *Worker) int {
 	t.Helper()
@@ -417,6 +429,61 @@ func TestRescuer_HoldsBackWhileEverySessionIsNew(t *testing.T) {
 		return len(res) == 1
 	}, 30*time.Second, 50*time.Millisecond, "rescued once a ferry session is older than Settle")
 	require.Equal(t, "available", b.job(t, id).State)
+}
+
+// A fleet that has just started has only young sessions too, but nothing
+// ended them: with its own worker (Self) on the session it registered on
+// and no worker on a later one, the rescuer takes a dead worker's jobs
+// back within Settle; once a live worker has taken its lock again on a new
+// session (what a server that ended every session leaves), or while Self
+// holds no lock, it holds back as before.
+func TestRescuer_FreshFleetRescuesAtOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	// Settle just short of the server's age: no ferry session of this
+	// test's database is that old, and the server started before it.
+	var age time.Duration
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT now() - pg_postmaster_start_time()").Scan(&age))
+	require.Greater(t, age, 5*time.Second, "the server has just started")
+	settle := age - time.Second
+
+	self := b.worker(t, time.Hour, nil)
+	victim := b.worker(t, time.Hour, nil)
+	id := b.running(t, victim.ClientID(), 1, 25)
+	b.kill(t, victim)
+
+	anon := b.rescuer(t, func(c *RescuerConfig) { c.Settle = settle })
+	res, err := anon.RescueOnce(ctx)
+	require.NoError(t, err)
+	require.Empty(t, res, "without Self, no ferry session older than Settle holds it back")
+	require.Equal(t, "running", b.job(t, id).State)
+
+	r := b.rescuer(t, func(c *RescuerConfig) { c.Settle = settle; c.Self = self.ClientID() })
+	res, err = r.RescueOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []Rescue{{WorkerID: victim.ID(), ClientID: victim.ClientID(), Available: 1}}, res)
+	require.Equal(t, "available", b.job(t, id).State)
+
+	// A live worker on a new session: the server may have ended every
+	// session, and another live worker may not have its lock back yet.
+	other := b.worker(t, time.Hour, nil)
+	b.retaken(t, other)
+	second := b.worker(t, time.Hour, nil)
+	id2 := b.running(t, second.ClientID(), 1, 25)
+	b.kill(t, second)
+	res, err = r.RescueOnce(ctx)
+	require.NoError(t, err)
+	require.Empty(t, res, "a worker took its lock again on a new session")
+	require.Equal(t, "running", b.job(t, id2).State)
+
+	// Self's own lock on a new session, and no other worker's: the same.
+	b.kill(t, other)
+	b.retaken(t, self)
+	res, err = r.RescueOnce(ctx)
+	require.NoError(t, err)
+	require.Empty(t, res, "Self took its lock again on a new session")
+	require.Equal(t, "running", b.job(t, id2).State)
 }
 
 // A worker that comes back after the rescuer declared it dead learns it and

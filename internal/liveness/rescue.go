@@ -59,7 +59,23 @@ type RescuerConfig struct {
 	// rescue back as long before it ran with the term). Outside such a
 	// window a worker whose lock is free is dead (or cut off) and rescued
 	// at the next pass.
+	//
+	// A fleet that has just started (a deploy, a bench) has only young
+	// sessions too, but nothing ended them: see Self.
 	Settle time.Duration
+	// Self is the client id of this process's own worker (its liveness
+	// Worker), when it has one. While every ferry session is younger than
+	// Settle, the rescue still goes ahead when what a server that ended
+	// every session leaves behind is absent: Self holds its lock on the
+	// session it registered on (a server that ended every session would
+	// have ended that one too), no live worker holds its lock on a later
+	// session than the one it registered on (none has taken its lock
+	// again), and the server neither started nor, as a promoted standby,
+	// replayed its last transaction within Settle. So a worker killed in
+	// the first Settle of a fleet's life is rescued within a pass, not
+	// once its fleet is Settle old. Empty: the rescue holds back for the
+	// whole window.
+	Self string
 	// MaxOrphaned: the death that makes a job's count reach it discards the
 	// job. Default DefaultMaxOrphaned.
 	MaxOrphaned int
@@ -148,11 +164,24 @@ const (
 	// deadCandidatesSQL lists the workers whose lock nobody holds, unless
 	// $1 (Settle, in seconds) is positive and no ferry worker's session
 	// on the server (its application_name carries a SessionTag) began at
-	// least $1 ago: then the server has just ended every session, and the
-	// live workers are still taking their locks again. Sessions of other
-	// roles show no backend_start without pg_read_all_stats, but the
-	// pass's own pool is a ferry worker's and of its own role.
-	deadCandidatesSQL = `SELECT w.id, w.client_id, w.stopped_at IS NOT NULL FROM ferry_worker w
+	// least $1 ago: then the server may have just ended every session,
+	// and the live workers may still be taking their locks again. It lists
+	// them all the same when the server shows none of what such an end
+	// leaves (RescuerConfig.Self): the worker $2 holds its lock on the
+	// session it registered on (its backend_start before the row's
+	// started_at, which the registering transaction stamps), no live
+	// worker holds its lock on a later session (or on one whose start it
+	// cannot read), and the server neither started nor replayed its last
+	// transaction as a standby within $1. Sessions of other roles show no
+	// backend_start without pg_read_all_stats, but the pass's own pool is
+	// a ferry worker's and of its own role.
+	deadCandidatesSQL = `WITH holder AS (
+    SELECT w.client_id, w.started_at, a.backend_start FROM ferry_worker w
+    JOIN pg_locks l ON l.locktype = 'advisory' AND l.classid = ferry_liveness_namespace()::oid AND l.objid = w.id::oid
+      AND l.objsubid = 2 AND l.granted AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+    LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+    WHERE w.dead_at IS NULL)
+SELECT w.id, w.client_id, w.stopped_at IS NOT NULL FROM ferry_worker w
 WHERE w.dead_at IS NULL AND NOT EXISTS (
     SELECT 1 FROM pg_locks l
     WHERE l.locktype = 'advisory' AND l.classid = ferry_liveness_namespace()::oid AND l.objid = w.id::oid AND l.objsubid = 2
@@ -160,7 +189,12 @@ WHERE w.dead_at IS NULL AND NOT EXISTS (
   AND ($1::float8 <= 0 OR EXISTS (
     SELECT 1 FROM pg_stat_activity a
     WHERE a.datname = current_database() AND a.application_name LIKE '%` + sessionTagPrefix + `%'
-      AND a.backend_start <= now() - make_interval(secs => $1::float8)))
+      AND a.backend_start <= now() - make_interval(secs => $1::float8))
+    OR ($2::text <> ''
+      AND EXISTS (SELECT 1 FROM holder h WHERE h.client_id = $2::text AND h.backend_start < h.started_at)
+      AND NOT EXISTS (SELECT 1 FROM holder h WHERE h.backend_start IS NULL OR h.backend_start >= h.started_at)
+      AND pg_postmaster_start_time() <= now() - make_interval(secs => $1::float8)
+      AND coalesce(pg_last_xact_replay_timestamp() <= now() - make_interval(secs => $1::float8), true)))
 ORDER BY w.id`
 	declareDeadSQL = `UPDATE ferry_worker SET dead_at = now() WHERE id = $1 AND dead_at IS NULL`
 	// rescueSQL takes back the running jobs whose latest attempt is the
@@ -209,7 +243,7 @@ func (r *Rescuer) RescueOnce(ctx context.Context) ([]Rescue, error) {
 		clientID string
 		stopped  bool // stopped gracefully (its hard stop may still have left jobs running)
 	}
-	rows, err := r.cfg.Pool.Query(ctx, deadCandidatesSQL, r.cfg.Settle.Seconds())
+	rows, err := r.cfg.Pool.Query(ctx, deadCandidatesSQL, r.cfg.Settle.Seconds(), r.cfg.Self)
 	if err != nil {
 		return nil, fmt.Errorf("rescue: find dead workers: %w", err)
 	}
