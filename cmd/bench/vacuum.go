@@ -124,14 +124,7 @@ func runAutovacuumStandIn(ctx context.Context, pool *pgxpool.Pool, set map[strin
 		// The launcher: a look at once, then one every naptime.
 		t := time.NewTicker(time.Duration(naptime) * time.Second)
 		defer t.Stop()
-		for first := true; ; first = false {
-			if !first {
-				select {
-				case <-ctx.Done():
-					return
-				case <-t.C:
-				}
-			}
+		for {
 			a.mu.Lock()
 			launch := a.workers < maxWorkers
 			if launch {
@@ -149,6 +142,11 @@ func runAutovacuumStandIn(ctx context.Context, pool *pgxpool.Pool, set map[strin
 						a.cancel()
 					}
 				})
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
 			}
 		}
 	}()
@@ -182,22 +180,25 @@ func (a *autovacuumStandIn) pass(ctx context.Context) error {
 	}
 	// A table's storage parameters (pg_class.reloptions, "name=value")
 	// over the server's settings, as autovacuum takes them.
-	rows, err := conn.Query(ctx, `WITH t AS (
-			SELECT quote_ident(s.schemaname) || '.' || quote_ident(s.relname) AS name,
-				s.n_dead_tup, s.n_ins_since_vacuum, s.n_mod_since_analyze, greatest(c.reltuples, 0) AS rows,
+	rows, err := conn.Query(ctx, `WITH stat AS (
+			SELECT s.*, greatest(c.reltuples, 0) AS rows,
 				coalesce((SELECT jsonb_object_agg(split_part(o, '=', 1), substr(o, strpos(o, '=') + 1))
 					FROM unnest(c.reloptions) o), '{}') AS opt
-			FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid)
+			FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
+		), t AS (
+			SELECT quote_ident(schemaname) || '.' || quote_ident(relname) AS name,
+				n_dead_tup, n_ins_since_vacuum, n_mod_since_analyze, rows,
+				coalesce((opt->>'autovacuum_enabled')::bool, true) AS enabled,
+				coalesce((opt->>'autovacuum_vacuum_threshold')::float8, $1::float8) AS vac_min,
+				coalesce((opt->>'autovacuum_vacuum_scale_factor')::float8, $2::float8) AS vac_scale,
+				coalesce((opt->>'autovacuum_vacuum_insert_threshold')::float8, $3::float8) AS ins_min,
+				coalesce((opt->>'autovacuum_vacuum_insert_scale_factor')::float8, $4::float8) AS ins_scale,
+				coalesce((opt->>'autovacuum_analyze_threshold')::float8, $5::float8) AS an_min,
+				coalesce((opt->>'autovacuum_analyze_scale_factor')::float8, $6::float8) AS an_scale
+			FROM stat)
 		SELECT name,
-			coalesce((opt->>'autovacuum_enabled')::bool, true) AND (
-				n_dead_tup > coalesce((opt->>'autovacuum_vacuum_threshold')::float8, $1::float8)
-					+ coalesce((opt->>'autovacuum_vacuum_scale_factor')::float8, $2::float8) * rows
-				OR (coalesce((opt->>'autovacuum_vacuum_insert_threshold')::float8, $3::float8) >= 0
-					AND n_ins_since_vacuum > coalesce((opt->>'autovacuum_vacuum_insert_threshold')::float8, $3::float8)
-						+ coalesce((opt->>'autovacuum_vacuum_insert_scale_factor')::float8, $4::float8) * rows)),
-			coalesce((opt->>'autovacuum_enabled')::bool, true)
-				AND n_mod_since_analyze > coalesce((opt->>'autovacuum_analyze_threshold')::float8, $5::float8)
-					+ coalesce((opt->>'autovacuum_analyze_scale_factor')::float8, $6::float8) * rows
+			enabled AND (n_dead_tup > vac_min + vac_scale * rows OR (ins_min >= 0 AND n_ins_since_vacuum > ins_min + ins_scale * rows)),
+			enabled AND n_mod_since_analyze > an_min + an_scale * rows
 		FROM t`,
 		a.set["autovacuum_vacuum_threshold"], a.set["autovacuum_vacuum_scale_factor"],
 		a.set["autovacuum_vacuum_insert_threshold"], a.set["autovacuum_vacuum_insert_scale_factor"],

@@ -161,7 +161,9 @@ func (r Rescue) Total() int { return r.Available + r.Poison + r.Exhausted + r.Ca
 // The SQL of a pass. A worker is alive while some session holds its lock
 // (Namespace, id) in this database.
 const (
-	// deadCandidatesSQL lists the workers whose lock nobody holds, unless
+	// deadCandidatesSQL lists the workers whose lock nobody holds (holder:
+	// the live workers whose lock a session holds, and that session's
+	// start), unless
 	// $1 (Settle, in seconds) is positive and no ferry worker's session
 	// on the server (its application_name carries a SessionTag) began at
 	// least $1 ago: then the server may have just ended every session,
@@ -176,16 +178,13 @@ const (
 	// backend_start without pg_read_all_stats, but the pass's own pool is
 	// a ferry worker's and of its own role.
 	deadCandidatesSQL = `WITH holder AS (
-    SELECT w.client_id, w.started_at, a.backend_start FROM ferry_worker w
+    SELECT w.id, w.client_id, w.started_at, a.backend_start FROM ferry_worker w
     JOIN pg_locks l ON l.locktype = 'advisory' AND l.classid = ferry_liveness_namespace()::oid AND l.objid = w.id::oid
       AND l.objsubid = 2 AND l.granted AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
     LEFT JOIN pg_stat_activity a ON a.pid = l.pid
     WHERE w.dead_at IS NULL)
 SELECT w.id, w.client_id, w.stopped_at IS NOT NULL FROM ferry_worker w
-WHERE w.dead_at IS NULL AND NOT EXISTS (
-    SELECT 1 FROM pg_locks l
-    WHERE l.locktype = 'advisory' AND l.classid = ferry_liveness_namespace()::oid AND l.objid = w.id::oid AND l.objsubid = 2
-      AND l.granted AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))
+WHERE w.dead_at IS NULL AND NOT EXISTS (SELECT 1 FROM holder h WHERE h.id = w.id)
   AND ($1::float8 <= 0 OR EXISTS (
     SELECT 1 FROM pg_stat_activity a
     WHERE a.datname = current_database() AND a.application_name LIKE '%` + sessionTagPrefix + `%'
