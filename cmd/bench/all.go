@@ -1,11 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -176,6 +178,12 @@ type results struct {
 	WorkerRatioVsRiverBestRounds []float64 `json:"worker_ratio_vs_river_best_rounds,omitempty"`
 	OtelWorkerRatioRounds        []float64 `json:"otel_worker_ratio_rounds,omitempty"`
 	SealedWorkerRatioRounds      []float64 `json:"sealed_worker_ratio_rounds,omitempty"`
+	// TargetsMissed are the keys of the figures that missed their targets
+	// in this run, and TargetsUnmeasured those of the figures with a target
+	// that the run has not (a quick run leaves steps out; a step that
+	// failed has a note): the table's verdicts, for a tool.
+	TargetsMissed     []string `json:"targets_missed"`
+	TargetsUnmeasured []string `json:"targets_unmeasured"`
 	lockResults
 }
 
@@ -443,103 +451,189 @@ func runAll(ctx context.Context, serverURL, path string, quick bool) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
+	rows := tableRows(res)
+	res.TargetsMissed, res.TargetsUnmeasured = checkTargets(rows)
 	b, _ := json.MarshalIndent(res, "", "  ")
 	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
 		return err
 	}
-	printTable(res)
+	printTable(rows, res.Notes, quick)
 	fmt.Fprintf(os.Stderr, "bench: wrote %s\n", path)
 	return nil
 }
 
-func printTable(r results) {
-	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-	f := func(v *float64, unit string) string {
-		if v == nil {
-			return "null"
-		}
+// tableRow is a row of the table runAll prints: a figure v in unit (or
+// text, when the row shows several), the target as printed and, where the
+// target is a bound, the bound itself and the figure's key in
+// bench/results.json.
+type tableRow struct {
+	label  string
+	v      *float64
+	unit   string
+	text   string
+	target string
+	key    string
+	goal   *goal
+}
+
+// goal is a bound a figure must keep: at most, at least or above limit
+// (op "≤", "≥" or ">").
+type goal struct {
+	op    string
+	limit float64
+}
+
+func atMost(limit float64) *goal  { return &goal{"≤", limit} }
+func atLeast(limit float64) *goal { return &goal{"≥", limit} }
+func above(limit float64) *goal   { return &goal{">", limit} }
+
+func (g goal) met(v float64) bool {
+	switch g.op {
+	case "≤":
+		return v <= g.limit
+	case "≥":
+		return v >= g.limit
+	}
+	return v > g.limit
+}
+
+// format prints a figure: a count or a ratio (no unit) to three decimals,
+// so that 0.943 against a target of 0.97 does not read 0.9, and a count
+// whole; a figure with a unit to one.
+func format(v *float64, unit string) string {
+	switch {
+	case v == nil:
+		return "null"
+	case unit != "":
 		return strconv.FormatFloat(*v, 'f', 1, 64) + " " + unit
+	case *v == math.Trunc(*v):
+		return strconv.FormatFloat(*v, 'f', 0, 64)
 	}
-	fmt.Fprintf(tw, "figure\tvalue\ttarget\n")
-	rows := [][3]string{
-		{"worker jobs/s, bare River", f(r.WorkerRiverJobsPerSec, "/s"), ""},
-		{"worker jobs/s, ferry", f(r.WorkerFerryJobsPerSec, "/s"), ""},
-		{"worker ratio ferry / River", f(r.WorkerRatio, ""), "≥ 0.9"},
-		{"worker jobs/s, River at its bench settings (2,000 workers, 2 ms, 20 ms)", f(r.RiverBestJobsPerSec, "/s"), ""},
-		{"worker ratio ferry defaults / River at its best", f(r.WorkerRatioVsRiverBest, ""), "≥ 0.9"},
-		{"worker jobs/s, ferry sealed", f(r.SealedWorkerJobsPerSec, "/s"), ""},
-		{"sealed / unsealed worker ratio", f(r.SealedWorkerRatio, ""), "≥ 0.9"},
-		{"insert to start p50", f(r.LatencyInsertToStartP50MS, "ms"), "≤ 5 ms"},
-		{"insert to start p99 (after a 2 s warm-up)", f(r.LatencyInsertToStartP99MS, "ms"), "≤ 10 ms"},
-		{"insert to start p99, the warm-up (a server's first 2 s)", f(r.LatencyColdP99MS, "ms"), ""},
-		{"worker through PgBouncer / direct", f(r.PgBouncerWorkerRatio, ""), "measured (no target)"},
-		{"insert to start p50 through PgBouncer", f(r.PgBouncerLatencyP50MS, "ms"), "≈ River's 1 s poll"},
-		{"insert to start p99 through PgBouncer", f(r.PgBouncerLatencyP99MS, "ms"), ""},
-		{"outbox relay", f(r.OutboxRelayMsgsPerSec, "msgs/s"), "≥ 10,000/s"},
-		{"outbox commit to delivery p50", f(r.OutboxE2EP50MS, "ms"), "≤ 10 ms"},
-		{"outbox commit to delivery p99 (after a 2 s warm-up)", f(r.OutboxE2EP99MS, "ms"), "≤ 25 ms"},
-		{"outbox commit to delivery p99, the warm-up (a server's first 2 s)", f(r.OutboxE2EColdP99MS, "ms"), ""},
-		{"outbox commit to delivery max", f(r.OutboxE2EMaxMS, "ms"), ""},
-		{"outbox insert to relay transaction p99", f(r.OutboxRelayLagP99MS, "ms"), "measured"},
-		{"outbox relay transaction to delivery fetch p99", f(r.OutboxFetchLagP99MS, "ms"), "measured"},
-		{"outbox tail (≥ p99), medians: insert to relay / relay to fetch / fetch to handler; checkpoints begun meanwhile",
-			fmt.Sprintf("%s / %s / %s; %s", f(r.OutboxTailRelayMS, "ms"), f(r.OutboxTailFetchMS, "ms"), f(r.OutboxTailWorkMS, "ms"), f(r.OutboxCheckpoints, "")), "measured"},
-		{"ordered outbox delivery: order violations (1,000 keys × 50, kill -9, 20 % failures)", f(r.OrderedViolations, ""), "0"},
-		{"ordered / unordered outbox delivery throughput", f(r.OrderedThroughputRatio, ""), "≥ 0.8"},
-		{"concurrency limit 20, jobs of 5 s, 4 workers: utilization", f(r.LimitConcurrencyUtil, ""), "≥ 0.85"},
-		{"rate limit 10/s under backlog, 4 workers, a kill: utilization", f(r.LimitRateUtil, ""), "≥ 0.95"},
-		{"limit violations (50 ms samples over the concurrency, kills; 1 s windows over rate + burst)", f(r.LimitViolations, ""), "0"},
-		{"no-op jobs under a global concurrency limit never reached / none", f(r.LimitThroughputRatio, ""), "> 0.5 (River #1145: half)"},
-		{"tick lag to insert p99", f(r.TickLagInsertP99MS, "ms"), "≤ 50 ms"},
-		{"tick lag to start p99", f(r.TickLagStartP99MS, "ms"), "≤ 100 ms"},
-		{"graceful failover median", f(r.FailoverGracefulMSMedian, "ms"), "≤ 1 s"},
-		{"graceful failover max", f(r.FailoverGracefulMSMax, "ms"), "≤ 1 s"},
-		{"crash failover median", f(r.FailoverCrashMSMedian, "ms"), "≤ 3 s"},
-		{"crash failover max", f(r.FailoverCrashMSMax, "ms"), "≤ 3 s"},
-		{"partitioned leader demoted, max (1 s tick)", f(r.PartitionDemotionMSMax, "ms"), "≤ tick + timeout (1.33 s)"},
-		{"partitioned leader to next leader, median", f(r.FailoverPartitionMSMedian, "ms"), ""},
-		{"partitioned leader to next leader, max", f(r.FailoverPartitionMSMax, "ms"), "≤ lease + tick + timeout (4.67 s) + 1 s"},
-		{"crash failover max, defaults (15 s tick)", f(r.FailoverCrashDefaultMSMax, "ms"), "≤ 21 s (tick + timeout + 1 s)"},
-		{"primary failover to every worker back, max", f(r.PgFailoverRecoveryMS, "ms"), "measured (promotion included)"},
-		{"acknowledged inserts lost in the failover", f(r.PgFailoverLostInserts, ""), "0"},
-		{"orphan rescue p99, 100 jobs (1 s tick)", f(r.OrphanRescueMSP99, "ms"), "≤ 3 s"},
-		{"orphan rescue max, 100 jobs (1 s tick)", f(r.OrphanRescueMSMax, "ms"), ""},
-		{"bounded / unbounded inserts (jobs.Inserter)", f(r.BoundedInsertRatio, ""), "≥ 0.9"},
-		{"bounded / unbounded bulk (COPY)", f(r.BoundedBulkRatio, ""), "≥ 0.9"},
-		{"unbounded / no-trigger inserts", f(r.TriggerInsertRatio, ""), "≥ 0.97"},
-		{"unbounded / no-trigger bulk", f(r.TriggerBulkRatio, ""), "≥ 0.97"},
-		{"broadcast publish to delivery p99, 3 processes", f(r.BroadcastP99MS, "ms"), "≤ 5 ms"},
-		{"broadcast rate delivered to each of 3 processes", f(r.BroadcastMsgsPerSec, "msgs/s"), "1,000/s"},
-		{"lock handover p99 (16 processes)", f(r.LockHandoverP99MS, "ms"), "≤ 10 ms"},
-		{"lock overlaps (fencing oracle, kills)", f(r.LockOverlaps, ""), "0"},
-		{"lock kill -9 to the lock free (its lease's expiry), max (1 s ttl)", f(r.LockKillFreeMSMax, "ms"), "≤ ttl"},
-		{"lock kill -9 to the next holder's acquisition, max", f(r.LockKillNextMSMax, "ms"), "measured"},
-		{"bulk enqueue --file", f(r.BulkJobsPerSec, "jobs/s"), "≥ 100,000/s"},
-		{"plain COPY of the same rows", f(r.BulkCopyJobsPerSec, "jobs/s"), ""},
-		{"bulk / COPY, from a file", f(r.BulkRatioVsCopy, ""), "≥ 0.85"},
-		{"bulk / COPY, from a pipe", f(r.BulkStdinRatioVsCopy, ""), "≥ 0.85"},
-		{"bulk peak RSS, file / pipe", fmt.Sprintf("%s / %s", f(r.BulkFilePeakRSSMB, "MB"), f(r.BulkStdinPeakRSSMB, "MB")), "bounded"},
-		{"worker throughput, 5M finished jobs / none", f(r.ScaleThroughputRatio5M, ""), "≥ 0.8"},
-		{"pickup p99, 5M finished jobs / none", f(r.ScalePickupP99Ratio5M, ""), "≤ 1.5"},
-		{"pickup p99 drift over 10 minutes at half the maximum, last / first minute", f(r.SustainedP99Drift, ""), "≤ 1.5"},
-		{"those 10 minutes: the maximum, half of it asked, inserted", fmt.Sprintf("%s, %s, %s", f(r.SustainedMaxJobsPerSec, "/s"), f(r.SustainedRate, "/s"), f(r.SustainedInsertedPerSec, "/s")), ""},
-		{"river_job after those 10 minutes: dead tuples, size", fmt.Sprintf("%s, %s", f(r.SustainedDeadTuples, ""), f(r.SustainedTableMB, "MB")), ""},
-		{"vacuumed by (the bench stands in for a server's autovacuum that is off), the bench's vacuums", fmt.Sprintf("%s, %s", r.SustainedAutovacuum, f(r.SustainedVacuums, "")), ""},
-		{"slowest enqueue/console count, 5M finished jobs", f(r.ConsoleCountsMS5M, "ms"), "≤ 100 ms"},
-		{"slowest River UI count, 5M finished jobs", f(r.RiverUICountsMS5M, "ms"), ""},
-		{"/metrics scrape, 5M finished jobs: first (finished counts) / later", fmt.Sprintf("%s / %s", f(r.MetricsFirstScrapeMS5M, "ms"), f(r.MetricsScrapeMS5M, "ms")), ""},
-		{"worker peak RSS", f(r.WorkerPeakRSSMB, "MB"), ""},
-		{"worker jobs/s without / with every job traced (best round of each)", fmt.Sprintf("%s / %s", f(r.OtelOffJobsPerSec, "/s"), f(r.OtelOnJobsPerSec, "/s")), ""},
-		{"worker ratio traced / not", f(r.OtelWorkerRatio, ""), "≥ 0.95"},
-		{"a writer service's modules (River alone)", f(r.LeanModules, "") + " (" + f(r.LeanRiverModules, "") + ")", "≤ 40"},
-		{"a writer service's binary / River alone", f(r.LeanBinaryRatio, ""), "≤ 1.1"},
-	}
+	return strconv.FormatFloat(*v, 'f', 3, 64)
+}
+
+// checkTargets reads every row with a goal: the keys of the figures that
+// missed it, and of those without a figure (a step a quick run leaves
+// out, or one that failed: its note says why).
+func checkTargets(rows []tableRow) (missed, unmeasured []string) {
 	for _, row := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", row[0], row[1], row[2])
+		switch {
+		case row.goal == nil:
+		case row.v == nil:
+			unmeasured = append(unmeasured, row.key)
+		case !row.goal.met(*row.v):
+			missed = append(missed, row.key)
+		}
+	}
+	return missed, unmeasured
+}
+
+// printTable prints rows, each target's verdict (met, MISSED, or not
+// measured), a line that counts them, and the run's notes.
+func printTable(rows []tableRow, notes map[string]string, quick bool) {
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "figure\tvalue\ttarget\t\n")
+	met := 0
+	for _, row := range rows {
+		value := cmp.Or(row.text, format(row.v, row.unit))
+		verdict := ""
+		switch {
+		case row.goal == nil:
+		case row.v == nil:
+			verdict = "not measured"
+		case row.goal.met(*row.v):
+			verdict, met = "met", met+1
+		default:
+			verdict = "MISSED"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", row.label, value, row.target, verdict)
 	}
 	_ = tw.Flush()
-	for _, k := range slices.Sorted(mapsKeys(r.Notes)) {
-		fmt.Printf("note %s: %s\n", k, r.Notes[k])
+	missed, unmeasured := checkTargets(rows)
+	fmt.Printf("targets: %d met, %d missed %v, %d not measured %v\n", met, len(missed), missed, len(unmeasured), unmeasured)
+	if quick {
+		fmt.Println("targets: the targets are the full run's (go tool task bench); a quick run's smaller samples and fewer rounds move its ratios further")
+	}
+	for _, k := range slices.Sorted(mapsKeys(notes)) {
+		fmt.Printf("note %s: %s\n", k, notes[k])
+	}
+}
+
+// tableRows is the table of r: every figure with a target, and those that
+// explain them.
+func tableRows(r results) []tableRow {
+	f := format
+	return []tableRow{
+		{label: "worker jobs/s, bare River", v: r.WorkerRiverJobsPerSec, unit: "/s"},
+		{label: "worker jobs/s, ferry", v: r.WorkerFerryJobsPerSec, unit: "/s"},
+		{label: "worker ratio ferry / River", v: r.WorkerRatio, target: "≥ 0.9", key: "worker_ratio", goal: atLeast(0.9)},
+		{label: "worker jobs/s, River at its bench settings (2,000 workers, 2 ms, 20 ms)", v: r.RiverBestJobsPerSec, unit: "/s"},
+		{label: "worker ratio ferry defaults / River at its best", v: r.WorkerRatioVsRiverBest, target: "≥ 0.9", key: "worker_ratio_vs_river_best", goal: atLeast(0.9)},
+		{label: "worker jobs/s, ferry sealed", v: r.SealedWorkerJobsPerSec, unit: "/s"},
+		{label: "sealed / unsealed worker ratio", v: r.SealedWorkerRatio, target: "≥ 0.9", key: "sealed_worker_ratio", goal: atLeast(0.9)},
+		{label: "insert to start p50", v: r.LatencyInsertToStartP50MS, unit: "ms", target: "≤ 5 ms", key: "latency_insert_to_start_p50_ms", goal: atMost(5)},
+		{label: "insert to start p99 (after a 2 s warm-up)", v: r.LatencyInsertToStartP99MS, unit: "ms", target: "≤ 10 ms", key: "latency_insert_to_start_p99_ms", goal: atMost(10)},
+		{label: "insert to start p99, the warm-up (a server's first 2 s)", v: r.LatencyColdP99MS, unit: "ms"},
+		{label: "worker through PgBouncer / direct", v: r.PgBouncerWorkerRatio, target: "measured (no target)"},
+		{label: "insert to start p50 through PgBouncer", v: r.PgBouncerLatencyP50MS, unit: "ms", target: "≈ River's 1 s poll"},
+		{label: "insert to start p99 through PgBouncer", v: r.PgBouncerLatencyP99MS, unit: "ms"},
+		{label: "outbox relay", v: r.OutboxRelayMsgsPerSec, unit: "msgs/s", target: "≥ 10,000/s", key: "outbox_relay_msgs_per_sec", goal: atLeast(10_000)},
+		{label: "outbox commit to delivery p50", v: r.OutboxE2EP50MS, unit: "ms", target: "≤ 10 ms", key: "outbox_e2e_p50_ms", goal: atMost(10)},
+		{label: "outbox commit to delivery p99 (after a 2 s warm-up)", v: r.OutboxE2EP99MS, unit: "ms", target: "≤ 25 ms", key: "outbox_e2e_p99_ms", goal: atMost(25)},
+		{label: "outbox commit to delivery p99, the warm-up (a server's first 2 s)", v: r.OutboxE2EColdP99MS, unit: "ms"},
+		{label: "outbox commit to delivery max", v: r.OutboxE2EMaxMS, unit: "ms"},
+		{label: "outbox insert to relay transaction p99", v: r.OutboxRelayLagP99MS, unit: "ms", target: "measured"},
+		{label: "outbox relay transaction to delivery fetch p99", v: r.OutboxFetchLagP99MS, unit: "ms", target: "measured"},
+		{label: "outbox tail (≥ p99), medians: insert to relay / relay to fetch / fetch to handler; checkpoints begun meanwhile", text: fmt.Sprintf("%s / %s / %s; %s", f(r.OutboxTailRelayMS, "ms"), f(r.OutboxTailFetchMS, "ms"), f(r.OutboxTailWorkMS, "ms"), f(r.OutboxCheckpoints, "")), target: "measured"},
+		{label: "ordered outbox delivery: order violations (1,000 keys × 50, kill -9, 20 % failures)", v: r.OrderedViolations, target: "0", key: "ordered_violations", goal: atMost(0)},
+		{label: "ordered / unordered outbox delivery throughput", v: r.OrderedThroughputRatio, target: "≥ 0.8", key: "ordered_throughput_ratio", goal: atLeast(0.8)},
+		{label: "concurrency limit 20, jobs of 5 s, 4 workers: utilization", v: r.LimitConcurrencyUtil, target: "≥ 0.85", key: "limit_concurrency_utilization", goal: atLeast(0.85)},
+		{label: "rate limit 10/s under backlog, 4 workers, a kill: utilization", v: r.LimitRateUtil, target: "≥ 0.95", key: "limit_rate_utilization", goal: atLeast(0.95)},
+		{label: "limit violations (50 ms samples over the concurrency, kills; 1 s windows over rate + burst)", v: r.LimitViolations, target: "0", key: "limit_violations", goal: atMost(0)},
+		{label: "no-op jobs under a global concurrency limit never reached / none", v: r.LimitThroughputRatio, target: "> 0.5 (River #1145: half)", key: "limit_throughput_ratio", goal: above(0.5)},
+		{label: "tick lag to insert p99", v: r.TickLagInsertP99MS, unit: "ms", target: "≤ 50 ms", key: "tick_lag_insert_p99_ms", goal: atMost(50)},
+		{label: "tick lag to start p99", v: r.TickLagStartP99MS, unit: "ms", target: "≤ 100 ms", key: "tick_lag_start_p99_ms", goal: atMost(100)},
+		{label: "graceful failover median", v: r.FailoverGracefulMSMedian, unit: "ms", target: "≤ 1 s", key: "failover_graceful_ms_median", goal: atMost(1000)},
+		{label: "graceful failover max", v: r.FailoverGracefulMSMax, unit: "ms", target: "≤ 1 s", key: "failover_graceful_ms_max", goal: atMost(1000)},
+		{label: "crash failover median", v: r.FailoverCrashMSMedian, unit: "ms", target: "≤ 3 s", key: "failover_crash_ms_median", goal: atMost(3000)},
+		{label: "crash failover max", v: r.FailoverCrashMSMax, unit: "ms", target: "≤ 3 s", key: "failover_crash_ms_max", goal: atMost(3000)},
+		{label: "partitioned leader demoted, max (1 s tick)", v: r.PartitionDemotionMSMax, unit: "ms", target: "≤ tick + timeout (1.33 s)", key: "partition_demotion_ms_max", goal: atMost(1330)},
+		{label: "partitioned leader to next leader, median", v: r.FailoverPartitionMSMedian, unit: "ms"},
+		{label: "partitioned leader to next leader, max", v: r.FailoverPartitionMSMax, unit: "ms", target: "≤ lease + tick + timeout (4.67 s) + 1 s", key: "failover_partition_ms_max", goal: atMost(5670)},
+		{label: "crash failover max, defaults (15 s tick)", v: r.FailoverCrashDefaultMSMax, unit: "ms", target: "≤ 21 s (tick + timeout + 1 s)", key: "failover_crash_default_ms_max", goal: atMost(21_000)},
+		{label: "primary failover to every worker back, max", v: r.PgFailoverRecoveryMS, unit: "ms", target: "measured (promotion included)"},
+		{label: "acknowledged inserts lost in the failover", v: r.PgFailoverLostInserts, target: "0", key: "pg_failover_lost_inserts", goal: atMost(0)},
+		{label: "orphan rescue p99, 100 jobs (1 s tick)", v: r.OrphanRescueMSP99, unit: "ms", target: "≤ 3 s", key: "orphan_rescue_ms_p99", goal: atMost(3000)},
+		{label: "orphan rescue max, 100 jobs (1 s tick)", v: r.OrphanRescueMSMax, unit: "ms"},
+		{label: "bounded / unbounded inserts (jobs.Inserter)", v: r.BoundedInsertRatio, target: "≥ 0.9", key: "bounded_insert_ratio", goal: atLeast(0.9)},
+		{label: "bounded / unbounded bulk (COPY)", v: r.BoundedBulkRatio, target: "≥ 0.9", key: "bounded_bulk_ratio", goal: atLeast(0.9)},
+		{label: "unbounded / no-trigger inserts", v: r.TriggerInsertRatio, target: "≥ 0.97", key: "unbounded_trigger_insert_ratio", goal: atLeast(0.97)},
+		{label: "unbounded / no-trigger bulk", v: r.TriggerBulkRatio, target: "≥ 0.97", key: "unbounded_trigger_bulk_ratio", goal: atLeast(0.97)},
+		{label: "broadcast publish to delivery p99, 3 processes", v: r.BroadcastP99MS, unit: "ms", target: "≤ 5 ms", key: "broadcast_p99_ms", goal: atMost(5)},
+		{label: "broadcast rate delivered to each of 3 processes", v: r.BroadcastMsgsPerSec, unit: "msgs/s", target: "1,000/s"},
+		{label: "lock handover p99 (16 processes)", v: r.LockHandoverP99MS, unit: "ms", target: "≤ 10 ms", key: "lock_handover_p99_ms", goal: atMost(10)},
+		{label: "lock overlaps (fencing oracle, kills)", v: r.LockOverlaps, target: "0", key: "lock_overlaps", goal: atMost(0)},
+		{label: "lock kill -9 to the lock free (its lease's expiry), max (1 s ttl)", v: r.LockKillFreeMSMax, unit: "ms", target: "≤ ttl", key: "lock_kill_free_ms_max", goal: atMost(1000)},
+		{label: "lock kill -9 to the next holder's acquisition, max", v: r.LockKillNextMSMax, unit: "ms", target: "measured"},
+		{label: "bulk enqueue --file", v: r.BulkJobsPerSec, unit: "jobs/s", target: "≥ 100,000/s", key: "bulk_jobs_per_sec", goal: atLeast(100_000)},
+		{label: "plain COPY of the same rows", v: r.BulkCopyJobsPerSec, unit: "jobs/s"},
+		{label: "bulk / COPY, from a file", v: r.BulkRatioVsCopy, target: "≥ 0.85", key: "bulk_ratio_vs_copy", goal: atLeast(0.85)},
+		{label: "bulk / COPY, from a pipe", v: r.BulkStdinRatioVsCopy, target: "≥ 0.85", key: "bulk_stdin_ratio_vs_copy", goal: atLeast(0.85)},
+		{label: "bulk peak RSS, file / pipe", text: fmt.Sprintf("%s / %s", f(r.BulkFilePeakRSSMB, "MB"), f(r.BulkStdinPeakRSSMB, "MB")), target: "bounded"},
+		{label: "worker throughput, 5M finished jobs / none", v: r.ScaleThroughputRatio5M, target: "≥ 0.8", key: "scale_throughput_ratio_5m", goal: atLeast(0.8)},
+		{label: "pickup p99, 5M finished jobs / none", v: r.ScalePickupP99Ratio5M, target: "≤ 1.5", key: "scale_pickup_p99_ratio_5m", goal: atMost(1.5)},
+		{label: "pickup p99 drift over 10 minutes at half the maximum, last / first minute", v: r.SustainedP99Drift, target: "≤ 1.5", key: "sustained_p99_drift", goal: atMost(1.5)},
+		{label: "those 10 minutes: the maximum, half of it asked, inserted", text: fmt.Sprintf("%s, %s, %s", f(r.SustainedMaxJobsPerSec, "/s"), f(r.SustainedRate, "/s"), f(r.SustainedInsertedPerSec, "/s"))},
+		{label: "river_job after those 10 minutes: dead tuples, size", text: fmt.Sprintf("%s, %s", f(r.SustainedDeadTuples, ""), f(r.SustainedTableMB, "MB"))},
+		{label: "vacuumed by (the bench stands in for a server's autovacuum that is off), the bench's vacuums", text: fmt.Sprintf("%s, %s", r.SustainedAutovacuum, f(r.SustainedVacuums, ""))},
+		{label: "slowest enqueue/console count, 5M finished jobs", v: r.ConsoleCountsMS5M, unit: "ms", target: "≤ 100 ms", key: "console_counts_ms_5m", goal: atMost(100)},
+		{label: "slowest River UI count, 5M finished jobs", v: r.RiverUICountsMS5M, unit: "ms"},
+		{label: "/metrics scrape, 5M finished jobs: first (finished counts) / later", text: fmt.Sprintf("%s / %s", f(r.MetricsFirstScrapeMS5M, "ms"), f(r.MetricsScrapeMS5M, "ms"))},
+		{label: "worker peak RSS", v: r.WorkerPeakRSSMB, unit: "MB"},
+		{label: "worker jobs/s without / with every job traced (best round of each)", text: fmt.Sprintf("%s / %s", f(r.OtelOffJobsPerSec, "/s"), f(r.OtelOnJobsPerSec, "/s"))},
+		{label: "worker ratio traced / not", v: r.OtelWorkerRatio, target: "≥ 0.95", key: "otel_worker_ratio", goal: atLeast(0.95)},
+		{label: "a writer service's modules (River alone)", v: r.LeanModules, text: f(r.LeanModules, "") + " (" + f(r.LeanRiverModules, "") + ")", target: "≤ 40", key: "lean_modules", goal: atMost(40)},
+		{label: "a writer service's binary / River alone", v: r.LeanBinaryRatio, target: "≤ 1.1", key: "lean_binary_ratio", goal: atMost(1.1)},
 	}
 }
 
