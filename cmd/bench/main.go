@@ -1,6 +1,8 @@
 // Command bench is ferry's bench harness. -mode all (go tool task bench) and
-// -mode quick measure every figure side by side in one run and write
-// bench/results.json; the other modes measure one thing. -mode sweep
+// -mode quick measure every figure side by side in one run, write
+// bench/results.json (with the keys of the targets missed in
+// targets_missed) and print a table with each target's verdict; the other
+// modes measure one thing. -mode sweep
 // measures River worker settings on this machine: pickup latency (insert to
 // start) for jobs inserted at a steady rate by a separate client, and
 // throughput from a backlog. ferry's fetch defaults (README, "Tuning") rest
