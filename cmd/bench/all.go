@@ -497,9 +497,9 @@ func (g goal) met(v float64) bool {
 	return v > g.limit
 }
 
-// format prints a figure: a count or a ratio (no unit) to three decimals,
-// so that 0.943 against a target of 0.97 does not read 0.9, and a count
-// whole; a figure with a unit to one.
+// format prints a figure: one without a unit (a ratio, a count) to three
+// decimals, so that 0.943 against a target of 0.97 does not read 0.9, or
+// whole when it is whole; one with a unit to one decimal.
 func format(v *float64, unit string) string {
 	switch {
 	case v == nil:
@@ -512,17 +512,38 @@ func format(v *float64, unit string) string {
 	return strconv.FormatFloat(*v, 'f', 3, 64)
 }
 
+// The verdicts of a row with a goal.
+const (
+	verdictMet        = "met"
+	verdictMissed     = "MISSED"
+	verdictUnmeasured = "not measured"
+)
+
+// verdict is the row's verdict on its goal, "" for a row without one.
+func (row tableRow) verdict() string {
+	switch {
+	case row.goal == nil:
+		return ""
+	case row.v == nil:
+		return verdictUnmeasured
+	case row.goal.met(*row.v):
+		return verdictMet
+	}
+	return verdictMissed
+}
+
 // checkTargets reads every row with a goal: the keys of the figures that
 // missed it, and of those without a figure (a step a quick run leaves
-// out, or one that failed: its note says why).
+// out, or one that failed: its note says why). Both are empty, not nil,
+// when there is none, so that the file says [] rather than null.
 func checkTargets(rows []tableRow) (missed, unmeasured []string) {
+	missed, unmeasured = []string{}, []string{}
 	for _, row := range rows {
-		switch {
-		case row.goal == nil:
-		case row.v == nil:
-			unmeasured = append(unmeasured, row.key)
-		case !row.goal.met(*row.v):
+		switch row.verdict() {
+		case verdictMissed:
 			missed = append(missed, row.key)
+		case verdictUnmeasured:
+			unmeasured = append(unmeasured, row.key)
 		}
 	}
 	return missed, unmeasured
@@ -535,18 +556,11 @@ func printTable(rows []tableRow, notes map[string]string, quick bool) {
 	fmt.Fprintf(tw, "figure\tvalue\ttarget\t\n")
 	met := 0
 	for _, row := range rows {
-		value := cmp.Or(row.text, format(row.v, row.unit))
-		verdict := ""
-		switch {
-		case row.goal == nil:
-		case row.v == nil:
-			verdict = "not measured"
-		case row.goal.met(*row.v):
-			verdict, met = "met", met+1
-		default:
-			verdict = "MISSED"
+		v := row.verdict()
+		if v == verdictMet {
+			met++
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", row.label, value, row.target, verdict)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", row.label, cmp.Or(row.text, format(row.v, row.unit)), row.target, v)
 	}
 	_ = tw.Flush()
 	missed, unmeasured := checkTargets(rows)

@@ -71,6 +71,13 @@ func TestCheckTargets(t *testing.T) {
 	missed, unmeasured := checkTargets(rows)
 	require.Equal(t, []string{"over", "under", "not_above"}, missed)
 	require.Equal(t, []string{"absent"}, unmeasured)
+	require.Equal(t, []string{verdictMet, verdictMissed, verdictMissed, verdictMissed, verdictUnmeasured, ""},
+		[]string{rows[0].verdict(), rows[1].verdict(), rows[2].verdict(), rows[3].verdict(), rows[4].verdict(), rows[5].verdict()})
+
+	missed, unmeasured = checkTargets(rows[:1])
+	require.NotNil(t, missed, "no target missed: [] in the file, not null")
+	require.NotNil(t, unmeasured)
+	require.Empty(t, missed)
 
 	require.Equal(t, "0.943", format(ptr(0.943), ""), "a ratio is printed to three decimals")
 	require.Equal(t, "0", format(ptr(0), ""), "a count is printed whole")
