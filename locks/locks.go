@@ -297,11 +297,20 @@ func scanHolders(rows pgx.Rows) ([]Holder, error) {
 // the lock is free, the wait runs out or ctx ends. A try follows each
 // notification for name, the holder's expiry (sent expiryLead before it,
 // the database waits for it), and every PollInterval.
-func (c *Client) wait(ctx context.Context, name string, ttl, wait time.Duration) (*Lock, error) {
+func (c *Client) wait(ctx context.Context, name string, ttl, wait time.Duration) (_ *Lock, err error) {
+	var last *Holder // the holder the last attempt saw
 	if wait > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, wait, errWaitOver)
 		defer cancel()
+		// Whatever step the wait ran out in (taking a connection, LISTEN,
+		// an attempt, the sleep between two), the error is waitOver's:
+		// the last holder seen, or the lock's name and why none was.
+		defer func() {
+			if err != nil && errors.Is(context.Cause(ctx), errWaitOver) {
+				err = waitOver(name, last)
+			}
+		}()
 	}
 	conn, err := c.pool.Acquire(ctx)
 	if err != nil {
@@ -319,17 +328,11 @@ func (c *Client) wait(ctx context.Context, name string, ttl, wait time.Duration)
 	if _, err := conn.Exec(ctx, "LISTEN "+Channel); err != nil {
 		return nil, translate(ctx, "listen for releases of "+name, err)
 	}
-	var (
-		last     *Holder
-		atExpiry bool // the next try waits in the database for the expiry
-	)
+	atExpiry := false // the next try waits in the database for the expiry
 	for {
 		start := time.Now() // the lock's deadline counts from here
 		token, held, err := c.try(ctx, conn, name, ttl, atExpiry)
 		if err != nil {
-			if errors.Is(context.Cause(ctx), errWaitOver) {
-				return nil, waitOver(name, last)
-			}
 			return nil, err
 		}
 		if held == nil {
@@ -357,9 +360,6 @@ func (c *Client) wait(ctx context.Context, name string, ttl, wait time.Duration)
 			atExpiry = false
 		}
 		if err != nil {
-			if errors.Is(context.Cause(ctx), errWaitOver) {
-				return nil, waitOver(name, last)
-			}
 			if ctx.Err() != nil {
 				return nil, context.Cause(ctx)
 			}
@@ -371,7 +371,7 @@ func (c *Client) wait(ctx context.Context, name string, ttl, wait time.Duration)
 // waitOver is Acquire's error when its wait ran out: the last holder it
 // saw, or, when no attempt saw one, ErrNotAcquired saying why that can be
 // (the free lock's row stayed locked while try backed off, or the wait was
-// shorter than the first attempt).
+// shorter than the first attempt, or than taking a connection for it).
 func waitOver(name string, last *Holder) error {
 	if last != nil {
 		return &HeldError{Holder: *last}

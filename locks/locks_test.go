@@ -441,6 +441,24 @@ func TestClient_Acquire_WaitRunsOutOnALockedRow(t *testing.T) {
 	require.EqualValues(t, 1, token, "not taken")
 }
 
+// TestClient_Acquire_WaitRunsOutBeforeAnAttempt: a wait that runs out
+// before its first attempt (here before it has a connection; on a loaded
+// machine, a short wait) ends in the same ErrNotAcquired as one whose
+// attempts saw no holder, naming the lock, and takes nothing.
+func TestClient_Acquire_WaitRunsOutBeforeAnAttempt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	_, err := b.b.Acquire(ctx, "report", locks.Options{TTL: time.Minute, Wait: time.Nanosecond})
+	require.ErrorIs(t, err, locks.ErrNotAcquired)
+	var held *locks.HeldError
+	require.False(t, errors.As(err, &held), "no holder to name: %v", err)
+	require.Contains(t, err.Error(), "report: the wait ran out before any attempt saw a live holder")
+	var n int
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM ferry_lock WHERE name = 'report'`).Scan(&n))
+	require.Zero(t, n, "not taken")
+}
+
 // TestClient_Acquire_HeldLockIsOnlyRead: an attempt on a held lock locks
 // nothing, so it neither waits for the holder's fenced transaction nor
 // makes the holder's fences and release wait for it.

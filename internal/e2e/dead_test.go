@@ -81,8 +81,9 @@ func TestJobs_CancelRunning(t *testing.T) {
 	pool := pgtest.PoolFor(t, url)
 
 	// The leader works queue slow; its rescuer passes once at start, then
-	// every hour: a worker killed later stays lost, its job running.
-	live := startWorker(t, url, nil, "--queues", "slow=1", "--leader-tick", "1h", "--job-timeout", "2h")
+	// every hour (--rescue-interval: the rescuer keeps its own pace, not the
+	// leader tick's): a worker killed later stays lost, its job running.
+	live := startWorker(t, url, nil, "--queues", "slow=1", "--leader-tick", "1h", "--rescue-interval", "1h", "--job-timeout", "2h")
 	_, err := live.WaitForLineFunc(startTimeout, logtest.Logged("election: runnables started"))
 	require.NoError(t, err)
 	kept := enqueueID(t, url, "ferry.noop", "--args", `{"sleep":"1h"}`, "--queue", "slow")
