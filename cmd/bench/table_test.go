@@ -59,14 +59,13 @@ func TestTableRows_KeysNameTheirFigures(t *testing.T) {
 // The verdicts: a figure past its bound is missed, one on it met, and a
 // target without a figure is reported, never taken as met.
 func TestCheckTargets(t *testing.T) {
-	three := 3.0
 	rows := []tableRow{
 		{label: "p99", v: ptr(10), unit: "ms", target: "≤ 10 ms", key: "on_the_bound", goal: atMost(10)},
 		{label: "p99", v: ptr(10.01), unit: "ms", target: "≤ 10 ms", key: "over", goal: atMost(10)},
 		{label: "ratio", v: ptr(0.943), target: "≥ 0.97", key: "under", goal: atLeast(0.97)},
 		{label: "ratio", v: ptr(0.5), target: "> 0.5", key: "not_above", goal: above(0.5)},
 		{label: "ratio", v: nil, target: "≥ 0.8", key: "absent", goal: atLeast(0.8)},
-		{label: "measured", v: &three, target: "measured"},
+		{label: "measured", v: ptr(3), target: "measured"},
 	}
 	missed, unmeasured := checkTargets(rows)
 	require.Equal(t, []string{"over", "under", "not_above"}, missed)
