@@ -148,14 +148,19 @@ func prepareVariant(ctx context.Context, pool *pgxpool.Pool, v boundVariant, n, 
 // of n/slices that the variants take in turns (run(i, k) does k jobs of
 // variant i and says how long they took). Each slice lasts a fraction of a
 // second, so a slow spell of this shared machine, which lasts seconds,
-// falls on every variant alike; and the variant that goes first turns
-// with the round, so that none always runs in the wake of the others'
-// writes (a checkpoint, autovacuum).
+// falls on every variant alike; and the order of the turns changes with
+// every slice (turnOrder), so that no variant always runs in the wake of
+// the same other's writes (its commits' WAL, the dirty buffers it leaves
+// to be written).
+//
+// It first turned the variants in one cycle, starting with the next one
+// each round: the unbounded variant then always followed the one without
+// triggers, and the bounded one the unbounded, so that an effect of the
+// order would have been read as the triggers' cost or the bound's.
 func takeTurns(variants, n, slices, round int, run func(i, k int) (time.Duration, error)) ([]float64, error) {
 	took := make([]time.Duration, variants)
 	for s := range slices {
-		for j := range variants {
-			i := (j + round) % variants
+		for _, i := range turnOrder(variants, round*slices+s) {
 			d, err := run(i, n*(s+1)/slices-n*s/slices)
 			if err != nil {
 				return nil, err
@@ -168,6 +173,33 @@ func takeTurns(variants, n, slices, round int, run func(i, k int) (time.Duration
 		rates[i] = float64(n) / d.Seconds()
 	}
 	return rates, nil
+}
+
+// turnOrder is the order in which variants take their turns in slice k
+// of a run: the variants' permutations in turn, so that over any
+// variants! consecutive slices each variant goes first as often as any
+// other and follows each other variant as often as any other.
+func turnOrder(variants, k int) []int {
+	perms := permutations(variants)
+	return perms[k%len(perms)]
+}
+
+// permutations lists the orders of 0 … n-1, n! of them.
+func permutations(n int) [][]int {
+	if n == 0 {
+		return [][]int{{}}
+	}
+	var out [][]int
+	for _, p := range permutations(n - 1) {
+		for at := range n {
+			q := make([]int, 0, n)
+			q = append(q, p[:at]...)
+			q = append(q, n-1)
+			q = append(q, p[at:]...)
+			out = append(out, q)
+		}
+	}
+	return out
 }
 
 // insertAndBulkRates measures, for each pool and its inserter, n inserts
