@@ -19,7 +19,8 @@ import (
 // its context ends; on a database it cannot reach it returns the error.
 func TestCleaner(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.PoolFor(t, pgtest.NewDatabase(t, true))
+	url := pgtest.NewDatabase(t, true)
+	pool := pgtest.PoolFor(t, url)
 	ctx := t.Context()
 	_, err := pool.Exec(ctx, `
 		INSERT INTO ferry_seal_run (run_id, job_id, claimed_at, due) VALUES
@@ -53,7 +54,7 @@ func TestCleaner(t *testing.T) {
 		t.Fatal("the cleaner did not return when its context ended")
 	}
 
-	closed := pgtest.PoolFor(t, pgtest.URL(t))
+	closed := pgtest.PoolFor(t, url)
 	closed.Close()
 	require.ErrorContains(t, seal.Cleaner(closed, time.Hour, rec.Logger())(ctx), "ferry: seal: delete expired claims")
 }
