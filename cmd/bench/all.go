@@ -457,7 +457,7 @@ func runAll(ctx context.Context, serverURL, path string, quick bool) error {
 	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
 		return err
 	}
-	printTable(rows, res.Notes, quick)
+	printTable(rows, res.TargetsMissed, res.TargetsUnmeasured, res.Notes, quick)
 	fmt.Fprintf(os.Stderr, "bench: wrote %s\n", path)
 	return nil
 }
@@ -550,8 +550,9 @@ func checkTargets(rows []tableRow) (missed, unmeasured []string) {
 }
 
 // printTable prints rows, each target's verdict (met, MISSED, or not
-// measured), a line that counts them, and the run's notes.
-func printTable(rows []tableRow, notes map[string]string, quick bool) {
+// measured), a line that counts them with the keys checkTargets found
+// missed and unmeasured, and the run's notes.
+func printTable(rows []tableRow, missed, unmeasured []string, notes map[string]string, quick bool) {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "figure\tvalue\ttarget\t\n")
 	met := 0
@@ -563,7 +564,6 @@ func printTable(rows []tableRow, notes map[string]string, quick bool) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", row.label, cmp.Or(row.text, format(row.v, row.unit)), row.target, v)
 	}
 	_ = tw.Flush()
-	missed, unmeasured := checkTargets(rows)
 	fmt.Printf("targets: %d met, %d missed %v, %d not measured %v\n", met, len(missed), missed, len(unmeasured), unmeasured)
 	if quick {
 		fmt.Println("targets: the targets are the full run's (go tool task bench); a quick run's smaller samples and fewer rounds move its ratios further")
