@@ -45,8 +45,8 @@ type sizes struct {
 	defTrials    int           // crash failover trials at the default settings (0: none)
 	orphans      int           // orphan rescue trials (1 s tick, 100 jobs)
 	bulk         int           // lines for enqueue bulk
-	rounds       int           // paired rounds of the sealed and bounded ratios
-	pairRounds   int           // paired rounds against River (at ferry's settings and at its best) and through PgBouncer
+	rounds       int           // paired rounds of the sealed, bounded and otel ratios, and against River at its best
+	pairRounds   int           // paired rounds against River at ferry's settings and through PgBouncer
 	locks        int           // lock acquisitions of the fencing oracle
 	lockKills    int           // kill -9 of the lock's holder, and as many pg_terminate_backend
 	relayBatches []int         // the relay batch sizes measured
@@ -59,8 +59,8 @@ var (
 	// counts, pickup-sweep and default-tick failover ones) in under three
 	// minutes on a 2-core machine (total_seconds): one trial of each
 	// failover at a 1 s tick, three rounds of each ratio (two against River
-	// at ferry's settings and at its best, and through PgBouncer), the relay
-	// at its default batch and the largest.
+	// at ferry's settings and through PgBouncer), the relay at its default
+	// batch and the largest.
 	quickSizes = sizes{backlog: 20_000, latencyDur: 3 * time.Second, relay: 10_000, outboxDur: 3 * time.Second, tickDur: 4 * time.Second,
 		trials: 1, defTrials: 0, orphans: 2, bulk: 50_000, rounds: 3, pairRounds: 2, locks: 600, lockKills: 2,
 		relayBatches: []int{outbox.DefaultBatchSize, 5000}}
@@ -234,7 +234,7 @@ func runAll(ctx context.Context, serverURL, path string, quick bool) error {
 		res.WorkerRatioRounds = p.Ratios
 	}
 	step("worker throughput, bare River at River's own bench settings against ferry's defaults, paired rounds")
-	if p, err := riverBestRatio(ctx, serverURL, sz.backlog, sz.pairRounds); err != nil {
+	if p, err := riverBestRatio(ctx, serverURL, sz.backlog, sz.rounds); err != nil {
 		note("worker_river_best", err)
 	} else {
 		res.RiverBestJobsPerSec, res.FerryDefaultJobsPerSec, res.WorkerRatioVsRiverBest = ptr(p.Base), ptr(p.Other), ptr(p.Ratio())

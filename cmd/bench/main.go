@@ -274,13 +274,13 @@ func main() {
 		_ = json.NewEncoder(os.Stdout).Encode(r)
 		return
 	case "riverbest":
-		p, err := riverBestRatio(ctx, *url, *backlog, 3)
+		p, err := riverBestRatio(ctx, *url, *backlog, fullSizes.rounds)
 		if err != nil {
 			log.Fatalf("bench: riverbest: %v", redact.Postgres(err.Error()))
 		}
 		ratio := p.Ratio()
-		fmt.Fprintf(os.Stderr, "backlog of %d no-op jobs, 3 paired rounds: bare River at its bench settings (%d workers, %s cooldown, %s poll) best %.0f/s; ferry at its defaults (%s) best %.0f/s; median ratio %.3f of %.3f\n",
-			*backlog, riverBestWorkers, riverBestCooldown, riverBestPoll, p.Base, ferry.DefaultQueues, p.Other, ratio, p.Ratios)
+		fmt.Fprintf(os.Stderr, "backlog of %d no-op jobs, %d paired rounds: bare River at its bench settings (%d workers, %s cooldown, %s poll) best %.0f/s; ferry at its defaults (%s) best %.0f/s; median ratio %.3f of %.3f\n",
+			*backlog, len(p.Ratios), riverBestWorkers, riverBestCooldown, riverBestPoll, p.Base, ferry.DefaultQueues, p.Other, ratio, p.Ratios)
 		_ = json.NewEncoder(os.Stdout).Encode(map[string]any{"river_best_jobs_per_sec": p.Base, "ferry_default_jobs_per_sec": p.Other,
 			"worker_ratio_vs_river_best": ratio, "worker_ratio_vs_river_best_rounds": p.Ratios})
 		return
