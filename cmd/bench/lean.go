@@ -122,7 +122,22 @@ func leanConsumers(ctx context.Context) (leanResult, error) {
 	// Every ferry module from this checkout, as a service would get them
 	// from the module proxy: the writer packages are modules of their own
 	// (jobs, outbox, ...), each requiring only the ferry modules it needs.
-	ferryMods, err := goCmd(ctx, root, "list", "-m", "-f", "{{.Path}} {{with .Replace}}{{.Path}}{{end}}", "all")
+	// go list -m all reads the go.mod of every module in the graph and
+	// adds their sums to go.sum, which go mod tidy then takes out again:
+	// it reads copies of the checkout's go.mod and go.sum (-modfile, whose
+	// go.sum is the one beside it), so the run leaves the checkout as it
+	// found it.
+	modfile := filepath.Join(tmp, "root.mod")
+	for _, f := range [][2]string{{"go.mod", modfile}, {"go.sum", filepath.Join(tmp, "root.sum")}} {
+		b, err := os.ReadFile(filepath.Join(root, f[0]))
+		if err == nil {
+			err = os.WriteFile(f[1], b, 0o644)
+		}
+		if err != nil {
+			return leanResult{}, err
+		}
+	}
+	ferryMods, err := goCmd(ctx, root, "list", "-modfile="+modfile, "-m", "-f", "{{.Path}} {{with .Replace}}{{.Path}}{{end}}", "all")
 	if err != nil {
 		return leanResult{}, err
 	}
