@@ -123,10 +123,10 @@ func leanConsumers(ctx context.Context) (leanResult, error) {
 	// from the module proxy: the writer packages are modules of their own
 	// (jobs, outbox, ...), each requiring only the ferry modules it needs.
 	// go list -m all reads the go.mod of every module in the graph and
-	// adds their sums to go.sum, which go mod tidy then takes out again:
-	// it reads copies of the checkout's go.mod and go.sum (-modfile, whose
-	// go.sum is the one beside it), so the run leaves the checkout as it
-	// found it.
+	// adds their sums to go.sum, which go mod tidy then takes out again,
+	// so this list reads copies of the checkout's go.mod and go.sum
+	// (-modfile: the go.sum beside the copy) and the run leaves the
+	// checkout as it found it.
 	modfile := filepath.Join(tmp, "root.mod")
 	for _, f := range [][2]string{{"go.mod", modfile}, {"go.sum", filepath.Join(tmp, "root.sum")}} {
 		b, err := os.ReadFile(filepath.Join(root, f[0]))
