@@ -122,22 +122,7 @@ func leanConsumers(ctx context.Context) (leanResult, error) {
 	// Every ferry module from this checkout, as a service would get them
 	// from the module proxy: the writer packages are modules of their own
 	// (jobs, outbox, ...), each requiring only the ferry modules it needs.
-	// go list -m all reads the go.mod of every module in the graph and
-	// adds their sums to go.sum, which go mod tidy then takes out again,
-	// so this list reads copies of the checkout's go.mod and go.sum
-	// (-modfile: the go.sum beside the copy) and the run leaves the
-	// checkout as it found it.
-	modfile := filepath.Join(tmp, "root.mod")
-	for _, f := range [][2]string{{"go.mod", modfile}, {"go.sum", filepath.Join(tmp, "root.sum")}} {
-		b, err := os.ReadFile(filepath.Join(root, f[0]))
-		if err == nil {
-			err = os.WriteFile(f[1], b, 0o644)
-		}
-		if err != nil {
-			return leanResult{}, err
-		}
-	}
-	ferryMods, err := goCmd(ctx, root, "list", "-modfile="+modfile, "-m", "-f", "{{.Path}} {{with .Replace}}{{.Path}}{{end}}", "all")
+	ferryMods, err := goCmd(ctx, root, "list", "-m", "-f", "{{.Path}} {{with .Replace}}{{.Path}}{{end}}", "all")
 	if err != nil {
 		return leanResult{}, err
 	}
@@ -201,11 +186,15 @@ func leanBuild(ctx context.Context, dir, goMod, source string) (modules int, mb 
 }
 
 // goCmd runs the go command in dir (the current directory when empty),
-// outside any workspace, and returns its trimmed standard output.
+// outside any workspace, and returns its trimmed standard output. It
+// never changes a go.mod or go.sum but by go mod tidy (-mod=readonly,
+// over a GOFLAGS of the caller's): under -mod=mod, go list -m all on the
+// checkout added the sums of every module in its graph to go.sum, which
+// go mod tidy then took out again.
 func goCmd(ctx context.Context, dir string, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=readonly")
 	out, err := cmd.Output()
 	if err != nil {
 		stderr := ""
