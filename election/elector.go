@@ -103,11 +103,16 @@ type Config struct {
 	Registerer prometheus.Registerer
 }
 
+// DefaultTickTimeout is the tick timeout of an elector whose TickTimeout is
+// unset: a third of tick, at most 5 s. A partitioned leader demotes within
+// tick plus this timeout of the partition's start.
+func DefaultTickTimeout(tick time.Duration) time.Duration { return min(tick/3, 5*time.Second) }
+
 func (c Config) withDefaults() Config {
 	c.Key = cmp.Or(c.Key, KeyElection)
 	c.Tick = cmp.Or(c.Tick, DefaultTick)
 	if c.TickTimeout == 0 {
-		c.TickTimeout = min(c.Tick/3, 5*time.Second)
+		c.TickTimeout = DefaultTickTimeout(c.Tick)
 	}
 	c.Probe = cmp.Or(c.Probe, DefaultProbe)
 	if c.Logger == nil {

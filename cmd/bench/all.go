@@ -321,7 +321,7 @@ func runAll(ctx context.Context, serverURL, path string, quick bool) error {
 		res.TickLagInsertP99MS, res.TickLagStartP99MS = ptr(r.InsertP99MS), ptr(r.StartP99MS)
 	}
 	step("failover")
-	if r, err := failover(ctx, serverURL, failoverPlan{graceful: sz.trials, crash: sz.trials, demotion: sz.trials, partition: sz.trials, tick: time.Second}); err != nil {
+	if r, err := failover(ctx, serverURL, failoverPlan{graceful: sz.trials, crash: sz.trials, demotion: sz.trials, partition: sz.trials, tick: failoverTick}); err != nil {
 		note("failover", err)
 	} else {
 		res.FailoverGracefulMSMedian, res.FailoverGracefulMSMax = ptr(r.GracefulMedianMS), ptr(r.GracefulMaxMS)
@@ -611,9 +611,9 @@ func tableRows(r results) []tableRow {
 		{label: "graceful failover max", v: r.FailoverGracefulMSMax, unit: "ms", target: "≤ 1 s", key: "failover_graceful_ms_max", goal: atMost(1000)},
 		{label: "crash failover median", v: r.FailoverCrashMSMedian, unit: "ms", target: "≤ 3 s", key: "failover_crash_ms_median", goal: atMost(3000)},
 		{label: "crash failover max", v: r.FailoverCrashMSMax, unit: "ms", target: "≤ 3 s", key: "failover_crash_ms_max", goal: atMost(3000)},
-		{label: "partitioned leader demoted, max (1 s tick)", v: r.PartitionDemotionMSMax, unit: "ms", target: "≤ tick + timeout (1.33 s)", key: "partition_demotion_ms_max", goal: atMost(1330)},
+		{label: "partitioned leader demoted, max (1 s tick)", v: r.PartitionDemotionMSMax, unit: "ms", target: "≤ tick + timeout (1.33 s)", key: "partition_demotion_ms_max", goal: atMost(ms(demotionBound))},
 		{label: "partitioned leader to next leader, median", v: r.FailoverPartitionMSMedian, unit: "ms"},
-		{label: "partitioned leader to next leader, max", v: r.FailoverPartitionMSMax, unit: "ms", target: "≤ lease + tick + timeout (4.67 s) + 1 s", key: "failover_partition_ms_max", goal: atMost(5670)},
+		{label: "partitioned leader to next leader, max", v: r.FailoverPartitionMSMax, unit: "ms", target: "≤ lease + tick + timeout (4.67 s) + 1 s", key: "failover_partition_ms_max", goal: atMost(ms(lease(failoverTick) + demotionBound + time.Second))},
 		{label: "crash failover max, defaults (15 s tick)", v: r.FailoverCrashDefaultMSMax, unit: "ms", target: "≤ 21 s (tick + timeout + 1 s)", key: "failover_crash_default_ms_max", goal: atMost(21_000)},
 		{label: "primary failover to every worker back, max", v: r.PgFailoverRecoveryMS, unit: "ms", target: "measured (promotion included)"},
 		{label: "acknowledged inserts lost in the failover", v: r.PgFailoverLostInserts, target: "0", key: "pg_failover_lost_inserts", goal: atMost(0)},

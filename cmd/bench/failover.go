@@ -27,6 +27,24 @@ import (
 // starting once the server's lease freed the lock), and overlaps (a new
 // leader's runnables starting before the old one's stopped, or two lock
 // holders seen by the 50 ms sampler).
+// failoverTick is the leader tick of the full run's failover step.
+const failoverTick = time.Second
+
+// demotionBound is what the failover step's partitioned leader may take
+// to demote itself: a tick and the elector's default tick timeout (a
+// third of it), 1,333.3 ms at failoverTick. A leader partitioned just
+// after a passing check finds out a tick later, when that check times
+// out.
+var demotionBound = failoverTick + election.DefaultTickTimeout(failoverTick)
+
+// ms is d in milliseconds, to the microsecond.
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// lease is how long the server keeps a partitioned holder's silent
+// session at a leader tick of tick (the elector's idle_session_timeout):
+// three ticks and the default tick timeout.
+func lease(tick time.Duration) time.Duration { return 3*tick + election.DefaultTickTimeout(tick) }
+
 type failoverResult struct {
 	Trials     int       `json:"trials"`
 	TickMS     int64     `json:"tick_ms"`
@@ -179,7 +197,6 @@ func failover(ctx context.Context, serverURL string, plan failoverPlan) (failove
 		standby = p
 		return err
 	}
-	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	// A random phase against the tick timers (at most a second: standbys
 	// try the lock every 250 ms at most, so the probe's phase does not
 	// matter).
@@ -258,7 +275,6 @@ func failover(ctx context.Context, serverURL string, plan failoverPlan) (failove
 	// tries the lock every 250 ms at most, takes it and defers a tick and
 	// its timeout, since
 	// its predecessor did not resign.
-	lease := 3*tick + min(tick/3, 5*time.Second)
 	for range plan.partition {
 		phase()
 		px := f.proxies[leader.Pid()]
@@ -268,7 +284,7 @@ func failover(ctx context.Context, serverURL string, plan failoverPlan) (failove
 		m := f.Mark()
 		t0 := time.Now()
 		px.Partition()
-		started, err := f.await(m, "election: runnables started", standby, lease+wait)
+		started, err := f.await(m, "election: runnables started", standby, lease(tick)+wait)
 		if err != nil {
 			px.Heal()
 			return res, fmt.Errorf("partition: %w", err)

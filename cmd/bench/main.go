@@ -529,7 +529,6 @@ func latency(ctx context.Context, serverURL string, s setting, rate int, dur tim
 	}
 	lats := slices.Clone(w.lats)
 	slices.Sort(lats)
-	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	return result{setting: s, Mode: "latency", Jobs: n, P50MS: ms(lats[len(lats)/2]), P99MS: ms(lats[len(lats)*99/100]), MaxMS: ms(lats[len(lats)-1])}, nil
 }
 

@@ -83,3 +83,26 @@ func TestCheckTargets(t *testing.T) {
 	require.Equal(t, "25.3 ms", format(ptr(25.266), "ms"))
 	require.Equal(t, "null", format(nil, "ms"))
 }
+
+// The failover targets are figured from the tick and the elector's own
+// default timeout, not rounded by hand: the partitioned leader may take a
+// tick and its timeout (1,333.3 ms at a 1 s tick) to demote itself, and
+// its successor the lease, a tick and the timeout, and a second more.
+func TestFailoverTargets(t *testing.T) {
+	goal := func(key string) func(float64) bool {
+		for _, row := range tableRows(results{}) {
+			if row.key == key {
+				return row.goal.met
+			}
+		}
+		t.Fatalf("no row checks %s", key)
+		return nil
+	}
+	demotion := goal("partition_demotion_ms_max")
+	require.True(t, demotion(1333.333), "a tick and its timeout is met")
+	require.True(t, demotion(1330.7))
+	require.False(t, demotion(1333.4))
+	successor := goal("failover_partition_ms_max")
+	require.True(t, successor(5666.666))
+	require.False(t, successor(5666.7))
+}
