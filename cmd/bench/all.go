@@ -45,7 +45,7 @@ type sizes struct {
 	defTrials    int           // crash failover trials at the default settings (0: none)
 	orphans      int           // orphan rescue trials (1 s tick, 100 jobs)
 	bulk         int           // lines for enqueue bulk
-	rounds       int           // paired rounds of the sealed, bounded and otel ratios, and against River at its best
+	rounds       int           // paired rounds of the sealed, bounded and otel ratios, against River at its best, and of bulk against COPY
 	pairRounds   int           // paired rounds against River at ferry's settings and through PgBouncer
 	locks        int           // lock acquisitions of the fencing oracle
 	lockKills    int           // kill -9 of the lock's holder, and as many pg_terminate_backend
@@ -172,12 +172,14 @@ type results struct {
 	// figures (serverSettings): without autovacuum, say, river_job keeps
 	// every dead row of a long run.
 	Server map[string]string `json:"server"`
-	// The paired rounds' own ratios, in the order they ran, of the four
+	// The paired rounds' own ratios, in the order they ran, of the six
 	// ratios that are their median.
 	WorkerRatioRounds            []float64 `json:"worker_ratio_rounds,omitempty"`
 	WorkerRatioVsRiverBestRounds []float64 `json:"worker_ratio_vs_river_best_rounds,omitempty"`
 	OtelWorkerRatioRounds        []float64 `json:"otel_worker_ratio_rounds,omitempty"`
 	SealedWorkerRatioRounds      []float64 `json:"sealed_worker_ratio_rounds,omitempty"`
+	BulkRatioVsCopyRounds        []float64 `json:"bulk_ratio_vs_copy_rounds,omitempty"`
+	BulkStdinRatioVsCopyRounds   []float64 `json:"bulk_stdin_ratio_vs_copy_rounds,omitempty"`
 	// TargetsMissed are the keys of the figures that missed their targets
 	// in this run, and TargetsUnmeasured those of the figures with a target
 	// that the run has not (a quick run leaves steps out; a step that
@@ -388,11 +390,12 @@ func runAll(ctx context.Context, serverURL, path string, quick bool) error {
 		}
 	}
 	step("bulk enqueue against a plain COPY")
-	if r, err := bulkVsCopy(ctx, serverURL, sz.bulk, 3); err != nil {
+	if r, err := bulkVsCopy(ctx, serverURL, sz.bulk, sz.rounds); err != nil {
 		note("bulk", err)
 	} else {
 		res.BulkJobsPerSec, res.BulkCopyJobsPerSec = ptr(r.FileJobsPerSec), ptr(r.CopyJobsPerSec)
 		res.BulkRatioVsCopy, res.BulkStdinRatioVsCopy = ptr(r.FileRatio), ptr(r.StdinRatio)
+		res.BulkRatioVsCopyRounds, res.BulkStdinRatioVsCopyRounds = r.FileRatioRounds, r.StdinRatioRounds
 		res.BulkFilePeakRSSMB, res.BulkStdinPeakRSSMB = ptr(r.FilePeakRSSMB), ptr(r.StdinPeakRSSMB)
 	}
 	if !quick {

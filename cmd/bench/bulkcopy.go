@@ -29,9 +29,12 @@ type bulkCopyResult struct {
 	CopyJobsPerSec  float64 `json:"bulk_copy_reference_jobs_per_sec"`
 	FileJobsPerSec  float64 `json:"bulk_file_jobs_per_sec"`
 	StdinJobsPerSec float64 `json:"bulk_stdin_jobs_per_sec"`
-	// The ratios are the medians of each round's (bulk / COPY).
-	FileRatio  float64 `json:"bulk_ratio_vs_copy"`
-	StdinRatio float64 `json:"bulk_stdin_ratio_vs_copy"`
+	// The ratios are the medians of each round's (bulk / COPY); the
+	// rounds' own, in the order they ran, are beside them.
+	FileRatio        float64   `json:"bulk_ratio_vs_copy"`
+	StdinRatio       float64   `json:"bulk_stdin_ratio_vs_copy"`
+	FileRatioRounds  []float64 `json:"bulk_ratio_vs_copy_rounds"`
+	StdinRatioRounds []float64 `json:"bulk_stdin_ratio_vs_copy_rounds"`
 	// Peak resident set of the enqueue process (VmHWM), the most of any
 	// round.
 	FilePeakRSSMB  float64 `json:"bulk_file_peak_rss_mb"`
@@ -41,6 +44,9 @@ type bulkCopyResult struct {
 // bulkVsCopy times, in paired rounds on one database (river_job emptied
 // before each), a plain COPY of n ferry.noop rows, `enqueue bulk --file`
 // of the same n lines, and the same lines piped to `enqueue bulk --file -`.
+// The three take turns going first (turnOrder): in a fixed order the pipe
+// always ran last, furthest from its round's COPY, and a checkpoint forced
+// by the round's writes fell on it more often than on the others.
 func bulkVsCopy(ctx context.Context, serverURL string, n, rounds int) (bulkCopyResult, error) {
 	res := bulkCopyResult{Jobs: n, Rounds: rounds}
 	dir, bin, err := buildIntoTemp("./cmd/enqueue")
@@ -59,26 +65,38 @@ func bulkVsCopy(ctx context.Context, serverURL string, n, rounds int) (bulkCopyR
 	defer drop()
 	env := []string{"DATABASE_URL=" + pool.Config().ConnString()}
 
-	var copyRates, fileRates, stdinRates, fileRatios, stdinRatios []float64
-	for range rounds {
-		c, err := plainCopy(ctx, pool, n)
-		if err != nil {
-			return res, fmt.Errorf("plain COPY: %w", err)
+	const plain, fromFile, fromPipe = 0, 1, 2
+	var copyRates, fileRates, stdinRates []float64
+	for round := range rounds {
+		var rate [3]float64
+		for _, leg := range turnOrder(3, round) {
+			var (
+				rss float64
+				err error
+			)
+			switch leg {
+			case plain:
+				if rate[leg], err = plainCopy(ctx, pool, n); err != nil {
+					return res, fmt.Errorf("plain COPY: %w", err)
+				}
+			case fromFile:
+				if rate[leg], rss, err = timeBulk(ctx, pool, bin, env, n, file, false); err != nil {
+					return res, err
+				}
+				res.FilePeakRSSMB = max(res.FilePeakRSSMB, rss)
+			case fromPipe:
+				if rate[leg], rss, err = timeBulk(ctx, pool, bin, env, n, file, true); err != nil {
+					return res, err
+				}
+				res.StdinPeakRSSMB = max(res.StdinPeakRSSMB, rss)
+			}
 		}
-		f, fRSS, err := timeBulk(ctx, pool, bin, env, n, file, false)
-		if err != nil {
-			return res, err
-		}
-		s, sRSS, err := timeBulk(ctx, pool, bin, env, n, file, true)
-		if err != nil {
-			return res, err
-		}
+		c, f, s := rate[plain], rate[fromFile], rate[fromPipe]
 		copyRates, fileRates, stdinRates = append(copyRates, c), append(fileRates, f), append(stdinRates, s)
-		fileRatios, stdinRatios = append(fileRatios, f/c), append(stdinRatios, s/c)
-		res.FilePeakRSSMB, res.StdinPeakRSSMB = max(res.FilePeakRSSMB, fRSS), max(res.StdinPeakRSSMB, sRSS)
+		res.FileRatioRounds, res.StdinRatioRounds = append(res.FileRatioRounds, f/c), append(res.StdinRatioRounds, s/c)
 	}
 	res.CopyJobsPerSec, res.FileJobsPerSec, res.StdinJobsPerSec = slices.Max(copyRates), slices.Max(fileRates), slices.Max(stdinRates)
-	res.FileRatio, res.StdinRatio = pct(fileRatios, 50), pct(stdinRatios, 50)
+	res.FileRatio, res.StdinRatio = pct(res.FileRatioRounds, 50), pct(res.StdinRatioRounds, 50)
 	return res, nil
 }
 

@@ -201,7 +201,7 @@ func main() {
 		_ = json.NewEncoder(os.Stdout).Encode(r)
 		return
 	case "bulkcopy":
-		r, err := bulkVsCopy(ctx, *url, *backlog, 3)
+		r, err := bulkVsCopy(ctx, *url, *backlog, fullSizes.rounds)
 		if err != nil {
 			log.Fatalf("bench: bulkcopy: %v", redact.Postgres(err.Error()))
 		}
