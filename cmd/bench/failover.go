@@ -18,15 +18,6 @@ import (
 	"github.com/ferryq/ferry/internal/testkit/netproxy"
 )
 
-// failoverResult holds the election figures: graceful handover (SIGTERM of
-// the leader to the standby's runnables starting), crash failover (kill -9
-// to the same), demotion (pg_terminate_backend of the lock session to the old
-// leader's "election: demoted"), partition (the leader's network to
-// Postgres blackholed both ways, nothing closed, by a TCP proxy in front of
-// each worker: to its "election: demoted", and to the standby's runnables
-// starting once the server's lease freed the lock), and overlaps (a new
-// leader's runnables starting before the old one's stopped, or two lock
-// holders seen by the 50 ms sampler).
 // failoverTick is the leader tick of the full run's failover step.
 const failoverTick = time.Second
 
@@ -45,6 +36,15 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 // three ticks and the default tick timeout.
 func lease(tick time.Duration) time.Duration { return 3*tick + election.DefaultTickTimeout(tick) }
 
+// failoverResult holds the election figures: graceful handover (SIGTERM of
+// the leader to the standby's runnables starting), crash failover (kill -9
+// to the same), demotion (pg_terminate_backend of the lock session to the old
+// leader's "election: demoted"), partition (the leader's network to
+// Postgres blackholed both ways, nothing closed, by a TCP proxy in front of
+// each worker: to its "election: demoted", and to the standby's runnables
+// starting once the server's lease freed the lock), and overlaps (a new
+// leader's runnables starting before the old one's stopped, or two lock
+// holders seen by the 50 ms sampler).
 type failoverResult struct {
 	Trials     int       `json:"trials"`
 	TickMS     int64     `json:"tick_ms"`
