@@ -15,15 +15,42 @@ import (
 // begins; it runs to the next blank line.
 const recordedRun = "The full run recorded in `bench/results.json`"
 
+// A figure as the README writes it: digits, thousands commas, decimals.
+const figureRE = `([0-9][0-9,]*(?:\.[0-9]+)?)`
+
 // quotedFigure is a bench key in backquotes followed by its figure, as
 // the README quotes them ("`worker_ratio_vs_river_best` 0.93"); a key
 // followed by anything else (a parenthesis, a word) quotes no figure.
-var quotedFigure = regexp.MustCompile("`([a-z0-9_]+)` ([0-9][0-9,]*(?:\\.[0-9]+)?)")
+var quotedFigure = regexp.MustCompile("`([a-z0-9_]+)` " + figureRE)
 
-// The README's figures of the recorded run are the recorded file's: every
-// key it quotes with a figure has that figure in bench/results.json,
-// rounded as the README rounds it, and the revision is the file's. A new
-// results.json without its paragraph (or the other way round) fails here.
+// describedFigures are the figures the paragraph quotes by what they
+// measure rather than by key: each phrase (its figures captured) and the
+// keys of its figures, in order. The paragraph must say each of them.
+var describedFigures = []struct {
+	phrase string
+	keys   []string
+}{
+	{`ferry's defaults ` + figureRE + ` jobs/s against River at its best ` + figureRE, []string{"ferry_default_jobs_per_sec", "river_best_jobs_per_sec"}},
+	{`insert-to-start p50 ` + figureRE + ` ms and p99 ` + figureRE + ` ms`, []string{"latency_insert_to_start_p50_ms", "latency_insert_to_start_p99_ms"}},
+	{`the warm-up's own p99 ` + figureRE + ` ms`, []string{"latency_insert_to_start_cold_p99_ms"}},
+	{`outbox commit to delivery p50 ` + figureRE + ` ms and p99 ` + figureRE + ` ms`, []string{"outbox_e2e_p50_ms", "outbox_e2e_p99_ms"}},
+	{`max ` + figureRE + ` ms, relay lag p99 ` + figureRE + ` ms, fetch lag p99 ` + figureRE + ` ms`, []string{"outbox_e2e_max_ms", "outbox_relay_lag_p99_ms", "outbox_fetch_lag_p99_ms"}},
+	{figureRE + ` ordered messages a second against ` + figureRE + ` unordered`, []string{"ordered_msgs_per_sec", "unordered_msgs_per_sec"}},
+	{`and ` + figureRE + ` from a pipe`, []string{"bulk_stdin_ratio_vs_copy"}},
+	{`peak RSS ` + figureRE + ` and ` + figureRE + ` MB`, []string{"bulk_file_peak_rss_mb", "bulk_stdin_peak_rss_mb"}},
+	{`tick lag to start p99 ` + figureRE + ` ms`, []string{"tick_lag_start_p99_ms"}},
+	{`demotion at most ` + figureRE + ` ms`, []string{"partition_demotion_ms_max"}},
+	{`lock handover p99 ` + figureRE + ` ms`, []string{"lock_handover_p99_ms"}},
+}
+
+// byMinute is the sustained run's p99 by minute as the paragraph lists it.
+var byMinute = regexp.MustCompile(`p99 by minute ((?:[0-9.]+, )*[0-9.]+ and [0-9.]+) ms`)
+
+// The README's figures of the recorded run are the recorded file's: the
+// revision it names, every figure it quotes after a key and every figure
+// it quotes by description (describedFigures, the p99 by minute) is the
+// file's, rounded as the README rounds it. A new results.json without its
+// paragraph (or the other way round) fails here.
 func TestREADMEQuotesTheRecordedRun(t *testing.T) {
 	t.Chdir("../..")
 	readme, err := os.ReadFile("README.md")
@@ -48,17 +75,46 @@ func TestREADMEQuotesTheRecordedRun(t *testing.T) {
 	require.GreaterOrEqual(t, len(rev), 7, "bench/results.json has no rev")
 	require.True(t, strings.Contains(paragraph, "rev "+rev[:7]), "the README's recorded run names another revision than bench/results.json's %s", rev[:7])
 
+	// same checks that figure, as quoted, is v rounded as quoted.
+	same := func(what, figure string, v float64) {
+		t.Helper()
+		plain := strings.ReplaceAll(figure, ",", "")
+		decimals := 0
+		if dot := strings.IndexByte(plain, '.'); dot >= 0 {
+			decimals = len(plain) - dot - 1
+		}
+		require.Equal(t, plain, strconv.FormatFloat(v, 'f', decimals, 64),
+			"the README quotes %s as %s; bench/results.json has %v", what, figure, v)
+	}
+	figure := func(key string) float64 {
+		t.Helper()
+		v, ok := recorded[key].(float64)
+		require.True(t, ok, "the README quotes `%s`: no such figure in bench/results.json", key)
+		return v
+	}
+
 	quoted := quotedFigure.FindAllStringSubmatch(paragraph, -1)
 	require.GreaterOrEqual(t, len(quoted), 15, "the paragraph quotes the run's figures by key: %d found", len(quoted))
 	for _, q := range quoted {
-		key, figure := q[1], strings.ReplaceAll(q[2], ",", "")
-		v, ok := recorded[key].(float64)
-		require.True(t, ok, "the README quotes `%s` %s: no such figure in bench/results.json", key, q[2])
-		decimals := 0
-		if dot := strings.IndexByte(figure, '.'); dot >= 0 {
-			decimals = len(figure) - dot - 1
+		same("`"+q[1]+"`", q[2], figure(q[1]))
+	}
+
+	for _, d := range describedFigures {
+		m := regexp.MustCompile(d.phrase).FindStringSubmatch(paragraph)
+		require.NotNil(t, m, "the paragraph no longer says %q: quote the figure so, or change describedFigures with it", d.phrase)
+		for i, key := range d.keys {
+			same("`"+key+"`", m[i+1], figure(key))
 		}
-		require.Equal(t, figure, strconv.FormatFloat(v, 'f', decimals, 64),
-			"the README quotes `%s` %s; bench/results.json has %v", key, q[2], v)
+	}
+
+	m := byMinute.FindStringSubmatch(paragraph)
+	require.NotNil(t, m, "the paragraph no longer lists the sustained run's p99 by minute")
+	listed := strings.Split(strings.Replace(m[1], " and ", ", ", 1), ", ")
+	minutes, _ := recorded["sustained_p99_ms_by_minute"].([]any)
+	require.Len(t, listed, len(minutes), "the README lists %d minutes; bench/results.json has %d", len(listed), len(minutes))
+	for i, f := range listed {
+		v, ok := minutes[i].(float64)
+		require.True(t, ok, "sustained_p99_ms_by_minute[%d] is no number", i)
+		same("the p99 of minute "+strconv.Itoa(i+1), f, v)
 	}
 }
