@@ -67,34 +67,27 @@ func bulkVsCopy(ctx context.Context, serverURL string, n, rounds int) (bulkCopyR
 
 	const plain, fromFile, fromPipe = 0, 1, 2
 	var copyRates, fileRates, stdinRates []float64
+	var peak [3]float64 // each bulk leg's peak RSS over the rounds
 	for round := range rounds {
 		var rate [3]float64
 		for _, leg := range turnOrder(3, round) {
-			var (
-				rss float64
-				err error
-			)
-			switch leg {
-			case plain:
+			if leg == plain {
 				if rate[leg], err = plainCopy(ctx, pool, n); err != nil {
 					return res, fmt.Errorf("plain COPY: %w", err)
 				}
-			case fromFile:
-				if rate[leg], rss, err = timeBulk(ctx, pool, bin, env, n, file, false); err != nil {
-					return res, err
-				}
-				res.FilePeakRSSMB = max(res.FilePeakRSSMB, rss)
-			case fromPipe:
-				if rate[leg], rss, err = timeBulk(ctx, pool, bin, env, n, file, true); err != nil {
-					return res, err
-				}
-				res.StdinPeakRSSMB = max(res.StdinPeakRSSMB, rss)
+				continue
 			}
+			var rss float64
+			if rate[leg], rss, err = timeBulk(ctx, pool, bin, env, n, file, leg == fromPipe); err != nil {
+				return res, err
+			}
+			peak[leg] = max(peak[leg], rss)
 		}
 		c, f, s := rate[plain], rate[fromFile], rate[fromPipe]
 		copyRates, fileRates, stdinRates = append(copyRates, c), append(fileRates, f), append(stdinRates, s)
 		res.FileRatioRounds, res.StdinRatioRounds = append(res.FileRatioRounds, f/c), append(res.StdinRatioRounds, s/c)
 	}
+	res.FilePeakRSSMB, res.StdinPeakRSSMB = peak[fromFile], peak[fromPipe]
 	res.CopyJobsPerSec, res.FileJobsPerSec, res.StdinJobsPerSec = slices.Max(copyRates), slices.Max(fileRates), slices.Max(stdinRates)
 	res.FileRatio, res.StdinRatio = pct(res.FileRatioRounds, 50), pct(res.StdinRatioRounds, 50)
 	return res, nil
