@@ -14,8 +14,10 @@
 package netproxy
 
 import (
+	"bytes"
 	"net"
 	"sync"
+	"sync/atomic"
 )
 
 // Proxy forwards the connections it accepts on Addr to one target.
@@ -26,6 +28,7 @@ type Proxy struct {
 	mu          sync.Mutex
 	partitioned bool
 	healed      chan struct{} // closed when a partition heals
+	dropReply   []byte        // DropReplyTo's pattern, until a chunk matches
 	conns       map[net.Conn]struct{}
 	closed      bool
 	wg          sync.WaitGroup
@@ -58,6 +61,31 @@ func (p *Proxy) Partition() {
 		p.partitioned = true
 		p.healed = make(chan struct{})
 	}
+}
+
+// DropReplyTo arms the proxy to lose the reply to the next chunk a client
+// sends that contains pattern (for Postgres, a simple-protocol COMMIT
+// contains "commit"): the chunk reaches the server, the server's answer
+// is read and thrown away, and then the connection is closed on both
+// sides. The client sees its connection end with no answer, as when a
+// reply is lost and the connection with it; the server has done what it
+// was asked (it answered). It returns at once.
+func (p *Proxy) DropReplyTo(pattern []byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.dropReply = bytes.Clone(pattern)
+}
+
+// takeDrop reports whether chunk is the one whose reply is to be lost,
+// disarming the proxy when it is.
+func (p *Proxy) takeDrop(chunk []byte) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.dropReply == nil || !bytes.Contains(chunk, p.dropReply) {
+		return false
+	}
+	p.dropReply = nil
+	return true
 }
 
 // Heal ends a partition: what was held back flows again.
@@ -157,8 +185,9 @@ func (p *Proxy) serve(client net.Conn) {
 	}
 	defer p.untrack(server)
 	done := make(chan struct{}, 2)
-	go func() { p.pipe(server, client); done <- struct{}{} }()
-	go func() { p.pipe(client, server); done <- struct{}{} }()
+	var drop atomic.Bool // the server's next reply is lost (DropReplyTo)
+	go func() { p.pipe(server, client, &drop, true); done <- struct{}{} }()
+	go func() { p.pipe(client, server, &drop, false); done <- struct{}{} }()
 	// The first side to end its stream or fail ends both, as a proxy that
 	// passes a close through (after a partition heals: see pipe).
 	<-done
@@ -170,13 +199,21 @@ func (p *Proxy) serve(client net.Conn) {
 // pipe copies from src to dst, holding each read back while the proxy is
 // partitioned. An end of stream or an error is held back the same way: a
 // side that closes during a partition is not seen to close by the other
-// until it heals.
-func (p *Proxy) pipe(dst, src net.Conn) {
+// until it heals. toServer says which way it copies: a chunk to the
+// server may arm drop (DropReplyTo), and the next chunk from the server
+// is then thrown away and the connection ended.
+func (p *Proxy) pipe(dst, src net.Conn, drop *atomic.Bool, toServer bool) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
 		if !p.gate() {
 			return
+		}
+		if n > 0 && !toServer && drop.Load() {
+			return // the reply is lost, and the connection with it
+		}
+		if n > 0 && toServer && p.takeDrop(buf[:n]) {
+			drop.Store(true)
 		}
 		if n > 0 {
 			if _, werr := dst.Write(buf[:n]); werr != nil {

@@ -105,8 +105,10 @@ func TestProxy_PartitionHoldsAndHeals(t *testing.T) {
 // A Postgres session through a partition: the client's statement gets no
 // answer and no error until its own timeout, and the server's session
 // stays (nothing closed it), until the partition heals.
-func TestProxy_PostgresSessionSurvivesAPartition(t *testing.T) {
-	ctx := context.Background()
+// proxied starts a proxy to the test package's server, closed when the
+// test ends, and returns it with a connection config that goes through it.
+func proxied(t *testing.T) (*netproxy.Proxy, *pgx.ConnConfig) {
+	t.Helper()
 	cfg, err := pgx.ParseConfig(pgtest.URL(t))
 	if err != nil {
 		t.Fatal(err)
@@ -115,10 +117,16 @@ func TestProxy_PostgresSessionSurvivesAPartition(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Close()
+	t.Cleanup(func() { _ = p.Close() })
 	host, port, _ := net.SplitHostPort(p.Addr())
 	n, _ := strconv.Atoi(port)
 	cfg.Host, cfg.Port = host, uint16(n)
+	return p, cfg
+}
+
+func TestProxy_PostgresSessionSurvivesAPartition(t *testing.T) {
+	ctx := context.Background()
+	p, cfg := proxied(t)
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -148,4 +156,52 @@ func TestProxy_PostgresSessionSurvivesAPartition(t *testing.T) {
 		t.Fatal("the server's session ended during the partition: the proxy passed a close through")
 	}
 	p.Heal()
+}
+
+// A COMMIT whose reply DropReplyTo loses is committed on the server,
+// while the client sees its connection end with no answer.
+func TestProxy_DropReplyToCommit(t *testing.T) {
+	ctx := context.Background()
+	p, cfg := proxied(t)
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	direct, err := pgx.Connect(ctx, pgtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer direct.Close(ctx)
+	if _, err := direct.Exec(ctx, "CREATE TABLE IF NOT EXISTS netproxy_drop (v int)"); err != nil {
+		t.Fatal(err)
+	}
+
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "INSERT INTO netproxy_drop VALUES (7)"); err != nil {
+		t.Fatal(err)
+	}
+	p.DropReplyTo([]byte("commit"))
+	if err := tx.Commit(ctx); err == nil {
+		t.Fatal("the COMMIT was answered")
+	}
+	var rows int
+	if err := direct.QueryRow(ctx, "SELECT count(*) FROM netproxy_drop WHERE v = 7").Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 1 {
+		t.Fatalf("the COMMIT whose reply was lost committed %d rows, want 1", rows)
+	}
+	// Disarmed: the next connection's statements are answered.
+	again, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close(ctx)
+	if _, err := again.Exec(ctx, "commit"); err != nil {
+		t.Fatalf("a later COMMIT: %v", err)
+	}
 }
