@@ -234,7 +234,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err := registry.Add(deliver.Kind()); err != nil {
 		return fail(err)
 	}
-	workers, err := registry.Workers()
+	// The ledger records what this worker runs, so that the liveness
+	// heartbeat can settle what River lost, and holds every job to the
+	// worker's liveness lease: through its middleware (outermost, below)
+	// and through each job's own context (liveness.Ledger).
+	ledger := liveness.NewLedger()
+	workers, err := registry.WorkersWith(ledger.JobContext)
 	if err != nil {
 		return fail(err)
 	}
@@ -304,9 +309,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if len(file.Limits) > 0 {
 		middleware = append(middleware, s.limiter.Middleware())
 	}
-	// Outermost, the ledger records what this worker runs, so that the
-	// liveness heartbeat can settle what River lost (liveness.Ledger).
-	ledger := liveness.NewLedger()
+	// Outermost, the ledger's middleware.
 	middleware = append([]rivertype.Middleware{ledger.Middleware()}, middleware...)
 	// The tracing middleware wraps the error middleware, so a span's status
 	// holds the error as River stores it (bounded, or withheld).
@@ -383,6 +386,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		Every:       cfg.LeaderTick,
 		Interval:    cfg.RescueInterval,
 		Settle:      s.elector.Deferral(),
+		Stale:       s.liveness.MaxHeartbeatAge(),
 		Self:        clientID,
 		MaxOrphaned: cfg.MaxOrphaned,
 		Logger:      cfg.Logger,

@@ -33,7 +33,7 @@ type Kind struct {
 	// logged (the SensitiveErrors option).
 	SensitiveErrors bool
 
-	register func(*river.Workers) error
+	register func(w *river.Workers, wrap func(context.Context) context.Context) error
 }
 
 // Define makes a Kind from a River worker. The name is the args type's
@@ -47,7 +47,12 @@ func Define[T river.JobArgs](worker river.Worker[T], queue, description string, 
 		Name:        zero.Kind(),
 		Queue:       queue,
 		Description: description,
-		register:    func(w *river.Workers) error { return river.AddWorkerSafely(w, worker) },
+		register: func(w *river.Workers, wrap func(context.Context) context.Context) error {
+			if wrap == nil {
+				return river.AddWorkerSafely(w, worker)
+			}
+			return river.AddWorkerSafely[T](w, &contextWorker[T]{Worker: worker, wrap: wrap})
+		},
 	}
 	for _, opt := range opts {
 		opt(&k)
@@ -113,10 +118,17 @@ func (r *Registry) Queues() []string {
 }
 
 // Workers returns a river.Workers holding every registered worker.
-func (r *Registry) Workers() (*river.Workers, error) {
+func (r *Registry) Workers() (*river.Workers, error) { return r.WorkersWith(nil) }
+
+// WorkersWith is Workers whose every worker gets its context through wrap
+// (when not nil): the innermost place a job's context can be reached, past
+// every middleware and past River's job timeout, which River applies after
+// the middleware. The worker process hands its liveness lease to each job
+// this way.
+func (r *Registry) WorkersWith(wrap func(context.Context) context.Context) (*river.Workers, error) {
 	w := river.NewWorkers()
 	for _, k := range r.kinds {
-		if err := k.register(w); err != nil {
+		if err := k.register(w, wrap); err != nil {
 			return nil, fmt.Errorf("jobs: register %s: %w", k.Name, err)
 		}
 	}
@@ -171,4 +183,15 @@ func Lookup(ctx context.Context, db DBTX, name string) (k Known, ok bool, err er
 		return Known{}, false, fmt.Errorf("jobs: look up kind %q: %w", name, err)
 	}
 	return k, true, nil
+}
+
+// contextWorker is a worker whose Work gets its context through wrap
+// (WorkersWith); everything else is the worker's own.
+type contextWorker[T river.JobArgs] struct {
+	river.Worker[T]
+	wrap func(context.Context) context.Context
+}
+
+func (w *contextWorker[T]) Work(ctx context.Context, job *river.Job[T]) error {
+	return w.Worker.Work(w.wrap(ctx), job)
 }

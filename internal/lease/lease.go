@@ -21,8 +21,7 @@ const connectTimeout = 10 * time.Second
 // both sides paced by tick (a second at least), statement_timeout on the
 // server, and a bounded connect.
 func Configure(cc *pgx.ConnConfig, appName string, tick, statementTimeout time.Duration) {
-	keepIdle := max(1, int(tick.Seconds()))
-	keepInterval := max(1, keepIdle/3)
+	keepIdle, keepInterval := keepalive(tick)
 	cc.RuntimeParams["application_name"] = appName
 	cc.RuntimeParams["tcp_keepalives_idle"] = strconv.Itoa(keepIdle)
 	cc.RuntimeParams["tcp_keepalives_interval"] = strconv.Itoa(keepInterval)
@@ -37,4 +36,21 @@ func Configure(cc *pgx.ConnConfig, appName string, tick, statementTimeout time.D
 	}
 	cc.DialFunc = dialer.DialContext
 	cc.ConnectTimeout = connectTimeout
+}
+
+// KeepaliveBound is how long after the last packet from its client the
+// server gives a lease session up when its keepalive probes (Configure's,
+// paced by tick) go unanswered: idle, then three probes an interval apart.
+// With idle_session_timeout, it bounds how long a process cut off from
+// the server stays alive in its eyes.
+func KeepaliveBound(tick time.Duration) time.Duration {
+	idle, interval := keepalive(tick)
+	return time.Duration(idle+3*interval) * time.Second
+}
+
+// keepalive is Configure's pacing in whole seconds: idle a tick, probes a
+// third of a tick apart, each a second at least.
+func keepalive(tick time.Duration) (idle, interval int) {
+	idle = max(1, int(tick.Seconds()))
+	return idle, max(1, idle/3)
 }

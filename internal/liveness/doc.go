@@ -23,12 +23,52 @@
 // keepalives, so a worker partitioned from Postgres has its session, and
 // so its liveness, ended by the server like a dead one.
 //
+// Registration is an upsert on the client id, and Start returns only once
+// the worker holds its lock: the reply to the registering COMMIT can be
+// lost (a proxy, a network fault) after the row and the lock were
+// committed, and the session with the lock gone with it. The next try
+// (soon, then every second, for up to the lease) finds its own row,
+// waits for the lock (its old session may still hold it) and reads
+// dead_at once it has it. A worker that cannot register returns the error
+// from Start, and its process stops: working unregistered would only
+// have it sit alive and fenced (below). One found declared dead returns
+// ErrDeclaredDead.
+//
+// # The lease
+//
+// The server ends a liveness session silent for the lease (three ticks
+// plus the tick timeout), or sooner when its keepalive probes go
+// unanswered (lease.KeepaliveBound: a tick, then three probes a third of a
+// tick apart): both clocks start no earlier than the arrival of the last
+// statement the worker sent. So the worker knows, by its own clock, the
+// earliest moment the server may end its session and the rescuer hand its
+// jobs to others: the send time of its last answered heartbeat plus the
+// shorter of the two. A tick timeout before that moment (keep), its watch
+// cancels every running job's context with ErrLeaseLost and the Ledger
+// starts no job (it snoozes each one fetched, the attempt given back),
+// until a heartbeat or a new session confirms the worker again. A worker
+// cut off from Postgres, or paused (SIGSTOP, a frozen VM), so stops its
+// jobs before their rescued copies can start; a paused one stops them as
+// it resumes, before their next step, because a job's context reads the
+// lease itself (Ledger.JobContext). A job cut short that way returns the
+// cancellation's error, which the Ledger turns into a snooze: the attempt
+// was not the job's fault.
+//
 // # Rescue
 //
 // The Rescuer is a leader runnable. Every Interval (FERRY_RESCUE_INTERVAL,
 // a second by default, not the leader tick: a pass that finds nobody dead
 // is one read) it lists the workers not declared dead whose lock nobody
-// holds and, for each, in one transaction fenced by the leader's term: takes the worker's lock itself
+// holds and that are gone: no session of theirs is connected (their
+// SessionTag in pg_stat_activity), or their last heartbeat is older than
+// a tick plus its timeout (RescuerConfig.Stale). A live worker whose
+// liveness session alone was ended (pg_terminate_backend, an idle-session
+// killer, a proxy restart) has its pool's sessions connected and a recent
+// heartbeat, and takes its lock again at once: a pass that lands in
+// between leaves it alone. A process that died has no session left; one
+// cut off from the server keeps its pool's sessions in the server's eyes,
+// but its liveness session ends only a lease after its last heartbeat,
+// which is stale by then. For each, in one transaction fenced by the leader's term: takes the worker's lock itself
 // (pg_try_advisory_xact_lock, so that the worker cannot take it back
 // mid-rescue; if it cannot, the worker is alive again and is left alone),
 // stamps dead_at, and takes back every running job whose latest attempt is
@@ -113,8 +153,9 @@
 // A worker whose session was lost (a partition longer than the lease, a
 // pg_terminate_backend) takes its lock again on a new session at its next
 // heartbeat. If the rescuer got there first, the worker finds dead_at
-// stamped, calls OnDead, and the process stops, cancelling its running
-// jobs without a grace period: they run elsewhere now.
+// stamped, or its row gone (the rescuer forgets a dead worker's row a day
+// after its death), calls OnDead, and the process stops, cancelling its
+// running jobs without a grace period: they run elsewhere now.
 //
 // River completes a job with an UPDATE that matches state = 'running' and
 // not the attempt, so by itself a worker that comes back late could
@@ -123,7 +164,10 @@
 // of a worker ends its application_name with the worker's SessionTag
 // (ConfigurePool), recorded in ferry_worker.session_tag, and a
 // statement-level trigger refuses any UPDATE of river_job from a session of
-// a worker declared dead (SQLSTATE FR001, IsDeclaredDead). Its column list
+// a worker declared dead, or tagged as a worker's with no row to vouch for
+// it (migration 028: a worker registers before any of its sessions writes
+// river_job, so such a session is a dead worker's whose row was forgotten)
+// (SQLSTATE FR001, IsDeclaredDead). Its column list
 // is every column but kind (migration 025): River's insert, INSERT … ON
 // CONFLICT … DO UPDATE SET kind = river_job.kind, fires UPDATE statement
 // triggers whether a row conflicts or not, and changes no job; with the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -34,14 +35,24 @@ const DefaultSettleAfter = time.Minute
 // rescuer waits an hour. Each heartbeat, the Worker compares the jobs the
 // database shows running under its client id with the Ledger and settles
 // the strays (settle).
+//
+// The Ledger is also where the Worker's lease reaches the jobs: while the
+// worker has not confirmed its liveness in time (Worker's watch), every
+// running job's context is cancelled with ErrLeaseLost and no job starts
+// (see Middleware).
 type Ledger struct {
 	mu   sync.Mutex
 	jobs map[int64]*ledgerEntry
 	now  func() time.Time
+
+	// until is when the worker's lease may end, as the Worker last
+	// confirmed it (nil: no lease yet, nothing held).
+	until atomic.Pointer[time.Time]
 }
 
 type ledgerEntry struct {
 	attempt int
+	cancel  context.CancelCauseFunc // the running job's, nil once done
 	done    bool
 	doneAt  time.Time
 	err     error // the worker's outcome, once done
@@ -52,17 +63,38 @@ func NewLedger() *Ledger {
 	return &Ledger{jobs: make(map[int64]*ledgerEntry), now: time.Now}
 }
 
-func (l *Ledger) started(id int64, attempt int) {
+func (l *Ledger) started(id int64, attempt int, cancel context.CancelCauseFunc) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.jobs[id] = &ledgerEntry{attempt: attempt}
+	l.jobs[id] = &ledgerEntry{attempt: attempt, cancel: cancel}
 }
 
 func (l *Ledger) finished(id int64, attempt int, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if e, ok := l.jobs[id]; ok && e.attempt == attempt {
-		e.done, e.doneAt, e.err = true, l.now(), err
+		e.done, e.doneAt, e.err, e.cancel = true, l.now(), err, nil
+	}
+}
+
+// extend moves the end of the worker's lease to until.
+func (l *Ledger) extend(until time.Time) { l.until.Store(&until) }
+
+// expired reports whether the worker's lease may have ended: its
+// liveness was not confirmed in time.
+func (l *Ledger) expired() bool {
+	until := l.until.Load()
+	return until != nil && !time.Now().Before(*until)
+}
+
+// expire cancels every running job's context with ErrLeaseLost.
+func (l *Ledger) expire() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, e := range l.jobs {
+		if e.cancel != nil {
+			e.cancel(ErrLeaseLost)
+		}
 	}
 }
 
@@ -91,7 +123,24 @@ func (l *Ledger) forget(cutoff time.Time) {
 
 // Middleware is the River worker middleware that records each job in the
 // Ledger as its worker starts and returns.
+//
+// It also keeps the jobs within the worker's lease. A job fetched while
+// the lease may have ended is not started: it is snoozed for
+// heldSnooze (River gives the attempt back), and runs again here once
+// the worker has confirmed its liveness, or elsewhere once the rescuer
+// has taken it back. A running job's context is cancelled, with cause
+// ErrLeaseLost, when the lease may end (Worker's watch); given to the
+// job through JobContext, its Err reads the lease itself, so a job that
+// checks it right after the process was paused past its lease finds it
+// cancelled before its next step, whichever goroutine the runtime wakes
+// first. A job that returns
+// the cancellation's error is snoozed too, not failed: the attempt was
+// cut short by its worker, not by the job.
 func (l *Ledger) Middleware() rivertype.Middleware { return &ledgerMiddleware{l: l} }
+
+// heldSnooze is how long a job fetched or cut short while the worker's
+// lease may have ended waits before it is available again.
+const heldSnooze = time.Second
 
 type ledgerMiddleware struct {
 	river.MiddlewareDefaults
@@ -101,7 +150,15 @@ type ledgerMiddleware struct {
 var _ rivertype.WorkerMiddleware = (*ledgerMiddleware)(nil)
 
 func (m *ledgerMiddleware) Work(ctx context.Context, job *rivertype.JobRow, doInner func(context.Context) error) (err error) {
-	m.l.started(job.ID, job.Attempt)
+	if m.l.expired() {
+		err = river.JobSnooze(heldSnooze)
+		m.l.started(job.ID, job.Attempt, nil)
+		m.l.finished(job.ID, job.Attempt, err)
+		return err
+	}
+	jctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	m.l.started(job.ID, job.Attempt, cancel)
 	defer func() {
 		if v := recover(); v != nil {
 			m.l.finished(job.ID, job.Attempt, fmt.Errorf("panic: %v", v))
@@ -109,7 +166,36 @@ func (m *ledgerMiddleware) Work(ctx context.Context, job *rivertype.JobRow, doIn
 		}
 		m.l.finished(job.ID, job.Attempt, err)
 	}()
-	return doInner(ctx)
+	err = doInner(jctx)
+	if err != nil && errors.Is(context.Cause(jctx), ErrLeaseLost) &&
+		(errors.Is(err, context.Canceled) || errors.Is(err, ErrLeaseLost)) {
+		err = river.JobSnooze(heldSnooze)
+	}
+	return err
+}
+
+// JobContext is what the worker's jobs get as their context
+// (jobs.Registry.WorkersWith): ctx, the job's own (River's job timeout
+// included), whose Err first ends every running job's context, with
+// cause ErrLeaseLost, when the worker's lease may have ended, without
+// waiting for the Worker's watch to run: after a pause of the process,
+// the job's goroutine may wake first. Done and Err stay consistent: the
+// cancellation reaches ctx (a child of the context Middleware gave the
+// job) before Err reports.
+func (l *Ledger) JobContext(ctx context.Context) context.Context {
+	return &leaseContext{Context: ctx, l: l}
+}
+
+type leaseContext struct {
+	context.Context
+	l *Ledger
+}
+
+func (c *leaseContext) Err() error {
+	if c.Context.Err() == nil && c.l.expired() {
+		c.l.expire()
+	}
+	return c.Context.Err()
 }
 
 // A settlement is what settle writes for one stray, in River's place.

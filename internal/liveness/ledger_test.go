@@ -178,11 +178,11 @@ CREATE TRIGGER refuse_river_completion BEFORE UPDATE ON river_job FOR EACH ROW
 func TestLedger_Forget(t *testing.T) {
 	t.Parallel()
 	l := NewLedger()
-	l.started(1, 1)
+	l.started(1, 1, nil)
 	l.finished(1, 1, nil)
-	l.started(2, 1)
+	l.started(2, 1, nil)
 	l.finished(2, 1, nil)
-	l.started(3, 1) // still running
+	l.started(3, 1, nil) // still running
 	l.jobs[1].doneAt = time.Now().Add(-time.Hour)
 	l.forget(time.Now().Add(-time.Minute))
 	require.Equal(t, 2, l.Len())

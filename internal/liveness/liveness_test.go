@@ -56,17 +56,31 @@ func setup(t *testing.T) *testBundle {
 // through a proxy of its own (kill).
 func (b *testBundle) worker(t *testing.T, tick time.Duration, onDead func(error)) *Worker {
 	t.Helper()
+	w, err := b.startWorker(t, fmt.Sprintf("test-%d", b.seq.Add(1)), tick, onDead, nil)
+	require.NoError(t, err)
+	return w
+}
+
+// startWorker starts a Worker clientID whose liveness session goes through
+// a proxy of its own, which arm gets before the Start (when not nil), and
+// returns Start's error.
+func (b *testBundle) startWorker(t *testing.T, clientID string, tick time.Duration, onDead func(error), arm func(*netproxy.Proxy)) (*Worker, error) {
+	t.Helper()
 	u, err := url.Parse(b.url)
 	require.NoError(t, err)
 	proxy, err := netproxy.Start(u.Host)
 	require.NoError(t, err)
 	u.Host = proxy.Addr()
 	w, err := New(Config{
-		DatabaseURL: u.String(), ClientID: fmt.Sprintf("test-%d", b.seq.Add(1)),
+		DatabaseURL: u.String(), ClientID: clientID,
 		Tick: tick, TickTimeout: time.Second, OnDead: onDead, Logger: slog.New(slog.DiscardHandler),
 	})
 	require.NoError(t, err)
-	require.NoError(t, w.Start(context.Background()))
+	if arm != nil {
+		arm(proxy)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
+	err = w.Start(context.Background())
 	t.Cleanup(w.Stop)
 	t.Cleanup(func() { _ = proxy.Close() }) // first: a crashed worker's stop finds its session closed
 	b.mu.Lock()
@@ -75,8 +89,15 @@ func (b *testBundle) worker(t *testing.T, tick time.Duration, onDead func(error)
 		b.proxies = map[*Worker]*netproxy.Proxy{}
 	}
 	b.proxies[w] = proxy
-	return w
+	return w, err
 }
+
+// staleAtOnce has a rescuer take any heartbeat for stale: a test whose
+// killed worker keeps a session connected (a worker cut off from the
+// server, whose pool's sessions the server still shows) stands for the
+// server's end of its liveness session after the lease, three ticks
+// after its last heartbeat.
+func staleAtOnce(c *RescuerConfig) { c.Stale = time.Nanosecond }
 
 func (b *testBundle) rescuer(t *testing.T, mod func(*RescuerConfig)) *Rescuer {
 	t.Helper()
@@ -411,9 +432,9 @@ func TestRescuer_HoldsBackWhileEverySessionIsNew(t *testing.T) {
 	w := b.worker(t, time.Hour, nil)
 	id := b.running(t, w.ClientID(), 1, 25)
 	b.kill(t, w)
-	// The leader's own pool: a ferry worker's sessions (ConfigurePool),
+	// The leader's own pool: its live worker's sessions (ConfigurePool),
 	// all opened now.
-	own := b.session(t, "leader-client")
+	own := b.session(t, b.worker(t, time.Hour, nil).ClientID())
 	require.NoError(t, own.Ping(ctx))
 
 	held := b.rescuer(t, func(c *RescuerConfig) { c.Pool = own; c.Settle = time.Hour })
@@ -663,7 +684,7 @@ func TestFence_FetchInFlight(t *testing.T) {
 		b.kill(t, w)
 		done := make(chan []Rescue, 1)
 		go func() {
-			rescued, err := b.rescuer(t, nil).RescueOnce(ctx)
+			rescued, err := b.rescuer(t, staleAtOnce).RescueOnce(ctx)
 			assert.NoError(t, err)
 			done <- rescued
 		}()
@@ -726,7 +747,7 @@ func TestRescuer_EndsSessionsLeftInATransaction(t *testing.T) {
 	require.NoError(t, err)
 
 	b.kill(t, w)
-	rescued, err := b.rescuer(t, nil).RescueOnce(ctx)
+	rescued, err := b.rescuer(t, staleAtOnce).RescueOnce(ctx)
 	require.NoError(t, err)
 	require.Len(t, rescued, 1, "the worker is declared dead in this pass")
 	require.Equal(t, 1, rescued[0].SessionsEnded, "the session left in a transaction was ended")

@@ -76,6 +76,20 @@ type RescuerConfig struct {
 	// once its fleet is Settle old. Empty: the rescue holds back for the
 	// whole window.
 	Self string
+	// Stale is how old a worker's last heartbeat (last_seen_at) must be
+	// before a pass declares it dead while a session of it (its
+	// SessionTag) is still connected; default Every plus a third. A
+	// worker whose liveness session alone was ended (pg_terminate_backend,
+	// an idle-session killer, a proxy restart) is alive: it takes its lock
+	// again on a new session at once, and a pass that lands in between
+	// must not hand its jobs to others. A process that died has no session
+	// left (the server ends them all as the process goes), and is rescued
+	// at the next pass; one cut off from the server (a partition, a pause)
+	// keeps its pool's sessions in the server's eyes, but its liveness
+	// session ends only after the lease, three ticks after its last
+	// heartbeat. Set it to the tick plus its timeout: a live worker's last
+	// heartbeat is never older than that.
+	Stale time.Duration
 	// MaxOrphaned: the death that makes a job's count reach it discards the
 	// job. Default DefaultMaxOrphaned.
 	MaxOrphaned int
@@ -102,6 +116,7 @@ func NewRescuer(cfg RescuerConfig) (*Rescuer, error) {
 	cfg.MaxOrphaned = cmp.Or(cfg.MaxOrphaned, DefaultMaxOrphaned)
 	cfg.Keep = cmp.Or(cfg.Keep, 24*time.Hour)
 	cfg.Interval = cmp.Or(cfg.Interval, cfg.Every)
+	cfg.Stale = cmp.Or(cfg.Stale, cfg.Every+cfg.Every/3)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -163,7 +178,9 @@ func (r Rescue) Total() int { return r.Available + r.Poison + r.Exhausted + r.Ca
 const (
 	// deadCandidatesSQL lists the workers whose lock nobody holds (holder:
 	// the live workers whose lock a session holds, and that session's
-	// start), unless
+	// start) and that are gone: no session of theirs is connected
+	// (tagged), or their last heartbeat is older than $3 (Stale, in
+	// seconds); unless
 	// $1 (Settle, in seconds) is positive and no ferry worker's session
 	// on the server (its application_name carries a SessionTag) began at
 	// least $1 ago: then the server may have just ended every session,
@@ -185,6 +202,7 @@ const (
     WHERE w.dead_at IS NULL)
 SELECT w.id, w.client_id, w.stopped_at IS NOT NULL FROM ferry_worker w
 WHERE w.dead_at IS NULL AND NOT EXISTS (SELECT 1 FROM holder h WHERE h.id = w.id)
+  AND (w.last_seen_at <= now() - make_interval(secs => $3::float8) OR NOT ` + workerConnectedSQL + `)
   AND ($1::float8 <= 0 OR EXISTS (
     SELECT 1 FROM pg_stat_activity a
     WHERE a.datname = current_database() AND a.application_name LIKE '%` + sessionTagPrefix + `%'
@@ -195,6 +213,12 @@ WHERE w.dead_at IS NULL AND NOT EXISTS (SELECT 1 FROM holder h WHERE h.id = w.id
       AND pg_postmaster_start_time() <= now() - make_interval(secs => $1::float8)
       AND coalesce(pg_last_xact_replay_timestamp() <= now() - make_interval(secs => $1::float8), true)))
 ORDER BY w.id`
+	// workerConnectedSQL: a session of the worker w (ferry_worker) is
+	// connected to this database, its application_name ending in the
+	// worker's SessionTag. application_name is shown for every role's
+	// sessions.
+	workerConnectedSQL = `EXISTS (SELECT 1 FROM pg_stat_activity a
+      WHERE a.datname = current_database() AND right(a.application_name, length(w.session_tag)) = w.session_tag)`
 	declareDeadSQL = `UPDATE ferry_worker SET dead_at = now() WHERE id = $1 AND dead_at IS NULL`
 	// rescueSQL takes back the running jobs whose latest attempt is the
 	// dead worker's, as River's rescuer would (the attempt counts; no
@@ -242,7 +266,7 @@ func (r *Rescuer) RescueOnce(ctx context.Context) ([]Rescue, error) {
 		clientID string
 		stopped  bool // stopped gracefully (its hard stop may still have left jobs running)
 	}
-	rows, err := r.cfg.Pool.Query(ctx, deadCandidatesSQL, r.cfg.Settle.Seconds(), r.cfg.Self)
+	rows, err := r.cfg.Pool.Query(ctx, deadCandidatesSQL, r.cfg.Settle.Seconds(), r.cfg.Self, r.cfg.Stale.Seconds())
 	if err != nil {
 		return nil, fmt.Errorf("rescue: find dead workers: %w", err)
 	}

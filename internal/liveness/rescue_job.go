@@ -39,8 +39,10 @@ type JobRescue struct {
 // worker is a ferry worker whose lock nobody holds, the worker is declared
 // dead and every running job of it is taken back, and River's leadership
 // resigned if it held it, as the rescuer would (its late writes are fenced
-// from then on); when the worker is alive, nothing
-// is done and the error is a *WorkerAliveError. A job last attempted by a
+// from then on); when the worker is alive (its lock is held, or a session
+// of it is still connected: its liveness session alone may have been
+// ended, and it is taking its lock again), nothing is done and the error
+// is a *WorkerAliveError. A job last attempted by a
 // River client that is not a ferry worker is taken back alone: liveness
 // cannot see that client, and the operator vouches for it. It returns the
 // job's state afterwards, and whether it resigned the worker's River
@@ -66,8 +68,8 @@ func RescueJob(ctx context.Context, pool *pgxpool.Pool, id int64, maxOrphaned in
 			return fmt.Errorf("%w (%s)", ErrJobNotRunning, out.State)
 		}
 		var workerID int32
-		var dead bool
-		switch err := tx.QueryRow(ctx, `SELECT id, dead_at IS NOT NULL FROM ferry_worker WHERE client_id = $1`, *clientID).Scan(&workerID, &dead); {
+		var dead, connected bool
+		switch err := tx.QueryRow(ctx, `SELECT id, dead_at IS NOT NULL, `+workerConnectedSQL+` FROM ferry_worker w WHERE client_id = $1`, *clientID).Scan(&workerID, &dead, &connected); {
 		case err != nil && !errors.Is(err, pgx.ErrNoRows):
 			return fmt.Errorf("read the job's worker: %w", err)
 		case err != nil || dead:
@@ -78,6 +80,8 @@ func RescueJob(ctx context.Context, pool *pgxpool.Pool, id int64, maxOrphaned in
 			if err := takeBack(ctx, tx, *clientID, &id, maxOrphaned, &res); err != nil {
 				return err
 			}
+		case connected:
+			return &WorkerAliveError{ClientID: *clientID}
 		default:
 			res, ok, err := rescueWorker(ctx, tx, workerID, *clientID, maxOrphaned)
 			if err != nil {

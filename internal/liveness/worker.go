@@ -77,6 +77,13 @@ func SessionName(base, clientID string) string {
 // river_job from a session of a worker declared dead.
 const ErrCodeDeclaredDead = "FR001"
 
+// ErrLeaseLost is the cause with which a worker cancels its running jobs'
+// contexts when it has not confirmed its liveness in time (a partition, a
+// pause of the process, a database too slow to answer): the server may
+// end its liveness session soon, and the rescuer then hands its jobs to
+// other workers. The jobs stop first, so that no job runs twice.
+var ErrLeaseLost = errors.New("liveness: this worker could not confirm in time that it is alive; its running jobs are cancelled before the server may end its session and hand them to others")
+
 // ErrDeclaredDead is what a worker learns when it comes back after its
 // liveness session was lost and finds that the rescuer declared it dead:
 // its running jobs belong to others now, and it must stop.
@@ -143,6 +150,10 @@ type Worker struct {
 
 	mu sync.Mutex
 	id int32
+	// until is when the server may first end the liveness session, as
+	// of the last confirmation (confirm); confirmed wakes the watch.
+	until     time.Time
+	confirmed chan struct{}
 }
 
 // New validates cfg and returns a Worker; nothing connects until Start.
@@ -172,7 +183,7 @@ func New(cfg Config) (*Worker, error) {
 		return nil, fmt.Errorf("liveness: database URL: %s", redact.Postgres(err.Error()))
 	}
 	hostname, _ := os.Hostname()
-	w := &Worker{cfg: cfg, connCfg: pc.ConnConfig, hostname: hostname, pid: os.Getpid()}
+	w := &Worker{cfg: cfg, connCfg: pc.ConnConfig, hostname: hostname, pid: os.Getpid(), confirmed: make(chan struct{}, 1)}
 	w.mSettled = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ferry_jobs_settled_total",
 		Help: "Jobs the database showed running on this live worker that it did not run, settled by the worker in River's place, by outcome: never_started (River's fetch reply was lost: available again), completed, failed, cancelled, snoozed (River's completion was lost).",
@@ -193,6 +204,10 @@ func (w *Worker) ID() int32 {
 	return w.id
 }
 
+// MaxHeartbeatAge is the oldest a live worker's last heartbeat gets: a
+// tick plus the tick timeout (RescuerConfig.Stale).
+func (w *Worker) MaxHeartbeatAge() time.Duration { return w.cfg.Tick + w.cfg.TickTimeout }
+
 // ClientID is the worker's River client id.
 func (w *Worker) ClientID() string { return w.cfg.ClientID }
 
@@ -201,38 +216,154 @@ func (w *Worker) ClientID() string { return w.cfg.ClientID }
 // every Tick then keeps the session busy and last_seen_at current. Stop
 // stamps stopped_at and releases the lock.
 //
-// An unreachable database never stops the worker from working: Start logs
-// why and returns, and the worker registers at a later tick. Until then its
-// jobs are left to River's own rescuer. The row is only ever written on the
-// session that holds the lock, so a worker is never seen dead while alive.
+// Registration is idempotent (an upsert on the client id): when the reply
+// to its commit is lost, the next try finds the row it wrote and takes
+// its lock, rather than failing on the unique key. It is tried every
+// second for up to the lease; a worker that cannot register returns the
+// error and must not work jobs: the fence refuses every write of a session
+// tagged as a worker's that no live row vouches for, so a worker working
+// unregistered would only sit alive and fenced. A worker found declared
+// dead when it registers (its first commit's reply was lost, the session
+// that held its lock with it, and the rescuer got there first) returns
+// ErrDeclaredDead: the process must stop.
 func (w *Worker) Start(ctx context.Context) error {
+	conn, err := w.registerRetrying(ctx)
+	if err != nil {
+		return err
+	}
 	ctx, shouldStart, started, stopped := w.StartInit(ctx)
 	if !shouldStart {
+		closeQuietly(conn)
 		return nil
-	}
-	conn, err := w.register(ctx)
-	if err != nil {
-		w.cfg.Logger.Warn("liveness: cannot register this worker yet; its jobs are left to River's rescuer until it can", "client_id", w.cfg.ClientID, "error", redact.Postgres(err.Error()))
 	}
 	go func() {
 		defer stopped()
 		started()
+		watched := make(chan struct{})
+		go func() {
+			defer close(watched)
+			w.watch(ctx)
+		}()
 		w.run(ctx, conn)
+		<-watched
 	}()
 	return nil
 }
 
+// registerRetrying registers the worker (register), trying again soon
+// (a lost reply's session has usually ended by then), then every
+// retakeEvery, for up to the lease, until ctx ends or the worker is found
+// declared dead.
+func (w *Worker) registerRetrying(ctx context.Context) (*pgx.Conn, error) {
+	deadline := time.Now().Add(w.lease())
+	pause := retakeEvery / 10
+	for {
+		conn, err := w.register(ctx)
+		if err == nil || errors.Is(err, ErrDeclaredDead) {
+			return conn, err
+		}
+		if time.Now().Add(pause).After(deadline) {
+			return nil, fmt.Errorf("liveness: cannot register this worker, so it may not work jobs: %s", redact.Postgres(err.Error()))
+		}
+		w.cfg.Logger.Warn("liveness: cannot register this worker yet; trying again", "client_id", w.cfg.ClientID, "error", redact.Postgres(err.Error()))
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("liveness: register this worker: %w", context.Cause(ctx))
+		case <-time.After(pause):
+		}
+		pause = retakeEvery
+	}
+}
+
 const (
+	// registerSQL records the worker, or finds the row an earlier try
+	// recorded whose commit's reply was lost (and refreshes it: this
+	// session registers it now), unless that row was declared dead
+	// meanwhile: then no row comes back.
 	registerSQL = `INSERT INTO ferry_worker (client_id, hostname, pid, backend_pid, session_tag)
-VALUES ($1, $2, $3, pg_backend_pid(), $4) RETURNING id`
+VALUES ($1, $2, $3, pg_backend_pid(), $4)
+ON CONFLICT (client_id) DO UPDATE SET backend_pid = excluded.backend_pid, started_at = now(), last_seen_at = now()
+WHERE ferry_worker.dead_at IS NULL
+RETURNING id`
 	heartbeatSQL = `UPDATE ferry_worker SET last_seen_at = now(), backend_pid = pg_backend_pid()
 WHERE id = $1 RETURNING dead_at IS NOT NULL`
 	stopSQL = `UPDATE ferry_worker SET stopped_at = now(), last_seen_at = now() WHERE id = $1`
+	// seenSQL stamps last_seen_at from a session that does not hold the
+	// lock yet (reacquire): the process is alive and reaches the server.
+	seenSQL = `UPDATE ferry_worker SET last_seen_at = now() WHERE id = $1 AND dead_at IS NULL`
 )
 
 // lease is how long the server lets the liveness session be silent
 // (idle_session_timeout): three ticks plus the tick timeout.
 func (w *Worker) lease() time.Duration { return 3*w.cfg.Tick + w.cfg.TickTimeout }
+
+// keep is how long after a statement it sent on its liveness session,
+// answered, the worker keeps working: until the server may end the
+// session, less the tick timeout. The server ends a session silent for
+// the lease (idle_session_timeout), or sooner, when TCP keepalive
+// probes go unanswered (lease.KeepaliveBound). Both clocks start no
+// earlier than the statement's arrival, which is after the worker sent
+// it. At the defaults (a 15 s tick): the keepalive's 30 s, less 5 s.
+func (w *Worker) keep() time.Duration {
+	return min(w.lease(), lease.KeepaliveBound(w.cfg.Tick)) - w.cfg.TickTimeout
+}
+
+// confirm records that a statement sent at sent on the liveness session
+// was answered: the worker is alive in the server's eyes until at least
+// sent plus keep.
+func (w *Worker) confirm(sent time.Time) {
+	until := sent.Add(w.keep())
+	w.mu.Lock()
+	w.until = until
+	w.mu.Unlock()
+	if w.cfg.Ledger != nil {
+		w.cfg.Ledger.extend(until)
+	}
+	select {
+	case w.confirmed <- struct{}{}:
+	default:
+	}
+}
+
+// watch holds the worker to its lease until ctx ends: when the last
+// confirmation is older than keep (a heartbeat that does not come back:
+// a partition, a paused process, a server too slow to answer), it
+// cancels every running job (Ledger.expire), and the Ledger starts none,
+// until a heartbeat or a new session confirms the worker again. The
+// server cannot have ended the session yet, so no job of this worker has
+// been handed to another: the jobs stop before their rescued copies can
+// start.
+func (w *Worker) watch(ctx context.Context) {
+	t := time.NewTimer(w.keep())
+	defer t.Stop()
+	held := false
+	for {
+		w.mu.Lock()
+		until := w.until
+		w.mu.Unlock()
+		switch left := time.Until(until); {
+		case left > 0:
+			if held {
+				held = false
+				w.cfg.Logger.Info("liveness: liveness confirmed again; starting jobs", "client_id", w.cfg.ClientID)
+			}
+			t.Reset(left)
+		case !held:
+			held = true
+			w.cfg.Logger.Warn("liveness: liveness not confirmed in time; cancelling running jobs and starting none until it is, before the server may end this worker's session",
+				"client_id", w.cfg.ClientID, "unconfirmed_for", (w.keep() - left).Round(time.Millisecond))
+			if w.cfg.Ledger != nil {
+				w.cfg.Ledger.expire()
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.confirmed:
+		case <-t.C:
+		}
+	}
+}
 
 // connect opens a liveness session with the server-side lease set.
 func (w *Worker) connect(ctx context.Context) (*pgx.Conn, error) {
@@ -252,7 +383,8 @@ func (w *Worker) connect(ctx context.Context) (*pgx.Conn, error) {
 	return conn, nil
 }
 
-// register inserts the worker's row and takes its lock on a new session.
+// register records the worker's row and takes its lock on a new session.
+// It returns ErrDeclaredDead when the row is there and declared dead.
 func (w *Worker) register(ctx context.Context) (*pgx.Conn, error) {
 	conn, err := w.connect(ctx)
 	if err != nil {
@@ -260,25 +392,46 @@ func (w *Worker) register(ctx context.Context) (*pgx.Conn, error) {
 	}
 	// The row and the (session) lock in one transaction: the row is seen
 	// only once the lock is held, so no rescuer can find the worker dead
-	// before it lived.
+	// before it lived. The lock is waited for (up to the tick timeout): a
+	// session of this worker's whose commit reply was lost may hold it
+	// until the server ends that session. dead_at is read once the lock is
+	// held, when it is final (a rescue holds the same lock while it
+	// declares a worker dead).
 	var id int32
+	var dead bool
+	sent := time.Now()
 	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, registerSQL, w.cfg.ClientID, w.hostname, w.pid, SessionTag(w.cfg.ClientID)).Scan(&id); err != nil {
+		err := tx.QueryRow(ctx, registerSQL, w.cfg.ClientID, w.hostname, w.pid, SessionTag(w.cfg.ClientID)).Scan(&id)
+		if errors.Is(err, pgx.ErrNoRows) {
+			dead = true
+			return nil
+		}
+		if err != nil {
 			return fmt.Errorf("record the worker: %w", err)
 		}
-		var got bool
-		if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_lock(ferry_liveness_namespace(), $1)", id).Scan(&got); err != nil || !got {
-			return fmt.Errorf("take the worker's lock (ferry_liveness_namespace(), %d): got %t, %v", id, got, err)
+		if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", strconv.FormatInt(w.cfg.TickTimeout.Milliseconds(), 10)); err != nil {
+			return err
 		}
-		return nil
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_lock(ferry_liveness_namespace(), $1)", id); err != nil {
+			return fmt.Errorf("take the worker's lock (ferry_liveness_namespace(), %d): %w", id, err)
+		}
+		return tx.QueryRow(ctx, "SELECT dead_at IS NOT NULL FROM ferry_worker WHERE id = $1", id).Scan(&dead)
 	})
+	if err == nil && dead {
+		err = ErrDeclaredDead
+	}
 	if err != nil {
 		closeQuietly(conn)
+		if errors.Is(err, ErrDeclaredDead) {
+			w.cfg.Logger.Error("liveness: declared dead before it could register; stopping", "client_id", w.cfg.ClientID)
+			return nil, err
+		}
 		return nil, fmt.Errorf("liveness: %w", err)
 	}
 	w.mu.Lock()
 	w.id = id
 	w.mu.Unlock()
+	w.confirm(sent)
 	w.cfg.Logger.Info("liveness: worker registered", "client_id", w.cfg.ClientID, "worker_id", id)
 	return conn, nil
 }
@@ -314,15 +467,8 @@ func (w *Worker) run(ctx context.Context, conn *pgx.Conn) {
 			conn = nil
 		}
 		t.Reset(w.cfg.Tick)
-		if (id == 0 || conn == nil) && w.cfg.Ledger != nil {
+		if conn == nil && w.cfg.Ledger != nil {
 			w.cfg.Ledger.forget(time.Now().Add(-2 * w.cfg.SettleAfter))
-		}
-		if id == 0 {
-			var err error
-			if conn, err = w.register(ctx); err == nil {
-				id = w.ID()
-			}
-			continue
 		}
 		if conn == nil {
 			var dead bool
@@ -335,20 +481,20 @@ func (w *Worker) run(ctx context.Context, conn *pgx.Conn) {
 		// server, not this timeout, decides whether the session lives, and a
 		// shorter client timeout would close a live session (and free the
 		// worker's lock) when the process merely pauses mid-statement.
+		// The watch (Config.Ledger) is what acts on a heartbeat this slow:
+		// it stops the worker's jobs before the server may end the session.
 		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.lease())
 		var dead bool
+		sent := time.Now()
 		err := conn.QueryRow(bctx, heartbeatSQL, id).Scan(&dead)
 		cancel()
 		switch {
-		case err != nil:
-			w.cfg.Logger.Warn("liveness: heartbeat failed; taking the lock again on a new session", "client_id", w.cfg.ClientID, "error", redact.Postgres(err.Error()))
-			closeQuietly(conn)
-			if conn, dead = w.retake(ctx, id, t); dead {
-				return
-			}
-		case !dead:
-			w.settle(ctx)
-		default:
+		case errors.Is(err, pgx.ErrNoRows):
+			// The row is gone: the rescuer forgets a dead worker's row a
+			// day after it declared it dead. A missing row is dead.
+			dead = true
+			fallthrough
+		case err == nil && dead:
 			// Cannot happen while this session holds the lock (the rescuer
 			// takes it before it declares anyone dead); fail closed anyway.
 			closeQuietly(conn)
@@ -356,6 +502,15 @@ func (w *Worker) run(ctx context.Context, conn *pgx.Conn) {
 			w.cfg.OnDead(ErrDeclaredDead)
 			<-ctx.Done()
 			return
+		case err != nil:
+			w.cfg.Logger.Warn("liveness: heartbeat failed; taking the lock again on a new session", "client_id", w.cfg.ClientID, "error", redact.Postgres(err.Error()))
+			closeQuietly(conn)
+			if conn, dead = w.retake(ctx, id, t); dead {
+				return
+			}
+		default:
+			w.confirm(sent)
+			w.settle(ctx)
 		}
 	}
 }
@@ -410,6 +565,8 @@ func (w *Worker) retake(ctx context.Context, id int32, t *time.Timer) (conn *pgx
 		return nil, true
 	}
 	if conn == nil {
+		// The lock wait paces the tries when the server answers; a
+		// session that is not there yet waits retakeEvery.
 		t.Reset(min(w.cfg.Tick, retakeEvery))
 	}
 	return conn, false
@@ -457,21 +614,48 @@ func (w *Worker) reacquire(ctx context.Context, id int32) (*pgx.Conn, bool) {
 	if err != nil {
 		return nil, false
 	}
-	if err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", strconv.FormatInt(w.cfg.TickTimeout.Milliseconds(), 10)); err != nil {
-			return err
-		}
-		// A session lock: it outlives the transaction.
-		_, err := tx.Exec(ctx, "SELECT pg_advisory_lock(ferry_liveness_namespace(), $1)", id)
-		return err
-	}); err != nil {
+	// Seen alive, before the lock: a worker that can reach the server is
+	// alive, and its last heartbeat stays recent while it waits for a
+	// backend the server ended to let its lock go (RescuerConfig.Stale),
+	// however many tries that takes.
+	if _, err := conn.Exec(ctx, seenSQL, id); err != nil {
 		closeQuietly(conn)
 		return nil, false
 	}
+	for try := 0; ; try++ {
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", strconv.FormatInt(w.cfg.TickTimeout.Milliseconds(), 10)); err != nil {
+				return err
+			}
+			// A session lock: it outlives the transaction.
+			_, err := tx.Exec(ctx, "SELECT pg_advisory_lock(ferry_liveness_namespace(), $1)", id)
+			return err
+		})
+		if err == nil {
+			break
+		}
+		// Still held (an ended backend that has not let it go yet, a
+		// rescue in its transaction): wait again on this session, seen
+		// alive again, up to a tick.
+		if !isLockNotAvailable(err) || time.Duration(try+1)*w.cfg.TickTimeout >= w.cfg.Tick {
+			closeQuietly(conn)
+			return nil, false
+		}
+		if _, err := conn.Exec(ctx, seenSQL, id); err != nil {
+			closeQuietly(conn)
+			return nil, false
+		}
+	}
 	// The lock is ours: no rescuer is inside its transaction for this
 	// worker (it holds the same lock while it works), so dead_at is final.
+	// A row that is gone is dead too: the rescuer forgets a dead worker's
+	// row a day after it declared it dead.
 	var dead bool
-	if err := conn.QueryRow(ctx, heartbeatSQL, id).Scan(&dead); err != nil {
+	sent := time.Now()
+	switch err := conn.QueryRow(ctx, heartbeatSQL, id).Scan(&dead); {
+	case errors.Is(err, pgx.ErrNoRows):
+		dead = true
+	case err != nil:
 		closeQuietly(conn)
 		return nil, false
 	}
@@ -482,6 +666,7 @@ func (w *Worker) reacquire(ctx context.Context, id int32) (*pgx.Conn, bool) {
 		closeQuietly(conn)
 		return nil, true
 	}
+	w.confirm(sent)
 	w.cfg.Logger.Info("liveness: lock taken again on a new session", "client_id", w.cfg.ClientID, "worker_id", id)
 	return conn, false
 }

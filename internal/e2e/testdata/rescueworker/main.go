@@ -10,16 +10,26 @@
 //   - test.crash (queue crash) exits the process with code 3 from its Work,
 //     as a job that brings its worker down does (a crash in C code, an OOM
 //     kill): the poison job of the rescue tests.
+//   - test.record (queue default) records its every start, step and
+//     cancellation in the table record_event of RECORD_DATABASE_URL (a
+//     connection of its own, straight to the server: what it records is
+//     not held back by a fault of the worker's network). Attempts up to
+//     args.hold step every 50 ms until their context ends; later ones
+//     complete at once. A step is taken only after the context was read
+//     alive: the job's effects.
 package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
 	"github.com/ferryq/ferry/ferrycli"
@@ -34,6 +44,7 @@ func main() {
 	app := ferrycli.WorkerApp(ferrycli.WorkerOptions{Kinds: []jobs.Kind{
 		jobs.Define[sleepArgs](&sleepWorker{}, river.QueueDefault, "sleeps args.sleeps[attempt-1] (the last for later attempts)"),
 		jobs.Define[crashArgs](&crashWorker{}, "crash", "exits its worker's process with code 3"),
+		jobs.Define[recordArgs](&recordWorker{}, river.QueueDefault, "records its starts, steps and cancellation in record_event"),
 	}})
 	app.Name = "rescueworker"
 	code := ferrycli.Run(ctx, app, os.Args)
@@ -81,4 +92,68 @@ func (w *crashWorker) Work(context.Context, *river.Job[crashArgs]) error {
 	fmt.Fprintln(os.Stderr, "test.crash: exiting the process")
 	os.Exit(CrashExitCode)
 	return nil
+}
+
+// recordArgs are the args of test.record.
+type recordArgs struct {
+	Hold int `json:"hold"`
+}
+
+func (recordArgs) Kind() string { return "test.record" }
+
+type recordWorker struct {
+	river.WorkerDefaults[recordArgs]
+
+	once sync.Once
+	pool *pgxpool.Pool
+	err  error
+}
+
+// record writes one event of job's attempt, with cause (for a
+// cancellation), under a context of its own: a cancelled job still
+// records that it saw the cancellation.
+func (w *recordWorker) record(job *river.Job[recordArgs], event, cause string) error {
+	w.once.Do(func() {
+		url := os.Getenv("RECORD_DATABASE_URL")
+		if url == "" {
+			w.err = errors.New("test.record: RECORD_DATABASE_URL is not set")
+			return
+		}
+		w.pool, w.err = pgxpool.New(context.Background(), url)
+	})
+	if w.err != nil {
+		return w.err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := w.pool.Exec(ctx, `INSERT INTO record_event (job_id, attempt, client_id, event, cause)
+		VALUES ($1, $2, $3, $4, $5)`, job.ID, job.Attempt, job.AttemptedBy[len(job.AttemptedBy)-1], event, cause)
+	return err
+}
+
+func (w *recordWorker) Work(ctx context.Context, job *river.Job[recordArgs]) error {
+	if err := w.record(job, "start", ""); err != nil {
+		return err
+	}
+	if job.Attempt > job.Args.Hold {
+		return nil
+	}
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if ctx.Err() != nil {
+			cause := context.Cause(ctx)
+			if err := w.record(job, "cancelled", cause.Error()); err != nil {
+				return err
+			}
+			return cause
+		}
+		if err := w.record(job, "step", ""); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+	}
 }
