@@ -117,9 +117,16 @@
 //
 // # Fencing
 //
-// Leader-only writes record Term() and call Fence inside their transaction.
-// Fence locks its own term row FOR SHARE and then checks, in a second
-// statement, that no newer term exists. A new holder locks and updates its
+// Leader-only writes record Term() and call Fence inside their transaction,
+// with their runnable's context. That context carries the term the runnable
+// started in, and Fence checks that term, not the process's current one: a
+// runnable of an earlier term that outlived its stop (it ignored its
+// cancellation, or finishes under context.WithoutCancel, which keeps the
+// term) is refused once its process leads again in a later term, as it is
+// when another process leads (TestElector_FenceRefusesAnEarlierTermsRunnable).
+// A context of no runnable carries no term and is refused. Fence locks the
+// runnable's term row FOR SHARE and then checks, in a second statement, that
+// no newer term exists. A new holder locks and updates its
 // predecessor's row before it records its own term, so it waits for every
 // fenced transaction of the old term to end: a stale leader's write commits
 // before the new term begins, or fails.
