@@ -28,7 +28,11 @@ import (
 
 // Defaults and limits.
 const (
-	DefaultTick  = 15 * time.Second
+	// DefaultTick is the leader tick: a crashed leader's successor starts
+	// its runnables a tick and its timeout (2 s) after it took the lock,
+	// and a partitioned leader demotes itself within as much of the cut
+	// (see the package documentation, "Why the deferral").
+	DefaultTick  = 1500 * time.Millisecond
 	DefaultProbe = 60 * time.Second
 	// MinTick is the shortest leader tick (and standby probe) New accepts.
 	MinTick = 10 * time.Millisecond
