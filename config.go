@@ -185,7 +185,7 @@ type Config struct {
 	// election.KeyElection.
 	ElectionKey int64
 	// LeaderTick is the leader's ownership check interval (FERRY_LEADER_TICK,
-	// default 15s); LeaderTickTimeout bounds each check
+	// default 1.5s); LeaderTickTimeout bounds each check
 	// (FERRY_LEADER_TICK_TIMEOUT, default a third of the tick, at most 5s);
 	// StandbyProbe caps a standby's backoff after a failed wait for the
 	// lock (FERRY_STANDBY_PROBE, default 60s). A waiting standby tries the

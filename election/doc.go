@@ -94,8 +94,43 @@
 // tick finds the lock gone. The new holder waits one Tick plus TickTimeout,
 // checking the lock meanwhile, before it starts anything. Combined with the
 // tick this keeps the number of processes running runnables at one or zero,
-// never two. A crash therefore costs the deferral, Tick + TickTimeout (20 s
-// at the defaults), and nothing more.
+// never two. A crash therefore costs the deferral, Tick + TickTimeout, and
+// the standby's poll (MaxStandbyPoll), and nothing more: about 2.3 s at the
+// defaults (a 1.5 s tick, a 0.5 s timeout).
+//
+// Why not skip the deferral when the predecessor crashed? Because the
+// successor cannot tell a crash from the cases where the predecessor lives
+// on: all it sees is a lock that was freed without a resignation. A kill -9
+// frees it (the kernel closes the socket, the server ends the session); so
+// do pg_terminate_backend, a Postgres restart and a proxy that drops the
+// connection, after each of which the predecessor runs its runnables until
+// its next tick fails; and so does the server's lease reaping a
+// partitioned holder. Sessions of the predecessor's other connections, the
+// server's start time and the like tell some of these apart, but not all
+// (a restart ends every session, as a crash does), and a guess that is
+// wrong once runs two leaders. So the deferral stays in every case, and the
+// tick is short enough that the deferral costs seconds: the default was
+// 15 s (a 20 s deferral, which cost a 5 s schedule three ticks after a
+// crash); it is 1.5 s. A shorter default would cut the tick timeout under
+// half a second, where a loaded database could demote a healthy leader.
+//
+// What the short tick costs is one query a tick: the leader's ownership
+// check reads pg_locks on its own session (each worker's liveness
+// heartbeat takes the same tick, internal/liveness). A standby costs more
+// than the leader: it tries the lock every MaxStandbyPoll whatever the tick.
+//
+// The lease keeps its order with the tick at every tick. The server reaps
+// a silent session after its TCP keepalives fail (idle a tick, then three
+// probes a third of a tick apart, a second each at least: about 4 s at the
+// defaults) or after idle_session_timeout (three ticks and the timeout,
+// 5 s), both after a partitioned leader has demoted itself by its own
+// clock (a tick and the timeout, 2 s); its successor then defers on top.
+//
+// And the standby notices a crash within MaxStandbyPoll, not the standby
+// probe (FERRY_STANDBY_PROBE, 60 s by default): the probe only caps the
+// backoff after a failed wait. A crash sends no resignation notice, so the
+// standby's poll, a pg_try_advisory_lock every 250 ms on its own session,
+// is what finds the lock free.
 //
 // A runnable registered with RegisterFenced is the exception: its every
 // effect is a write fenced by Fence (below), so two terms' copies cannot
@@ -117,9 +152,16 @@
 //
 // # Fencing
 //
-// Leader-only writes record Term() and call Fence inside their transaction.
-// Fence locks its own term row FOR SHARE and then checks, in a second
-// statement, that no newer term exists. A new holder locks and updates its
+// Leader-only writes record Term() and call Fence inside their transaction,
+// with their runnable's context. That context carries the term the runnable
+// started in, and Fence checks that term, not the process's current one: a
+// runnable of an earlier term that outlived its stop (it ignored its
+// cancellation, or finishes under context.WithoutCancel, which keeps the
+// term) is refused once its process leads again in a later term, as it is
+// when another process leads (TestElector_FenceRefusesAnEarlierTermsRunnable).
+// A context of no runnable carries no term and is refused. Fence locks the
+// runnable's term row FOR SHARE and then checks, in a second statement, that
+// no newer term exists. A new holder locks and updates its
 // predecessor's row before it records its own term, so it waits for every
 // fenced transaction of the old term to end: a stale leader's write commits
 // before the new term begins, or fails.

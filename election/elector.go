@@ -28,7 +28,11 @@ import (
 
 // Defaults and limits.
 const (
-	DefaultTick  = 15 * time.Second
+	// DefaultTick is the leader tick: a crashed leader's successor starts
+	// its runnables a tick and its timeout (2 s) after it took the lock,
+	// and a partitioned leader demotes itself within as much of the cut
+	// (see the package documentation, "Why the deferral").
+	DefaultTick  = 1500 * time.Millisecond
 	DefaultProbe = 60 * time.Second
 	// MinTick is the shortest leader tick (and standby probe) New accepts.
 	MinTick = 10 * time.Millisecond
@@ -71,7 +75,8 @@ var (
 )
 
 // Runnable is work that runs only while this process leads. Its context is
-// cancelled when leadership ends; it must return promptly then.
+// cancelled when leadership ends; it must return promptly then. It carries
+// the runnable's term: pass it (or a context derived from it) to Fence.
 type Runnable func(ctx context.Context) error
 
 // Config configures an Elector.
@@ -680,7 +685,7 @@ func (e *Elector) lead(ctx context.Context, conn *pgx.Conn, backendPID int) bool
 	// over (at once when there is none).
 	var sup *supervisor
 	e.fencing.Store(true)
-	early := e.startRunnables(true)
+	early := e.startRunnables(term, true)
 	// stopRunnables cancels the runnables and reports an error if any of
 	// them is still running a tick later (or the tick timeout, if longer:
 	// with a tick of 50 ms, a runnable in a query on a loaded machine took
@@ -739,7 +744,7 @@ func (e *Elector) lead(ctx context.Context, conn *pgx.Conn, backendPID int) bool
 			// see this process as the leader.
 			e.leader.Store(true)
 			e.mIsLeader.Set(1)
-			sup = e.startRunnables(false)
+			sup = e.startRunnables(term, false)
 			e.mTransitions.WithLabelValues("leader").Inc()
 			e.setState(StateLeader, term, backendPID)
 			e.log().Info("election: runnables started", "term", term, "runnables", len(e.runnables))
@@ -872,10 +877,21 @@ func (s *supervisor) still() []string {
 	return out
 }
 
+// runTermKey keys the runTerm of a runnable's context.
+type runTermKey struct{}
+
+// runTerm is the elector and term a runnable's context was started in.
+type runTerm struct {
+	e    *Elector
+	term int64
+}
+
 // startRunnables starts the fenced runnables (RegisterFenced) or the
-// others.
-func (e *Elector) startRunnables(fenced bool) *supervisor {
-	ctx, cancel := context.WithCancelCause(context.Background())
+// others, of term.
+func (e *Elector) startRunnables(term int64, fenced bool) *supervisor {
+	// The runnables' context carries their term: Fence checks that one,
+	// which outlives the cancellation (context.WithoutCancel keeps it).
+	ctx, cancel := context.WithCancelCause(context.WithValue(context.Background(), runTermKey{}, runTerm{e: e, term: term}))
 	s := &supervisor{cancel: cancel, log: e.log(), running: map[string]int{}}
 	for _, r := range e.runnables {
 		if r.fenced != fenced {
@@ -965,15 +981,23 @@ const (
 	fenceNewestSQL = `SELECT max(term) FROM ferry_leader_term WHERE key = $1`
 )
 
-// Fence checks, inside tx, that this process holds the newest term of its
-// key, and keeps it so until tx ends. Leader-only writes call it (and record
-// Term()) so that a stale leader's write never commits after a newer term
-// began. It accepts while this process leads, and while its fenced
-// runnables run (RegisterFenced: from the term's record, a deferral
-// included).
+// Fence checks, inside tx, that the term ctx's runnable started in is
+// this process's current term and the newest of its key, and keeps it so
+// until tx ends. Leader-only writes call it with their runnable's context
+// (or one derived from it, context.WithoutCancel included) so that a
+// stale leader's write never commits after a newer term began. It accepts
+// while this process leads, and while its fenced runnables run
+// (RegisterFenced: from the term's record, a deferral included). A context
+// that no runnable of this elector was started with carries no term:
+// Fence refuses it.
+//
+// The term is the runnable's, not the process's: a runnable of an earlier
+// term that outlived its stop (it ignored its cancellation, or writes in
+// a cleanup under context.WithoutCancel) must not pass the fence because
+// its process leads again, in a later term.
 //
 // A check alone would not do: under READ COMMITTED a newer term could begin
-// between the check and the caller's commit. So Fence first locks its own
+// between the check and the caller's commit. So Fence first locks its
 // term's row FOR SHARE, then reads the newest term in a second statement
 // (a fresh snapshot). A successor records its term only after locking and
 // updating its predecessor's row (see beginTerm), so either the successor
@@ -982,9 +1006,13 @@ const (
 // REPEATABLE READ or SERIALIZABLE the successor's update of the row makes
 // the lock fail with a serialization error instead.
 func (e *Elector) Fence(ctx context.Context, tx pgx.Tx) error {
-	term := e.Term()
-	if !(e.IsLeader() || e.fencing.Load()) || term == 0 {
-		return ErrNotLeader
+	rt, ok := ctx.Value(runTermKey{}).(runTerm)
+	if !ok || rt.e != e {
+		return fmt.Errorf("%w: the context is not one of this elector's runnables (Fence takes the runnable's context)", ErrNotLeader)
+	}
+	term := rt.term
+	if current := e.Term(); term != current || !(e.IsLeader() || e.fencing.Load()) {
+		return fmt.Errorf("%w: the runnable's term %d is not this process's current term (%d)", ErrNotLeader, term, current)
 	}
 	var one int
 	switch err := tx.QueryRow(ctx, fenceLockSQL, term).Scan(&one); {

@@ -49,6 +49,9 @@ type testBundle struct {
 	url  string
 	pool *pgxpool.Pool
 	act  *activity
+	// runCtx holds, by elector, the context of its latest term's
+	// "context" runnable: what Fence takes.
+	runCtx sync.Map
 }
 
 func setup(t *testing.T) *testBundle {
@@ -66,9 +69,29 @@ func (b *testBundle) elector(t *testing.T, mod func(*Config)) *Elector {
 	e, err := New(cfg)
 	require.NoError(t, err)
 	e.Register("activity", b.act.runnable)
+	e.Register("context", func(ctx context.Context) error {
+		b.runCtx.Store(e, ctx)
+		<-ctx.Done()
+		return nil
+	})
 	require.NoError(t, e.Start(context.Background()))
 	t.Cleanup(e.Stop)
 	return e
+}
+
+// runnableCtx returns the context e's runnables of its current term run
+// with, once they run.
+func (b *testBundle) runnableCtx(t *testing.T, e *Elector) context.Context {
+	t.Helper()
+	var ctx context.Context
+	require.Eventually(t, func() bool {
+		v, ok := b.runCtx.Load(e)
+		if ok {
+			ctx = v.(context.Context)
+		}
+		return ok && ctx.Err() == nil
+	}, 10*time.Second, 5*time.Millisecond, "the term's runnables did not start")
+	return ctx
 }
 
 // holders counts the sessions holding key in the bundle's database.
@@ -503,7 +526,7 @@ func TestElector_FencedRunnableRunsWhileDeferring(t *testing.T) {
 	e, err := New(Config{DatabaseURL: b.url, Tick: time.Minute, Probe: testProbe, Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	e.Register("activity", b.act.runnable)
-	fence := func() error {
+	fence := func(ctx context.Context) error {
 		return pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
 			if err := e.Fence(ctx, tx); err != nil {
 				return err
@@ -513,8 +536,10 @@ func TestElector_FencedRunnableRunsWhileDeferring(t *testing.T) {
 		})
 	}
 	wrote, stopped := make(chan error, 1), make(chan struct{})
+	runCtx := make(chan context.Context, 1)
 	e.RegisterFenced("fenced", func(ctx context.Context) error {
-		wrote <- fence()
+		runCtx <- ctx
+		wrote <- fence(ctx)
 		<-ctx.Done()
 		close(stopped)
 		return nil
@@ -538,7 +563,9 @@ func TestElector_FencedRunnableRunsWhileDeferring(t *testing.T) {
 	// A newer term (another leader took over) fences it off.
 	_, err = b.pool.Exec(ctx, "INSERT INTO ferry_leader_term (key, holder, hostname, pid, backend_pid) VALUES ($1, 'other', 'h', 1, 1)", KeyElection)
 	require.NoError(t, err)
-	require.ErrorIs(t, fence(), ErrNotLeader, "no fenced write once a newer term began")
+	fctx := <-runCtx
+	require.ErrorIs(t, fence(fctx), ErrNotLeader, "no fenced write once a newer term began")
+	require.ErrorContains(t, fence(fctx), "superseded", "refused by the database, not for a missing term")
 
 	e.Stop()
 	select {
@@ -784,16 +811,23 @@ func TestElector_Fence(t *testing.T) {
 	b := setup(t)
 	e := b.elector(t, nil)
 	waitLeader(t, 5*time.Second, e)
+	rctx := b.runnableCtx(t, e)
 
-	fence := func() error {
+	fence := func(ctx context.Context) error {
 		return pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error { return e.Fence(ctx, tx) })
 	}
-	require.NoError(t, fence())
+	require.NoError(t, fence(rctx))
+	require.NoError(t, fence(context.WithoutCancel(rctx)), "a context derived from the runnable's carries its term")
+	require.ErrorIs(t, fence(ctx), ErrNotLeader, "a context of no runnable carries no term")
+	other := b.elector(t, nil)
+	require.ErrorIs(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error { return other.Fence(rctx, tx) }), ErrNotLeader,
+		"another elector's runnable context")
 
 	// A newer term (another leader took over) makes this one stale.
 	_, err := b.pool.Exec(ctx, "INSERT INTO ferry_leader_term (key, holder, hostname, pid, backend_pid) VALUES ($1, 'other', 'h', 1, 1)", KeyElection)
 	require.NoError(t, err)
-	require.ErrorIs(t, fence(), ErrNotLeader)
+	require.ErrorContains(t, fence(rctx), "superseded")
+	require.ErrorIs(t, fence(rctx), ErrNotLeader)
 }
 
 // A stale leader's fenced write racing a new term never commits after the
@@ -808,13 +842,16 @@ func TestElector_FenceHoldsOffANewTerm(t *testing.T) {
 	old := b.elector(t, slow)
 	waitLeader(t, 5*time.Second, old)
 	oldTerm := old.Term()
+	// The zombie's runnables: their context is cancelled when it demotes,
+	// and a write of theirs would have begun before.
+	octx := context.WithoutCancel(b.runnableCtx(t, old))
 	_, err := b.pool.Exec(ctx, "CREATE TABLE fenced_write (term bigint NOT NULL)")
 	require.NoError(t, err)
 
 	tx, err := b.pool.Begin(ctx)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = tx.Rollback(ctx) })
-	require.NoError(t, old.Fence(ctx, tx))
+	require.NoError(t, old.Fence(octx, tx))
 
 	// The lock moves: the old session is terminated, a new elector takes it.
 	_, err = b.pool.Exec(ctx, "SELECT pg_terminate_backend($1)", old.Status().BackendPID)
@@ -837,8 +874,9 @@ func TestElector_FenceHoldsOffANewTerm(t *testing.T) {
 
 	// Once the new term exists, the stale leader's fence fails.
 	require.True(t, old.IsLeader(), "the zombie has not ticked yet")
-	err = pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error { return old.Fence(ctx, tx) })
+	err = pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error { return old.Fence(octx, tx) })
 	require.ErrorIs(t, err, ErrNotLeader)
+	require.ErrorContains(t, err, "superseded", "refused by the database: the zombie still believes it leads")
 
 	// Under REPEATABLE READ, a snapshot taken before the new term fails to
 	// lock the superseded row instead of missing the new term.
@@ -849,7 +887,7 @@ func TestElector_FenceHoldsOffANewTerm(t *testing.T) {
 	require.NoError(t, err)
 	_, err = b.pool.Exec(ctx, "UPDATE ferry_leader_term SET ended_reason = 'touched' WHERE term = $1", oldTerm)
 	require.NoError(t, err)
-	require.Error(t, old.Fence(ctx, rr))
+	require.Error(t, old.Fence(octx, rr))
 }
 
 func TestElector_StopWithoutStart(t *testing.T) {
@@ -934,4 +972,69 @@ func TestCurrentHolder(t *testing.T) {
 	require.Equal(t, "some-host", h.Hostname)
 	require.Nil(t, h.Term)
 	require.Equal(t, "idle", h.SessionState)
+}
+
+// A runnable of an earlier term that outlives its stop (it ignores its
+// cancellation and writes under context.WithoutCancel, as cleanup does)
+// is refused by Fence once its process leads again, in a later term: the
+// fence checks the term the runnable started in, not the process's.
+func TestElector_FenceRefusesAnEarlierTermsRunnable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	_, err := b.pool.Exec(ctx, "CREATE TABLE fenced_writes (term bigint NOT NULL)")
+	require.NoError(t, err)
+
+	e, err := New(Config{DatabaseURL: b.url, Tick: testTick, Probe: testProbe, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	var calls atomic.Int32
+	started, write, wrote := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	e.Register("stale", func(ctx context.Context) error {
+		if calls.Add(1) > 1 {
+			<-ctx.Done() // the later terms' runs
+			return nil
+		}
+		close(started)
+		<-write // the first term's run ignores its cancellation
+		wctx := context.WithoutCancel(ctx)
+		wrote <- pgx.BeginFunc(wctx, b.pool, func(tx pgx.Tx) error {
+			if err := e.Fence(wctx, tx); err != nil {
+				return err
+			}
+			_, err := tx.Exec(wctx, "INSERT INTO fenced_writes VALUES ($1)", e.Term())
+			return err
+		})
+		return nil
+	})
+	require.NoError(t, e.Start(ctx))
+	t.Cleanup(e.Stop)
+	var once sync.Once
+	release := func() { once.Do(func() { close(write) }) }
+	t.Cleanup(release)
+
+	waitLeader(t, 5*time.Second, e)
+	first := e.Term()
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the runnable did not start")
+	}
+	// The term is lost (its lock session ended) and won again: the stale
+	// run is still running, its process leads a later term.
+	_, err = b.pool.Exec(ctx, "SELECT pg_terminate_backend($1)", e.Status().BackendPID)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return e.IsLeader() && e.Term() > first }, 30*time.Second, 10*time.Millisecond,
+		"the process leads again in a later term")
+	require.Greater(t, calls.Load(), int32(1), "the later term's run started")
+
+	release()
+	select {
+	case err = <-wrote:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stale run did not write")
+	}
+	require.ErrorIs(t, err, ErrNotLeader, "a runnable of term %d fenced while term %d leads", first, e.Term())
+	var n int
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM fenced_writes").Scan(&n))
+	require.Zero(t, n, "the stale write did not commit")
 }

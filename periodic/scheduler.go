@@ -26,7 +26,8 @@ import (
 const maxMissedRecorded = 1000
 
 // Leader is what the scheduler needs of the election: the term its writes
-// carry, and a fence that fails inside a transaction once the term is stale.
+// carry, and a fence that fails inside a transaction once the term is stale
+// (it takes the runnable's context, which carries the runnable's term).
 // *election.Elector implements it.
 type Leader interface {
 	Term() int64

@@ -73,7 +73,8 @@ const (
 )
 
 // Leader is what a poller needs of the election: the term its writes carry,
-// and a fence that fails inside a transaction once the term is stale.
+// and a fence that fails inside a transaction once the term is stale (it
+// takes the runnable's context, which carries the runnable's term).
 // *election.Elector implements it.
 type Leader interface {
 	Term() int64

@@ -138,7 +138,7 @@ func (w *workers) await(since fleet.Mark, msg string, proc *fleet.Proc, timeout 
 }
 
 // failoverPlan says how many trials of each kind to run, and the tick and
-// probe of the workers (0: the workers' defaults, 15 s and 60 s).
+// probe of the workers (0: the workers' defaults, 1.5 s and 60 s).
 type failoverPlan struct {
 	graceful, crash, demotion, partition int
 	tick                                 time.Duration

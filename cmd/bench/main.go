@@ -116,7 +116,7 @@ func main() {
 		keys     = flag.Int("keys", 1000, "ordered mode: ordering keys")
 		perKey   = flag.Int("per-key", 50, "ordered mode: messages per key")
 		queues   = flag.String("queues", "", "ordered mode: the workers' FERRY_QUEUES (default: ferry's, "+ferry.DefaultQueues+")")
-		tick     = flag.Duration("tick", time.Second, "failover and orphans modes: leader tick and standby probe (failover 0: crash trials only, at the defaults of 15s and 60s)")
+		tick     = flag.Duration("tick", time.Second, "failover and orphans modes: leader tick and standby probe (failover 0: crash trials only, at the defaults of 1.5s and 60s)")
 		cpuProf  = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
 	)
 	flag.Parse()

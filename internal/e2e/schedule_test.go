@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferryq/ferry/internal/base/logtest"
@@ -23,6 +25,21 @@ func writeConfig(t *testing.T, doc string) string {
 	path := filepath.Join(t.TempDir(), "ferry.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(doc), 0o600))
 	return path
+}
+
+// everySchedule makes a database of its own and a config file with one
+// schedule of ferry.noop every interval.
+func everySchedule(t *testing.T, id, name, every string) (string, *pgxpool.Pool, string) {
+	t.Helper()
+	url := pgtest.NewDatabase(t, true)
+	cfg := writeConfig(t, fmt.Sprintf(`
+schedules:
+  - id: %s
+    name: %s
+    every: %s
+    kind: ferry.noop
+`, id, name, every))
+	return url, pgtest.PoolFor(t, url), cfg
 }
 
 type tickRow struct {
@@ -40,15 +57,7 @@ type tickRow struct {
 func TestSchedule_KillLeaderEveryTickOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := pgtest.NewDatabase(t, true)
-	pool := pgtest.PoolFor(t, url)
-	cfg := writeConfig(t, `
-schedules:
-  - id: every-second
-    name: Tick every second
-    every: 1s
-    kind: ferry.noop
-`)
+	url, pool, cfg := everySchedule(t, "every-second", "Tick every second", "1s")
 	extra := []string{"FERRY_CONFIG=" + cfg}
 	args := electionArgs(time.Second)
 	var workers []*proctest.Proc
@@ -208,4 +217,67 @@ func TestSchedule_Next(t *testing.T) {
 		require.Equal(t, 2, code, strings.Join(bad, " "))
 		oneLine(t, stderr)
 	}
+}
+
+// TestSchedule_KillLeaderAtDefaultsCostsNoTick kills the leader with
+// SIGKILL at the default election settings, a second before a tick of a
+// schedule firing every 5 s, and checks that the crash costs no tick: the
+// successor starts within the interval, so the tick the crash fell on is
+// caught up late, and every tick of the window is recorded once, enqueued,
+// none as missed.
+func TestSchedule_KillLeaderAtDefaultsCostsNoTick(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url, pool, cfg := everySchedule(t, "every-5s", "Tick every five seconds", "5s")
+	extra := []string{"FERRY_CONFIG=" + cfg}
+	first := startWorker(t, url, extra)
+	_, err := first.WaitForLineFunc(30*time.Second, logtest.Logged("election: runnables started"))
+	require.NoError(t, err)
+	second := startWorker(t, url, extra)
+	_, err = second.WaitForLineFunc(10*time.Second, logtest.Logged("election: standby"))
+	require.NoError(t, err)
+	line, err := first.WaitForLineFunc(10*time.Second, logtest.Logged("periodic: tick enqueued", "schedule", "every-5s"))
+	require.NoError(t, err)
+	var rec struct {
+		Tick time.Time `json:"tick"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(line), &rec))
+	require.False(t, rec.Tick.IsZero(), "the tick enqueued: %s", line)
+
+	// A second before the next tick.
+	time.Sleep(time.Until(rec.Tick.Add(4 * time.Second)))
+	require.NoError(t, first.Kill())
+	_, err = second.WaitForLineFunc(30*time.Second, logtest.Logged("election: runnables started"))
+	require.NoError(t, err)
+	// Two ticks of the new leader's own after the one the crash fell on.
+	last := rec.Tick.Add(15 * time.Second)
+	_, err = second.WaitForLineFunc(30*time.Second, func(l string) bool {
+		var r struct {
+			Msg      string    `json:"msg"`
+			Schedule string    `json:"schedule"`
+			Tick     time.Time `json:"tick"`
+		}
+		return json.Unmarshal([]byte(l), &r) == nil && r.Msg == "periodic: tick enqueued" && r.Schedule == "every-5s" && !r.Tick.Before(last)
+	})
+	require.NoError(t, err)
+	stop(t, second, stopTimeout)
+
+	rows, err := pool.Query(ctx, `SELECT tick_at, status, reason, job_id, term FROM ferry_periodic_tick
+		WHERE schedule_id = 'every-5s' AND tick_at BETWEEN $1 AND $2 ORDER BY tick_at`, rec.Tick, last)
+	require.NoError(t, err)
+	ticks, err := pgx.CollectRows(rows, pgx.RowToStructByPos[tickRow])
+	require.NoError(t, err)
+	require.Len(t, ticks, 4, "every tick of the window recorded: %+v", ticks)
+	terms := map[int64]bool{}
+	for i, tk := range ticks {
+		require.Equal(t, rec.Tick.Add(time.Duration(i)*5*time.Second).UTC(), tk.At.UTC(), "tick %d", i)
+		reason := ""
+		if tk.Reason != nil {
+			reason = *tk.Reason
+		}
+		require.Equal(t, "enqueued", tk.Status, "tick %s: %s (late, not skipped)", tk.At, reason)
+		require.NotNil(t, tk.JobID)
+		terms[tk.Term] = true
+	}
+	require.Len(t, terms, 2, "the killed leader's ticks and its successor's")
 }
