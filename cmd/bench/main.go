@@ -330,6 +330,13 @@ func main() {
 		fmt.Fprintf(os.Stderr, "jobs.Inserter, %d jobs one per transaction (8 goroutines), best of %d rounds: bounded %.0f/s, unbounded %.0f/s, without the triggers %.0f/s; bulk COPY of %d: bounded %.0f/s, unbounded %.0f/s, without the triggers %.0f/s\n",
 			r.Jobs, r.Rounds, r.InsertBoundedPerSec, r.InsertUnboundedPerSec, r.InsertNoTriggersPerSec, 10*r.Jobs, r.BulkBoundedPerSec, r.BulkUnboundedPerSec, r.BulkNoTriggersPerSec)
 		_ = json.NewEncoder(os.Stdout).Encode(r)
+		f, err := recountFetchBench(ctx, *url, *backlog/10)
+		if err != nil {
+			log.Fatalf("bench: bounded: %v", redact.Postgres(err.Error()))
+		}
+		fmt.Fprintf(os.Stderr, "bounded queue, %d fetches (4 goroutines): p99 %.2f ms without the recount, %.2f ms with %d recounts running one after another\n",
+			f.Fetches, f.FetchP99MS, f.FetchP99RecountsMS, f.Recounts)
+		_ = json.NewEncoder(os.Stdout).Encode(f)
 		return
 	case "ordered":
 		r, err := orderedBench(ctx, *url, *keys, *perKey, 3, *trials, 0.2, *queues)
