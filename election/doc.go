@@ -203,7 +203,9 @@
 // # Key table
 //
 // Keys lists every advisory key ferry takes: 911000001 the election,
-// 911000002 reserved, 8110731 migrations, and in the two-int form
+// 911000002 reserved, 8110731 migrations, 911000005 the recount of the
+// bounded queues (jobs.RecountLockKey, held for a transaction; one key
+// for every schema of a database), and in the two-int form
 // (911000003, worker id) for each worker's liveness and (911000004,
 // hashtext(client id)) for the dead-worker fence (internal/liveness).
 // These are the default deployment's. A deployment in a schema of its own

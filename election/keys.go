@@ -2,6 +2,7 @@ package election
 
 import (
 	"github.com/ferryq/ferry/internal/liveness"
+	"github.com/ferryq/ferry/jobs"
 	"github.com/ferryq/ferry/migrations"
 )
 
@@ -35,6 +36,7 @@ var Keys = []KeyOwner{
 	{Key: KeyElection, Form: "session bigint", Owner: "election", Use: "this process is the leader: it runs the schedule and the Telegram long-polls"},
 	{Key: KeyReserved, Form: "session bigint", Owner: "reserved", Use: "held back for a future ferry singleton; take no lock on it"},
 	{Key: KeyMigrations, Form: "session bigint", Owner: "migrations", Use: "one migration run at a time (worker migrate, --migrate)"},
+	{Key: jobs.RecountLockKey, Form: "transaction bigint", Owner: "jobs", Use: "one recount of the bounded queues at a time; setting a first bound takes it before it starts the queue's counters"},
 	{Key: int64(liveness.Namespace), Form: "session int4,int4", Owner: "liveness", Use: "(911000003, ferry_worker.id): the worker process is alive while its liveness session holds it"},
 	{Key: int64(liveness.FenceNamespace), Form: "transaction int4,int4", Owner: "liveness", Use: "(911000004, hashtext(client id)): a worker's UPDATEs of river_job hold it shared, a rescue of that worker exclusively, so neither passes the other"},
 }

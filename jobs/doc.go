@@ -89,10 +89,58 @@
 // a moment early (a completion not yet committed), never admitted one too
 // many. A transaction that inserts into a bounded queue and then rolls
 // back leaves its jobs counted (a sequence does not roll back) until the
-// leader's recount (RecountQueues, every minute) counts the queue again
-// under LOCK TABLE river_job IN SHARE ROW EXCLUSIVE MODE with a lock
-// timeout of a second. A job in an open transaction holds its place until
-// the transaction ends.
+// leader's recount (RecountQueues, every minute) gives them back. A job in
+// an open transaction holds its place until the transaction ends.
+//
+// # The recount
+//
+// The recount takes no lock on river_job that a writer or a VACUUM waits
+// for. (Its first form counted under LOCK TABLE river_job IN SHARE ROW
+// EXCLUSIVE MODE: the lock waited behind any VACUUM of river_job, and every
+// insert, fetch and completion queued behind the waiting lock; or it
+// cancelled autovacuum, every minute.) It gives back only admissions it
+// can prove rolled back, so the length from the counters never falls
+// below the true one. For each bounded queue, in one transaction of READ
+// COMMITTED (it holds no snapshot while it waits) under the advisory lock
+// RecountLockKey (one recount at a time; the start of a queue's counters
+// takes it too):
+//
+//  1. it reads a0, the admitted sequence: every admission up to a0 was
+//     taken by a transaction writing river_job at that moment, or one
+//     that has ended;
+//  2. then it reads the job id sequence, idMark, and the transactions
+//     holding ROW EXCLUSIVE on river_job (pg_locks). A job with an id
+//     above idMark was inserted, and so admitted, after a0 was read;
+//  3. it waits, up to its timeout, for those transactions to end (their
+//     virtualxid locks, polled; it waits on nobody's lock and nobody
+//     waits on it), so every admission up to a0 is committed or rolled
+//     back; a prepared transaction, or one still open, defers the recount
+//     to the next minute (ErrRecountDeferred), with nothing changed;
+//  4. in one snapshot it counts the queue's jobs in the counted states
+//     (counted), those of them with an id above idMark (since), and reads
+//     released; refunded it reads after. The committed admissions up to a0
+//     are at least counted + released - since - (the refunds and
+//     give-backs before): what is left of a0 rolled back, and is given back
+//     by a setval of refunded to its value plus that amount (refunded only
+//     grows, as the insert trigger's cache of it needs).
+//
+// Each term errs only towards giving back less: a job admitted after a0
+// with an id at or below idMark (an insert between the two reads, a retry
+// of a finalized job, a move between queues) counts as admitted before;
+// a job inserted after idMark and finalized within the wait is in
+// released but not in since. What is not given back is given back by a
+// later recount that runs when no job is inserted and finished within its
+// wait; under a steady stream of such jobs a few admissions can stay
+// counted a while: a refusal a little early, never an overshoot. A
+// refund that lands between the read of refunded and its setval is lost,
+// which also counts on the long side, and the next recount gives it back.
+// A job id must come from river_job's sequence (River's), in order: a row
+// inserted with an id chosen by hand above the sequence would count as
+// admitted after a0 and could be given back twice.
+//
+// The recount's cost to writers is its count of the bounded queues' jobs
+// in the counted states, a read; cmd/bench -mode bounded measures fetch
+// latency with and without recounts running.
 //
 // The triggers are on river_job only while some queue has a bound
 // (migration 013): setting the first bound puts them there, in the

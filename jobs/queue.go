@@ -155,6 +155,10 @@ func setQueueBound(ctx context.Context, pool *pgxpool.Pool, b QueueBound) (*Boun
 	}
 	var change *BoundChange
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		// No recount runs while the counters start.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, RecountLockKey); err != nil {
+			return err
+		}
 		// SHARE ROW EXCLUSIVE: writers wait, and so does another worker
 		// bounding a queue (it cannot then take the lock of CREATE TRIGGER
 		// while this one waits for it, a deadlock).
@@ -226,20 +230,37 @@ func startCounters(ctx context.Context, tx pgx.Tx, name string, maxLength *int64
 	return err
 }
 
-// RecountQueues sets each bounded queue's admitted counter from its jobs,
-// giving back the admissions of transactions that rolled back after
-// admitting jobs (a sequence does not roll back). It takes LOCK TABLE
-// river_job IN SHARE ROW EXCLUSIVE MODE, which waits for the transactions writing
-// river_job and holds new writers back while the queues are counted, with
-// lockTimeout: when the lock is not had in time, it returns the error and
-// changes nothing. With no bounded queue it takes no lock, unless it has
-// triggers to drop.
+// RecountLockKey is the advisory lock (bigint form, held for a
+// transaction) that one recount of the bounded queues holds, and that
+// setting a first bound takes before it starts a queue's counters: two
+// recounts never give back the same admissions twice, and a queue's
+// counters never start again under a recount.
+const RecountLockKey int64 = 911000005
+
+// ErrRecountDeferred is what RecountQueues returns, as the cause of its
+// error, when a transaction that writes river_job is still open after its
+// wait, or is a prepared transaction: it changed nothing, and the next
+// recount counts again.
+var ErrRecountDeferred = errors.New("recount deferred")
+
+// RecountQueues gives back, for each bounded queue, the admissions of
+// transactions that rolled back after admitting jobs (a sequence does not
+// roll back), and never more: a recount leaves every queue's length from
+// its counters at or above its true length, and equal to it once the
+// rolled-back admissions are given back. It takes no lock on river_job
+// that a writer or a VACUUM waits for (see "Bounded queues" in the package
+// doc for how it counts exactly all the same): it waits, up to wait, for
+// the transactions writing river_job when it starts to end, and returns
+// an error wrapping ErrRecountDeferred, having changed nothing, if they
+// have not.
 //
 // It also keeps the counting triggers of river_job (migration 013) in step
 // with the bounds: with no bounded queue it drops them once (an unbounded
-// deployment pays nothing for bounds on insert), and with one it puts them
-// back if they are missing, counting in the same transaction.
-func RecountQueues(ctx context.Context, pool *pgxpool.Pool, lockTimeout time.Duration) error {
+// deployment pays nothing for bounds on insert; ACCESS EXCLUSIVE for a
+// moment, with wait as its lock timeout), and with one it puts them back if
+// they are missing, counting in the same transaction under LOCK TABLE
+// river_job IN SHARE ROW EXCLUSIVE MODE (with wait as its lock timeout).
+func RecountQueues(ctx context.Context, pool *pgxpool.Pool, wait time.Duration) error {
 	var bounded, armed bool
 	err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM ferry_queue WHERE max_length IS NOT NULL AND admitted IS NOT NULL), ferry_queue_armed()`).Scan(&bounded, &armed)
 	if err != nil {
@@ -250,7 +271,7 @@ func RecountQueues(ctx context.Context, pool *pgxpool.Pool, lockTimeout time.Dur
 			return nil
 		}
 		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", max(1, lockTimeout.Milliseconds()))); err != nil {
+			if err := setLockTimeout(ctx, tx, wait); err != nil {
 				return err
 			}
 			if _, err := tx.Exec(ctx, `SELECT ferry_queue_disarm()`); err != nil {
@@ -259,9 +280,129 @@ func RecountQueues(ctx context.Context, pool *pgxpool.Pool, lockTimeout time.Dur
 			return nil
 		})
 	}
+	if !armed {
+		return rearm(ctx, pool, wait)
+	}
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", max(1, lockTimeout.Milliseconds()))); err != nil {
+		if err := recount(ctx, tx, wait); err != nil {
+			return fmt.Errorf("jobs: recount queues: %w", err)
+		}
+		return nil
+	})
+}
+
+// recount gives back the rolled-back admissions of every bounded queue,
+// in tx (READ COMMITTED, so that it holds no snapshot while it waits); the
+// package doc ("Bounded queues") shows why what it gives back is never
+// more than what rolled back.
+func recount(ctx context.Context, tx pgx.Tx, wait time.Duration) error {
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, RecountLockKey); err != nil {
+		return err
+	}
+	// 1. Each queue's admitted sequence: a0. Every admission up to a0 was
+	// taken by a transaction that writes river_job now, or has ended.
+	var names []string
+	var a0 []int64
+	rows, err := tx.Query(ctx, `
+		SELECT name, coalesce(pg_sequence_last_value(admitted), 0) FROM ferry_queue
+		WHERE max_length IS NOT NULL AND admitted IS NOT NULL`)
+	if err != nil {
+		return err
+	}
+	var name string
+	var a int64
+	if _, err := pgx.ForEachRow(rows, []any{&name, &a}, func() error {
+		names, a0 = append(names, name), append(a0, a)
+		return nil
+	}); err != nil {
+		return err
+	}
+	// 2. Then the job id sequence (a job with a higher id was inserted,
+	// and admitted, after a0 was read) and the transactions writing
+	// river_job.
+	var idMark int64
+	var writers []string
+	var prepared bool
+	err = tx.QueryRow(ctx, `
+		SELECT coalesce(pg_sequence_last_value(pg_get_serial_sequence('river_job', 'id')::regclass), 0),
+			coalesce(array_agg(l.virtualtransaction) FILTER (WHERE l.pid IS NOT NULL AND l.pid <> pg_backend_pid()), '{}'),
+			coalesce(bool_or(l.locktype IS NOT NULL AND l.pid IS NULL), false)
+		FROM (SELECT 1) one
+		LEFT JOIN pg_locks l ON l.locktype = 'relation' AND l.relation = 'river_job'::regclass
+			AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+			AND l.mode = 'RowExclusiveLock' AND l.granted`).Scan(&idMark, &writers, &prepared)
+	if err != nil {
+		return err
+	}
+	if prepared {
+		return fmt.Errorf("a prepared transaction writes river_job: %w", ErrRecountDeferred)
+	}
+	// 3. Wait for them to end, without holding anything they wait for.
+	if err := waitForTransactions(ctx, tx, writers, wait); err != nil {
+		return err
+	}
+	// 4. Every admission up to a0 is now committed or rolled back. In one
+	// snapshot: what is left of a0 once the refunds, the releases, the
+	// jobs in the counted states and those admitted since a0 are taken
+	// out, rolled back, goes to the refunded sequence.
+	_, err = tx.Exec(ctx, `
+		WITH c AS (
+			SELECT q.name, q.refunded, m.a0,
+				coalesce((SELECT released FROM ferry_queue_released r WHERE r.name = q.name), 0) AS released,
+				(SELECT count(*) FROM river_job j WHERE j.queue = q.name AND ferry_queue_counted(j.state)) AS counted,
+				(SELECT count(*) FROM river_job j WHERE j.queue = q.name AND ferry_queue_counted(j.state) AND j.id > $3) AS since
+			FROM unnest($1::text[], $2::bigint[]) AS m(name, a0)
+			JOIN ferry_queue q ON q.name = m.name
+			WHERE q.max_length IS NOT NULL AND q.admitted IS NOT NULL
+		), g AS MATERIALIZED (
+			SELECT refunded, a0 - coalesce(pg_sequence_last_value(refunded), 0) - released - counted + since AS back FROM c
+		)
+		SELECT setval(refunded, coalesce(pg_sequence_last_value(refunded), 0) + back, true) FROM g WHERE back > 0`,
+		names, a0, idMark)
+	return err
+}
+
+// waitForTransactions waits until none of the virtual transactions vxids
+// is open, polling pg_locks, for up to wait.
+func waitForTransactions(ctx context.Context, tx pgx.Tx, vxids []string, wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	pause := time.Millisecond
+	for len(vxids) > 0 {
+		err := tx.QueryRow(ctx, `
+			SELECT coalesce(array_agg(virtualxid), '{}') FROM pg_locks
+			WHERE locktype = 'virtualxid' AND virtualxid = ANY($1)`, vxids).Scan(&vxids)
+		if err != nil {
 			return err
+		}
+		if len(vxids) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d transactions writing river_job still open after %s: %w", len(vxids), wait, ErrRecountDeferred)
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return context.Cause(ctx)
+		case <-t.C:
+		}
+		pause = min(2*pause, 50*time.Millisecond)
+	}
+	return nil
+}
+
+// rearm puts the counting triggers back on river_job, which went missing
+// while a queue has a bound, and counts every bounded queue again in the
+// same transaction, under LOCK TABLE river_job IN SHARE ROW EXCLUSIVE
+// MODE (CREATE TRIGGER's lock, which keeps writers out while it counts).
+func rearm(ctx context.Context, pool *pgxpool.Pool, lockTimeout time.Duration) error {
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if err := setLockTimeout(ctx, tx, lockTimeout); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, RecountLockKey); err != nil {
+			return fmt.Errorf("jobs: recount queues: %w", err)
 		}
 		if _, err := tx.Exec(ctx, `LOCK TABLE river_job IN SHARE ROW EXCLUSIVE MODE`); err != nil {
 			return fmt.Errorf("jobs: recount queues: %w", err)
@@ -284,8 +425,14 @@ func RecountQueues(ctx context.Context, pool *pgxpool.Pool, lockTimeout time.Dur
 	})
 }
 
+func setLockTimeout(ctx context.Context, tx pgx.Tx, d time.Duration) error {
+	_, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", max(1, d.Milliseconds())))
+	return err
+}
+
 // QueueRecounter is the leader runnable that calls RecountQueues every
-// interval (with a lock timeout of a second), logging a failure.
+// interval (waiting up to a second for the writers of river_job it waits
+// for), logging a failure.
 func QueueRecounter(pool *pgxpool.Pool, every time.Duration, logger *slog.Logger) func(context.Context) error {
 	return func(ctx context.Context) error {
 		t := time.NewTicker(every)

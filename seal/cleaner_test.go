@@ -68,3 +68,47 @@ func TestCleaner(t *testing.T) {
 	closed.Close()
 	require.ErrorContains(t, seal.Cleaner(closed, time.Hour, rec.Logger())(ctx), "ferry: seal: delete expired claims")
 }
+
+// TestDeleteExpiredClaims_EachPageOnce: deleting 100,000 expired claims in
+// batches reads each page of ferry_seal_run a fixed few times (Postgres 15
+// counts two fetches a page for the TID range scan), besides the visit of
+// each row it deletes, and not again in each later batch past the rows
+// the earlier ones deleted (which stay on their pages until a vacuum):
+// what a pass costs follows the table and what it deletes, not the square
+// of it. Run in one transaction, in which Postgres counts the blocks of the
+// table this transaction fetched (a row deleted is one more fetch of its
+// block), with no flush of the counts in between.
+func TestDeleteExpiredClaims_EachPageOnce(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.PoolFor(t, pgtest.NewDatabase(t, true))
+	ctx := t.Context()
+	const claims = 100_000
+	_, err := pool.Exec(ctx, `
+		INSERT INTO ferry_seal_run (run_id, job_id, claimed_at, due)
+		SELECT 'run-' || g, g, now() - interval '10 days', now() - interval '10 days'
+		FROM generate_series(1, $1) g`, claims)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `VACUUM ANALYZE ferry_seal_run`)
+	require.NoError(t, err)
+	var pages int64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT pg_relation_size('ferry_seal_run') / current_setting('block_size')::bigint`).Scan(&pages))
+	require.Positive(t, pages)
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	fetched := func() int64 {
+		t.Helper()
+		var n int64
+		require.NoError(t, tx.QueryRow(ctx, `SELECT pg_stat_get_xact_blocks_fetched('ferry_seal_run'::regclass)`).Scan(&n))
+		return n
+	}
+	before := fetched()
+	n, err := seal.DeleteExpiredClaims(ctx, tx, time.Hour)
+	require.NoError(t, err)
+	require.EqualValues(t, claims, n)
+	read := fetched() - before - n
+	t.Logf("%d claims on %d pages: %d blocks fetched besides the deletes'", claims, pages, read)
+	require.Positive(t, read)
+	require.LessOrEqual(t, read, 4*pages, "the batches read %d blocks besides the deletes' of a table of %d pages", read, pages)
+}

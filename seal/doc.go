@@ -158,6 +158,18 @@
 // due more than the replay window and an hour ago: a copy written back
 // after that claims anew, late, is marked, and is refused as stale.
 //
+// ferry_seal_run has no index on the time (each claim is written by an
+// insert of river_job, which would pay for it), so the cleanup reads the
+// table: each of its statements deletes the expired claims of the next
+// 128 pages (1 MB) through a TID range scan, from the first page to the
+// last the table had when the pass began. A pass reads each page once,
+// and a batch costs its pages and what it deletes whatever came before
+// it. The first form deleted 10,000 claims a statement, found by a scan
+// from the start of the table: each batch read again the rows the ones
+// before had deleted, dead until a vacuum, so that a pass over millions
+// of claims cost the square of them (cmd/bench -mode sealcleanup measures
+// the time per 100,000 claims deleted, first batches against last).
+//
 // The first form of this design claimed at start, in an autocommitted
 // write per job (group-committed) just before the worker ran, as the issue
 // that asked for seals put it ("claimed in the same transaction as the

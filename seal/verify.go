@@ -273,29 +273,48 @@ type claimMark struct {
 // that), and how much longer than the replay window a claim is kept.
 const claimGrace = time.Hour
 
+// claimBatchPages is how many pages of ferry_seal_run one statement of
+// DeleteExpiredClaims reads: 1 MB of 8 kB pages, about 13,000 claims.
+const claimBatchPages = 128
+
 // DeleteExpiredClaims deletes the run-id claims of jobs due longer ago than
-// window (and claimGrace), in batches of 10,000 rows, each its own short
-// statement. A copy of such a job written back later claims its run id
-// anew, more than window after the job was due: the database marks it, and
-// workers refuse it as stale. The job itself, still in river_job and
-// retried, is not affected: its row was marked (or not) when it was
-// written.
+// window (and claimGrace), in batches, each its own short statement over
+// the next claimBatchPages pages of the table (a TID range scan): a pass
+// reads each page once, and no batch reads again the rows the batches
+// before it deleted, which stay on their pages until a vacuum. A copy of
+// such a job written back later claims its run id anew, more than window
+// after the job was due: the database marks it, and workers refuse it as
+// stale. The job itself, still in river_job and retried, is not affected:
+// its row was marked (or not) when it was written.
 func DeleteExpiredClaims(ctx context.Context, db DB, window time.Duration) (int64, error) {
+	return DeleteExpiredClaimsEach(ctx, db, window, nil)
+}
+
+// DeleteExpiredClaimsEach is DeleteExpiredClaims calling batch, if not
+// nil, after each statement with the claims it deleted.
+func DeleteExpiredClaimsEach(ctx context.Context, db DB, window time.Duration, batch func(deleted int64)) (int64, error) {
+	// The pages there now: claims written during the pass, at the end of
+	// the table, are not expired.
+	var pages int64
+	if err := db.QueryRow(ctx, `SELECT pg_relation_size('ferry_seal_run') / current_setting('block_size')::bigint`).Scan(&pages); err != nil {
+		return 0, fmt.Errorf("ferry: seal: delete expired claims: %w", err)
+	}
 	var total int64
-	for {
+	for from := int64(0); from < pages; from += claimBatchPages {
 		tag, err := db.Exec(ctx, `
-			DELETE FROM ferry_seal_run WHERE run_id IN (
-				SELECT run_id FROM ferry_seal_run
-				WHERE coalesce(due, claimed_at) < now() - make_interval(secs => $1)
-				LIMIT 10000)`, (window + claimGrace).Seconds())
+			DELETE FROM ferry_seal_run
+			WHERE ctid >= ($1::text)::tid AND ctid < ($2::text)::tid
+			  AND coalesce(due, claimed_at) < now() - make_interval(secs => $3)`,
+			fmt.Sprintf("(%d,0)", from), fmt.Sprintf("(%d,0)", from+claimBatchPages), (window + claimGrace).Seconds())
 		if err != nil {
 			return total, fmt.Errorf("ferry: seal: delete expired claims: %w", err)
 		}
 		total += tag.RowsAffected()
-		if tag.RowsAffected() < 10000 {
-			return total, nil
+		if batch != nil {
+			batch(tag.RowsAffected())
 		}
 	}
+	return total, nil
 }
 
 // Cleaner returns a leader runnable that deletes expired claims

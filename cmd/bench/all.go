@@ -50,11 +50,13 @@ type sizes struct {
 	locks        int           // lock acquisitions of the fencing oracle
 	lockKills    int           // kill -9 of the lock's holder, and as many pg_terminate_backend
 	relayBatches []int         // the relay batch sizes measured
+	sealClaims   int           // expired seal claims the leader's cleanup deletes
 }
 
 var (
 	fullSizes = sizes{backlog: 200_000, latencyDur: 10 * time.Second, relay: 100_000, outboxDur: 10 * time.Second, tickDur: 15 * time.Second,
-		trials: 10, defTrials: 3, orphans: 20, bulk: 1_000_000, rounds: 5, pairRounds: 3, locks: 10_000, lockKills: 10, relayBatches: relayBatches}
+		trials: 10, defTrials: 3, orphans: 20, bulk: 1_000_000, rounds: 5, pairRounds: 3, locks: 10_000, lockKills: 10, relayBatches: relayBatches,
+		sealClaims: 5_000_000}
 	// quickSizes measure the full run's figures (but the scale, sustained,
 	// counts, pickup-sweep and default-tick failover ones) in under three
 	// minutes on a 2-core machine (total_seconds): one trial of each
@@ -63,7 +65,7 @@ var (
 	// batch and the largest.
 	quickSizes = sizes{backlog: 20_000, latencyDur: 3 * time.Second, relay: 10_000, outboxDur: 3 * time.Second, tickDur: 4 * time.Second,
 		trials: 1, defTrials: 0, orphans: 2, bulk: 50_000, rounds: 3, pairRounds: 2, locks: 600, lockKills: 2,
-		relayBatches: []int{outbox.DefaultBatchSize, 5000}}
+		relayBatches: []int{outbox.DefaultBatchSize, 5000}, sealClaims: 200_000}
 )
 
 // results is bench/results.json: the keys are read by tools; keep them.
@@ -88,72 +90,77 @@ type results struct {
 	OutboxE2EColdP99MS        *float64 `json:"outbox_e2e_cold_p99_ms"`
 	// Ordered outbox delivery (full run only): 1,000 keys × 50 messages,
 	// three workers, a kill -9, a receiver failing 20 %.
-	OrderedViolations         *float64          `json:"ordered_violations"`
-	OrderedThroughputRatio    *float64          `json:"ordered_throughput_ratio"`
-	OrderedMsgsPerSec         *float64          `json:"ordered_msgs_per_sec"`
-	UnorderedMsgsPerSec       *float64          `json:"unordered_msgs_per_sec"`
-	LimitConcurrencyUtil      *float64          `json:"limit_concurrency_utilization"`
-	LimitRateUtil             *float64          `json:"limit_rate_utilization"`
-	LimitViolations           *float64          `json:"limit_violations"`
-	LimitThroughputRatio      *float64          `json:"limit_throughput_ratio"`
-	OutboxRelayLagP99MS       *float64          `json:"outbox_relay_lag_p99_ms"`
-	OutboxFetchLagP99MS       *float64          `json:"outbox_fetch_lag_p99_ms"`
-	OutboxTailRelayMS         *float64          `json:"outbox_tail_relay_lag_ms"`
-	OutboxTailFetchMS         *float64          `json:"outbox_tail_fetch_lag_ms"`
-	OutboxTailWorkMS          *float64          `json:"outbox_tail_work_lag_ms"`
-	OutboxCheckpoints         *float64          `json:"outbox_checkpoints_during"`
-	TickLagInsertP99MS        *float64          `json:"tick_lag_insert_p99_ms"`
-	TickLagStartP99MS         *float64          `json:"tick_lag_start_p99_ms"`
-	FailoverGracefulMSMedian  *float64          `json:"failover_graceful_ms_median"`
-	FailoverGracefulMSMax     *float64          `json:"failover_graceful_ms_max"`
-	FailoverCrashMSMedian     *float64          `json:"failover_crash_ms_median"`
-	FailoverCrashMSMax        *float64          `json:"failover_crash_ms_max"`
-	PartitionDemotionMSMax    *float64          `json:"partition_demotion_ms_max"`
-	FailoverPartitionMSMedian *float64          `json:"failover_partition_ms_median"`
-	FailoverPartitionMSMax    *float64          `json:"failover_partition_ms_max"`
-	FailoverCrashDefaultMSMed *float64          `json:"failover_crash_default_ms_median"`
-	FailoverCrashDefaultMSMax *float64          `json:"failover_crash_default_ms_max"`
-	PgFailoverRecoveryMS      *float64          `json:"pg_failover_recovery_ms"`
-	PgFailoverLostInserts     *float64          `json:"pg_failover_lost_inserts"`
-	OrphanRescueMSP99         *float64          `json:"orphan_rescue_ms_p99"`
-	OrphanRescueMSMax         *float64          `json:"orphan_rescue_ms_max"`
-	BulkJobsPerSec            *float64          `json:"bulk_jobs_per_sec"`
-	BulkCopyJobsPerSec        *float64          `json:"bulk_copy_reference_jobs_per_sec"`
-	BulkRatioVsCopy           *float64          `json:"bulk_ratio_vs_copy"`
-	BulkStdinRatioVsCopy      *float64          `json:"bulk_stdin_ratio_vs_copy"`
-	BulkFilePeakRSSMB         *float64          `json:"bulk_file_peak_rss_mb"`
-	BulkStdinPeakRSSMB        *float64          `json:"bulk_stdin_peak_rss_mb"`
-	ConsoleCountsMS5M         *float64          `json:"console_counts_ms_5m"`
-	SustainedP99Drift         *float64          `json:"sustained_p99_drift"`
-	SustainedDeadTuples       *float64          `json:"sustained_river_job_dead_tuples"`
-	SustainedTableMB          *float64          `json:"sustained_river_job_mb"`
-	SustainedVacuums          *float64          `json:"sustained_bench_vacuums"`
-	SustainedAutovacuum       string            `json:"sustained_autovacuum,omitempty"`
-	SustainedP99ByMinute      []float64         `json:"sustained_p99_ms_by_minute,omitempty"`
-	SustainedVacuumRuns       []vacuumRun       `json:"sustained_vacuum_runs,omitempty"`
-	SustainedServer           *serverActivity   `json:"sustained_server,omitempty"`
-	SustainedMaxJobsPerSec    *float64          `json:"sustained_max_jobs_per_sec"`
-	SustainedRate             *float64          `json:"sustained_rate"`
-	SustainedInsertedPerSec   *float64          `json:"sustained_inserted_per_sec"`
-	ScaleThroughputRatio1M    *float64          `json:"scale_throughput_ratio_1m"`
-	ScalePickupP99Ratio1M     *float64          `json:"scale_pickup_p99_ratio_1m"`
-	ScaleThroughputRatio5M    *float64          `json:"scale_throughput_ratio_5m"`
-	ScalePickupP99Ratio5M     *float64          `json:"scale_pickup_p99_ratio_5m"`
-	RiverUICountsMS5M         *float64          `json:"riverui_counts_ms_5m"`
-	MetricsFirstScrapeMS5M    *float64          `json:"metrics_first_scrape_ms_5m"`
-	MetricsScrapeMS5M         *float64          `json:"metrics_scrape_ms_5m"`
-	WorkerPeakRSSMB           *float64          `json:"worker_peak_rss_mb"`
-	OtelWorkerRatio           *float64          `json:"otel_worker_ratio"`
-	OtelOffJobsPerSec         *float64          `json:"otel_off_jobs_per_sec"`
-	OtelOnJobsPerSec          *float64          `json:"otel_on_jobs_per_sec"`
-	LeanModules               *float64          `json:"lean_modules"`
-	LeanRiverModules          *float64          `json:"lean_river_modules"`
-	LeanBinaryRatio           *float64          `json:"lean_binary_ratio"`
-	UnsealedWorkerJobsPerSec  *float64          `json:"unsealed_worker_jobs_per_sec"`
-	SealedWorkerJobsPerSec    *float64          `json:"sealed_worker_jobs_per_sec"`
-	SealedWorkerRatio         *float64          `json:"sealed_worker_ratio"`
-	SealedInsertRatio         *float64          `json:"sealed_insert_ratio"`
-	SealedBulkRatio           *float64          `json:"sealed_bulk_ratio"`
+	OrderedViolations         *float64        `json:"ordered_violations"`
+	OrderedThroughputRatio    *float64        `json:"ordered_throughput_ratio"`
+	OrderedMsgsPerSec         *float64        `json:"ordered_msgs_per_sec"`
+	UnorderedMsgsPerSec       *float64        `json:"unordered_msgs_per_sec"`
+	LimitConcurrencyUtil      *float64        `json:"limit_concurrency_utilization"`
+	LimitRateUtil             *float64        `json:"limit_rate_utilization"`
+	LimitViolations           *float64        `json:"limit_violations"`
+	LimitThroughputRatio      *float64        `json:"limit_throughput_ratio"`
+	OutboxRelayLagP99MS       *float64        `json:"outbox_relay_lag_p99_ms"`
+	OutboxFetchLagP99MS       *float64        `json:"outbox_fetch_lag_p99_ms"`
+	OutboxTailRelayMS         *float64        `json:"outbox_tail_relay_lag_ms"`
+	OutboxTailFetchMS         *float64        `json:"outbox_tail_fetch_lag_ms"`
+	OutboxTailWorkMS          *float64        `json:"outbox_tail_work_lag_ms"`
+	OutboxCheckpoints         *float64        `json:"outbox_checkpoints_during"`
+	TickLagInsertP99MS        *float64        `json:"tick_lag_insert_p99_ms"`
+	TickLagStartP99MS         *float64        `json:"tick_lag_start_p99_ms"`
+	FailoverGracefulMSMedian  *float64        `json:"failover_graceful_ms_median"`
+	FailoverGracefulMSMax     *float64        `json:"failover_graceful_ms_max"`
+	FailoverCrashMSMedian     *float64        `json:"failover_crash_ms_median"`
+	FailoverCrashMSMax        *float64        `json:"failover_crash_ms_max"`
+	PartitionDemotionMSMax    *float64        `json:"partition_demotion_ms_max"`
+	FailoverPartitionMSMedian *float64        `json:"failover_partition_ms_median"`
+	FailoverPartitionMSMax    *float64        `json:"failover_partition_ms_max"`
+	FailoverCrashDefaultMSMed *float64        `json:"failover_crash_default_ms_median"`
+	FailoverCrashDefaultMSMax *float64        `json:"failover_crash_default_ms_max"`
+	PgFailoverRecoveryMS      *float64        `json:"pg_failover_recovery_ms"`
+	PgFailoverLostInserts     *float64        `json:"pg_failover_lost_inserts"`
+	OrphanRescueMSP99         *float64        `json:"orphan_rescue_ms_p99"`
+	OrphanRescueMSMax         *float64        `json:"orphan_rescue_ms_max"`
+	BulkJobsPerSec            *float64        `json:"bulk_jobs_per_sec"`
+	BulkCopyJobsPerSec        *float64        `json:"bulk_copy_reference_jobs_per_sec"`
+	BulkRatioVsCopy           *float64        `json:"bulk_ratio_vs_copy"`
+	BulkStdinRatioVsCopy      *float64        `json:"bulk_stdin_ratio_vs_copy"`
+	BulkFilePeakRSSMB         *float64        `json:"bulk_file_peak_rss_mb"`
+	BulkStdinPeakRSSMB        *float64        `json:"bulk_stdin_peak_rss_mb"`
+	ConsoleCountsMS5M         *float64        `json:"console_counts_ms_5m"`
+	SustainedP99Drift         *float64        `json:"sustained_p99_drift"`
+	SustainedDeadTuples       *float64        `json:"sustained_river_job_dead_tuples"`
+	SustainedTableMB          *float64        `json:"sustained_river_job_mb"`
+	SustainedVacuums          *float64        `json:"sustained_bench_vacuums"`
+	SustainedAutovacuum       string          `json:"sustained_autovacuum,omitempty"`
+	SustainedP99ByMinute      []float64       `json:"sustained_p99_ms_by_minute,omitempty"`
+	SustainedVacuumRuns       []vacuumRun     `json:"sustained_vacuum_runs,omitempty"`
+	SustainedServer           *serverActivity `json:"sustained_server,omitempty"`
+	SustainedMaxJobsPerSec    *float64        `json:"sustained_max_jobs_per_sec"`
+	SustainedRate             *float64        `json:"sustained_rate"`
+	SustainedInsertedPerSec   *float64        `json:"sustained_inserted_per_sec"`
+	ScaleThroughputRatio1M    *float64        `json:"scale_throughput_ratio_1m"`
+	ScalePickupP99Ratio1M     *float64        `json:"scale_pickup_p99_ratio_1m"`
+	ScaleThroughputRatio5M    *float64        `json:"scale_throughput_ratio_5m"`
+	ScalePickupP99Ratio5M     *float64        `json:"scale_pickup_p99_ratio_5m"`
+	RiverUICountsMS5M         *float64        `json:"riverui_counts_ms_5m"`
+	MetricsFirstScrapeMS5M    *float64        `json:"metrics_first_scrape_ms_5m"`
+	MetricsScrapeMS5M         *float64        `json:"metrics_scrape_ms_5m"`
+	WorkerPeakRSSMB           *float64        `json:"worker_peak_rss_mb"`
+	OtelWorkerRatio           *float64        `json:"otel_worker_ratio"`
+	OtelOffJobsPerSec         *float64        `json:"otel_off_jobs_per_sec"`
+	OtelOnJobsPerSec          *float64        `json:"otel_on_jobs_per_sec"`
+	LeanModules               *float64        `json:"lean_modules"`
+	LeanRiverModules          *float64        `json:"lean_river_modules"`
+	LeanBinaryRatio           *float64        `json:"lean_binary_ratio"`
+	UnsealedWorkerJobsPerSec  *float64        `json:"unsealed_worker_jobs_per_sec"`
+	SealedWorkerJobsPerSec    *float64        `json:"sealed_worker_jobs_per_sec"`
+	SealedWorkerRatio         *float64        `json:"sealed_worker_ratio"`
+	SealedInsertRatio         *float64        `json:"sealed_insert_ratio"`
+	SealedBulkRatio           *float64        `json:"sealed_bulk_ratio"`
+	// The leader's cleanup of expired seal claims (sizes.sealClaims):
+	// ms per 100,000 deleted, first and last, and last / first.
+	SealCleanupMsPer100kFirst *float64          `json:"seal_cleanup_ms_per_100k_first"`
+	SealCleanupMsPer100kLast  *float64          `json:"seal_cleanup_ms_per_100k_last"`
+	SealCleanupFlatness       *float64          `json:"seal_cleanup_flatness"`
 	BoundedInsertRatio        *float64          `json:"bounded_insert_ratio"`
 	BoundedBulkRatio          *float64          `json:"bounded_bulk_ratio"`
 	TriggerInsertRatio        *float64          `json:"unbounded_trigger_insert_ratio"`
@@ -256,6 +263,12 @@ func runAll(ctx context.Context, serverURL, path string, quick bool) error {
 		res.UnsealedWorkerJobsPerSec, res.SealedWorkerJobsPerSec, res.SealedWorkerRatio = ptr(r.Unsealed), ptr(r.Sealed), ptr(r.Ratio)
 		res.SealedWorkerRatioRounds = r.RoundRatios
 		res.SealedInsertRatio, res.SealedBulkRatio = ptr(r.InsertRatio), ptr(r.BulkRatio)
+	}
+	step("seal claim cleanup, time per 100,000 deleted")
+	if r, err := sealCleanupBench(ctx, serverURL, sz.sealClaims); err != nil {
+		note("seal_cleanup", err)
+	} else {
+		res.SealCleanupMsPer100kFirst, res.SealCleanupMsPer100kLast, res.SealCleanupFlatness = ptr(r.MsPer100kFirst), ptr(r.MsPer100kLast), ptr(r.Flatness)
 	}
 	step("insert-to-start latency at 500 jobs/s")
 	if p50, p99, cold, err := ferryLatency(ctx, serverURL, 500, sz.latencyDur, false); err != nil {
@@ -588,6 +601,9 @@ func tableRows(r results) []tableRow {
 		{label: "worker ratio ferry defaults / River at its best", v: r.WorkerRatioVsRiverBest, target: "≥ 0.9", key: "worker_ratio_vs_river_best", goal: atLeast(0.9)},
 		{label: "worker jobs/s, ferry sealed", v: r.SealedWorkerJobsPerSec, unit: "/s"},
 		{label: "sealed / unsealed worker ratio", v: r.SealedWorkerRatio, target: "≥ 0.9", key: "sealed_worker_ratio", goal: atLeast(0.9)},
+		{label: "seal claim cleanup, ms per 100,000 deleted, first", v: r.SealCleanupMsPer100kFirst, unit: "ms"},
+		{label: "seal claim cleanup, ms per 100,000 deleted, last", v: r.SealCleanupMsPer100kLast, unit: "ms"},
+		{label: "seal claim cleanup, last / first 100,000", v: r.SealCleanupFlatness, target: "≤ 1.5", key: "seal_cleanup_flatness", goal: atMost(1.5)},
 		{label: "insert to start p50", v: r.LatencyInsertToStartP50MS, unit: "ms", target: "≤ 5 ms", key: "latency_insert_to_start_p50_ms", goal: atMost(5)},
 		{label: "insert to start p99 (after a 2 s warm-up)", v: r.LatencyInsertToStartP99MS, unit: "ms", target: "≤ 10 ms", key: "latency_insert_to_start_p99_ms", goal: atMost(10)},
 		{label: "insert to start p99, the warm-up (a server's first 2 s)", v: r.LatencyColdP99MS, unit: "ms"},

@@ -20,6 +20,7 @@
 //	go run ./cmd/bench -mode otel -backlog 50000 # worker with every job traced (OTLP/HTTP to loopback) against without
 //	go run ./cmd/bench -mode ordered -keys 1000 -per-key 50 -trials 3 # ordered outbox delivery against unordered: 3 workers, a kill -9, a failing receiver
 //	go run ./cmd/bench -mode ordered -trials 3 -queues default=1000,outbox=20 # the same with 20 route workers per process
+//	go run ./cmd/bench -mode sealcleanup -claims 5000000 # the leader's cleanup of 5M expired seal claims: ms per 100,000 deleted, first and last
 //	go run ./cmd/bench -mode lean # a service importing jobs and outbox: modules and binary size against River alone
 //	go run ./cmd/bench -mode bulkcopy -backlog 1000000 # enqueue bulk (file and pipe) against a plain COPY, peak RSS
 //	go run ./cmd/bench -mode counts -backlog 5000000 # enqueue, console, River UI and /metrics counts with 5M finished jobs
@@ -98,7 +99,7 @@ type result struct {
 
 func main() {
 	var (
-		mode     = flag.String("mode", "sweep", "all, quick, sweep, latency, throughput, failover, orphans, ticks, outbox, ordered, sealed, bounded, pgbouncer, pgfailover, riverbest, otel, lean, bulkcopy, counts, scale, pickup, limits, limits-overhead or sustained")
+		mode     = flag.String("mode", "sweep", "all, quick, sweep, latency, throughput, failover, orphans, ticks, outbox, ordered, sealed, sealcleanup, bounded, pgbouncer, pgfailover, riverbest, otel, lean, bulkcopy, counts, scale, pickup, limits, limits-overhead or sustained")
 		out      = flag.String("out", "bench/results.json", "all and quick modes: where to write the results")
 		url      = flag.String("database-url", os.Getenv("TEST_DATABASE_URL"), "server to create scratch databases on")
 		cooldown = flag.Duration("cooldown", ferry.DefaultFetchCooldown, "worker fetch cooldown")
@@ -108,6 +109,7 @@ func main() {
 		rate     = flag.Int("rate", 500, "latency mode: inserts per second; ticks mode: load jobs per second")
 		dur      = flag.Duration("duration", 4*time.Second, "latency and ticks modes: how long to run")
 		plots    = flag.String("plots", "", "pickup, scale and failover modes: draw SVG pictures into this directory (pickup: a sweep of insert rates)")
+		claims   = flag.Int("claims", 5_000_000, "sealcleanup mode: expired seal claims to delete")
 		backlog  = flag.Int("backlog", 50000, "throughput, sealed and pgbouncer modes: jobs in the backlog (sealed, pgbouncer: half); outbox mode: messages for the relay")
 		trials   = flag.Int("trials", 20, "failover mode: trials of each kind; orphans and pgfailover modes: trials; ordered mode: rounds")
 		parts    = flag.Int("partitions", -1, "failover mode: partition trials (default: -trials)")
@@ -311,6 +313,15 @@ func main() {
 			*backlog/2, r.Direct, r.Pooled, r.Ratio, *rate, r.LatencyDur, r.DirectP50, r.DirectP99, r.PooledP50, r.PooledP99)
 		_ = json.NewEncoder(os.Stdout).Encode(r)
 		return
+	case "sealcleanup":
+		r, err := sealCleanupBench(ctx, *url, *claims)
+		if err != nil {
+			log.Fatalf("bench: sealcleanup: %v", redact.Postgres(err.Error()))
+		}
+		fmt.Fprintf(os.Stderr, "seal claim cleanup of %d claims in %.1f s: %.0f ms per 100,000 deleted first, %.0f ms last, last/first %.2f\n",
+			r.Claims, r.Seconds, r.MsPer100kFirst, r.MsPer100kLast, r.Flatness)
+		_ = json.NewEncoder(os.Stdout).Encode(r)
+		return
 	case "bounded":
 		r, err := boundedBench(ctx, *url, *backlog/10, 5)
 		if err != nil {
@@ -319,6 +330,13 @@ func main() {
 		fmt.Fprintf(os.Stderr, "jobs.Inserter, %d jobs one per transaction (8 goroutines), best of %d rounds: bounded %.0f/s, unbounded %.0f/s, without the triggers %.0f/s; bulk COPY of %d: bounded %.0f/s, unbounded %.0f/s, without the triggers %.0f/s\n",
 			r.Jobs, r.Rounds, r.InsertBoundedPerSec, r.InsertUnboundedPerSec, r.InsertNoTriggersPerSec, 10*r.Jobs, r.BulkBoundedPerSec, r.BulkUnboundedPerSec, r.BulkNoTriggersPerSec)
 		_ = json.NewEncoder(os.Stdout).Encode(r)
+		f, err := recountFetchBench(ctx, *url, *backlog/10)
+		if err != nil {
+			log.Fatalf("bench: bounded: %v", redact.Postgres(err.Error()))
+		}
+		fmt.Fprintf(os.Stderr, "bounded queue, %d fetches (4 goroutines): p99 %.2f ms without the recount, %.2f ms with %d recounts running one after another\n",
+			f.Fetches, f.FetchP99MS, f.FetchP99RecountsMS, f.Recounts)
+		_ = json.NewEncoder(os.Stdout).Encode(f)
 		return
 	case "ordered":
 		r, err := orderedBench(ctx, *url, *keys, *perKey, 3, *trials, 0.2, *queues)
