@@ -44,7 +44,7 @@ func newBroadcast(cfg Config, pool *pgxpool.Pool, reg prometheus.Registerer) (*b
 type broadcastCollector struct{ b *broadcast.Broker }
 
 var broadcastDroppedDesc = prometheus.NewDesc("ferry_broadcast_dropped_total",
-	"Broadcast messages this process received and dropped, by reason (unsigned, forged, malformed, overflow, expired).",
+	"Broadcast messages this process received and dropped, by reason (unsigned, forged, malformed, overflow, expired, stale, replayed).",
 	[]string{"reason"}, nil)
 
 func (c broadcastCollector) Describe(ch chan<- *prometheus.Desc) { ch <- broadcastDroppedDesc }

@@ -50,13 +50,32 @@ func TestServer_Broadcast(t *testing.T) {
 	// A message not signed with the server's keys is dropped and counted.
 	_, err = srv.Pool().Exec(ctx, `SELECT pg_notify('ferry_broadcast', '{"c":"test","t":1,"d":"forged","s":"AAAA"}')`)
 	require.NoError(t, err)
-	require.NoError(t, srv.Broadcast().Publish(ctx, "test", "fence"))
-	ev, err = sub.Next(wait)
+	// A genuine message, captured off the channel and NOTIFYed again, is
+	// delivered once and the copy counted.
+	conn, err := srv.Pool().Acquire(ctx)
 	require.NoError(t, err)
-	require.Equal(t, `"fence"`, string(ev.Data))
+	_, err = conn.Exec(ctx, "LISTEN ferry_broadcast")
+	require.NoError(t, err)
+	require.NoError(t, srv.Broadcast().Publish(ctx, "test", "captured"))
+	n, err := conn.Conn().WaitForNotification(wait)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, "UNLISTEN *")
+	require.NoError(t, err)
+	conn.Release()
+	_, err = srv.Pool().Exec(ctx, `SELECT pg_notify('ferry_broadcast', $1)`, n.Payload)
+	require.NoError(t, err)
+	require.NoError(t, srv.Broadcast().Publish(ctx, "test", "fence"))
+	for _, want := range []string{`"captured"`, `"fence"`} {
+		for ev, err = sub.Next(wait); err == nil && ev.Channel != "test"; ev, err = sub.Next(wait) {
+		}
+		require.NoError(t, err)
+		require.Equal(t, want, string(ev.Data))
+	}
 	body := httpGet(t, "http://"+srv.AdminAddr()+"/metrics")
 	require.Contains(t, body, `ferry_broadcast_dropped_total{reason="forged"} 1`)
 	require.Contains(t, body, `ferry_broadcast_dropped_total{reason="unsigned"} 0`)
+	require.Contains(t, body, `ferry_broadcast_dropped_total{reason="replayed"} 1`)
+	require.Contains(t, body, `ferry_broadcast_dropped_total{reason="stale"} 0`)
 
 	// A delivery that becomes stuck, written by whoever: the leader's watch
 	// announces it to the consoles.

@@ -3,6 +3,7 @@ package broadcast
 import (
 	"cmp"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -51,6 +52,15 @@ type Config struct {
 	// Keys sign (the first) and verify (all) messages; see ParseKeys.
 	// Without keys messages are neither signed nor checked.
 	Keys Keys
+	// ReplayWindow, with Keys, is how old a received message may be
+	// (default DefaultReplayWindow): an older one is dropped as stale, and
+	// a copy of one already received within the window as replayed. A
+	// PublishTx whose transaction commits later than that after the call
+	// is dropped as stale too.
+	ReplayWindow time.Duration
+	// MaxClockSkew, with Keys, is how far ahead of the receiver's clock a
+	// message may be dated (default DefaultMaxClockSkew).
+	MaxClockSkew time.Duration
 	// QueueSize bounds each subscription's queue of messages (default
 	// DefaultQueueSize); a message that finds it full becomes a gap.
 	QueueSize int
@@ -58,7 +68,8 @@ type Config struct {
 	Retention time.Duration
 	// Logger (default: discard).
 	Logger *slog.Logger
-	// Now is the clock of published_at (default time.Now).
+	// Now is the clock of published_at and of the replay window (default
+	// time.Now).
 	Now func() time.Time
 }
 
@@ -84,7 +95,9 @@ type Broker struct {
 	ctx        context.Context
 
 	lastPrune atomic.Int64 // unix nanoseconds
+	lastT     atomic.Int64 // the last published_at, unix microseconds
 	dropped   sync.Map     // reason → *atomic.Uint64
+	replay    *replayGuard // with keys; on the listening goroutine only
 }
 
 // New returns a Broker. It opens nothing until the first Subscribe.
@@ -94,11 +107,13 @@ func New(cfg Config) (*Broker, error) {
 			return nil, fmt.Errorf("%w: key %d of %d is %d bytes, at least %d are needed", ErrInvalidKeys, i+1, len(cfg.Keys), len(k), MinKeyBytes)
 		}
 	}
-	if cfg.QueueSize < 0 || cfg.Retention < 0 {
-		return nil, errors.New("broadcast: QueueSize and Retention cannot be negative")
+	if cfg.QueueSize < 0 || cfg.Retention < 0 || cfg.ReplayWindow < 0 || cfg.MaxClockSkew < 0 {
+		return nil, errors.New("broadcast: QueueSize, Retention, ReplayWindow and MaxClockSkew cannot be negative")
 	}
 	cfg.QueueSize = cmp.Or(cfg.QueueSize, DefaultQueueSize)
 	cfg.Retention = cmp.Or(cfg.Retention, DefaultRetention)
+	cfg.ReplayWindow = cmp.Or(cfg.ReplayWindow, DefaultReplayWindow)
+	cfg.MaxClockSkew = cmp.Or(cfg.MaxClockSkew, DefaultMaxClockSkew)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -116,6 +131,7 @@ func New(cfg Config) (*Broker, error) {
 		subs:  map[*Subscription]struct{}{},
 		ready: make(chan struct{}), stopped: make(chan struct{}),
 		ctx: ctx, cancel: cancel,
+		replay: newReplayGuard(cfg.ReplayWindow, cfg.MaxClockSkew),
 	}
 	for _, r := range DropReasons {
 		b.dropped.Store(r, new(atomic.Uint64))
@@ -152,7 +168,7 @@ func (b *Broker) publish(ctx context.Context, db execer, channel string, v any) 
 	if err != nil {
 		return err
 	}
-	t := b.cfg.Now().UnixMicro()
+	t := b.publishedAt()
 	var sig string
 	if len(b.keys) > 0 {
 		sig = sign(b.keys[0], channel, t, data)
@@ -168,6 +184,20 @@ func (b *Broker) publish(ctx context.Context, db execer, channel string, v any) 
 	}
 	b.maybePrune(ctx)
 	return nil
+}
+
+// publishedAt is the time of a message published now, in unix
+// microseconds, later than every earlier one of this Broker: two equal
+// messages published in the same microsecond would have one signature,
+// and the second would be dropped as a replay.
+func (b *Broker) publishedAt() int64 {
+	for {
+		last, now := b.lastT.Load(), b.cfg.Now().UnixMicro()
+		t := max(now, last+1)
+		if b.lastT.CompareAndSwap(last, t) {
+			return t
+		}
+	}
 }
 
 func nullable(s string) *string {
@@ -397,7 +427,15 @@ func (b *Broker) receive(n *pgconn.Notification) {
 			return
 		}
 	}
-	if reason := verify(b.keys, env.C, env.T, data, env.S); reason != "" {
+	reason := verify(b.keys, env.C, env.T, data, env.S)
+	if reason == "" && len(b.keys) > 0 {
+		// Genuine: refuse it if it is out of the window or a copy. The
+		// MAC's bytes, not env.S, are remembered: base64 can spell the
+		// same bytes more than one way.
+		mac, _ := base64.RawStdEncoding.DecodeString(env.S)
+		reason = b.replay.admit(mac, env.T, b.cfg.Now().UnixMicro())
+	}
+	if reason != "" {
 		b.drop(reason)
 		b.logger.Warn("broadcast: message dropped", "channel", env.C, "reason", reason)
 		return

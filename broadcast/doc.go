@@ -93,6 +93,28 @@
 // database) is dropped and counted by reason ("unsigned", "forged"):
 // Dropped, and ferry_broadcast_dropped_total{reason} in a worker.
 //
+// # Replays
+//
+// A genuine envelope captured off the channel can be NOTIFYed again by any
+// role that can connect. With Keys, a receiver accepts a message only
+// inside a freshness window: published at most ReplayWindow ago (default 2
+// minutes) and at most MaxClockSkew ahead of its clock (default 30 s);
+// outside it the message is dropped as "stale". Within the window each
+// Broker remembers the signature (the MAC's bytes, which base64 can spell
+// more than one way) of every message it accepted, and drops a copy as
+// "replayed". A signature is forgotten once its message is older than the
+// window, when a copy would be stale: the memory holds the signatures of
+// one window's messages, swept every quarter window. A message's
+// signature covers its channel, time and data, and a Broker dates its
+// messages a microsecond apart at least, so two messages of one publisher
+// never share one; two processes publishing the same data on the same
+// channel in the same microsecond would, and the second is dropped as a
+// replay (Postgres itself folds identical NOTIFYs of one transaction).
+// The window counts from the publication: a PublishTx whose transaction
+// commits later than ReplayWindow after the call is dropped as stale.
+// Without Keys nothing is checked: whoever can NOTIFY can forge, so
+// nothing is gained by refusing copies.
+//
 // # Without a database
 //
 // A Broker with no Pool is an in-process bus with the same API: messages

@@ -181,9 +181,16 @@ const (
 	// DropExpired: a large message's row was gone when read (subscribers
 	// of its channel get a gap).
 	DropExpired = "expired"
+	// DropStale: a genuine signed message published outside the replay
+	// window (older than Config.ReplayWindow, or dated more than
+	// Config.MaxClockSkew ahead).
+	DropStale = "stale"
+	// DropReplayed: a genuine signed message already received within the
+	// replay window: the same envelope NOTIFYed again.
+	DropReplayed = "replayed"
 )
 
 // DropReasons lists every reason, for exporting zeros.
-var DropReasons = []string{DropUnsigned, DropForged, DropMalformed, DropOverflow, DropExpired}
+var DropReasons = []string{DropUnsigned, DropForged, DropMalformed, DropOverflow, DropExpired, DropStale, DropReplayed}
 
 func unixMicro(t int64) time.Time { return time.UnixMicro(t).UTC() }

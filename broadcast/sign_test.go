@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -127,6 +128,73 @@ func captureEnvelope(t *testing.T, tb testBundle, b *broadcast.Broker, channel, 
 	require.NoError(t, b.Publish(ctx, channel, data))
 	n, err := conn.Conn().WaitForNotification(ctx)
 	require.NoError(t, err)
-	require.Contains(t, n.Payload, `"s":"`)
+	require.Contains(t, n.Payload, `"s"`, "a signed envelope")
 	return n.Payload
+}
+
+// A genuine signed envelope, captured off the channel and NOTIFYed again by
+// whoever can connect, is delivered once: each replay within the window is
+// refused and counted, and a genuine envelope published outside the window
+// (an old one, or one dated too far ahead) is refused as stale.
+func TestBroker_Replay(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, true)
+	ctx := context.Background()
+	key := newKey(t)
+	keys := broadcast.Keys{key}
+
+	recv := newBroker(t, broadcast.Config{Pool: tb.pool, Keys: keys})
+	s := subscribe(t, recv, "replay")
+	pub := newBroker(t, broadcast.Config{Pool: tb.pool, Keys: keys})
+
+	env := captureEnvelope(t, tb, pub, "replay", "genuine")
+	requireMessage(t, s, "replay", `"genuine"`)
+	large := strings.Repeat("L", 9000)
+	ref := captureEnvelope(t, tb, pub, "replay", large)
+	require.Contains(t, ref, `"r"`, "a large message travels by reference")
+	requireMessage(t, s, "replay", `"`+large+`"`)
+
+	// Plain SQL from another connection: 100 replays of the inline
+	// envelope, 5 of the large message's reference.
+	for range 100 {
+		_, err := tb.pool.Exec(ctx, `SELECT pg_notify('ferry_broadcast', $1)`, env)
+		require.NoError(t, err)
+	}
+	for range 5 {
+		_, err := tb.pool.Exec(ctx, `SELECT pg_notify('ferry_broadcast', $1)`, ref)
+		require.NoError(t, err)
+	}
+	// The same signature spelled another way: a 32-byte MAC is 43 base64
+	// characters, whose last two bits are unused.
+	_, err := tb.pool.Exec(ctx, `SELECT pg_notify('ferry_broadcast', $1)`, respell(t, env))
+	require.NoError(t, err)
+	// Signed with the key, but dated an hour ago and an hour ahead.
+	for _, skew := range []time.Duration{-time.Hour, time.Hour} {
+		dated := newBroker(t, broadcast.Config{Pool: tb.pool, Keys: keys, Now: func() time.Time { return time.Now().Add(skew) }})
+		require.NoError(t, dated.Publish(ctx, "replay", "stale"))
+	}
+
+	requireEmpty(t, pub, s, "replay")
+	d := recv.Dropped()
+	require.EqualValues(t, 106, d[broadcast.DropReplayed])
+	require.EqualValues(t, 2, d[broadcast.DropStale])
+	require.Zero(t, d[broadcast.DropForged], "genuine envelopes, refused for their time or their repetition only")
+}
+
+// respell returns env with its signature's last character changed in the
+// bits base64 leaves unused: other text, the same MAC.
+func respell(t *testing.T, env string) string {
+	t.Helper()
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+	i := strings.Index(env, `"s":"`)
+	require.Positive(t, i)
+	sig := env[i+5 : i+5+43]
+	last := strings.IndexByte(alphabet, sig[42])
+	other := sig[:42] + string(alphabet[last^1])
+	a, err := base64.RawStdEncoding.DecodeString(sig)
+	require.NoError(t, err)
+	b, err := base64.RawStdEncoding.DecodeString(other)
+	require.NoError(t, err)
+	require.Equal(t, a, b, "one MAC")
+	return strings.Replace(env, sig, other, 1)
 }

@@ -22,7 +22,9 @@ func enqueueBroadcast() *cli.Command {
 		Usage: "publish to, or listen on, broadcast channels",
 		Description: `Broadcast messages reach the subscribers of their channel in every process
 now, at most once (package broadcast). With FERRY_BROADCAST_KEYS, publish
-signs and subscribe drops what is unsigned or forged.
+signs and subscribe drops what is unsigned or forged, a copy of a message it
+received (a replay), and a message published more than 2 minutes ago or
+dated more than 30s ahead.
 
 Examples:
    enqueue broadcast publish settings --data '{"reload":true}'

@@ -21,6 +21,17 @@ import (
 // EX_TEMPFAIL, try again later.
 const ExitTempFail = 75
 
+// MaxLockTTL is the largest --ttl of `enqueue lock run`. The ttl is how long
+// a holder that died without releasing (enqueue killed -9, its host gone)
+// keeps everyone else waiting, and how long a holder cut off from Postgres
+// lets CMD run after its last renewal (four fifths of it); a long CMD needs
+// no long ttl, since the lock is renewed every ttl/3 while CMD runs.
+const MaxLockTTL = 10 * time.Minute
+
+// maxKillGrace bounds the time CMD gets between SIGTERM and SIGKILL after
+// the lock is lost.
+const maxKillGrace = 10 * time.Second
+
 // exitError ends a command with a given exit code. With a nil Err, Run
 // prints nothing (`lock run` passes its command's exit code on).
 type exitError struct {
@@ -60,22 +71,26 @@ CMD so that CMD's own flags are not read as enqueue's.
 
 Exit codes: CMD's own (128 + the signal when a signal ended it); 75 when
 NAME is held by another holder after --wait (one line naming the holder) or
-when the lock was lost while CMD ran (CMD gets SIGTERM at once, and SIGKILL if
-it is still running when the database's expiry comes); 2 on bad input and 1
+when the lock was lost while CMD ran (CMD gets SIGTERM at once, and SIGKILL
+after half the time left before the database's expiry: a tenth of the ttl, at
+most 10s, none when another holder may have it already); 2 on bad input and 1
 when Postgres cannot be reached (CMD never runs in either case). If enqueue
 itself is killed, CMD gets SIGTERM (on Linux) and the lock expires after its
-ttl.
+ttl. The ttl is at most 10m: it is how long a dead holder blocks the lock, and
+the lock is renewed while CMD runs, however long.
 
-CMD can fence its own writes to the same database with the token: in its
-transaction, SELECT token = $FERRY_LOCK_TOKEN AND expires_at > clock_timestamp()
-FROM ferry_lock WHERE name = $FERRY_LOCK_NAME FOR SHARE (locks.Fence in Go).
+Only the fencing token guarantees exclusion of effects: an enqueue stopped past
+the ttl cannot stop CMD in time. CMD fences its own writes to the same database
+with the token: in its transaction, SELECT token = $FERRY_LOCK_TOKEN AND
+expires_at > clock_timestamp() FROM ferry_lock WHERE name = $FERRY_LOCK_NAME
+FOR SHARE (locks.Fence in Go).
 
 Examples:
    enqueue lock run nightly-report -- ./build-report --since yesterday
    enqueue lock run deploy:db --ttl 2m --wait 10m -- ./migrate.sh`,
 		Flags: []cli.Flag{
 			databaseURLFlag(),
-			&cli.DurationFlag{Name: "ttl", Value: locks.DefaultTTL, Usage: "how long the lock outlives its holder's last renewal (at least 1s)"},
+			&cli.DurationFlag{Name: "ttl", Value: locks.DefaultTTL, Usage: "how long the lock outlives its holder's last renewal (1s to 10m)"},
 			&cli.DurationFlag{Name: "wait", Value: 0, Usage: "how long to wait for a held lock (0: try once)"},
 		},
 		Action: runLock,
@@ -91,8 +106,8 @@ func runLock(c *cli.Context) error {
 		return usageErrorf("lock name %q: use 1 to 128 letters, digits and _.:-", name)
 	}
 	ttl, wait := c.Duration("ttl"), c.Duration("wait")
-	if ttl < time.Second {
-		return usageErrorf("--ttl %s: must be at least 1s", ttl)
+	if ttl < time.Second || ttl > MaxLockTTL {
+		return usageErrorf("--ttl %s: must be at least 1s and at most %s (the ttl is how long a dead holder blocks the lock; renewals keep it while CMD runs)", ttl, MaxLockTTL)
 	}
 	if wait < 0 {
 		return usageErrorf("--wait %s: must be 0 or more", wait)
@@ -122,13 +137,13 @@ func runLock(c *cli.Context) error {
 		case err != nil:
 			return err
 		}
-		code, lost, err := runHolding(ctx, c, l, path, argv)
+		code, stopped, err := runHolding(ctx, c, l, path, argv)
 		rerr := l.Release(context.WithoutCancel(ctx))
 		switch {
 		case err != nil:
 			return err
-		case lost:
-			return &exitError{Code: ExitTempFail, Err: fmt.Errorf("lock %s (token %d) lost while %s ran: it was sent SIGTERM", name, l.Token(), argv[0])}
+		case stopped != "":
+			return &exitError{Code: ExitTempFail, Err: fmt.Errorf("lock %s (token %d) lost while %s ran: %s", name, l.Token(), argv[0], stopped)}
 		case rerr != nil && errors.Is(rerr, locks.ErrLost):
 			// CMD ended as the lock was lost: say so, keep CMD's code.
 			warnf(c, "lock %s (token %d) was lost as %s ended", name, l.Token(), argv[0])
@@ -143,10 +158,10 @@ func runLock(c *cli.Context) error {
 }
 
 // runHolding runs CMD while l is held. When the lock is lost, CMD gets
-// SIGTERM, and SIGKILL a fifth of the ttl later (when the database's expiry
-// comes); when ctx ends (SIGINT or SIGTERM to enqueue), CMD gets SIGTERM and
-// enqueue waits for it.
-func runHolding(ctx context.Context, c *cli.Context, l *locks.Lock, path string, argv []string) (code int, lost bool, err error) {
+// SIGTERM at once, and SIGKILL after killGrace: before the database can give
+// the lock to anyone else; stopped then says what CMD was sent. When ctx ends
+// (SIGINT or SIGTERM to enqueue), CMD gets SIGTERM and enqueue waits for it.
+func runHolding(ctx context.Context, c *cli.Context, l *locks.Lock, path string, argv []string) (code int, stopped string, err error) {
 	cmd := exec.Command(path, argv[1:]...)
 	cmd.Args = argv
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = c.App.Reader, c.App.Writer, c.App.ErrWriter
@@ -156,34 +171,54 @@ func runHolding(ctx context.Context, c *cli.Context, l *locks.Lock, path string,
 	cmd.Env = append(os.Environ(), "FERRY_LOCK_TOKEN="+strconv.FormatInt(l.Token(), 10), "FERRY_LOCK_NAME="+l.Name())
 	cmd.SysProcAttr = childAttr()
 	if err := cmd.Start(); err != nil {
-		return 0, false, fmt.Errorf("start %s: %w", argv[0], err)
+		return 0, "", fmt.Errorf("start %s: %w", argv[0], err)
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	var (
-		kill    <-chan time.Time
-		lostC   = l.Lost()
-		stopped = ctx.Done()
+		kill  <-chan time.Time
+		lostC = l.Lost()
+		ended = ctx.Done()
 	)
 	for {
 		select {
 		case err := <-exited:
-			return exitCodeOf(cmd, err), lost, nil
+			return exitCodeOf(cmd, err), stopped, nil
 		case <-lostC:
 			lostC = nil
 			if !errors.Is(context.Cause(l.Context()), locks.ErrLost) {
 				continue
 			}
-			lost = true
 			_ = cmd.Process.Signal(syscall.SIGTERM)
-			kill = time.After(l.TTL() / 5)
+			grace := killGrace(time.Until(l.Expiry()))
+			if grace <= 0 {
+				_ = cmd.Process.Kill()
+				stopped = "it was sent SIGTERM and SIGKILL at once (another holder may have the lock already)"
+				continue
+			}
+			kill = time.After(grace)
+			stopped = fmt.Sprintf("it was sent SIGTERM, and SIGKILL %s later if still running, before the lock's expiry", grace.Round(time.Millisecond))
 		case <-kill:
 			_ = cmd.Process.Kill()
-		case <-stopped:
-			stopped = nil
+		case <-ended:
+			ended = nil
 			_ = cmd.Process.Signal(syscall.SIGTERM)
 		}
 	}
+}
+
+// killGrace is how long CMD may take to end after SIGTERM once the lock is
+// lost, given how long remains before the database can give the lock to
+// another holder: half of it (the other half covers the signal's delivery
+// and a busy host's late timer), at most maxKillGrace, and none when
+// nothing remains. Lost at its local deadline, a lock has a fifth of its ttl
+// left, so CMD gets a tenth; a holder that noticed late, or whose renewal
+// found the lock taken, kills CMD at once.
+func killGrace(left time.Duration) time.Duration {
+	if left < 2*time.Millisecond {
+		return 0
+	}
+	return min(left/2, maxKillGrace)
 }
 
 // exitCodeOf is the command's exit code, or 128 + the signal that ended it.

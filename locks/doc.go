@@ -43,8 +43,16 @@
 // turns false, Lost() closes, Context() ends with cause ErrLost, and Release
 // returns ErrLost.
 //
+// Expiry() is the soonest moment the database can give the lock to another
+// holder, on the holder's monotonic clock: the start of the last good
+// renewal + TTL (the moment the renewal ended, once a renewal found the lock
+// taken). Whoever acts for the holder must have stopped by then: enqueue
+// lock run sends its command SIGTERM on loss and SIGKILL after half the
+// time left before Expiry.
+//
 // That is advisory: a holder paused longer than the margin (a GC pause, a
-// stopped process) can act after its lock is gone. Fence closes that gap for
+// stopped process) can act after its lock is gone. Only the fencing token
+// guarantees exclusion of effects. Fence closes that gap for
 // writes to the same database: called in the holder's transaction, it locks
 // the lock's row FOR SHARE and checks that the token is still current and
 // unexpired, so a newer acquisition waits for that transaction to end, and a

@@ -483,6 +483,7 @@ type Lock struct {
 	done   chan struct{} // the renewer has returned
 
 	mu       sync.Mutex
+	expiry   time.Time // local: the soonest the database can give the lock away
 	deadline time.Time // local: past it, the lock is treated as lost
 	ended    error     // ErrLost or ErrReleased once ended
 	release  chan struct{}
@@ -500,6 +501,7 @@ func (c *Client) newLock(name string, token int64, ttl time.Duration, start time
 	l := &Lock{
 		c: c, name: name, token: token, ttl: ttl,
 		ctx: ctx, cancel: cancel, done: make(chan struct{}),
+		expiry:   start.Add(ttl),
 		deadline: start.Add(ttl - margin(ttl)),
 		release:  make(chan struct{}),
 	}
@@ -526,6 +528,18 @@ func (l *Lock) Held() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.ended == nil && time.Now().Before(l.deadline)
+}
+
+// Expiry is the soonest moment, on this process's monotonic clock, at which
+// the database can give the lock to another holder: the start of the last
+// good renewal (or of the acquisition) plus the ttl. The lock is treated as
+// lost a fifth of the ttl before it. After a renewal found the lock taken,
+// Expiry is the moment that renewal ended: another holder may act already.
+// Whoever acts for the holder (a child process) must have stopped by then.
+func (l *Lock) Expiry() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.expiry
 }
 
 // Lost returns a channel closed when the lock ends: lost or released.
@@ -618,11 +632,18 @@ func (l *Lock) renew() {
 		case err == nil:
 			l.mu.Lock()
 			if l.ended == nil {
+				l.expiry = start.Add(l.ttl)
 				l.deadline = start.Add(l.ttl - margin(l.ttl))
 			}
 			l.mu.Unlock()
 			next = every
 		case errors.Is(err, pgx.ErrNoRows):
+			// Taken by another holder, or expired: it may act already.
+			l.mu.Lock()
+			if now := time.Now(); now.Before(l.expiry) {
+				l.expiry = now
+			}
+			l.mu.Unlock()
 			l.lose()
 			return
 		default:

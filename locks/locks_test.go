@@ -297,6 +297,7 @@ func TestLock_Renewal(t *testing.T) {
 		require.NoError(t, err)
 		<-l.Lost()
 		require.False(t, l.Held())
+		require.False(t, l.Expiry().After(time.Now()), "another holder may act already: Expiry has come")
 		require.ErrorIs(t, context.Cause(l.Context()), locks.ErrLost)
 		require.ErrorIs(t, l.Release(ctx), locks.ErrLost)
 		require.EqualValues(t, 1, b.obs.lost.Load())
@@ -320,6 +321,7 @@ func TestLock_Renewal(t *testing.T) {
 		_, err = tx.Exec(ctx, `LOCK TABLE ferry_lock IN ACCESS EXCLUSIVE MODE`)
 		require.NoError(t, err)
 		<-l.Lost()
+		require.True(t, time.Now().Before(l.Expiry()), "lost at the deadline, a fifth of the ttl before Expiry")
 		// The holder gave up while the database still counts it as the
 		// holder: it stops acting before anyone else can start.
 		var live bool

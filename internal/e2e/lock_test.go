@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -44,6 +47,7 @@ func TestLockRun(t *testing.T) {
 	requireBadInput(t, url, `lock name "bad name"`, "lock", "run", "bad name", "--", "true")
 	requireBadInput(t, url, "lock run takes NAME -- CMD", "lock", "run", "report")
 	requireBadInput(t, url, "--ttl 10ms: must be at least 1s", "lock", "run", "report", "--ttl", "10ms", "--", "true")
+	requireBadInput(t, url, "--ttl 11m0s: must be at least 1s and at most 10m0s", "lock", "run", "report", "--ttl", "11m", "--", "true")
 	requireBadInput(t, url, "--wait -1s", "lock", "run", "report", "--wait", "-1s", "--", "true")
 	requireBadInput(t, url, `command "no-such-command-here"`, "lock", "run", "report", "--", "no-such-command-here")
 	require.Zero(t, lockRows(t, pool), "bad input writes nothing")
@@ -127,7 +131,8 @@ func TestLockRun_RowLocked(t *testing.T) {
 	require.Contains(t, oneLine(t, stderr), "before any attempt saw a live holder")
 }
 
-// A lock lost while CMD runs: CMD gets SIGTERM, the CLI exits 75 saying so.
+// A lock lost while CMD runs, found taken by another holder: CMD gets
+// SIGTERM and SIGKILL at once, the CLI exits 75 saying so.
 func TestLockRun_Lost(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewDatabase(t, true)
@@ -141,8 +146,7 @@ func TestLockRun_Lost(t *testing.T) {
 	code, err := holder.Wait(time.Minute)
 	require.NoError(t, err)
 	require.Equal(t, 75, code)
-	require.Contains(t, holder.Stdout(), "got-term")
-	require.Contains(t, oneLine(t, holder.Stderr()), "lock report (token 1) lost while sh ran: it was sent SIGTERM")
+	require.Contains(t, oneLine(t, holder.Stderr()), "lock report (token 1) lost while sh ran: it was sent SIGTERM and SIGKILL at once")
 
 	// --json: a failure is one JSON object.
 	_, stderr, code := enqueue(t, url, nil, "lock", "list", "--json", "extra")
@@ -153,4 +157,80 @@ func TestLockRun_Lost(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal([]byte(stderr), &jerr))
 	require.Equal(t, 2, jerr.ExitCode)
+}
+
+// A holder paused past its local deadline (a SIGSTOP of the CLI, as a GC
+// pause or a stopped VM would do) notices the loss when it runs again, short
+// of the database's expiry: its CMD, which ignores SIGTERM, must be gone
+// before the database can give the lock to the waiter. The waiter's CMD
+// reads the first CMD's state in /proc as it starts: the order of the two
+// events, not a duration, is what is checked.
+func TestLockRun_LostStopsCMDBeforeNextHolder(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t, true)
+	pool := pgtest.PoolFor(t, url)
+	ctx := context.Background()
+	pidFile := filepath.Join(t.TempDir(), "first.pid")
+	const ttl = 8 * time.Second
+
+	first := lockHolder(t, url, "report", ttl.String(),
+		fmt.Sprintf(`echo $$ > %s; trap 'echo got-term' TERM; echo started; while :; do sleep 0.05; done`, pidFile))
+	raw, err := os.ReadFile(pidFile)
+	require.NoError(t, err)
+	cmdPid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+	require.NoError(t, err)
+	require.NotContains(t, []string{"", "Z"}, procState(cmdPid), "the first CMD runs")
+
+	waiter := proctest.Start(t, bins(t).enqueue, env(url), "lock", "run", "report", "--wait", "1m", "--",
+		"sh", "-c", fmt.Sprintf(`s=$(sed -n 's/^State:[[:space:]]*\([A-Z]\).*/\1/p' /proc/%d/status 2>/dev/null); echo "token $FERRY_LOCK_TOKEN first=${s:-gone}"`, cmdPid))
+
+	// Stop the CLI, then read the expiry its last renewal set (a renewal
+	// sent just before the stop may still land: read until it is settled).
+	require.NoError(t, syscall.Kill(first.Pid(), syscall.SIGSTOP))
+	t.Cleanup(func() { _ = syscall.Kill(first.Pid(), syscall.SIGCONT) })
+	var expires time.Time
+	var left time.Duration
+	for {
+		var at time.Time
+		var us int64
+		require.NoError(t, pool.QueryRow(ctx, `SELECT expires_at, (extract(epoch FROM expires_at - clock_timestamp()) * 1000000)::bigint
+			FROM ferry_lock WHERE name = 'report'`).Scan(&at, &us))
+		if at.Equal(expires) {
+			left = time.Duration(us) * time.Microsecond
+			break
+		}
+		expires = at
+		time.Sleep(200 * time.Millisecond)
+	}
+	// Resume it inside the last fifth of the ttl: past its local deadline
+	// (a fifth before the expiry), before the database's expiry.
+	require.Greater(t, left, ttl/10, "the CLI was stopped before its lock expired")
+	time.Sleep(left - ttl/10)
+	require.NoError(t, syscall.Kill(first.Pid(), syscall.SIGCONT))
+
+	code, err := first.Wait(time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, 75, code, first.Stderr())
+	require.Contains(t, oneLine(t, first.Stderr()), "lock report (token 1) lost while sh ran")
+	require.Contains(t, first.Stdout(), "got-term", "SIGTERM first")
+
+	code, err = waiter.Wait(time.Minute)
+	require.NoError(t, err)
+	require.Zero(t, code, waiter.Stderr())
+	require.Regexp(t, `^token 2 first=(gone|Z)\n$`, waiter.Stdout(),
+		"the first CMD was gone (or a zombie) when the next holder's CMD started")
+}
+
+// procState is the state letter of process pid in /proc ("" when gone).
+func procState(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "State:"); ok {
+			return strings.TrimSpace(v)[:1]
+		}
+	}
+	return ""
 }
