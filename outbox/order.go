@@ -90,7 +90,9 @@ var sqlPredecessor = `SELECT p.id, pd.status <> 'delivered', pd.delivered_at
 // commits after a later id of its key was relayed comes after it; ties
 // (one transaction's messages) go by id. A relay never relays a key's
 // message while one of a lower id is pending (it waits in another relay's
-// transaction), so one writer's messages keep their id order.
+// transaction), so one writer's messages keep their id order. (A relay
+// of an older version, during a rolling deploy, sets no place: migration
+// 028's trigger gives its messages one, one for its transaction.)
 //
 // A message being relayed has no place yet; it goes after every link:
 // chainEnd is the place its predecessor is read before.

@@ -179,3 +179,22 @@ func TestOrdered_LowerIDInAnotherRelay(t *testing.T) {
 	require.Equal(t, 1, count(t, b.pool, `SELECT count(*) FROM ferry_outbox_delivery WHERE message_id = $1 AND job_id IS NOT NULL`, lower), "the lower id first, with its job")
 	require.Equal(t, 1, count(t, b.pool, `SELECT count(*) FROM ferry_outbox_delivery WHERE message_id <> $1 AND job_id IS NULL`, lower), "the higher waits behind it")
 }
+
+// TestOrdered_PlaceOfAnOlderRelay: a relay of an older version (a
+// rolling deploy) marks keyed messages relayed without their place in
+// their chains; the database gives them one, one for its transaction, so
+// that their deliveries are links of their chains (found by the look-ups,
+// started in turn), never waiting unseen.
+func TestOrdered_PlaceOfAnOlderRelay(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := relaySetup(t)
+	f := &orderedFleet{relayBundle: b}
+	f.write(t, []string{"k1", ""}, 2)
+	_, err := b.pool.Exec(ctx, `UPDATE ferry_outbox SET status = 'relayed', relayed_at = now(), last_error = NULL WHERE id = ANY(SELECT id FROM ferry_outbox)`)
+	require.NoError(t, err)
+	require.Equal(t, 1, count(t, b.pool, `SELECT count(DISTINCT chain_seq) FROM ferry_outbox WHERE ordering_key IS NOT NULL`), "one place for the transaction")
+	require.Zero(t, count(t, b.pool, `SELECT count(*) FROM ferry_outbox WHERE ordering_key IS NOT NULL AND chain_seq IS NULL`))
+	require.Zero(t, count(t, b.pool, `SELECT count(*) FROM ferry_outbox WHERE ordering_key IS NULL AND chain_seq IS NOT NULL`), "unkeyed messages have none")
+	require.Equal(t, 2, count(t, b.pool, `SELECT count(*) FROM ferry_outbox WHERE ordering_key IS NOT NULL AND chain_seq > (SELECT max(id) FROM ferry_outbox)`), "after every id taken before")
+}
