@@ -143,14 +143,25 @@
 // to that route, so each key's first successful arrivals at a receiver
 // come in order (retries of one message may repeat it, never overtake
 // it). Keys are independent: a slow or failing key never delays another.
-// The order is the messages' ids, which is their commit order when one
-// writer writes a key's messages in turn; two transactions that write
-// the same key at once have no order between them.
+// The order is the order the relay relays them in (chain_seq, set as it
+// relays them), which is their commit order: a key's messages written
+// in turn, or in one transaction, go in id order, and of two
+// transactions that write the same key at once, the one that commits
+// first goes first, whichever took the lower id. A message with a lower
+// id that commits after a later one of its key was relayed (or started,
+// or delivered) goes after it, never beside it. For this the relay, which
+// sees a key's messages once committed, gives those it relays in one
+// transaction one place (a value of the ids' sequence, ties by id) under
+// their chains' locks, and leaves a key's messages pending, for a pass
+// 10 ms later, while another transaction holds one of its chains' locks
+// or a message of the key with a lower id is pending (claimed by another
+// relay: relayed first, it takes the earlier place).
 //
 // Each (route, topic, key) is a chain, and at most one delivery of a chain
-// has a River job. The relay gives a job to a chain's first undelivered
-// delivery and records the later ones without one (job_id NULL,
-// "waiting for its turn" in Stats and List). A webhook delivery's job,
+// has a River job, whatever the commit order of its writers. The relay
+// gives a job to a chain's first undelivered delivery and records the
+// later ones without one (job_id NULL, "waiting for its turn" in Stats
+// and List). A webhook delivery's job,
 // its message delivered, goes on with its chain: in the same round trip
 // and transaction that records the delivery, it claims the chain's next
 // delivery if it waits for its turn (the delivery's job_id becomes the
@@ -169,8 +180,7 @@
 // Postgres's notification lock); with no relay to hand it to, in the
 // transaction that records it delivered. Starting a chain's delivery
 // holds the chain's advisory transaction lock; the relay takes it too, or
-// leaves a chain another holds waiting and hands its turn on after its
-// commit, so relays on many replicas and the deliveries never start two
+// leaves the messages of a chain another holds pending, so relays on many replicas and the deliveries never start two
 // deliveries of one chain, and never miss one. A release pass (ReleaseOnce)
 // starts a chain whose turn came more than PollInterval ago without a job
 // (a turn lost with a killed process, a full queue, a predecessor deleted

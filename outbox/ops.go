@@ -43,7 +43,8 @@ const (
 // otherwise.
 const sqlWaitState = `CASE WHEN d.status = 'pending' AND d.job_id IS NULL AND o.ordering_key IS NOT NULL THEN
 		CASE WHEN EXISTS (SELECT 1 FROM ferry_outbox_delivery sd JOIN ferry_outbox so ON so.id = sd.message_id
-			WHERE sd.route = d.route AND sd.status = 'stuck' AND so.topic = o.topic AND so.ordering_key = o.ordering_key AND so.id < o.id)
+			WHERE sd.route = d.route AND sd.status = 'stuck' AND so.topic = o.topic AND so.ordering_key = o.ordering_key
+			  AND so.chain_seq IS NOT NULL AND (so.chain_seq, so.id) < (o.chain_seq, o.id))
 		THEN '` + StatusBlocked + `' ELSE '` + StatusTurn + `' END
 	END`
 
@@ -182,7 +183,7 @@ func Reset(ctx context.Context, tx pgx.Tx, inserter Inserter, ids []int64, maxAt
 	// without a job: resetting a key's stuck deliveries (the route sweep
 	// sticks every waiting one) must not start them side by side.
 	rows, err = tx.Query(ctx, `SELECT coalesce(prev.open, false)
-		FROM (SELECT r.n, r.route, o.topic, o.ordering_key AS key, o.id
+		FROM (SELECT r.n, r.route, o.topic, o.ordering_key AS key, o.chain_seq AS seq, o.id
 			FROM unnest($1::bigint[], $2::text[]) WITH ORDINALITY AS r(id, route, n) JOIN ferry_outbox o ON o.id = r.id) u
 		LEFT JOIN LATERAL (`+sqlPredecessor+`) AS prev(id, open, delivered_at) ON true
 		ORDER BY u.n`, msgIDs, routes)

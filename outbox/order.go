@@ -27,11 +27,13 @@ import (
 //     budget (DefaultChainBudget); a job run again after it claimed one
 //     resumes with it;
 //   - the relay (order): a keyed delivery gets its job only when it is
-//     the first of its chain in the batch and the message before it is
-//     delivered to the route (or has no delivery to it); the others are
-//     recorded waiting, job_id NULL. It only tries the locks: a chain
-//     another holds waits, and the relay hands its turn on after its
-//     commit (the holder could not see the batch's message);
+//     the first of its chain in the batch and the chain's last link is
+//     delivered to the route (or there is none); the others are recorded
+//     waiting, job_id NULL. It gives them their places in their chains
+//     (chainOrder). It only tries the locks: the messages of a chain
+//     another holds stay pending, for its next pass (the holder could
+//     not see them, and a relay holding it may be taking the next
+//     places);
 //   - the delivery that completes past its job's chain budget, or to a
 //     Go handler, hands the turn on: to its process's
 //     relay (DeliverConfig.Advance, Relay.Advance), which starts the
@@ -57,14 +59,16 @@ const sqlOrderLocks = `SELECT count(pg_advisory_xact_lock(lk)) FROM (
 	SELECT DISTINCT ` + orderLockKey + ` AS lk
 	FROM unnest($1::text[], $2::text[], $3::text[]) AS u(r, t, k) ORDER BY 1) s`
 
-// sqlPredecessor reads, for u(route, topic, key, id), the chain's link
-// before message id: its id, whether it is not done with the route (still
-// pending: its relay decides its turn; or its delivery to the route not
-// delivered: waiting, running, retrying or stuck), and when it was
-// delivered. Messages with no delivery to the route (relayed before the
-// route existed, stuck for want of one) are no link of its chain. Only the
-// latest link counts: a delivery gets its job after every earlier one was
-// delivered. Used as LEFT JOIN LATERAL (…) AS prev(id, open, delivered_at).
+// sqlPredecessor reads, for u(route, topic, key, seq, id), the chain's
+// link before the one at place (seq, id): its id, whether it is not done
+// with the route (its delivery to the route not delivered: waiting,
+// running, retrying or stuck), and when it was delivered. A chain's links
+// are its relayed messages with a delivery to the route, in the order
+// they were relayed (chainOrder); messages with no delivery to the route
+// (relayed before the route existed, stuck for want of one) are no link
+// of its chain. Only the latest link counts: a delivery gets its job
+// after every earlier one was delivered. Used as LEFT JOIN LATERAL (…)
+// AS prev(id, open, delivered_at).
 //
 // The link's delivery is read by its primary key, once per message of the
 // chain walked (sqlDeliveryOf), never joined: a join with the deliveries
@@ -72,11 +76,27 @@ const sqlOrderLocks = `SELECT count(pg_advisory_xact_lock(lk)) FROM (
 // last analyze the planner took a hash join or a materialised scan that
 // read every delivery of the route per chain (seen in the ordered bench:
 // 150 to 500 delivery rows read per message delivered).
-var sqlPredecessor = `SELECT p.id, p.status = 'pending' OR pd.status <> 'delivered', pd.delivered_at
+var sqlPredecessor = `SELECT p.id, pd.status <> 'delivered', pd.delivered_at
 	FROM ferry_outbox p LEFT JOIN LATERAL (` + sqlDeliveryOf("p.id", "u.route") + `) pd ON true
-	WHERE p.topic = u.topic AND p.ordering_key = u.key AND p.id < u.id
-	  AND (p.status = 'pending' OR pd.status IS NOT NULL)
-	ORDER BY p.id DESC LIMIT 1`
+	WHERE p.topic = u.topic AND p.ordering_key = u.key AND p.chain_seq IS NOT NULL
+	  AND (p.chain_seq, p.id) < (u.seq, u.id) AND pd.status IS NOT NULL
+	ORDER BY p.chain_seq DESC, p.id DESC LIMIT 1`
+
+// chainOrder is an ordered chain's order (see the package doc, "Ordered
+// delivery"): the order its messages were relayed in. The relay sets a
+// keyed message's chain_seq when it relays it, under the locks of its
+// chains (sqlRelayedKeyed): one value of the ids' sequence per relay
+// transaction, higher than every place taken before, so a message that
+// commits after a later id of its key was relayed comes after it; ties
+// (one transaction's messages) go by id. A relay never relays a key's
+// message while one of a lower id is pending (it waits in another relay's
+// transaction), so one writer's messages keep their id order. (A relay
+// of an older version, during a rolling deploy, sets no place: migration
+// 029's trigger gives its messages one, one for its transaction.)
+//
+// A message being relayed has no place yet; it goes after every link:
+// chainEnd is the place its predecessor is read before.
+const chainEnd = int64(1<<63 - 1)
 
 // sqlDeliveryOf reads the delivery of message id to route (columns of the
 // enclosing query) by its primary key, as a LATERAL subquery. Its LIMIT
@@ -89,17 +109,19 @@ func sqlDeliveryOf(id, route string) string {
 }
 
 // order says which deliveries of a relay batch (parallel slices: route,
-// topic, ordering key or "", message id) wait behind their chain: every
-// keyed delivery but the first of its chain in the batch, and that one
-// too when the message before it is not done with the route, or when
-// the chain's lock is another's (a delivery handing its turn on, a
-// release pass, another relay). It never waits for a lock: for a chain
-// locked by another, it returns a Turn after the chain's message before
-// the batch (After 0 when there is none), for the relay to hand on once
-// its transaction commits (its successor, the batch's first, was not
-// there to be seen by the holder).
-func order(ctx context.Context, tx pgx.Tx, routes, topics, keys []string, ids []int64) ([]bool, []Turn, error) {
+// topic, ordering key or "", message id) wait behind their chain, and
+// which are held back, their messages left pending for the next pass.
+// Every keyed delivery but the first of its chain in the batch waits, and
+// that one too when its chain's last link is not done with the route. A
+// key's messages are held back, for every route, when the lock of one of
+// their chains is another's (a delivery handing its turn on, a release
+// pass, another relay: the holder might take the chain's next place, or
+// miss the batch's message), or when a message of the key with a lower id
+// is pending (another relay's transaction holds it: relayed first, it
+// takes the earlier place). It never waits for a lock.
+func order(ctx context.Context, tx pgx.Tx, routes, topics, keys []string, ids []int64) (wait, hold []bool, err error) {
 	type chain struct{ route, topic, key string }
+	type ofKey struct{ topic, key string }
 	first := map[chain]int64{}
 	for i, key := range keys {
 		if key == "" {
@@ -115,12 +137,16 @@ func order(ctx context.Context, tx pgx.Tx, routes, topics, keys []string, ids []
 	for c, id := range first {
 		cr, ct, ck, cid = append(cr, c.route), append(ct, c.topic), append(ck, c.key), append(cid, id)
 	}
-	// The locks tried and the predecessors read in one round trip.
+	// The locks tried, the pending messages before the batch's and the
+	// chains' last links read, in one round trip; the reads' snapshots
+	// are taken once the locks are held.
 	b := &pgx.Batch{}
 	b.Queue(sqlTryOrderLocks, cr, ct, ck)
-	b.Queue(`SELECT coalesce(prev.id, 0), coalesce(prev.open, false)
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) WITH ORDINALITY AS u(route, topic, key, id, n)
-		LEFT JOIN LATERAL (`+sqlPredecessor+`) AS prev(id, open, delivered_at) ON true ORDER BY u.n`, cr, ct, ck, cid)
+	b.Queue(`SELECT EXISTS (SELECT FROM ferry_outbox p WHERE p.topic = u.topic AND p.ordering_key = u.key AND p.status = 'pending' AND p.id < u.id),
+		       coalesce(prev.open, false)
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) WITH ORDINALITY AS u0(route, topic, key, id, n)
+		CROSS JOIN LATERAL (SELECT u0.route, u0.topic, u0.key, $5::bigint AS seq, u0.id) u
+		LEFT JOIN LATERAL (`+sqlPredecessor+`) AS prev(id, open, delivered_at) ON true ORDER BY u0.n`, cr, ct, ck, cid, chainEnd)
 	br := tx.SendBatch(ctx, b)
 	defer br.Close()
 	rows, _ := br.Query() // its error is the rows'
@@ -133,36 +159,32 @@ func order(ctx context.Context, tx pgx.Tx, routes, topics, keys []string, ids []
 		locked[n-1] = true
 	}
 	rows, _ = br.Query()
-	type link struct {
-		ID   int64
-		Open bool
+	type state struct {
+		PendingBefore bool
+		LastOpen      bool
 	}
-	prevs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[link])
+	states, err := pgx.CollectRows(rows, pgx.RowToStructByPos[state])
 	if err != nil {
 		return nil, nil, fmt.Errorf("read ordered chains: %w", err)
 	}
 	blocked := map[chain]bool{}
-	var turns []Turn
+	held := map[ofKey]bool{}
 	for i := range cr {
-		c := chain{cr[i], ct[i], ck[i]}
-		blocked[c] = prevs[i].Open || !locked[i]
-		if !locked[i] {
-			// After 0 when the batch holds the chain's head: the holder
-			// (another relay relaying a later message, whose own waits
-			// behind this one) cannot see it, and nothing before it will
-			// hand its turn on.
-			turns = append(turns, Turn{Route: c.route, Topic: c.topic, Key: c.key, After: prevs[i].ID})
+		blocked[chain{cr[i], ct[i], ck[i]}] = states[i].LastOpen
+		if !locked[i] || states[i].PendingBefore {
+			held[ofKey{ct[i], ck[i]}] = true
 		}
 	}
-	wait := make([]bool, len(keys))
+	wait, hold = make([]bool, len(keys)), make([]bool, len(keys))
 	for i, key := range keys {
 		if key == "" {
 			continue
 		}
 		c := chain{routes[i], topics[i], key}
+		hold[i] = held[ofKey{topics[i], key}]
 		wait[i] = blocked[c] || ids[i] != first[c]
 	}
-	return wait, turns, nil
+	return wait, hold, nil
 }
 
 // Turn is an ordered chain's turn, handed on by the delivery of its
@@ -237,13 +259,14 @@ func (r *Relay) turnLoop(ctx context.Context) {
 // see sqlPredecessor.
 var sqlTurns = `SELECT c.n, x.id, x.traceparent, x.tracestate
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) WITH ORDINALITY AS c(route, topic, key, after, n)
+	LEFT JOIN ferry_outbox am ON am.id = c.after
 	LEFT JOIN LATERAL (` + sqlDeliveryOf("c.after", "c.route") + `) ad ON true
 	CROSS JOIN LATERAL (
 		SELECT m.id, m.traceparent, m.tracestate, d.status = 'pending' AND d.job_id IS NULL AS waiting
 		FROM ferry_outbox m LEFT JOIN LATERAL (` + sqlDeliveryOf("m.id", "c.route") + `) d ON true
-		WHERE m.topic = c.topic AND m.ordering_key = c.key AND m.id > c.after
-		  AND (m.status = 'pending' OR d.status IS NOT NULL)
-		ORDER BY m.id LIMIT 1) x
+		WHERE m.topic = c.topic AND m.ordering_key = c.key AND m.chain_seq IS NOT NULL
+		  AND (m.chain_seq, m.id) > (coalesce(am.chain_seq, 0), c.after) AND d.status IS NOT NULL
+		ORDER BY m.chain_seq, m.id LIMIT 1) x
 	WHERE x.waiting AND (c.after = 0 OR ad.status = 'delivered')`
 
 // TakeTurns starts the next delivery of each chain of turns, if it waits
@@ -356,10 +379,11 @@ var sqlClaimNext = `WITH next AS (
 		SELECT m.id, m.payload, m.dedup_key, m.created_at, m.traceparent, m.tracestate, d.attempts,
 		       d.status = 'pending' AND (d.job_id IS NULL OR d.job_id = $5) AS ours
 		FROM ferry_outbox m LEFT JOIN LATERAL (` + sqlDeliveryOf("m.id", "$1") + `) d ON true
-		WHERE m.topic = $2 AND m.ordering_key = $3 AND m.id > $4
-		  AND (m.status = 'pending' OR d.status IS NOT NULL) AND d.status IS DISTINCT FROM 'delivered'
+		WHERE m.topic = $2 AND m.ordering_key = $3 AND m.chain_seq IS NOT NULL
+		  AND (m.chain_seq, m.id) > ((SELECT chain_seq FROM ferry_outbox WHERE id = $4), $4)
+		  AND d.status IS NOT NULL AND d.status <> 'delivered'
 		  AND EXISTS (SELECT FROM ferry_outbox_delivery p WHERE p.message_id = $4 AND p.route = $1 AND p.status = 'delivered')
-		ORDER BY m.id LIMIT 1),
+		ORDER BY m.chain_seq, m.id LIMIT 1),
 	claimed AS (
 		UPDATE ferry_outbox_delivery SET job_id = $5, updated_at = now()
 		WHERE message_id = (SELECT id FROM next WHERE ours) AND route = $1 AND status NOT IN ('delivered', 'stuck')
@@ -529,22 +553,24 @@ func turnCame(secs string) string {
 // predecessor in the chain was delivered before then (or it has none).
 // Turns just handed on are the relay's (Advance) to take.
 var sqlReleasable = `WITH heads AS (
-		SELECT d.route, m.topic, m.ordering_key AS key, min(m.id) AS id
+		SELECT DISTINCT ON (d.route, m.topic, m.ordering_key) d.route, m.topic, m.ordering_key AS key, m.chain_seq AS seq, m.id
 		FROM ferry_outbox_delivery d JOIN ferry_outbox m ON m.id = d.message_id
-		WHERE d.status = 'pending' AND d.job_id IS NULL AND m.ordering_key IS NOT NULL
-		GROUP BY 1, 2, 3)
+		WHERE d.status = 'pending' AND d.job_id IS NULL AND m.chain_seq IS NOT NULL
+		ORDER BY d.route, m.topic, m.ordering_key, m.chain_seq, m.id)
 	SELECT u.route, u.topic, u.key, u.id, m.traceparent, m.tracestate
 	FROM heads u JOIN ferry_outbox m ON m.id = u.id
 	LEFT JOIN LATERAL (` + sqlPredecessor + `) AS prev(id, open, delivered_at) ON true
 	WHERE ` + turnCame("$2") + `
-	ORDER BY u.id LIMIT $1`
+	ORDER BY u.seq, u.id LIMIT $1`
 
 // sqlStillReleasable returns which of the heads u(route, topic, key, id)
 // read by sqlReleasable still are, under their chains' locks (their
 // indexes, from 1): the delivery still waits without a job, and the link
 // before it is delivered more than $5 seconds ago, or there is none.
 var sqlStillReleasable = `SELECT u.n
-	FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) WITH ORDINALITY AS u(route, topic, key, id, n)
+	FROM (SELECT r.route, r.topic, r.key, um.chain_seq AS seq, r.id, r.n
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) WITH ORDINALITY AS r(route, topic, key, id, n)
+		JOIN ferry_outbox um ON um.id = r.id) u
 	JOIN ferry_outbox_delivery d ON d.message_id = u.id AND d.route = u.route AND d.status = 'pending' AND d.job_id IS NULL
 	LEFT JOIN LATERAL (` + sqlPredecessor + `) AS prev(id, open, delivered_at) ON true
 	WHERE ` + turnCame("$5") + `

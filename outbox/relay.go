@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -143,6 +144,10 @@ type Relay struct {
 	filter   claimFilter
 	filtered bool
 
+	// heldBack says that a relay transaction left keyed messages pending
+	// (see order): the loop passes again after heldBackRetry.
+	heldBack atomic.Bool
+
 	// The turns of ordered chains handed over by deliveries (Advance),
 	// started by turnLoop.
 	turnsMu  sync.Mutex
@@ -201,9 +206,19 @@ func (r *Relay) run(ctx context.Context) {
 		if !r.cfg.ReleaseElsewhere && !time.Now().Before(nextRelease) {
 			nextRelease = time.Now().Add(r.releasePass(ctx))
 		}
-		t.Reset(r.cfg.PollInterval)
+		if r.heldBack.Swap(false) {
+			t.Reset(min(heldBackRetry, r.cfg.PollInterval))
+		} else {
+			t.Reset(r.cfg.PollInterval)
+		}
 	}
 }
+
+// heldBackRetry is how soon the relay passes again after it left keyed
+// messages pending (see order): what held them is another transaction's
+// lock of their chain, or a lower id of their key in another relay's
+// transaction, both a few milliseconds long.
+const heldBackRetry = 10 * time.Millisecond
 
 // releasePace bounds the release passes' share of time: the next pass
 // waits at least releasePace times as long as the last one took.
@@ -277,6 +292,14 @@ func deref(s *string) string {
 // SQL of the relay.
 const (
 	// sqlClaimNew claims messages the relay has not looked at yet.
+	// sqlRelayed marks messages relayed.
+	sqlRelayed = `UPDATE ferry_outbox SET status = 'relayed', relayed_at = now(), last_error = NULL WHERE id = ANY($1)`
+	// sqlRelayedKeyed marks messages relayed, and gives the keyed ones
+	// their place in their chains (chainOrder): one value of the ids'
+	// sequence for the transaction, taken under the chains' locks.
+	sqlRelayedKeyed = `UPDATE ferry_outbox SET status = 'relayed', relayed_at = now(), last_error = NULL,
+		chain_seq = CASE WHEN ordering_key IS NOT NULL THEN s.v END
+		FROM (SELECT nextval(pg_get_serial_sequence('ferry_outbox', 'id')) AS v) s WHERE id = ANY($1)`
 	sqlClaimNew = `SELECT id, topic, false, false, traceparent, tracestate, ordering_key FROM ferry_outbox
 		WHERE status = 'pending' AND route_wait_since IS NULL AND NOT (topic = ANY($2))
 		ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`
@@ -399,17 +422,9 @@ func (r *Relay) claimFilter() (claimFilter, bool) {
 func (r *Relay) relayTx(ctx context.Context, careful bool) (n int, full, stale bool, err error) {
 	// The spans of the traced messages relayed, ended with the transaction.
 	var ends []func(error)
-	// The turns of chains whose locks others held (see order), handed on
-	// once the transaction commits.
-	var turns []Turn
 	defer func() {
 		for _, end := range ends {
 			end(err)
-		}
-		if err == nil {
-			for _, t := range turns {
-				r.Advance(t)
-			}
 		}
 	}()
 	err = pgx.BeginFunc(ctx, r.cfg.Pool, func(tx pgx.Tx) error {
@@ -533,23 +548,29 @@ func (r *Relay) relayTx(ctx context.Context, careful bool) (n int, full, stale b
 			// key's predecessor get no job now (see order); the others'
 			// jobs are inserted.
 			var waitMsgs []int64
-			var waitNames []string
+			var waitNames, waitTopics, waitKeys []string
 			if keyed {
-				wait, handed, err := order(ctx, tx, names, topics, keys, msgIDs)
+				wait, hold, err := order(ctx, tx, names, topics, keys, msgIDs)
 				if err != nil {
 					return err
 				}
-				turns = handed
 				var k int
 				for i := range params {
-					if wait[i] {
+					switch {
+					case hold[i]:
+						// Left pending, for the next pass.
+						relayed = slices.DeleteFunc(relayed, func(id int64) bool { return id == msgIDs[i] })
+						r.heldBack.Store(true)
+						full = false
+					case wait[i]:
 						waitMsgs, waitNames = append(waitMsgs, msgIDs[i]), append(waitNames, names[i])
-						continue
+						waitTopics, waitKeys = append(waitTopics, topics[i]), append(waitKeys, keys[i])
+					default:
+						params[k], msgIDs[k], names[k], topics[k], keys[k] = params[i], msgIDs[i], names[i], topics[i], keys[i]
+						k++
 					}
-					params[k], msgIDs[k], names[k] = params[i], msgIDs[i], names[i]
-					k++
 				}
-				params, msgIDs, names = params[:k], msgIDs[:k], names[:k]
+				params, msgIDs, names, topics, keys = params[:k], msgIDs[:k], names[:k], topics[:k], keys[:k]
 			}
 			inSavepoint := careful || slices.ContainsFunc(params, func(p river.InsertManyParams) bool {
 				return slices.Contains(bounded, p.InsertOpts.Queue)
@@ -570,6 +591,19 @@ func (r *Relay) relayTx(ctx context.Context, careful bool) (n int, full, stale b
 			msgIDs, names = append(msgIDs, waitMsgs...), append(names, waitNames...)
 			jobIDs = append(jobIDs, make([]int64, len(waitMsgs))...)
 			if len(waitRoom) > 0 {
+				// A keyed message refused keeps its key's later messages
+				// of the batch pending too: relayed without it, they would
+				// take the earlier places in its chains.
+				for i := range params {
+					if _, ok := waitRoom[msgIDs[i]]; ok && keys[i] != "" {
+						id := msgIDs[i]
+						for j, wid := range waitMsgs {
+							if topics[i] == waitTopics[j] && keys[i] == waitKeys[j] && wid > id {
+								waitRoom[wid] = waitRoom[id]
+							}
+						}
+					}
+				}
 				relayed = slices.DeleteFunc(relayed, func(id int64) bool { _, ok := waitRoom[id]; return ok })
 				var k int
 				for i := range msgIDs {
@@ -597,7 +631,11 @@ func (r *Relay) relayTx(ctx context.Context, careful bool) (n int, full, stale b
 			b := &pgx.Batch{}
 			b.Queue(`INSERT INTO ferry_outbox_delivery (message_id, route, job_id)
 				SELECT m, r, NULLIF(j, 0) FROM unnest($1::bigint[], $2::text[], $3::bigint[]) AS u(m, r, j)`, msgIDs, names, jobIDs)
-			b.Queue(`UPDATE ferry_outbox SET status = 'relayed', relayed_at = now(), last_error = NULL WHERE id = ANY($1)`, relayed)
+			if keyed {
+				b.Queue(sqlRelayedKeyed, relayed)
+			} else {
+				b.Queue(sqlRelayed, relayed)
+			}
 			if len(queues) > 0 {
 				b.Queue(sqlWakeWorkers, r.cfg.Schema, queues)
 			}
