@@ -9,7 +9,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/ferryq/ferry/internal/base/logtest"
 	"github.com/ferryq/ferry/internal/base/pgtest"
 	"github.com/ferryq/ferry/internal/testkit/proctest"
 )
@@ -134,17 +133,17 @@ func TestWorker_PasswordNeverPrinted(t *testing.T) {
 		}
 	})
 
-	t.Run("ElectionURLWhileRunning", func(t *testing.T) {
+	t.Run("SessionURLUnreachable", func(t *testing.T) {
 		t.Parallel()
-		// The election connection defaults to DATABASE_URL and may have its
-		// own; a running worker that cannot open it logs why, and goes on.
-		w := startWorker(t, pgtest.NewDatabase(t, true),
-			[]string{"FERRY_LOG_LEVEL=debug", "FERRY_ELECTION_DATABASE_URL=" + urls["URL"]}, "--standby-probe", "100ms")
-		_, err := w.WaitForLineFunc(10*time.Second, logtest.Logged("election: standby"))
-		require.NoError(t, err)
-		stop(t, w, stopTimeout)
-		require.Contains(t, w.Stderr(), "connection refused", "the failure is logged")
-		require.NotContains(t, w.Stderr()+w.Stdout(), password)
+		// The session connection (the leader lock, the worker's liveness)
+		// defaults to DATABASE_URL and may have its own; a worker that
+		// cannot open it cannot register, logs why while it tries, and
+		// stops with one line, never naming the password.
+		stdout, stderr, code := runWorker(t, env(pgtest.NewDatabase(t, true), "FERRY_ELECTION_DATABASE_URL="+urls["URL"]), 60*time.Second, "run")
+		require.Equal(t, 1, code, "stderr: %s", stderr)
+		require.Contains(t, stderr, "connection refused", "the failure is logged")
+		require.Contains(t, lastLine(stderr), "cannot register this worker, so it may not work jobs")
+		require.NotContains(t, stderr+stdout, password)
 	})
 }
 

@@ -214,19 +214,20 @@ func TestElection_TerminatedLockSessionDemotes(t *testing.T) {
 	require.EqualValues(t, 1, most.Load(), "never two holders of the lock")
 }
 
-func TestElection_FailureNeverBlocksJobs(t *testing.T) {
+// TestElection_SessionDatabaseUnreachable: the session database (the
+// leader lock's and the worker's liveness) is unreachable. A worker that
+// cannot register its liveness must not work jobs (a job it ran could be
+// rescued from under it, and the fence refuses a worker's sessions with no
+// row): it works none and stops with one line, exit code 1.
+func TestElection_SessionDatabaseUnreachable(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewDatabase(t, true)
-	// The lock's database is unreachable: the worker stays standby, says
-	// why, and works jobs all the same.
-	electionURL := "postgres://ferry:ferry@127.0.0.1:" + strconv.Itoa(freePort(t)) + "/ferry?sslmode=disable"
-	w := startWorker(t, url, []string{"FERRY_LOG_LEVEL=debug", "FERRY_ELECTION_DATABASE_URL=" + electionURL}, electionArgs(time.Second)...)
-	_, err := w.WaitForLineFunc(10*time.Second, logtest.Logged("election: waiting on the lock failed; staying standby"))
-	require.NoError(t, err)
 	id := enqueueID(t, url, "ferry.noop")
-	_, err = w.WaitForLineFunc(10*time.Second, logtest.Logged("job: completed", "job_id", id))
-	require.NoError(t, err)
-	_, err = w.WaitForLineFunc(0, logtest.Logged("election: runnables started"))
-	require.Error(t, err, "nothing ran as leader")
-	stop(t, w, stopTimeout)
+	sessionURL := "postgres://ferry:ferry@127.0.0.1:" + strconv.Itoa(freePort(t)) + "/ferry?sslmode=disable"
+	stdout, stderr, code := runWorker(t, env(url, "FERRY_ELECTION_DATABASE_URL="+sessionURL), 60*time.Second, append([]string{"run"}, electionArgs(time.Second)...)...)
+	require.Equal(t, 1, code, "stdout: %s\nstderr: %s", stdout, stderr)
+	require.Contains(t, lastLine(stderr), "liveness: cannot register this worker, so it may not work jobs")
+	require.NotContains(t, stderr, "job: completed")
+	pool := pgtest.PoolFor(t, url)
+	require.Equal(t, "available", getJob(t, pool, id).State, "no job was worked")
 }

@@ -98,6 +98,12 @@ func oneLine(t *testing.T, s string) string {
 	return strings.TrimSuffix(s, "\n")
 }
 
+// lastLine is the last line of s: a process's final word.
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return lines[len(lines)-1]
+}
+
 // job is what the tests read back from river_job.
 type job struct {
 	Kind        string

@@ -61,7 +61,7 @@
 // is one read) it lists the workers not declared dead whose lock nobody
 // holds and that are gone: no session of theirs is connected (their
 // SessionTag in pg_stat_activity), or their last heartbeat is older than
-// a tick plus its timeout (RescuerConfig.Stale). A live worker whose
+// two ticks plus the tick timeout (RescuerConfig.Stale). A live worker whose
 // liveness session alone was ended (pg_terminate_backend, an idle-session
 // killer, a proxy restart) has its pool's sessions connected and a recent
 // heartbeat, and takes its lock again at once: a pass that lands in

@@ -28,7 +28,7 @@ const DefaultMaxOrphaned = 5
 // DefaultRescueInterval is how often the leader's rescuer looks for dead
 // workers (RescuerConfig.Interval): a killed worker's jobs, and the
 // chains of ordered outbox messages they carry, go on within about a
-// second of its death rather than up to a leader tick (15 s) later.
+// second of its death rather than up to a leader tick later.
 const DefaultRescueInterval = time.Second
 
 // Fencer is the leader's fence (election.Elector): a rescue is a leader
@@ -78,7 +78,7 @@ type RescuerConfig struct {
 	Self string
 	// Stale is how old a worker's last heartbeat (last_seen_at) must be
 	// before a pass declares it dead while a session of it (its
-	// SessionTag) is still connected; default Every plus a third. A
+	// SessionTag) is still connected; default two Every plus a third. A
 	// worker whose liveness session alone was ended (pg_terminate_backend,
 	// an idle-session killer, a proxy restart) is alive: it takes its lock
 	// again on a new session at once, and a pass that lands in between
@@ -87,8 +87,8 @@ type RescuerConfig struct {
 	// at the next pass; one cut off from the server (a partition, a pause)
 	// keeps its pool's sessions in the server's eyes, but its liveness
 	// session ends only after the lease, three ticks after its last
-	// heartbeat. Set it to the tick plus its timeout: a live worker's last
-	// heartbeat is never older than that.
+	// heartbeat. Set it to Worker.MaxHeartbeatAge (two ticks plus the
+	// timeout): a live worker's last heartbeat is never older than that.
 	Stale time.Duration
 	// MaxOrphaned: the death that makes a job's count reach it discards the
 	// job. Default DefaultMaxOrphaned.
@@ -116,7 +116,7 @@ func NewRescuer(cfg RescuerConfig) (*Rescuer, error) {
 	cfg.MaxOrphaned = cmp.Or(cfg.MaxOrphaned, DefaultMaxOrphaned)
 	cfg.Keep = cmp.Or(cfg.Keep, 24*time.Hour)
 	cfg.Interval = cmp.Or(cfg.Interval, cfg.Every)
-	cfg.Stale = cmp.Or(cfg.Stale, cfg.Every+cfg.Every/3)
+	cfg.Stale = cmp.Or(cfg.Stale, 2*cfg.Every+cfg.Every/3)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}

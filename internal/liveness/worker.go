@@ -204,9 +204,11 @@ func (w *Worker) ID() int32 {
 	return w.id
 }
 
-// MaxHeartbeatAge is the oldest a live worker's last heartbeat gets: a
-// tick plus the tick timeout (RescuerConfig.Stale).
-func (w *Worker) MaxHeartbeatAge() time.Duration { return w.cfg.Tick + w.cfg.TickTimeout }
+// MaxHeartbeatAge is the oldest a live worker's last heartbeat gets, with
+// room for one heartbeat or retake that a loaded server answers late: two
+// ticks plus the tick timeout (RescuerConfig.Stale). A worker taking its
+// lock again stamps last_seen_at at every try.
+func (w *Worker) MaxHeartbeatAge() time.Duration { return 2*w.cfg.Tick + w.cfg.TickTimeout }
 
 // ClientID is the worker's River client id.
 func (w *Worker) ClientID() string { return w.cfg.ClientID }
@@ -303,7 +305,8 @@ func (w *Worker) lease() time.Duration { return 3*w.cfg.Tick + w.cfg.TickTimeout
 // the lease (idle_session_timeout), or sooner, when TCP keepalive
 // probes go unanswered (lease.KeepaliveBound). Both clocks start no
 // earlier than the statement's arrival, which is after the worker sent
-// it. At the defaults (a 15 s tick): the keepalive's 30 s, less 5 s.
+// it. At the defaults (a 1.5 s tick, 0.5 s timeout): the keepalive's 4 s,
+// less 0.5 s.
 func (w *Worker) keep() time.Duration {
 	return min(w.lease(), lease.KeepaliveBound(w.cfg.Tick)) - w.cfg.TickTimeout
 }
@@ -557,16 +560,19 @@ func (w *Worker) wait(ctx context.Context, conn *pgx.Conn, t *time.Timer) (lost 
 // fire again in retakeEvery (at most a tick). dead: the worker was
 // declared dead, OnDead was called and the run is over.
 func (w *Worker) retake(ctx context.Context, id int32, t *time.Timer) (conn *pgx.Conn, dead bool) {
-	conn, dead = w.reacquire(ctx, id)
+	conn, dead, answered := w.reacquire(ctx, id)
 	if dead {
 		w.cfg.Logger.Error("liveness: declared dead; stopping", "client_id", w.cfg.ClientID, "worker_id", id)
 		w.cfg.OnDead(ErrDeclaredDead)
 		<-ctx.Done()
 		return nil, true
 	}
-	if conn == nil {
-		// The lock wait paces the tries when the server answers; a
-		// session that is not there yet waits retakeEvery.
+	switch {
+	case conn == nil && answered:
+		// The server answers (the new session was ended in turn, or
+		// the lock was still held after the waits): at once again.
+		t.Reset(retakeEvery / 10)
+	case conn == nil:
 		t.Reset(min(w.cfg.Tick, retakeEvery))
 	}
 	return conn, false
@@ -603,16 +609,17 @@ func (w *Worker) settle(ctx context.Context) {
 // reacquire opens a new session and takes the worker's lock on it. It
 // reports dead when the worker's row says the rescuer declared it dead; a
 // nil connection and false mean "not yet" (the old session still holds the
-// lock, or the database is unreachable): try again next tick.
+// lock, or the database is unreachable), answered whether the server
+// answered (a new session was opened): try again, soon when it did.
 //
 // It waits up to the tick timeout for the lock (lock_timeout, on the
 // server): a backend the server ended reports its end to the client
 // before it releases its locks, and a worker that saw that end comes here
 // at once, while a rescue holds the lock only for its short transaction.
-func (w *Worker) reacquire(ctx context.Context, id int32) (*pgx.Conn, bool) {
+func (w *Worker) reacquire(ctx context.Context, id int32) (conn *pgx.Conn, dead, answered bool) {
 	conn, err := w.connect(ctx)
 	if err != nil {
-		return nil, false
+		return nil, false, false
 	}
 	// Seen alive, before the lock: a worker that can reach the server is
 	// alive, and its last heartbeat stays recent while it waits for a
@@ -620,7 +627,7 @@ func (w *Worker) reacquire(ctx context.Context, id int32) (*pgx.Conn, bool) {
 	// however many tries that takes.
 	if _, err := conn.Exec(ctx, seenSQL, id); err != nil {
 		closeQuietly(conn)
-		return nil, false
+		return nil, false, true
 	}
 	for try := 0; ; try++ {
 		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
@@ -639,36 +646,35 @@ func (w *Worker) reacquire(ctx context.Context, id int32) (*pgx.Conn, bool) {
 		// alive again, up to a tick.
 		if !isLockNotAvailable(err) || time.Duration(try+1)*w.cfg.TickTimeout >= w.cfg.Tick {
 			closeQuietly(conn)
-			return nil, false
+			return nil, false, true
 		}
 		if _, err := conn.Exec(ctx, seenSQL, id); err != nil {
 			closeQuietly(conn)
-			return nil, false
+			return nil, false, true
 		}
 	}
 	// The lock is ours: no rescuer is inside its transaction for this
 	// worker (it holds the same lock while it works), so dead_at is final.
 	// A row that is gone is dead too: the rescuer forgets a dead worker's
 	// row a day after it declared it dead.
-	var dead bool
 	sent := time.Now()
 	switch err := conn.QueryRow(ctx, heartbeatSQL, id).Scan(&dead); {
 	case errors.Is(err, pgx.ErrNoRows):
 		dead = true
 	case err != nil:
 		closeQuietly(conn)
-		return nil, false
+		return nil, false, true
 	}
 	if dead {
 		// Released before the close returns, so nobody sees a dead
 		// worker's lock held.
 		_, _ = conn.Exec(ctx, "SELECT pg_advisory_unlock(ferry_liveness_namespace(), $1)", id)
 		closeQuietly(conn)
-		return nil, true
+		return nil, true, true
 	}
 	w.confirm(sent)
 	w.cfg.Logger.Info("liveness: lock taken again on a new session", "client_id", w.cfg.ClientID, "worker_id", id)
-	return conn, false
+	return conn, false, true
 }
 
 // stop stamps stopped_at, releases the lock and closes the session.
