@@ -25,7 +25,8 @@ import (
 const oracleSchema = `
 	CREATE TABLE chaos_effect (id bigserial PRIMARY KEY, key text NOT NULL, job_id bigint NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp());
 	CREATE INDEX chaos_effect_key ON chaos_effect (key);
-	CREATE TABLE chaos_received (event_id text PRIMARY KEY, arrivals int NOT NULL DEFAULT 1);
+	CREATE TABLE chaos_received (event_id text PRIMARY KEY, arrivals int NOT NULL DEFAULT 1,
+		ordering_key text, n bigint, arrived bigint GENERATED ALWAYS AS IDENTITY);
 	CREATE TABLE chaos_leader_run (id bigserial PRIMARY KEY, pid int NOT NULL, term bigint NOT NULL,
 		started_at timestamptz NOT NULL, stopped_at timestamptz);`
 
@@ -75,6 +76,10 @@ const (
 	nameExits     = "workers exited only when stopped, killed or declared dead"
 	namePartition = "a worker cut off past its lease: declared dead, its jobs rescued"
 	nameDemotion  = "a leader cut off is demoted by its own check, before the next leads"
+	nameKills     = "liveness session killed again and again: its worker spared"
+	namePause     = "SIGSTOP past the lease: declared dead, its jobs rescued, it exits"
+	nameLostReply = "a registration COMMIT's reply lost: the worker registers and works"
+	nameOrdered   = "same-key outbox writers out of id order: one delivery of a key at a time, each once"
 	outageMargin  = 2 * time.Second
 	sampleEvery   = 100 * time.Millisecond
 )
@@ -569,24 +574,26 @@ func checkTicks(o tickObs) check {
 type exposureKind int
 
 const (
-	exposedKill      exposureKind = iota // kill -9
-	exposedSessions                      // pg_terminate_backend of every ferry backend, its liveness session among them
-	exposedRestart                       // a Postgres restart
-	exposedLockConn                      // pg_terminate_backend of its election lock session only
-	exposedSIGSTOP                       // SIGSTOP, and SIGCONT within the liveness lease
-	exposedSIGTERM                       // a graceful stop
-	exposedPartition                     // its network to Postgres blackholed past its lease, then healed
-	exposedFailover                      // the primary crashed and its standby promoted
+	exposedKill         exposureKind = iota // kill -9
+	exposedSessions                         // pg_terminate_backend of every ferry backend, its liveness session among them
+	exposedRestart                          // a Postgres restart
+	exposedLockConn                         // pg_terminate_backend of its election lock session only
+	exposedSIGSTOP                          // SIGSTOP, and SIGCONT within the liveness lease
+	exposedSIGTERM                          // a graceful stop
+	exposedPartition                        // its network to Postgres blackholed past its lease, then healed
+	exposedFailover                         // the primary crashed and its standby promoted
+	exposedLivenessKill                     // pg_terminate_backend of its liveness session alone, again and again
+	exposedPause                            // SIGSTOP past its liveness lease, then SIGCONT
 )
 
 func (k exposureKind) String() string {
-	return [...]string{"kill -9", "sessions terminated", "Postgres restart", "lock session terminated", "SIGSTOP", "SIGTERM", "network partition", "primary failover"}[k]
+	return [...]string{"kill -9", "sessions terminated", "Postgres restart", "lock session terminated", "SIGSTOP", "SIGTERM", "network partition", "primary failover", "liveness session terminated", "SIGSTOP past the lease"}[k]
 }
 
 // endsLiveness says whether k ends the worker's liveness session, so that
 // the rescuer may rightly find it dead.
 func (k exposureKind) endsLiveness() bool {
-	return k == exposedKill || k == exposedSessions || k == exposedRestart || k == exposedPartition || k == exposedFailover
+	return k == exposedKill || k == exposedSessions || k == exposedRestart || k == exposedPartition || k == exposedFailover || k == exposedPause
 }
 
 // exposure is one thing the harness did to a process, and when.
@@ -653,9 +660,10 @@ type deathObs struct {
 // checkDeaths: no job was rescued from a live worker. Every worker the
 // rescuer declared dead while it ran was a process whose liveness session
 // the harness had just ended (kill -9, pg_terminate_backend of its
-// sessions, a Postgres restart); never one that was only stopped
-// gracefully, SIGSTOPped, had its election lock session terminated, or was
-// left alone. And every process killed with kill -9 was declared dead: the
+// sessions, a Postgres restart, a partition or a SIGSTOP past its lease);
+// never one that was only stopped gracefully, SIGSTOPped within its lease,
+// had its election lock session or its liveness session alone
+// terminated, or was left alone. And every process killed with kill -9 was declared dead: the
 // rescuer saw it.
 func checkDeaths(o deathObs) check {
 	if o.err != nil {
@@ -707,8 +715,12 @@ func checkDeaths(o deathObs) check {
 	case len(unseen) > 0:
 		return newCheck(nameDead, verdictUnverified, "killed pids %v have no ferry_worker row", unseen)
 	}
-	result := fmt.Sprintf("%d declared dead while running (%d killed, %d sessions terminated, %d Postgres restart, %d network partition, %d primary failover; %d jobs rescued), %d after a graceful stop (%d jobs left behind)",
-		byCause[exposedKill]+byCause[exposedSessions]+byCause[exposedRestart]+byCause[exposedPartition]+byCause[exposedFailover], byCause[exposedKill], byCause[exposedSessions], byCause[exposedRestart], byCause[exposedPartition], byCause[exposedFailover], rescued, graceful, gracefulRescued)
+	var explained int
+	for _, n := range byCause {
+		explained += n
+	}
+	result := fmt.Sprintf("%d declared dead while running (%d killed, %d sessions terminated, %d Postgres restart, %d network partition, %d SIGSTOP past the lease, %d primary failover; %d jobs rescued), %d after a graceful stop (%d jobs left behind)",
+		explained, byCause[exposedKill], byCause[exposedSessions], byCause[exposedRestart], byCause[exposedPartition], byCause[exposedPause], byCause[exposedFailover], rescued, graceful, gracefulRescued)
 	switch {
 	case len(live) > 0:
 		return newCheck(nameDead, verdictViolated, "%s; declared dead with no session of theirs ended: %s", result, strings.Join(live, "; "))
@@ -730,23 +742,35 @@ func describe(exps []exposure) string {
 	return strings.Join(parts, ", ")
 }
 
-// stallObs is the SIGSTOP fault: which worker was stopped, for how long
-// against its lease, what it was running then, its ferry_worker row at the
-// end, and the jobs whose errors say they were rescued from it before
-// until (its next exposure that ended its liveness session, if any).
-type stallObs struct {
-	pid            int
-	clientID       string
-	at             time.Time
-	stopped, lease time.Duration
-	running, long  int
-	row            *workerRow
-	until          time.Time
-	rescued        int64
-	err            error
+// sparedObs is a fault a live worker must come through whole: which worker
+// the harness did it to and when, what it was running then, its
+// ferry_worker row at the end, the jobs whose errors say they were
+// rescued from it before until (its next exposure that ended its liveness
+// session, if any), and its exit before until that the harness did not
+// cause, if it exited.
+type sparedObs struct {
+	pid           int
+	clientID      string
+	at            time.Time
+	running, long int
+	row           *workerRow
+	until         time.Time
+	rescued       int64
+	exit          *workerExit
+	// evidence is, when it was declared dead or exited, what the logs say
+	// of it after the fault (lostEvidence).
+	evidence string
+	err      error
 }
 
-func observeStall(ctx context.Context, pool *pgxpool.Pool, o stallObs, exps []exposure, rows []workerRow) stallObs {
+// stallObs is the SIGSTOP fault: the worker stopped for less than its
+// lease, and for how long.
+type stallObs struct {
+	sparedObs
+	stopped, lease time.Duration
+}
+
+func observeSpared(ctx context.Context, pool *pgxpool.Pool, o sparedObs, exps []exposure, rows []workerRow, exits []workerExit) sparedObs {
 	if o.pid == 0 {
 		return o
 	}
@@ -761,6 +785,11 @@ func observeStall(ctx context.Context, pool *pgxpool.Pool, o stallObs, exps []ex
 			o.row = &r
 		}
 	}
+	for _, x := range exits {
+		if x.pid == o.pid && x.by == nil && (o.until.IsZero() || x.at.Before(o.until)) {
+			o.exit = &x
+		}
+	}
 	var until *time.Time
 	if !o.until.IsZero() {
 		until = &o.until
@@ -768,14 +797,33 @@ func observeStall(ctx context.Context, pool *pgxpool.Pool, o stallObs, exps []ex
 	err := pool.QueryRow(ctx, `SELECT count(DISTINCT j.id) FROM river_job j, unnest(j.errors) e
 		WHERE strpos(e->>'error', $1) > 0 AND ($2::timestamptz IS NULL OR (e->>'at')::timestamptz < $2)`, o.clientID, until).Scan(&o.rescued)
 	if err != nil {
-		o.err = fmt.Errorf("count jobs rescued from the stopped worker: %w", err)
+		o.err = fmt.Errorf("count jobs rescued from pid %d: %w", o.pid, err)
 	}
 	return o
 }
 
+// judge is the verdict on a worker that a fault must spare, once the
+// fault's own conditions hold (result says what it did): it is not
+// declared dead, has no job rescued from it and does not exit (until a
+// later fault ends its session). Without its ferry_worker row it is
+// unverified.
+func (o sparedObs) judge(name, result string) check {
+	if o.row == nil {
+		return newCheck(name, verdictUnverified, "pid %d has no ferry_worker row", o.pid)
+	}
+	dead := o.row.deadAt != nil && o.row.diedRunning() && (o.until.IsZero() || o.row.deadAt.Before(o.until))
+	switch {
+	case dead || o.rescued > 0:
+		return newCheck(name, verdictViolated, "%s: declared dead %t, %d jobs rescued from it (logs: %s)", result, dead, o.rescued, o.evidence)
+	case o.exit != nil:
+		return newCheck(name, verdictViolated, "%s: exited with code %d at %s (last error: %q; logs: %s)", result, o.exit.code, o.exit.at.UTC().Format("15:04:05.000"), o.exit.why, o.evidence)
+	}
+	return newCheck(name, verdictOK, "%s: not declared dead, 0 jobs rescued from it, still up", result)
+}
+
 // checkStall: a worker stopped (SIGSTOP) for less than its liveness lease,
-// while running long jobs, is not declared dead and has no job rescued
-// from it (until a later fault ends its session).
+// while running long jobs, is not declared dead, has no job rescued from
+// it and does not exit (until a later fault ends its session).
 func checkStall(o stallObs) check {
 	switch {
 	case o.err != nil:
@@ -786,15 +834,8 @@ func checkStall(o stallObs) check {
 		return newCheck(nameStall, verdictUnverified, "pid %d had no long job running when stopped: nothing to rescue", o.pid)
 	case o.stopped >= o.lease:
 		return newCheck(nameStall, verdictUnverified, "pid %d was stopped %s, not under its lease of %s", o.pid, o.stopped.Round(time.Millisecond), o.lease)
-	case o.row == nil:
-		return newCheck(nameStall, verdictUnverified, "pid %d has no ferry_worker row", o.pid)
 	}
-	result := fmt.Sprintf("pid %d stopped %s (lease %s) running %d jobs, %d of them long", o.pid, o.stopped.Round(time.Millisecond), o.lease.Round(time.Millisecond), o.running, o.long)
-	dead := o.row.deadAt != nil && o.row.diedRunning() && (o.until.IsZero() || o.row.deadAt.Before(o.until))
-	if dead || o.rescued > 0 {
-		return newCheck(nameStall, verdictViolated, "%s: declared dead %t, %d jobs rescued from it", result, dead, o.rescued)
-	}
-	return newCheck(nameStall, verdictOK, "%s: not declared dead, 0 jobs rescued from it", result)
+	return o.judge(nameStall, fmt.Sprintf("pid %d stopped %s (lease %s) running %d jobs, %d of them long", o.pid, o.stopped.Round(time.Millisecond), o.lease.Round(time.Millisecond), o.running, o.long))
 }
 
 // workerExit is one worker process's end, as the harness saw it.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -55,10 +56,10 @@ func TestOracle_FailsClosed(t *testing.T) {
 		{"DeadNoKill", checkDeaths(deathObs{rows: []workerRow{{pid: 7}}}), "no process was killed"},
 		{"DeadKilledUnseen", checkDeaths(deathObs{rows: []workerRow{{pid: 7}}, exposures: map[int][]exposure{8: {{kind: exposedKill, at: at(1)}}}}), "killed pids [8] have no ferry_worker row"},
 		{"StallNone", checkStall(stallObs{}), "no worker was stopped"},
-		{"StallNothingLong", checkStall(stallObs{pid: 7, running: 3, stopped: time.Second, lease: 3 * time.Second}), "no long job running"},
-		{"StallOverLease", checkStall(stallObs{pid: 7, running: 3, long: 1, stopped: 4 * time.Second, lease: 3 * time.Second, row: &workerRow{pid: 7}}), "not under its lease"},
-		{"StallNoRow", checkStall(stallObs{pid: 7, running: 3, long: 1, stopped: time.Second, lease: 3 * time.Second}), "no ferry_worker row"},
-		{"StallQueryError", checkStall(stallObs{pid: 7, running: 3, long: 1, stopped: time.Second, lease: 3 * time.Second, row: &workerRow{pid: 7}, err: errQuery}), "query failed: connection refused"},
+		{"StallNothingLong", checkStall(stallObs{sparedObs: sparedObs{pid: 7, running: 3}, stopped: time.Second, lease: 3 * time.Second}), "no long job running"},
+		{"StallOverLease", checkStall(stallObs{sparedObs: sparedObs{pid: 7, running: 3, long: 1, row: &workerRow{pid: 7}}, stopped: 4 * time.Second, lease: 3 * time.Second}), "not under its lease"},
+		{"StallNoRow", checkStall(stallObs{sparedObs: sparedObs{pid: 7, running: 3, long: 1}, stopped: time.Second, lease: 3 * time.Second}), "no ferry_worker row"},
+		{"StallQueryError", checkStall(stallObs{sparedObs: sparedObs{pid: 7, running: 3, long: 1, row: &workerRow{pid: 7}, err: errQuery}, stopped: time.Second, lease: 3 * time.Second}), "query failed: connection refused"},
 		{"ExitsNone", checkExits(exitObs{}), "0 exits seen"},
 		{"JobsQueryError", checkJobs(jobObs{committed: 10, effects: 10, err: errQuery}), "query failed: connection refused"},
 		{"OutboxNoMessage", checkOutbox(outboxObs{}), "0 messages committed"},
@@ -178,7 +179,7 @@ func TestCheckDeaths(t *testing.T) {
 	t.Run("EveryDeathAfterItsSessionEnded", func(t *testing.T) {
 		t.Parallel()
 		requireVerdict(t, checkDeaths(deathObs{rows: rows, exposures: exposures}), verdictOK,
-			"2 declared dead while running (1 killed, 1 sessions terminated, 0 Postgres restart, 0 network partition, 0 primary failover; 15 jobs rescued), 1 after a graceful stop")
+			"2 declared dead while running (1 killed, 1 sessions terminated, 0 Postgres restart, 0 network partition, 0 SIGSTOP past the lease, 0 primary failover; 15 jobs rescued), 1 after a graceful stop")
 	})
 
 	t.Run("DeadDuringTheStall", func(t *testing.T) {
@@ -187,6 +188,28 @@ func TestCheckDeaths(t *testing.T) {
 		rows[1].deadAt = tp(22)
 		requireVerdict(t, checkDeaths(deathObs{rows: rows, exposures: exposures}), verdictViolated, "declared dead with no session of theirs ended: pid 2")
 	})
+
+	// A worker declared dead a second after the harness did kind to it:
+	// a SIGSTOP past the lease ends its liveness session, the killing of
+	// its liveness session alone does not.
+	for _, tt := range []struct {
+		name string
+		kind exposureKind
+		want verdict
+		says string
+	}{
+		{"PausedPastTheLease", exposedPause, verdictOK, "3 declared dead while running (1 killed, 1 sessions terminated, 0 Postgres restart, 0 network partition, 1 SIGSTOP past the lease"},
+		{"DeadAfterItsLivenessSessionAloneEnded", exposedLivenessKill, verdictViolated, "pid 4 () at 12:00:51.000 after liveness session terminated at 12:00:50.000"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			exposures := maps.Clone(exposures)
+			exposures[4] = []exposure{{kind: tt.kind, at: at(50)}}
+			rows := slices.Clone(rows)
+			rows[3].deadAt = tp(51)
+			requireVerdict(t, checkDeaths(deathObs{rows: rows, exposures: exposures}), tt.want, tt.says)
+		})
+	}
 
 	t.Run("DeadLongAfterItsSessionEnded", func(t *testing.T) {
 		t.Parallel()
@@ -214,7 +237,7 @@ func TestCheckStall(t *testing.T) {
 	t.Parallel()
 
 	tp := func(s float64) *time.Time { x := at(s); return &x }
-	stall := stallObs{pid: 2, at: at(20), stopped: 1500 * time.Millisecond, lease: 3333 * time.Millisecond, running: 14, long: 5, row: &workerRow{pid: 2}}
+	stall := stallObs{sparedObs: sparedObs{pid: 2, at: at(20), running: 14, long: 5, row: &workerRow{pid: 2}}, stopped: 1500 * time.Millisecond, lease: 3333 * time.Millisecond}
 	requireVerdict(t, checkStall(stall), verdictOK, "pid 2 stopped 1.5s (lease 3.333s) running 14 jobs, 5 of them long: not declared dead, 0 jobs rescued from it")
 
 	later := stall
@@ -329,7 +352,8 @@ func TestObserve_ScratchDatabase(t *testing.T) {
 			checkOutbox(observeOutbox(ctx, pool, 0)),
 			checkTicks(observeTicks(ctx, pool, now.Add(-5*time.Second), now)),
 			checkDeaths(deathObs{rows: rows, exposures: killed, err: err}),
-			checkStall(observeStall(ctx, pool, stallObs{pid: 7, clientID: "x", running: 1, long: 1, stopped: time.Second, lease: 3 * time.Second}, nil, rows)),
+			checkStall(stallObs{sparedObs: observeSpared(ctx, pool, sparedObs{pid: 7, clientID: "x", running: 1, long: 1}, nil, rows, nil), stopped: time.Second, lease: 3 * time.Second}),
+			checkOrdered(observeOrdered(ctx, pool, 0, nil, &inFlight{})),
 		}
 	}
 
@@ -341,6 +365,7 @@ func TestObserve_ScratchDatabase(t *testing.T) {
 		}
 		requireVerdict(t, checks[6], verdictUnverified, "0 workers recorded in ferry_worker")
 		requireVerdict(t, checks[7], verdictUnverified, "pid 7 has no ferry_worker row")
+		requireVerdict(t, checks[8], verdictUnverified, "0 keyed messages received (0 committed in 0 rounds): nothing to check")
 	})
 
 	t.Run("QueryError", func(t *testing.T) {
@@ -372,27 +397,147 @@ func TestCheckMarathons(t *testing.T) {
 		verdictViolated, "1 of 2 jobs")
 }
 
-func TestCheckPartition(t *testing.T) {
+func TestCheckLost(t *testing.T) {
 	t.Parallel()
 
-	cut := partitionObs{pid: 2, clientID: "w2", at: at(20), running: 9, long: 7, dead: true, rescued: 10}
-	requireVerdict(t, checkPartition(cut), verdictOK, "pid 2 cut off for 7.333s running 9 jobs, 7 of them long: declared dead, 10 jobs rescued from it")
+	dead := workerExit{pid: 2, code: 1, at: at(30), declaredDead: true}
+	cut := lostObs{how: "cut off", pid: 2, clientID: "w2", at: at(20), lasted: partitionFor, running: 9, long: 7, dead: true, rescued: 10, completed: 10, exit: &dead}
+	requireVerdict(t, checkLost(namePartition, cut), verdictOK, "pid 2 cut off for 7.333s running 9 jobs, 7 of them long: declared dead, 10 jobs rescued from it and completed; exited with code 1 (declared dead: true)")
 
 	alive := cut
 	alive.dead, alive.rescued = false, 0
-	requireVerdict(t, checkPartition(alive), verdictViolated, "declared dead false, 0 jobs rescued from it")
+	requireVerdict(t, checkLost(namePartition, alive), verdictViolated, "declared dead false, 0 jobs rescued from it")
 
 	unrescued := cut
 	unrescued.rescued = 0
-	requireVerdict(t, checkPartition(unrescued), verdictViolated, "declared dead true, 0 jobs rescued")
+	requireVerdict(t, checkLost(namePartition, unrescued), verdictViolated, "declared dead true, 0 jobs rescued")
 
-	requireVerdict(t, checkPartition(partitionObs{}), verdictUnverified, "no worker was cut off")
+	unfinished := cut
+	unfinished.completed = 8
+	requireVerdict(t, checkLost(namePartition, unfinished), verdictViolated, "only 8 of them completed")
+
+	stillUp := cut
+	stillUp.exit = nil
+	requireVerdict(t, checkLost(namePause, stillUp), verdictViolated, "but still running")
+	term := exposedSIGTERM
+	stopped := cut
+	stopped.exit = &workerExit{pid: 2, code: 0, at: at(90), by: &term}
+	requireVerdict(t, checkLost(namePause, stopped), verdictViolated, "but exited with code 0 (declared dead: false)")
+
+	requireVerdict(t, checkLost(namePartition, lostObs{how: "cut off"}), verdictUnverified, "no worker was cut off")
+	requireVerdict(t, checkLost(namePause, lostObs{how: "stopped"}), verdictUnverified, "no worker was stopped")
 	idle := cut
 	idle.long = 0
-	requireVerdict(t, checkPartition(idle), verdictUnverified, "no long job running")
+	requireVerdict(t, checkLost(namePartition, idle), verdictUnverified, "no long job running")
 	failed := cut
 	failed.err = errors.New("connection refused")
-	requireVerdict(t, checkPartition(failed), verdictUnverified, "query failed: connection refused")
+	requireVerdict(t, checkLost(namePartition, failed), verdictUnverified, "query failed: connection refused")
+}
+
+func TestCheckKills(t *testing.T) {
+	t.Parallel()
+
+	tp := func(s float64) *time.Time { x := at(s); return &x }
+	kills := killsObs{sparedObs: sparedObs{pid: 3, clientID: "w3", at: at(20), running: 8, long: 4, row: &workerRow{pid: 3}}, kills: 30}
+	requireVerdict(t, checkKills(kills), verdictOK, "pid 3's liveness session ended 30 times, running 8 jobs, 4 of them long: not declared dead, 0 jobs rescued from it, still up")
+
+	dead := kills
+	dead.row = &workerRow{pid: 3, deadAt: tp(22)}
+	requireVerdict(t, checkKills(dead), verdictViolated, "declared dead true")
+	later := kills
+	later.row, later.until = &workerRow{pid: 3, deadAt: tp(42)}, at(40)
+	requireVerdict(t, checkKills(later), verdictOK, "not declared dead")
+	rescued := kills
+	rescued.rescued = 2
+	requireVerdict(t, checkKills(rescued), verdictViolated, "2 jobs rescued from it")
+	exited := kills
+	exited.exit = &workerExit{pid: 3, code: 1, at: at(25), why: "liveness: lost"}
+	requireVerdict(t, checkKills(exited), verdictViolated, "exited with code 1 at 12:00:25.000")
+
+	requireVerdict(t, checkKills(killsObs{}), verdictUnverified, "nothing to check")
+	none := kills
+	none.kills = 0
+	requireVerdict(t, checkKills(none), verdictUnverified, "no liveness session of pid 3 was found")
+	idle := kills
+	idle.long = 0
+	requireVerdict(t, checkKills(idle), verdictUnverified, "no long job running")
+	norow := kills
+	norow.row = nil
+	requireVerdict(t, checkKills(norow), verdictUnverified, "pid 3 has no ferry_worker row")
+	failed := kills
+	failed.err = errQuery
+	requireVerdict(t, checkKills(failed), verdictUnverified, "query failed: connection refused")
+}
+
+func TestCheckLostReply(t *testing.T) {
+	t.Parallel()
+
+	tp := func(s float64) *time.Time { x := at(s); return &x }
+	ok := lostReplyObs{pid: 5, at: at(20), retried: true, register: true, row: &workerRow{pid: 5, clientID: "w5"}, started: 12}
+	requireVerdict(t, checkLostReply(ok), verdictOK, "pid 5's registration failed with its reply lost, then registered; declared dead false, 12 jobs started, still up")
+
+	idle := ok
+	idle.started = 0
+	requireVerdict(t, checkLostReply(idle), verdictViolated, "0 jobs started")
+	dead := ok
+	dead.row = &workerRow{pid: 5, deadAt: tp(21)}
+	requireVerdict(t, checkLostReply(dead), verdictViolated, "declared dead true")
+	exited := ok
+	exited.exit = &workerExit{pid: 5, code: 1, at: at(22), why: "liveness: cannot register"}
+	requireVerdict(t, checkLostReply(exited), verdictViolated, "exited with code 1")
+	unregistered := ok
+	unregistered.register = false
+	requireVerdict(t, checkLostReply(unregistered), verdictViolated, "pid 5 never registered")
+
+	requireVerdict(t, checkLostReply(lostReplyObs{}), verdictUnverified, "nothing to check")
+	missed := ok
+	missed.retried = false
+	requireVerdict(t, checkLostReply(missed), verdictUnverified, "the lost reply was not its registration's")
+	norow := ok
+	norow.row = nil
+	requireVerdict(t, checkLostReply(norow), verdictUnverified, "no ferry_worker row")
+	failed := ok
+	failed.err = errQuery
+	requireVerdict(t, checkLostReply(failed), verdictUnverified, "query failed: connection refused")
+}
+
+func TestCheckOrdered(t *testing.T) {
+	t.Parallel()
+
+	ok := orderedObs{rounds: 50, arrivals: 102, maxInFlight: 1, committed: 100, received: 100}
+	requireVerdict(t, checkOrdered(ok), verdictOK, "100 keyed messages committed in 50 rounds (0 keys given up after a failed write), 100 received once each, 0 lost; at most 1 of a key in flight; 0 first arrived before")
+
+	two := ok
+	two.maxInFlight, two.over = 2, "key-1-0"
+	requireVerdict(t, checkOrdered(two), verdictViolated, "at most 2 of a key in flight; 0 first arrived before a message its writer committed earlier (shown, not judged) (key key-1-0)")
+	lost := ok
+	lost.received, lost.lost = 99, 1
+	requireVerdict(t, checkOrdered(lost), verdictViolated, "1 lost")
+	reordered := ok
+	reordered.outOfOrder = 1
+	requireVerdict(t, checkOrdered(reordered), verdictOK, "1 first arrived before a message its writer committed earlier (shown, not judged)")
+
+	requireVerdict(t, checkOrdered(orderedObs{rounds: 3, committed: 6}), verdictUnverified, "0 keyed messages received (6 committed in 3 rounds)")
+	failed := ok
+	failed.err = errQuery
+	requireVerdict(t, checkOrdered(failed), verdictUnverified, "query failed: connection refused")
+}
+
+func TestInFlight(t *testing.T) {
+	t.Parallel()
+
+	var f inFlight
+	leaveA := f.enter("a")
+	leaveB := f.enter("b")
+	leaveA()
+	f.enter("a")()
+	require.Equal(t, 1, f.max, "one of each key at a time")
+	leaveA2 := f.enter("b")
+	require.Equal(t, 2, f.max)
+	require.Equal(t, "b", f.over)
+	leaveB()
+	leaveA2()
+	require.EqualValues(t, 4, f.total)
 }
 
 func TestCheckDemotion(t *testing.T) {

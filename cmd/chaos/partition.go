@@ -61,8 +61,11 @@ func proxied(u string) (string, []*netproxy.Proxy, error) {
 // workerEnv is the environment of a new chaos worker: every connection it
 // makes, job traffic and sessions alike, goes through network proxies of
 // its own, which the partition faults blackhole. proxies are those
-// proxies, to close when the worker is gone.
-func (s *suite) workerEnv() (env []string, proxies []*netproxy.Proxy, err error) {
+// proxies, to close when the worker is gone. With lostReply its sessions
+// (liveness, election) go through proxies apart from its job traffic's,
+// armed to lose the reply to the first COMMIT through them, its
+// registration's (netproxy.DropReplyTo): armed is those proxies.
+func (s *suite) workerEnv(lostReply bool) (env []string, proxies, armed []*netproxy.Proxy, err error) {
 	closeAll := func() {
 		for _, p := range proxies {
 			_ = p.Close()
@@ -70,20 +73,29 @@ func (s *suite) workerEnv() (env []string, proxies []*netproxy.Proxy, err error)
 	}
 	jobURL, jp, err := proxied(s.jobURL)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	proxies = append(proxies, jp...)
 	env = []string{"DATABASE_URL=" + jobURL, "FERRY_CONFIG=" + s.cfgFile, "CHAOS_HOOK_SECRET=" + hookSecret, "FERRY_LOG_FORMAT=json"}
-	if s.jobURL != s.url {
+	if s.jobURL != s.url || lostReply {
 		sessionURL, sp, err := proxied(s.url)
 		if err != nil {
 			closeAll()
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		proxies = append(proxies, sp...)
-		env = append(env, "FERRY_SESSION_DATABASE_URL="+sessionURL, dburl.EnvPooler+"="+dburl.PoolerTransaction)
+		env = append(env, "FERRY_SESSION_DATABASE_URL="+sessionURL)
+		if s.jobURL != s.url {
+			env = append(env, dburl.EnvPooler+"="+dburl.PoolerTransaction)
+		}
+		if lostReply {
+			for _, p := range sp {
+				p.DropReplyTo([]byte("commit"))
+			}
+			armed = sp
+		}
 	}
-	return env, proxies, nil
+	return env, proxies, armed, nil
 }
 
 // partition blackholes every connection of p for d, then heals them.
@@ -238,29 +250,35 @@ func (s *suite) partitionWorker(ctx context.Context) (string, error) {
 	if err := s.partition(p, partitionFor); err != nil {
 		return "", err
 	}
-	s.cut = partitionObs{pid: p.Pid(), clientID: clientID, at: at, running: running, long: long}
-	return fmt.Sprintf("pid %d cut off %s running %d jobs, %d long", p.Pid(), time.Since(at).Round(time.Millisecond), running, long), nil
+	s.cut = lostObs{how: "cut off", pid: p.Pid(), clientID: clientID, at: at, lasted: time.Since(at), running: running, long: long}
+	return fmt.Sprintf("pid %d cut off %s running %d jobs, %d long", p.Pid(), s.cut.lasted.Round(time.Millisecond), running, long), nil
 }
 
-// partitionObs is the worker partition fault: which worker was cut off,
-// what it ran then, and, at the end, whether the rescuer declared it dead
-// while it ran and how many jobs' errors say they were rescued from it.
-type partitionObs struct {
+// lostObs is a fault that takes a worker from Postgres past its lease
+// while it runs long jobs (a partition, a SIGSTOP): which worker, how and
+// for how long, what it ran then, and, at the end, whether the rescuer
+// declared it dead while it ran, how many jobs' errors say they were
+// rescued from it and how many of those completed, and how it exited.
+type lostObs struct {
+	how           string // "cut off", "stopped"
 	pid           int
 	clientID      string
 	at            time.Time
+	lasted        time.Duration
 	running, long int
 	dead          bool
 	rescued       int64
+	completed     int64
+	// exit is its exit after the fault, nil while it runs.
+	exit *workerExit
 	// evidence is, when it was not declared dead, what the logs say of it
-	// after the cut: the rescuer's records that name it and its own
+	// after the fault: the rescuer's records that name it and its own
 	// liveness records, counted by message.
 	evidence string
 	err      error
 }
 
-func observePartition(ctx context.Context, s *suite, rows []workerRow) partitionObs {
-	o := s.cut
+func observeLost(ctx context.Context, s *suite, o lostObs, rows []workerRow, exits []workerExit) lostObs {
 	if o.pid == 0 {
 		return o
 	}
@@ -269,21 +287,27 @@ func observePartition(ctx context.Context, s *suite, rows []workerRow) partition
 			o.dead = true
 		}
 	}
-	err := s.pool.QueryRow(ctx, `SELECT count(DISTINCT j.id) FROM river_job j, unnest(j.errors) e
-		WHERE strpos(e->>'error', $1) > 0 AND (e->>'at')::timestamptz >= $2`, o.clientID, o.at).Scan(&o.rescued)
+	for _, x := range exits {
+		if x.pid == o.pid && !x.at.Before(o.at) {
+			o.exit = &x
+		}
+	}
+	err := s.pool.QueryRow(ctx, `SELECT count(DISTINCT j.id), count(DISTINCT j.id) FILTER (WHERE j.state = 'completed')
+		FROM river_job j, unnest(j.errors) e
+		WHERE strpos(e->>'error', $1) > 0 AND (e->>'at')::timestamptz >= $2`, o.clientID, o.at).Scan(&o.rescued, &o.completed)
 	if err != nil {
-		o.err = fmt.Errorf("count jobs rescued from the partitioned worker: %w", err)
+		o.err = fmt.Errorf("count jobs rescued from the worker %s: %w", o.how, err)
 	}
 	if !o.dead || o.rescued == 0 {
-		o.evidence = partitionEvidence(s.workers.Procs(), o)
+		o.evidence = lostEvidence(s.workers.Procs(), o)
 	}
 	return o
 }
 
-// partitionEvidence counts, by process and message, the records after
-// the cut that say what became of the cut worker: the rescuer's records
+// lostEvidence counts, by process and message, the records after the
+// fault that say what became of the lost worker: the rescuer's records
 // naming its client id, and its own liveness records.
-func partitionEvidence(procs []*fleet.Proc, o partitionObs) string {
+func lostEvidence(procs []*fleet.Proc, o lostObs) string {
 	counts := map[string]int{}
 	var order []string
 	for _, p := range procs {
@@ -304,7 +328,7 @@ func partitionEvidence(procs []*fleet.Proc, o partitionObs) string {
 		}
 	}
 	if len(order) == 0 {
-		return "no record of it after the cut"
+		return "no record of it after the fault"
 	}
 	parts := make([]string, len(order))
 	for i, k := range order {
@@ -313,21 +337,33 @@ func partitionEvidence(procs []*fleet.Proc, o partitionObs) string {
 	return strings.Join(parts, "; ")
 }
 
-// checkPartition: a worker cut off past its lease while running long jobs
-// is declared dead and its jobs rescued by ferry's liveness, not left
-// running under a worker no one hears from.
-func checkPartition(o partitionObs) check {
+// checkLost: a worker taken from Postgres past its lease while running
+// long jobs (cut off, or stopped) is declared dead and its jobs rescued
+// and completed elsewhere by ferry's liveness, not left running under a
+// worker no one hears from; the worker, back, learns it and stops itself
+// (exit code 1). That its own late completions are refused is the job
+// effects check's: none twice.
+func checkLost(name string, o lostObs) check {
 	switch {
 	case o.err != nil:
-		return newCheck(namePartition, verdictUnverified, "query failed: %v", o.err)
+		return newCheck(name, verdictUnverified, "query failed: %v", o.err)
 	case o.pid == 0:
-		return newCheck(namePartition, verdictUnverified, "no worker was cut off: nothing to check")
+		return newCheck(name, verdictUnverified, "no worker was %s: nothing to check", o.how)
 	case o.long == 0:
-		return newCheck(namePartition, verdictUnverified, "pid %d had no long job running when cut off: nothing to rescue", o.pid)
+		return newCheck(name, verdictUnverified, "pid %d had no long job running when %s: nothing to rescue", o.pid, o.how)
 	}
-	result := fmt.Sprintf("pid %d cut off for %s running %d jobs, %d of them long", o.pid, partitionFor.Round(time.Millisecond), o.running, o.long)
-	if !o.dead || o.rescued == 0 {
-		return newCheck(namePartition, verdictViolated, "%s: declared dead %t, %d jobs rescued from it (logs: %s)", result, o.dead, o.rescued, o.evidence)
+	result := fmt.Sprintf("pid %d %s for %s running %d jobs, %d of them long", o.pid, o.how, o.lasted.Round(time.Millisecond), o.running, o.long)
+	exit := "still running"
+	if o.exit != nil {
+		exit = fmt.Sprintf("exited with code %d (declared dead: %t)", o.exit.code, o.exit.declaredDead)
 	}
-	return newCheck(namePartition, verdictOK, "%s: declared dead, %d jobs rescued from it", result, o.rescued)
+	switch {
+	case !o.dead || o.rescued == 0:
+		return newCheck(name, verdictViolated, "%s: declared dead %t, %d jobs rescued from it (logs: %s)", result, o.dead, o.rescued, o.evidence)
+	case o.completed < o.rescued:
+		return newCheck(name, verdictViolated, "%s: declared dead, %d jobs rescued from it, only %d of them completed", result, o.rescued, o.completed)
+	case o.exit == nil || o.exit.code != 1 || !o.exit.declaredDead:
+		return newCheck(name, verdictViolated, "%s: declared dead, %d jobs rescued from it and completed, but %s", result, o.rescued, exit)
+	}
+	return newCheck(name, verdictOK, "%s: declared dead, %d jobs rescued from it and completed; %s", result, o.rescued, exit)
 }

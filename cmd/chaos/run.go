@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -68,8 +69,11 @@ type suite struct {
 	workers *fleet.Fleet
 	faults  []faultResult
 	notes   []string
-	stall   stallObs     // what the SIGSTOP fault did
-	cut     partitionObs // what the worker partition fault did
+	stalled stallObs     // what the SIGSTOP fault did
+	paused  lostObs      // what the SIGSTOP past the lease did
+	cut     lostObs      // what the worker partition fault did
+	kills   killsObs     // what the liveness session fault did
+	lost    lostReplyObs // what the lost registration reply did
 	// failoverRecovery is from the primary's crash until every working
 	// worker had started a job on the promoted standby.
 	failoverRecovery time.Duration
@@ -108,25 +112,29 @@ func newSuite() *suite {
 func (s *suite) start() (*fleet.Proc, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.startLocked()
+	p, _, err := s.startLocked(false)
+	return p, err
 }
 
-func (s *suite) startLocked() (*fleet.Proc, error) {
-	env, proxies, err := s.workerEnv()
+// startLocked starts a chaos worker; with lostReply, the reply to its
+// registration's COMMIT is lost on its way (workerEnv), and armed is the
+// proxies that will lose it.
+func (s *suite) startLocked(lostReply bool) (p *fleet.Proc, armed []*netproxy.Proxy, err error) {
+	env, proxies, armed, err := s.workerEnv(lostReply)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	p, err := s.workers.Start(s.bin, env)
+	p, err = s.workers.Start(s.bin, env)
 	if err != nil {
 		for _, x := range proxies {
 			_ = x.Close()
 		}
-		return nil, err
+		return nil, nil, err
 	}
 	s.proxies[p.Pid()] = proxies
 	s.watching.Add(1)
 	go s.watch(p)
-	return p, nil
+	return p, armed, nil
 }
 
 // watch records p's exit. A worker that exits without the harness stopping
@@ -158,7 +166,7 @@ func (s *suite) watch(p *fleet.Proc) {
 	if s.closing {
 		return
 	}
-	if _, err := s.startLocked(); err != nil {
+	if _, _, err := s.startLocked(false); err != nil {
 		fmt.Println("chaos: replace a worker:", err)
 		return
 	}
@@ -375,15 +383,26 @@ func run(ctx context.Context, serverURL string, steady, marathon time.Duration, 
 	}
 
 	// The receiver: a real HTTP server that records each event id once
-	// (UNIQUE) and counts every arrival.
+	// (UNIQUE) and counts every arrival; a keyed message's first arrival
+	// is numbered (arrived), and its deliveries in flight counted by key.
+	var inflight inFlight
 	recv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id, _, err := outbox.Verify(r, []byte(hookSecret), 0)
+		id, body, err := outbox.Verify(r, []byte(hookSecret), 0)
 		if err != nil {
 			http.Error(w, "bad signature", http.StatusUnauthorized)
 			return
 		}
-		if _, err := s.pool.Exec(r.Context(), `INSERT INTO chaos_received (event_id) VALUES ($1)
-			ON CONFLICT (event_id) DO UPDATE SET arrivals = chaos_received.arrivals + 1`, id); err != nil {
+		var keyed keyedPayload
+		_ = json.Unmarshal(body, &keyed)
+		var key *string
+		var n *int64
+		if keyed.Key != "" {
+			key, n = &keyed.Key, &keyed.N
+			defer inflight.enter(keyed.Key)()
+			time.Sleep(orderedHold)
+		}
+		if _, err := s.pool.Exec(r.Context(), `INSERT INTO chaos_received (event_id, ordering_key, n) VALUES ($1, $2, $3)
+			ON CONFLICT (event_id) DO UPDATE SET arrivals = chaos_received.arrivals + 1`, id, key, n); err != nil {
 			http.Error(w, "database", http.StatusServiceUnavailable)
 			return
 		}
@@ -446,7 +465,8 @@ outbox:
 	var wg sync.WaitGroup
 	var holders holderObs
 	wg.Go(func() { holders = sampleHolders(loadCtx, s.pool, election.KeyElection) })
-	var jobKeys, messages atomic.Int64
+	var jobKeys, messages, rounds atomic.Int64
+	var abandoned keySet
 	wg.Go(func() { s.produceJobs(loadCtx, &jobKeys) })
 	wg.Go(func() { s.produceMessages(loadCtx, &messages) })
 
@@ -458,6 +478,10 @@ outbox:
 		failover bool
 		do       func() (note string, err error)
 	}{
+		{fmt.Sprintf("%d same-key outbox writers committing out of id order, from here on", 2*orderedKeys), false, func() (string, error) {
+			wg.Go(func() { s.produceOrdered(loadCtx, &rounds, &abandoned) })
+			return s.waitKeyed(ctx, 30*time.Second)
+		}},
 		{"kill -9 of the leader", true, func() (string, error) {
 			p, _, err := s.leaderProc(ctx)
 			if err != nil {
@@ -478,8 +502,17 @@ outbox:
 			_, err = s.pool.Exec(ctx, "SELECT pg_terminate_backend($1)", h.BackendPID)
 			return "", err
 		}},
+		{fmt.Sprintf("pg_terminate_backend of a standby's liveness session, %d times", livenessKills), false, func() (string, error) {
+			return s.killLivenessSessions(ctx)
+		}},
 		{fmt.Sprintf("SIGSTOP of a standby for %s (lease %s)", stallFor, lease.Round(time.Millisecond)), false, func() (string, error) {
-			return s.stallWorker(ctx)
+			return s.stall(ctx)
+		}},
+		{fmt.Sprintf("SIGSTOP of a standby past its lease, for %s", pauseFor.Round(time.Millisecond)), false, func() (string, error) {
+			return s.pause(ctx)
+		}},
+		{"a standby replaced by a worker whose registration COMMIT reply is lost", false, func() (string, error) {
+			return s.lostReply(ctx)
 		}},
 		{fmt.Sprintf("network partition of the leader for %s", partitionFor.Round(time.Millisecond)), true, func() (string, error) {
 			return "", s.partitionLeader(ctx)
@@ -589,9 +622,18 @@ outbox:
 	// The oracle, on what committed.
 	exposures := s.exposuresCopy()
 	rows, rowsErr := observeWorkers(ctx, s.pool)
-	stall := observeStall(ctx, s.pool, s.stall, exposures[s.stall.pid], rows)
+	stall := s.stalled
+	stall.sparedObs = observeSpared(ctx, s.pool, stall.sparedObs, exposures[stall.pid], rows, s.exits)
+	kills := s.kills
+	kills.sparedObs = observeSpared(ctx, s.pool, kills.sparedObs, exposures[kills.pid], rows, s.exits)
+	for _, o := range []*sparedObs{&stall.sparedObs, &kills.sparedObs} {
+		if o.exit != nil || (o.row != nil && o.row.deadAt != nil) {
+			o.evidence = lostEvidence(s.workers.Procs(), lostObs{pid: o.pid, clientID: o.clientID, at: o.at})
+		}
+	}
+	lost := observeLostReply(ctx, s, s.lost, exposures[s.lost.pid], rows, s.exits)
 	if rowsErr != nil {
-		stall.err = rowsErr
+		stall.err, kills.err, lost.err = rowsErr, rowsErr, rowsErr
 	}
 	runs := observeRuns(ctx, s.pool, s.killedAt(), leaderRuns)
 	checks := []check{
@@ -604,35 +646,17 @@ outbox:
 		checkOutbox(observeOutbox(ctx, s.pool, messages.Load())),
 		checkTicks(observeTicks(ctx, s.pool, windowStart, windowEnd)),
 		checkDeaths(deathObs{rows: rows, exposures: exposures, err: rowsErr}),
+		checkOrdered(observeOrdered(ctx, s.pool, rounds.Load(), abandoned.list(), &inflight)),
+		checkKills(kills),
 		checkStall(stall),
-		checkPartition(observePartition(ctx, s, rows)),
+		checkLost(namePause, observeLost(ctx, s, s.paused, rows, s.exits)),
+		checkLostReply(lost),
+		checkLost(namePartition, observeLost(ctx, s, s.cut, rows, s.exits)),
 		checkDemotion(observeDemotion(ctx, s.pool, s.cutLeader)),
 		checkExits(exitObs{exits: s.exits, exposures: exposures}),
 	}
 	attributeDeaths(s.faults, rows)
 	return report(os.Stdout, s.faults, checks), nil
-}
-
-// stallWorker stops, with SIGSTOP, the standby worker running the most
-// long jobs (busyStandby), for stallFor (under its liveness lease), then
-// lets it go on with SIGCONT.
-func (s *suite) stallWorker(ctx context.Context) (string, error) {
-	p, clientID, running, long, err := s.busyStandby(ctx)
-	if err != nil {
-		return "", err
-	}
-	pid := p.Pid()
-	s.expose(exposedSIGSTOP, p)
-	at := time.Now()
-	if err := p.Signal(syscall.SIGSTOP); err != nil {
-		return "", err
-	}
-	time.Sleep(stallFor)
-	if err := p.Signal(syscall.SIGCONT); err != nil {
-		return "", err
-	}
-	s.stall = stallObs{pid: pid, clientID: clientID, at: at, stopped: time.Since(at), lease: lease, running: running, long: long}
-	return fmt.Sprintf("none: pid %d stopped %s running %d jobs, %d long", pid, s.stall.stopped.Round(time.Millisecond), running, long), nil
 }
 
 var errSkip = errors.New("skipped")
