@@ -144,12 +144,12 @@
 // come in order (retries of one message may repeat it, never overtake
 // it). Keys are independent: a slow or failing key never delays another.
 // The order is the order the relay relays them in (chain_seq, set as it
-// relays them), which is their commit order: a key's messages written
-// in turn, or in one transaction, go in id order, and of two
-// transactions that write the same key at once, the one that commits
-// first goes first, whichever took the lower id. A message with a lower
-// id that commits after a later one of its key was relayed (or started,
-// or delivered) goes after it, never beside it. For this the relay, which
+// relays them): a key's messages written in turn, or in one transaction,
+// go in id order; of two transactions that write the same key at once,
+// the one whose message the relay sees first goes first. A message with
+// a lower id that commits after a later one of its key was relayed (or
+// started, or delivered) goes after it, never beside it; two that are
+// both committed when the relay claims them go in id order. For this the relay, which
 // sees a key's messages once committed, gives those it relays in one
 // transaction one place (a value of the ids' sequence, ties by id) under
 // their chains' locks, and leaves a key's messages pending, for a pass
