@@ -11,6 +11,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferryq/ferry/internal/base/pgtest"
@@ -28,23 +31,37 @@ func (b *boundBundle) writeOp(ctx context.Context, lockTimeout time.Duration, fn
 	})
 }
 
-// fetch moves one available job of the queue to running, as River's fetch
-// does (FOR UPDATE SKIP LOCKED), and complete finalizes one running job.
+// fetch runs River's own fetch (the driver's JobGetAvailable, what a
+// producer runs) for one job of the queue, and complete River's
+// completer's statement (JobSetStateIfRunningMany) for one running job.
 // Each returns whether it found a job.
 func (b *boundBundle) fetch(ctx context.Context, tx pgx.Tx) (bool, error) {
-	tag, err := tx.Exec(ctx, `
-		UPDATE river_job SET state = 'running', attempt = attempt + 1, attempted_at = now()
-		WHERE id = (SELECT id FROM river_job WHERE queue = $1 AND state = 'available'
-			ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)`, b.queue)
-	return tag.RowsAffected() == 1, err
+	res, err := riverpgxv5.New(nil).UnwrapExecutor(tx).JobGetAvailable(ctx, &riverdriver.JobGetAvailableParams{
+		ClientID: "recount-test", MaxAttemptedBy: 100, MaxToLock: 1, Queue: b.queue,
+	})
+	if err != nil {
+		return false, err
+	}
+	return len(res.Jobs) == 1, nil
 }
 
 func (b *boundBundle) complete(ctx context.Context, tx pgx.Tx) (bool, error) {
-	tag, err := tx.Exec(ctx, `
-		UPDATE river_job SET state = 'completed', finalized_at = now()
-		WHERE id = (SELECT id FROM river_job WHERE queue = $1 AND state = 'running'
-			ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)`, b.queue)
-	return tag.RowsAffected() == 1, err
+	var id int64
+	err := tx.QueryRow(ctx, `SELECT id FROM river_job WHERE queue = $1 AND state = 'running'
+		ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED`, b.queue).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	now := time.Now()
+	_, err = riverpgxv5.New(nil).UnwrapExecutor(tx).JobSetStateIfRunningMany(ctx, &riverdriver.JobSetStateIfRunningManyParams{
+		ID: []int64{id}, Attempt: []*int{nil}, ErrData: [][]byte{nil}, FinalizedAt: []*time.Time{&now},
+		MetadataDoMerge: []bool{false}, MetadataUpdates: [][]byte{nil}, Now: &now,
+		ScheduledAt: []*time.Time{nil}, State: []rivertype.JobState{rivertype.JobStateCompleted},
+	})
+	return err == nil, err
 }
 
 // counterAndTruth returns, in one statement, the queue's length from its
