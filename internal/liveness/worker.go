@@ -412,10 +412,7 @@ func (w *Worker) register(ctx context.Context) (*pgx.Conn, error) {
 		if err != nil {
 			return fmt.Errorf("record the worker: %w", err)
 		}
-		if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", strconv.FormatInt(w.cfg.TickTimeout.Milliseconds(), 10)); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_lock(ferry_liveness_namespace(), $1)", id); err != nil {
+		if err := w.takeLock(ctx, tx, id); err != nil {
 			return fmt.Errorf("take the worker's lock (ferry_liveness_namespace(), %d): %w", id, err)
 		}
 		return tx.QueryRow(ctx, "SELECT dead_at IS NOT NULL FROM ferry_worker WHERE id = $1", id).Scan(&dead)
@@ -630,14 +627,7 @@ func (w *Worker) reacquire(ctx context.Context, id int32) (conn *pgx.Conn, dead,
 		return nil, false, true
 	}
 	for try := 0; ; try++ {
-		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", strconv.FormatInt(w.cfg.TickTimeout.Milliseconds(), 10)); err != nil {
-				return err
-			}
-			// A session lock: it outlives the transaction.
-			_, err := tx.Exec(ctx, "SELECT pg_advisory_lock(ferry_liveness_namespace(), $1)", id)
-			return err
-		})
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error { return w.takeLock(ctx, tx, id) })
 		if err == nil {
 			break
 		}
@@ -675,6 +665,16 @@ func (w *Worker) reacquire(ctx context.Context, id int32) (conn *pgx.Conn, dead,
 	w.confirm(sent)
 	w.cfg.Logger.Info("liveness: lock taken again on a new session", "client_id", w.cfg.ClientID, "worker_id", id)
 	return conn, false, true
+}
+
+// takeLock takes the worker's lock (a session lock: it outlives tx) on
+// tx's session, waiting up to the tick timeout (lock_timeout, for tx).
+func (w *Worker) takeLock(ctx context.Context, tx pgx.Tx, id int32) error {
+	if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", strconv.FormatInt(w.cfg.TickTimeout.Milliseconds(), 10)); err != nil {
+		return err
+	}
+	_, err := tx.Exec(ctx, "SELECT pg_advisory_lock(ferry_liveness_namespace(), $1)", id)
+	return err
 }
 
 // stop stamps stopped_at, releases the lock and closes the session.
