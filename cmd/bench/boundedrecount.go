@@ -9,6 +9,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/ferryq/ferry/jobs"
 )
@@ -54,6 +57,7 @@ func recountFetchBench(ctx context.Context, serverURL string, n int) (recountFet
 	}); err != nil {
 		return r, fmt.Errorf("bounded recount: fill: %w", err)
 	}
+	exec := riverpgxv5.New(pool).GetExecutor()
 	fetches := func() ([]time.Duration, error) {
 		var (
 			mu   sync.Mutex
@@ -64,19 +68,26 @@ func recountFetchBench(ctx context.Context, serverURL string, n int) (recountFet
 		for range 4 {
 			wg.Go(func() {
 				for range n / 4 {
+					// River's own fetch and completion statements, one
+					// job at a time.
 					began := time.Now()
-					var id int64
-					err := pool.QueryRow(ctx, `
-						UPDATE river_job SET state = 'running', attempt = attempt + 1, attempted_at = now()
-						WHERE id = (SELECT id FROM river_job WHERE queue = $1 AND state = 'available'
-							ORDER BY priority, scheduled_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
-						RETURNING id`, queue).Scan(&id)
+					res, err := exec.JobGetAvailable(ctx, &riverdriver.JobGetAvailableParams{
+						ClientID: "bench-recount", MaxAttemptedBy: 100, MaxToLock: 1, Queue: queue,
+					})
+					if err == nil && len(res.Jobs) != 1 {
+						err = fmt.Errorf("fetched %d jobs, want 1", len(res.Jobs))
+					}
 					if err != nil {
 						errs <- err
 						return
 					}
 					d := time.Since(began)
-					if _, err := pool.Exec(ctx, `UPDATE river_job SET state = 'completed', finalized_at = now() WHERE id = $1`, id); err != nil {
+					now := time.Now()
+					if _, err := exec.JobSetStateIfRunningMany(ctx, &riverdriver.JobSetStateIfRunningManyParams{
+						ID: []int64{res.Jobs[0].ID}, Attempt: []*int{nil}, ErrData: [][]byte{nil}, FinalizedAt: []*time.Time{&now},
+						MetadataDoMerge: []bool{false}, MetadataUpdates: [][]byte{nil}, Now: &now,
+						ScheduledAt: []*time.Time{nil}, State: []rivertype.JobState{rivertype.JobStateCompleted},
+					}); err != nil {
 						errs <- err
 						return
 					}
