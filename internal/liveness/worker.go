@@ -252,13 +252,14 @@ func (w *Worker) Start(ctx context.Context) error {
 	return nil
 }
 
-// registerRetrying registers the worker (register), trying again soon
-// (a lost reply's session has usually ended by then), then every
-// retakeEvery, for up to the lease, until ctx ends or the worker is found
-// declared dead.
+// registerRetrying registers the worker (register), trying again at
+// once, then after 100 ms, doubling up to retakeEvery, for up to the
+// lease, until ctx ends or the worker is found declared dead.
 func (w *Worker) registerRetrying(ctx context.Context) (*pgx.Conn, error) {
 	deadline := time.Now().Add(w.lease())
-	pause := retakeEvery / 10
+	// The first try again comes at once: the row of a try whose reply was
+	// lost has no lock holder until then, and a rescue pass may find it.
+	pause := time.Duration(0)
 	for {
 		conn, err := w.register(ctx)
 		if err == nil || errors.Is(err, ErrDeclaredDead) {
@@ -273,7 +274,8 @@ func (w *Worker) registerRetrying(ctx context.Context) (*pgx.Conn, error) {
 			return nil, fmt.Errorf("liveness: register this worker: %w", context.Cause(ctx))
 		case <-time.After(pause):
 		}
-		pause = retakeEvery
+		pause = max(retakeEvery/10, 2*pause)
+		pause = min(pause, retakeEvery)
 	}
 }
 
