@@ -136,6 +136,17 @@ func List(ctx context.Context, q Querier, f ListFilter) ([]Delivery, error) {
 	return out, nil
 }
 
+// sqlResetWaits says, for each delivery ($1 message ids, $2 routes,
+// parallel) that Reset put back, whether the link before it in its chain
+// is not done with the route: an ordered delivery that must wait for its
+// turn again.
+var sqlResetWaits = `SELECT coalesce(prev.open, false)
+	FROM unnest($1::bigint[], $2::text[]) WITH ORDINALITY AS r(id, route, n)
+	CROSS JOIN LATERAL (` + sqlMessageOf("r.id") + `) o
+	CROSS JOIN LATERAL (SELECT r.n, r.route, o.topic, o.ordering_key AS key, o.chain_seq AS seq, o.id) u
+	LEFT JOIN LATERAL (` + sqlPredecessor + `) AS prev(id, open, delivered_at) ON true
+	ORDER BY u.n`
+
 // Reset puts stuck messages back: their stuck deliveries become pending
 // with a new delivery job each, in the route's own queue (QueueFor), which
 // only workers that have the route work (attempts kept, as history); a
@@ -182,11 +193,7 @@ func Reset(ctx context.Context, tx pgx.Tx, inserter Inserter, ids []int64, maxAt
 	// (reset with it, or still stuck) goes back to waiting for its turn,
 	// without a job: resetting a key's stuck deliveries (the route sweep
 	// sticks every waiting one) must not start them side by side.
-	rows, err = tx.Query(ctx, `SELECT coalesce(prev.open, false)
-		FROM (SELECT r.n, r.route, o.topic, o.ordering_key AS key, o.chain_seq AS seq, o.id
-			FROM unnest($1::bigint[], $2::text[]) WITH ORDINALITY AS r(id, route, n) JOIN ferry_outbox o ON o.id = r.id) u
-		LEFT JOIN LATERAL (`+sqlPredecessor+`) AS prev(id, open, delivered_at) ON true
-		ORDER BY u.n`, msgIDs, routes)
+	rows, err = tx.Query(ctx, sqlResetWaits, msgIDs, routes)
 	if err != nil {
 		return 0, 0, fmt.Errorf("outbox: reset: read ordered chains: %w", err)
 	}

@@ -809,3 +809,80 @@ func TestOrdered_ChainedJob(t *testing.T) {
 	require.Equal(t, []delivery{{1, "delivered", &firstJob, 1}, {2, "delivered", &id, 2}, {3, "delivered", &id, 1}, {4, "delivered", &id, 1}, {5, "delivered", &id, 1}}, deliveries("fail"))
 	require.Equal(t, []int{1, 2, 3, 4, 5}, receiver.arrived["fail"])
 }
+
+// TestOrdered_ReadsByKeyOnStaleStatistics: the statements of ordered
+// delivery that walk many waiting deliveries read each one's message, and
+// each message's delivery, by primary key, whatever the tables'
+// statistics say. Analyzed while every keyed message was still pending
+// (chain_seq NULL throughout), the statistics say the chain index is
+// empty; a join planned from them scanned that index whole for each
+// waiting delivery (seen in the ordered bench: a release pass read a
+// billion buffers, 543 s, for 21,642 waiting deliveries). The cost is
+// counted in buffers read, not in time.
+func TestOrdered_ReadsByKeyOnStaleStatistics(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := relaySetup(t)
+	const keys, perKey = 100, 20
+	_, err := b.pool.Exec(ctx, `ALTER TABLE ferry_outbox SET (autovacuum_enabled = off);
+		ALTER TABLE ferry_outbox_delivery SET (autovacuum_enabled = off)`)
+	require.NoError(t, err)
+	_, err = b.pool.Exec(ctx, `INSERT INTO ferry_outbox (topic, payload, ordering_key)
+		SELECT 'account.changed', '{}', 'k' || (i % $1::int) FROM generate_series(0, $1::int * $2::int - 1) i`, keys, perKey)
+	require.NoError(t, err)
+	_, err = b.pool.Exec(ctx, `ANALYZE ferry_outbox; ANALYZE ferry_outbox_delivery`)
+	require.NoError(t, err)
+	r := b.relay(t, webhook("account.changed", "ledger"))
+	for {
+		n, err := r.RelayOnce(ctx)
+		require.NoError(t, err)
+		if n == 0 {
+			break
+		}
+	}
+	const waiting = keys * (perKey - 1)
+	require.Equal(t, waiting, count(t, b.pool, `SELECT count(*) FROM ferry_outbox_delivery WHERE status = 'pending' AND job_id IS NULL`))
+
+	// buffers is how many buffers the statement read, hit or not.
+	buffers := func(sql string, args ...any) int {
+		t.Helper()
+		var out []byte
+		require.NoError(t, b.pool.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+sql, args...).Scan(&out))
+		var plan []struct {
+			Plan struct {
+				Hit  int `json:"Shared Hit Blocks"`
+				Read int `json:"Shared Read Blocks"`
+			}
+		}
+		require.NoError(t, json.Unmarshal(out, &plan))
+		require.Len(t, plan, 1)
+		return plan[0].Plan.Hit + plan[0].Plan.Read
+	}
+	// Each chain's head (its first message, with a job) and second
+	// (waiting for its turn).
+	var routes, topics, ks []string
+	var heads, seconds []int64
+	rows, err := b.pool.Query(ctx, `SELECT ordering_key, (array_agg(id ORDER BY id))[1], (array_agg(id ORDER BY id))[2]
+		FROM ferry_outbox GROUP BY ordering_key ORDER BY ordering_key`)
+	require.NoError(t, err)
+	var key string
+	var head, second int64
+	_, err = pgx.ForEachRow(rows, []any{&key, &head, &second}, func() error {
+		routes, topics, ks = append(routes, "ledger"), append(topics, "account.changed"), append(ks, key)
+		heads, seconds = append(heads, head), append(seconds, second)
+		return nil
+	})
+	require.NoError(t, err)
+	require.Len(t, heads, keys)
+
+	// A primary-key read is 3 or 4 buffers; each statement reads a few
+	// per row it walks. A scan of the chain index per row reads thousands.
+	got := buffers(sqlReleasable, DefaultBatchSize, 0)
+	assert.Less(t, got, 20*waiting, "release pass: %d buffers for %d waiting deliveries", got, waiting)
+	got = buffers(sqlStillReleasable, routes, topics, ks, seconds, 0)
+	assert.Less(t, got, 40*keys, "release recheck: %d buffers for %d chains", got, keys)
+	got = buffers(sqlTurns, routes, topics, ks, heads)
+	assert.Less(t, got, 40*keys, "turns: %d buffers for %d chains", got, keys)
+	got = buffers(sqlResetWaits, seconds, routes)
+	assert.Less(t, got, 40*keys, "reset: %d buffers for %d deliveries", got, keys)
+}

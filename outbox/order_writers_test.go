@@ -198,3 +198,46 @@ func TestOrdered_PlaceOfAnOlderRelay(t *testing.T) {
 	require.Zero(t, count(t, b.pool, `SELECT count(*) FROM ferry_outbox WHERE ordering_key IS NULL AND chain_seq IS NOT NULL`), "unkeyed messages have none")
 	require.Equal(t, 2, count(t, b.pool, `SELECT count(*) FROM ferry_outbox WHERE ordering_key IS NOT NULL AND chain_seq > (SELECT max(id) FROM ferry_outbox)`), "after every id taken before")
 }
+
+// TestOrdered_RelaysKeepCommitOrder: a backlog written a statement at a
+// time (each key's messages committed in id order) and relayed by three
+// relays at once is placed in its chains in id order. A claim skips the
+// messages another relay's transaction holds (SKIP LOCKED), so a batch
+// may hold a key's fifth and seventh messages while another holds its
+// sixth: the relay holds the key's messages back until the gap is gone,
+// rather than place the seventh before the sixth.
+func TestOrdered_RelaysKeepCommitOrder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := relaySetup(t)
+	const keys, perKey = 1000, 10
+	for seq := 1; seq <= perKey; seq++ {
+		_, err := b.pool.Exec(ctx, `INSERT INTO ferry_outbox (topic, payload, ordering_key)
+			SELECT 'account.changed', jsonb_build_object('key', 'k' || k, 'seq', $1::int), 'k' || k FROM generate_series(1, $2::int) k`, seq, keys)
+		require.NoError(t, err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 3)
+	for range 3 {
+		r := b.relay(t, webhook("account.changed", "ledger"))
+		wg.Go(func() {
+			for count(t, b.pool, `SELECT count(*) FROM ferry_outbox WHERE status = 'pending'`) > 0 {
+				if _, err := r.RelayOnce(ctx); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.Equal(t, keys*perKey, count(t, b.pool, `SELECT count(*) FROM ferry_outbox WHERE chain_seq IS NOT NULL`))
+	require.Zero(t, count(t, b.pool, `SELECT count(*) FROM (
+			SELECT row_number() OVER (PARTITION BY ordering_key ORDER BY id) AS by_id,
+			       row_number() OVER (PARTITION BY ordering_key ORDER BY chain_seq, id) AS in_chain
+			FROM ferry_outbox) x
+		WHERE by_id <> in_chain`), "messages whose place in their chain is not their commit order")
+}
