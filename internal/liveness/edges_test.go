@@ -69,22 +69,79 @@ func TestWorker_RegistrationReplyLost(t *testing.T) {
 	require.Equal(t, 1, rows, "one row: the second try found the first's")
 }
 
-// A worker whose row was declared dead before it could register (its
-// first COMMIT's reply lost, and the rescuer faster than its next try)
-// learns it: Start returns ErrDeclaredDead, and the process stops rather
-// than work fenced.
+// The reply to the registration's COMMIT is lost, and a rescue pass
+// lands before the next try: no session of the worker shows its tag (as
+// through PgBouncer, where a server session shows a client's
+// application_name only while it is lent to it), so the rescue declares
+// the row, whose lock has no holder yet, dead. It took no job back (the
+// worker fetches none before it is registered): the worker, registering
+// again, takes the declaration back and lives, and later passes leave it.
+func TestWorker_RegistrationReplyLostRescuedMeanwhile(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	r := b.rescuer(t, nil)
+	clientID := "test-lost-reply-rescued"
+	var (
+		rescued []Rescue
+		rerr    error
+	)
+	passed := make(chan struct{})
+	w, err := b.startWorker(t, clientID, time.Hour, nil, func(p *netproxy.Proxy) {
+		p.DropReplyToThen([]byte("commit"), func() {
+			// The worker's next try is held back until a pass declared
+			// the row dead (once the server has ended the session whose
+			// reply was lost).
+			p.Partition()
+			go func() {
+				defer p.Heal()
+				defer close(passed)
+				deadline := time.Now().Add(10 * time.Second)
+				for len(rescued) == 0 && rerr == nil && time.Now().Before(deadline) {
+					rescued, rerr = r.RescueOnce(ctx)
+					time.Sleep(5 * time.Millisecond)
+				}
+			}()
+		})
+	})
+	<-passed
+	require.NoError(t, rerr)
+	require.Len(t, rescued, 1, "a pass declared the row of the lost reply dead")
+	require.Zero(t, rescued[0].Total())
+	require.NoError(t, err, "the worker registered")
+	require.True(t, b.alive(t, w), "it holds its lock once Start returns")
+	dead, gone := b.deadAt(t, clientID)
+	require.False(t, gone)
+	require.False(t, dead, "the declaration that took nothing back is taken back")
+	res, err := r.RescueOnce(ctx)
+	require.NoError(t, err)
+	require.Empty(t, res, "the registered worker is left alone")
+}
+
+// A worker whose row's rescue took jobs back (a process that reused a
+// dead worker's client id) learns it: Start returns ErrDeclaredDead, and
+// writes nothing, and the process stops rather than work fenced.
 func TestWorker_RegistersFindsItselfDead(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
 	first := b.worker(t, time.Hour, nil)
+	b.running(t, first.ClientID(), 1, 25)
 	b.kill(t, first)
 	res, err := b.rescuer(t, nil).RescueOnce(ctx)
 	require.NoError(t, err)
 	require.Len(t, res, 1)
+	require.Equal(t, 1, res[0].Total())
+	var before time.Time
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT started_at FROM ferry_worker WHERE client_id = $1", first.ClientID()).Scan(&before))
 
 	_, err = b.startWorker(t, first.ClientID(), time.Hour, nil, nil)
 	require.ErrorIs(t, err, ErrDeclaredDead)
+	dead, _ := b.deadAt(t, first.ClientID())
+	require.True(t, dead)
+	var after time.Time
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT started_at FROM ferry_worker WHERE client_id = $1", first.ClientID()).Scan(&after))
+	require.Equal(t, before, after, "the dead row is left as it was")
 }
 
 // A worker declared dead longer ago than the rescuer keeps the rows of

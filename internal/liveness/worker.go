@@ -226,8 +226,10 @@ func (w *Worker) ClientID() string { return w.cfg.ClientID }
 // tagged as a worker's that no live row vouches for, so a worker working
 // unregistered would only sit alive and fenced. A worker found declared
 // dead when it registers (its first commit's reply was lost, the session
-// that held its lock with it, and the rescuer got there first) returns
-// ErrDeclaredDead: the process must stop.
+// that held its lock with it, and the rescuer got there first) goes on
+// when that rescue took no job back (none can have been its: Start must
+// return before its River client starts), and returns ErrDeclaredDead
+// otherwise: the process must stop.
 func (w *Worker) Start(ctx context.Context) error {
 	conn, err := w.registerRetrying(ctx)
 	if err != nil {
@@ -282,13 +284,17 @@ func (w *Worker) registerRetrying(ctx context.Context) (*pgx.Conn, error) {
 const (
 	// registerSQL records the worker, or finds the row an earlier try
 	// recorded whose commit's reply was lost (and refreshes it: this
-	// session registers it now), unless that row was declared dead
-	// meanwhile: then no row comes back.
+	// session registers it now).
 	registerSQL = `INSERT INTO ferry_worker (client_id, hostname, pid, backend_pid, session_tag)
 VALUES ($1, $2, $3, pg_backend_pid(), $4)
 ON CONFLICT (client_id) DO UPDATE SET backend_pid = excluded.backend_pid, started_at = now(), last_seen_at = now()
-WHERE ferry_worker.dead_at IS NULL
 RETURNING id`
+	// registeredSQL reads, under the worker's lock, whether its row was
+	// declared dead, and how many jobs the rescue took back from it.
+	registeredSQL = `SELECT dead_at IS NOT NULL, rescued_jobs FROM ferry_worker WHERE id = $1`
+	// reviveSQL takes back a declaration of death that took nothing back
+	// (see register).
+	reviveSQL    = `UPDATE ferry_worker SET dead_at = NULL WHERE id = $1 AND rescued_jobs = 0`
 	heartbeatSQL = `UPDATE ferry_worker SET last_seen_at = now(), backend_pid = pg_backend_pid()
 WHERE id = $1 RETURNING dead_at IS NOT NULL`
 	stopSQL = `UPDATE ferry_worker SET stopped_at = now(), last_seen_at = now() WHERE id = $1`
@@ -401,27 +407,42 @@ func (w *Worker) register(ctx context.Context) (*pgx.Conn, error) {
 	// session of this worker's whose commit reply was lost may hold it
 	// until the server ends that session. dead_at is read once the lock is
 	// held, when it is final (a rescue holds the same lock while it
-	// declares a worker dead).
+	// declares a worker dead and takes its jobs back).
+	//
+	// A row declared dead whose rescue took no job back is this process's
+	// own, from a try whose reply was lost: the client id is the
+	// process's, and it fetches no job before Start returns. The rescue
+	// took it for a dead worker's (its lock had no holder yet, and through
+	// PgBouncer no session of the worker may show its tag), but it took
+	// nothing from it: the worker clears dead_at and goes on, and no job
+	// runs twice. A rescue that took jobs back (a process that reused a
+	// dead worker's client id) stands: ErrDeclaredDead, nothing written.
 	var id int32
-	var dead bool
+	var dead, revived bool
 	sent := time.Now()
 	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		err := tx.QueryRow(ctx, registerSQL, w.cfg.ClientID, w.hostname, w.pid, SessionTag(w.cfg.ClientID)).Scan(&id)
-		if errors.Is(err, pgx.ErrNoRows) {
-			dead = true
-			return nil
-		}
-		if err != nil {
+		if err := tx.QueryRow(ctx, registerSQL, w.cfg.ClientID, w.hostname, w.pid, SessionTag(w.cfg.ClientID)).Scan(&id); err != nil {
 			return fmt.Errorf("record the worker: %w", err)
 		}
 		if err := w.takeLock(ctx, tx, id); err != nil {
 			return fmt.Errorf("take the worker's lock (ferry_liveness_namespace(), %d): %w", id, err)
 		}
-		return tx.QueryRow(ctx, "SELECT dead_at IS NOT NULL FROM ferry_worker WHERE id = $1", id).Scan(&dead)
+		var rescued int
+		if err := tx.QueryRow(ctx, registeredSQL, id).Scan(&dead, &rescued); err != nil {
+			return fmt.Errorf("read the worker's row: %w", err)
+		}
+		if !dead {
+			return nil
+		}
+		if rescued > 0 {
+			return ErrDeclaredDead // rolled back: the dead row is left as it was
+		}
+		if _, err := tx.Exec(ctx, reviveSQL, id); err != nil {
+			return fmt.Errorf("take back the declaration of death of a worker that ran nothing: %w", err)
+		}
+		revived = true
+		return nil
 	})
-	if err == nil && dead {
-		err = ErrDeclaredDead
-	}
 	if err != nil {
 		closeQuietly(conn)
 		if errors.Is(err, ErrDeclaredDead) {
@@ -434,6 +455,10 @@ func (w *Worker) register(ctx context.Context) (*pgx.Conn, error) {
 	w.id = id
 	w.mu.Unlock()
 	w.confirm(sent)
+	if revived {
+		w.cfg.Logger.Warn("liveness: a rescue declared this worker dead while it registered, before it ran any job; it took nothing back, so the worker goes on",
+			"client_id", w.cfg.ClientID, "worker_id", id)
+	}
 	w.cfg.Logger.Info("liveness: worker registered", "client_id", w.cfg.ClientID, "worker_id", id)
 	return conn, nil
 }

@@ -29,6 +29,7 @@ type Proxy struct {
 	partitioned bool
 	healed      chan struct{} // closed when a partition heals
 	dropReply   []byte        // DropReplyTo's pattern, until a chunk matches
+	afterDrop   func()        // DropReplyToThen's then, until a reply is lost
 	conns       map[net.Conn]struct{}
 	closed      bool
 	wg          sync.WaitGroup
@@ -70,10 +71,28 @@ func (p *Proxy) Partition() {
 // sides. The client sees its connection end with no answer, as when a
 // reply is lost and the connection with it; the server has done what it
 // was asked (it answered). It returns at once.
-func (p *Proxy) DropReplyTo(pattern []byte) {
+func (p *Proxy) DropReplyTo(pattern []byte) { p.DropReplyToThen(pattern, nil) }
+
+// DropReplyToThen is DropReplyTo, and calls then once the reply is thrown
+// away, before the connection is closed: what then does (a Partition, to
+// hold the client's next try back) comes before the client can see the
+// loss. then runs on the proxy's goroutine: it must not block.
+func (p *Proxy) DropReplyToThen(pattern []byte, then func()) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.dropReply = bytes.Clone(pattern)
+	p.afterDrop = then
+}
+
+// dropped runs DropReplyToThen's then, once.
+func (p *Proxy) dropped() {
+	p.mu.Lock()
+	then := p.afterDrop
+	p.afterDrop = nil
+	p.mu.Unlock()
+	if then != nil {
+		then()
+	}
 }
 
 // takeDrop reports whether chunk is the one whose reply is to be lost,
@@ -210,6 +229,7 @@ func (p *Proxy) pipe(dst, src net.Conn, drop *atomic.Bool, toServer bool) {
 			return
 		}
 		if n > 0 && !toServer && drop.Load() {
+			p.dropped()
 			return // the reply is lost, and the connection with it
 		}
 		if n > 0 && toServer && p.takeDrop(buf[:n]) {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -184,9 +185,13 @@ func TestProxy_DropReplyToCommit(t *testing.T) {
 	if _, err := tx.Exec(ctx, "INSERT INTO netproxy_drop VALUES (7)"); err != nil {
 		t.Fatal(err)
 	}
-	p.DropReplyTo([]byte("commit"))
+	var thens atomic.Int32
+	p.DropReplyToThen([]byte("commit"), func() { thens.Add(1) })
 	if err := tx.Commit(ctx); err == nil {
 		t.Fatal("the COMMIT was answered")
+	}
+	if n := thens.Load(); n != 1 {
+		t.Fatalf("then ran %d times before the client saw the loss, want 1", n)
 	}
 	var rows int
 	if err := direct.QueryRow(ctx, "SELECT count(*) FROM netproxy_drop WHERE v = 7").Scan(&rows); err != nil {
@@ -203,5 +208,8 @@ func TestProxy_DropReplyToCommit(t *testing.T) {
 	defer again.Close(ctx)
 	if _, err := again.Exec(ctx, "commit"); err != nil {
 		t.Fatalf("a later COMMIT: %v", err)
+	}
+	if n := thens.Load(); n != 1 {
+		t.Fatalf("then ran %d times, want once", n)
 	}
 }
