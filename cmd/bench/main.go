@@ -318,8 +318,8 @@ func main() {
 		if err != nil {
 			log.Fatalf("bench: sealcleanup: %v", redact.Postgres(err.Error()))
 		}
-		fmt.Fprintf(os.Stderr, "seal claim cleanup of %d claims in %.1f s: %.0f ms per 100,000 deleted first, %.0f ms last, last/first %.2f\n",
-			r.Claims, r.Seconds, r.MsPer100kFirst, r.MsPer100kLast, r.Flatness)
+		fmt.Fprintf(os.Stderr, "seal claim cleanup of %d claims in %.1f s, from a checkpoint: per 100,000 deleted, %.0f ms and %.0f kB of WAL first, %.0f ms and %.0f kB last (medians of up to %d); last/first %.2f\n",
+			r.Claims, r.Seconds, r.MsPer100kFirst, r.WALKBPer100kFirst, r.MsPer100kLast, r.WALKBPer100kLast, sealCleanupSpans, r.Flatness)
 		_ = json.NewEncoder(os.Stdout).Encode(r)
 		return
 	case "bounded":
