@@ -158,19 +158,27 @@ type results struct {
 	SealedBulkRatio           *float64        `json:"sealed_bulk_ratio"`
 	// The leader's cleanup of expired seal claims (sizes.sealClaims):
 	// ms per 100,000 deleted, first and last, and last / first.
-	SealCleanupMsPer100kFirst *float64          `json:"seal_cleanup_ms_per_100k_first"`
-	SealCleanupMsPer100kLast  *float64          `json:"seal_cleanup_ms_per_100k_last"`
-	SealCleanupFlatness       *float64          `json:"seal_cleanup_flatness"`
-	BoundedInsertRatio        *float64          `json:"bounded_insert_ratio"`
-	BoundedBulkRatio          *float64          `json:"bounded_bulk_ratio"`
-	TriggerInsertRatio        *float64          `json:"unbounded_trigger_insert_ratio"`
-	TriggerBulkRatio          *float64          `json:"unbounded_trigger_bulk_ratio"`
-	PgBouncerWorkerRatio      *float64          `json:"pgbouncer_worker_ratio"`
-	PgBouncerLatencyP50MS     *float64          `json:"pgbouncer_latency_insert_to_start_p50_ms"`
-	PgBouncerLatencyP99MS     *float64          `json:"pgbouncer_latency_insert_to_start_p99_ms"`
-	BroadcastP99MS            *float64          `json:"broadcast_p99_ms"`
-	BroadcastMsgsPerSec       *float64          `json:"broadcast_msgs_per_sec"`
-	Notes                     map[string]string `json:"notes"`
+	SealCleanupMsPer100kFirst *float64 `json:"seal_cleanup_ms_per_100k_first"`
+	SealCleanupMsPer100kLast  *float64 `json:"seal_cleanup_ms_per_100k_last"`
+	SealCleanupFlatness       *float64 `json:"seal_cleanup_flatness"`
+	SealCleanupWALKBFirst     *float64 `json:"seal_cleanup_wal_kb_per_100k_first"`
+	SealCleanupWALKBLast      *float64 `json:"seal_cleanup_wal_kb_per_100k_last"`
+	// A bounded queue's fetch p99 (River's own fetch) without the leader's
+	// recount, and with recounts running one after another, and their
+	// ratio.
+	BoundedFetchP99MS           *float64          `json:"bounded_fetch_p99_ms"`
+	BoundedFetchP99RecountingMS *float64          `json:"bounded_fetch_p99_recounting_ms"`
+	BoundedFetchRecountRatio    *float64          `json:"bounded_fetch_p99_recount_ratio"`
+	BoundedInsertRatio          *float64          `json:"bounded_insert_ratio"`
+	BoundedBulkRatio            *float64          `json:"bounded_bulk_ratio"`
+	TriggerInsertRatio          *float64          `json:"unbounded_trigger_insert_ratio"`
+	TriggerBulkRatio            *float64          `json:"unbounded_trigger_bulk_ratio"`
+	PgBouncerWorkerRatio        *float64          `json:"pgbouncer_worker_ratio"`
+	PgBouncerLatencyP50MS       *float64          `json:"pgbouncer_latency_insert_to_start_p50_ms"`
+	PgBouncerLatencyP99MS       *float64          `json:"pgbouncer_latency_insert_to_start_p99_ms"`
+	BroadcastP99MS              *float64          `json:"broadcast_p99_ms"`
+	BroadcastMsgsPerSec         *float64          `json:"broadcast_msgs_per_sec"`
+	Notes                       map[string]string `json:"notes"`
 	// StepSeconds is how long each step of the run took, by the name it
 	// prints; TotalSeconds the whole run's (bench:quick's target: 180).
 	StepSeconds  map[string]float64 `json:"step_seconds"`
@@ -269,6 +277,7 @@ func runAll(ctx context.Context, serverURL, path string, quick bool) error {
 		note("seal_cleanup", err)
 	} else {
 		res.SealCleanupMsPer100kFirst, res.SealCleanupMsPer100kLast, res.SealCleanupFlatness = ptr(r.MsPer100kFirst), ptr(r.MsPer100kLast), ptr(r.Flatness)
+		res.SealCleanupWALKBFirst, res.SealCleanupWALKBLast = ptr(r.WALKBPer100kFirst), ptr(r.WALKBPer100kLast)
 	}
 	step("insert-to-start latency at 500 jobs/s")
 	if p50, p99, cold, err := ferryLatency(ctx, serverURL, 500, sz.latencyDur, false); err != nil {
@@ -383,6 +392,15 @@ func runAll(ctx context.Context, serverURL, path string, quick bool) error {
 	} else {
 		res.BoundedInsertRatio, res.BoundedBulkRatio = ptr(r.BoundedInsertRatio), ptr(r.BoundedBulkRatio)
 		res.TriggerInsertRatio, res.TriggerBulkRatio = ptr(r.UnboundedTriggerInsertCost), ptr(r.UnboundedTriggerBulkCost)
+	}
+	step("bounded queues: River's fetch p99 without the leader's recount and with recounts back to back")
+	if r, err := recountFetchBench(ctx, serverURL, sz.backlog/20); err != nil {
+		note("bounded_fetch", err)
+	} else {
+		res.BoundedFetchP99MS, res.BoundedFetchP99RecountingMS = ptr(r.FetchP99MS), ptr(r.FetchP99RecountsMS)
+		if r.FetchP99MS > 0 {
+			res.BoundedFetchRecountRatio = ptr(r.FetchP99RecountsMS / r.FetchP99MS)
+		}
 	}
 	step("broadcast: 1,000 signed messages/s to 3 subscriber processes")
 	if r, err := broadcastBench(ctx, serverURL, 3, 1000, sz.latencyDur); err != nil {
@@ -604,6 +622,8 @@ func tableRows(r results) []tableRow {
 		{label: "seal claim cleanup, ms per 100,000 deleted, first", v: r.SealCleanupMsPer100kFirst, unit: "ms"},
 		{label: "seal claim cleanup, ms per 100,000 deleted, last", v: r.SealCleanupMsPer100kLast, unit: "ms"},
 		{label: "seal claim cleanup, last / first 100,000", v: r.SealCleanupFlatness, target: "≤ 1.5", key: "seal_cleanup_flatness", goal: atMost(1.5)},
+		{label: "seal claim cleanup, WAL kB per 100,000 deleted, first", v: r.SealCleanupWALKBFirst, unit: "kB"},
+		{label: "seal claim cleanup, WAL kB per 100,000 deleted, last", v: r.SealCleanupWALKBLast, unit: "kB"},
 		{label: "insert to start p50", v: r.LatencyInsertToStartP50MS, unit: "ms", target: "≤ 5 ms", key: "latency_insert_to_start_p50_ms", goal: atMost(5)},
 		{label: "insert to start p99 (after a 2 s warm-up)", v: r.LatencyInsertToStartP99MS, unit: "ms", target: "≤ 10 ms", key: "latency_insert_to_start_p99_ms", goal: atMost(10)},
 		{label: "insert to start p99, the warm-up (a server's first 2 s)", v: r.LatencyColdP99MS, unit: "ms"},
@@ -642,6 +662,9 @@ func tableRows(r results) []tableRow {
 		{label: "bounded / unbounded bulk (COPY)", v: r.BoundedBulkRatio, target: "≥ 0.9", key: "bounded_bulk_ratio", goal: atLeast(0.9)},
 		{label: "unbounded / no-trigger inserts", v: r.TriggerInsertRatio, target: "≥ 0.97", key: "unbounded_trigger_insert_ratio", goal: atLeast(0.97)},
 		{label: "unbounded / no-trigger bulk", v: r.TriggerBulkRatio, target: "≥ 0.97", key: "unbounded_trigger_bulk_ratio", goal: atLeast(0.97)},
+		{label: "bounded queue fetch p99 (River's fetch)", v: r.BoundedFetchP99MS, unit: "ms"},
+		{label: "bounded queue fetch p99, recounts back to back", v: r.BoundedFetchP99RecountingMS, unit: "ms"},
+		{label: "bounded fetch p99, recounting / not", v: r.BoundedFetchRecountRatio, target: "≤ 1.5", key: "bounded_fetch_p99_recount_ratio", goal: atMost(1.5)},
 		{label: "broadcast publish to delivery p99, 3 processes", v: r.BroadcastP99MS, unit: "ms", target: "≤ 5 ms", key: "broadcast_p99_ms", goal: atMost(5)},
 		{label: "broadcast rate delivered to each of 3 processes", v: r.BroadcastMsgsPerSec, unit: "msgs/s", target: "1,000/s"},
 		{label: "lock handover p99 (16 processes)", v: r.LockHandoverP99MS, unit: "ms", target: "≤ 10 ms", key: "lock_handover_p99_ms", goal: atMost(10)},
