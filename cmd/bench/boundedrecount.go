@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -19,19 +20,32 @@ import (
 // recountFetchResult is the fetch latency of a bounded queue's workers
 // (River's fetch: an UPDATE of the oldest available job FOR UPDATE SKIP
 // LOCKED, then its completion, each its own transaction, from 4
-// goroutines), without the leader's recount and with recounts running one
-// after another (RecountQueues, which counts the queue's jobs each time;
-// the leader runs one a minute). The recount takes no lock that a fetch
-// waits for, so the two p99s differ by the load of its count alone.
+// goroutines): without the leader's recount, with recounts running one
+// after another (RecountQueues; the leader runs one a minute), and with
+// the recount's count of the queue alone running one after another (the
+// same two counts, in one statement, without the recount's reads of
+// pg_locks, waits and sequence updates). On two cores a count without a
+// pause takes one of them, so recounting against idle measures the CPU
+// of counting; recounting against counting alone measures what the
+// recount adds to it: a lock a fetch waits for, or a wait, would show
+// there.
 type recountFetchResult struct {
 	Fetches            int     `json:"fetches"`
 	Recounts           int     `json:"recounts"`
+	Counts             int     `json:"counts"`
 	FetchP99MS         float64 `json:"bounded_fetch_p99_ms"`
 	FetchP99RecountsMS float64 `json:"bounded_fetch_p99_recounting_ms"`
+	FetchP99CountsMS   float64 `json:"bounded_fetch_p99_counting_ms"`
 }
 
+// sqlRecountAlone is the recount's count of a queue ($1; $2 the job id
+// mark) alone: what RecountQueues reads from river_job in its snapshot.
+const sqlRecountAlone = `SELECT (SELECT count(*) FROM river_job j WHERE j.queue = $1 AND ferry_queue_counted(j.state)),
+	(SELECT count(*) FROM river_job j WHERE j.queue = $1 AND ferry_queue_counted(j.state) AND j.id > $2)`
+
 // recountFetchBench fills a bounded queue of a database of its own with
-// 2n jobs, then times n fetches without recounts and n with.
+// 3n jobs, then times n fetches without recounts, then n with the count
+// alone and n with recounts, taking turns in two halves each.
 func recountFetchBench(ctx context.Context, serverURL string, n int) (recountFetchResult, error) {
 	r := recountFetchResult{Fetches: n}
 	pool, drop, err := scratch(ctx, serverURL)
@@ -47,7 +61,7 @@ func recountFetchBench(ctx context.Context, serverURL string, n int) (recountFet
 	if err != nil {
 		return r, err
 	}
-	params := make([]river.InsertManyParams, 2*n)
+	params := make([]river.InsertManyParams, 3*n)
 	for i := range params {
 		params[i] = river.InsertManyParams{Args: jobs.NoopArgs{}, InsertOpts: &river.InsertOpts{Queue: queue}}
 	}
@@ -58,7 +72,7 @@ func recountFetchBench(ctx context.Context, serverURL string, n int) (recountFet
 		return r, fmt.Errorf("bounded recount: fill: %w", err)
 	}
 	exec := riverpgxv5.New(pool).GetExecutor()
-	fetches := func() ([]time.Duration, error) {
+	fetches := func(m int) ([]time.Duration, error) {
 		var (
 			mu   sync.Mutex
 			took []time.Duration
@@ -67,7 +81,7 @@ func recountFetchBench(ctx context.Context, serverURL string, n int) (recountFet
 		)
 		for range 4 {
 			wg.Go(func() {
-				for range n / 4 {
+				for range m / 4 {
 					// River's own fetch and completion statements, one
 					// job at a time.
 					began := time.Now()
@@ -105,38 +119,56 @@ func recountFetchBench(ctx context.Context, serverURL string, n int) (recountFet
 		slices.Sort(d)
 		return float64(d[len(d)*99/100].Microseconds()) / 1000
 	}
-	quiet, err := fetches()
+	quiet, err := fetches(n)
 	if err != nil {
 		return r, fmt.Errorf("bounded recount: fetch: %w", err)
 	}
-	stop := make(chan struct{})
-	recountErr := make(chan error, 1)
-	go func() {
-		defer close(recountErr)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
+	// during times m fetches while load runs again and again, and counts
+	// its runs.
+	during := func(m int, load func() error, runs *int) ([]time.Duration, error) {
+		stop := make(chan struct{})
+		loadErr := make(chan error, 1)
+		go func() {
+			defer close(loadErr)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if err := load(); err != nil {
+					loadErr <- err
+					return
+				}
+				*runs++
 			}
-			if err := jobs.RecountQueues(ctx, pool, 10*time.Second); err != nil {
-				recountErr <- err
-				return
-			}
-			r.Recounts++
+		}()
+		took, err := fetches(m)
+		close(stop)
+		return took, cmp.Or(<-loadErr, err)
+	}
+	recountLoad := func() error { return jobs.RecountQueues(ctx, pool, 10*time.Second) }
+	countLoad := func() error {
+		var counted, since int64
+		return pool.QueryRow(ctx, sqlRecountAlone, queue, int64(1)<<62).Scan(&counted, &since)
+	}
+	var busy, counting []time.Duration
+	for range 2 {
+		took, err := during(n/2, countLoad, &r.Counts)
+		if err != nil {
+			return r, fmt.Errorf("bounded recount: fetch while counting: %w", err)
 		}
-	}()
-	busy, err := fetches()
-	close(stop)
-	if rerr := <-recountErr; rerr != nil {
-		return r, fmt.Errorf("bounded recount: recount: %w", rerr)
+		counting = append(counting, took...)
+		took, err = during(n/2, recountLoad, &r.Recounts)
+		if err != nil {
+			return r, fmt.Errorf("bounded recount: fetch while recounting: %w", err)
+		}
+		busy = append(busy, took...)
 	}
-	if err != nil {
-		return r, fmt.Errorf("bounded recount: fetch while recounting: %w", err)
+	if len(quiet) == 0 || len(busy) == 0 || len(counting) == 0 || r.Recounts == 0 || r.Counts == 0 {
+		return r, fmt.Errorf("bounded recount: nothing measured (%d, %d, %d fetches, %d recounts, %d counts)", len(quiet), len(counting), len(busy), r.Recounts, r.Counts)
 	}
-	if len(quiet) == 0 || len(busy) == 0 || r.Recounts == 0 {
-		return r, fmt.Errorf("bounded recount: nothing measured (%d, %d fetches, %d recounts)", len(quiet), len(busy), r.Recounts)
-	}
+	r.FetchP99CountsMS = p99(counting)
 	r.FetchP99MS, r.FetchP99RecountsMS = p99(quiet), p99(busy)
 	return r, nil
 }

@@ -334,8 +334,8 @@ func main() {
 		if err != nil {
 			log.Fatalf("bench: bounded: %v", redact.Postgres(err.Error()))
 		}
-		fmt.Fprintf(os.Stderr, "bounded queue, %d fetches (4 goroutines): p99 %.2f ms without the recount, %.2f ms with %d recounts running one after another\n",
-			f.Fetches, f.FetchP99MS, f.FetchP99RecountsMS, f.Recounts)
+		fmt.Fprintf(os.Stderr, "bounded queue, %d fetches each way (4 goroutines): p99 %.2f ms idle, %.2f ms with %d of the recount's counts alone and %.2f ms with %d recounts, back to back; recounting / counting alone %.2f\n",
+			f.Fetches, f.FetchP99MS, f.FetchP99CountsMS, f.Counts, f.FetchP99RecountsMS, f.Recounts, f.FetchP99RecountsMS/f.FetchP99CountsMS)
 		_ = json.NewEncoder(os.Stdout).Encode(f)
 		return
 	case "ordered":
