@@ -113,7 +113,10 @@ func (k *keySet) list() []string {
 }
 
 // inFlight counts the receiver's keyed deliveries in flight, by key, and
-// the most it saw of one key at once.
+// the most it saw of one key at once. A delivery is in flight from its
+// arrival until it is answered or its sender hangs up (the receiver's
+// handler ends it then): a sender that timed out, or died, delivers
+// nothing more with that request.
 type inFlight struct {
 	mu    sync.Mutex
 	now   map[string]int

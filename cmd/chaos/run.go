@@ -398,7 +398,13 @@ func run(ctx context.Context, serverURL string, steady, marathon time.Duration, 
 		var n *int64
 		if keyed.Key != "" {
 			key, n = &keyed.Key, &keyed.N
-			defer inflight.enter(keyed.Key)()
+			// In flight while its sender waits for the answer: a sender
+			// that gave up (its timeout, while this handler waited on a
+			// database in an outage) or died ends its connection, and its
+			// retry is the next delivery, not a second one beside it.
+			leave := sync.OnceFunc(inflight.enter(keyed.Key))
+			defer context.AfterFunc(r.Context(), leave)()
+			defer leave()
 			time.Sleep(orderedHold)
 		}
 		if _, err := s.pool.Exec(r.Context(), `INSERT INTO chaos_received (event_id, ordering_key, n) VALUES ($1, $2, $3)
