@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/ferryq/ferry/seal"
@@ -115,20 +114,18 @@ func sealCleanupBench(ctx context.Context, serverURL string, n int) (sealCleanup
 	if total != int64(n) || len(spans) < 2*of {
 		return r, fmt.Errorf("seal cleanup: deleted %d of %d claims (%d spans of %d)", total, n, len(spans), per)
 	}
-	median := func(xs []time.Duration) float64 {
-		xs = slices.Clone(xs)
-		slices.Sort(xs)
-		return float64(xs[len(xs)/2].Microseconds()) / 1000
+	ms := make([]float64, len(spans))
+	for i, d := range spans {
+		ms[i] = float64(d.Microseconds()) / 1000
 	}
-	medianKB := func(xs []int64) float64 {
-		xs = slices.Clone(xs)
-		slices.Sort(xs)
-		return float64(xs[len(xs)/2]) / 1024
+	kb := make([]float64, len(wal))
+	for i, b := range wal {
+		kb[i] = float64(b) / 1024
 	}
-	r.MsPer100kFirst = median(spans[:of])
-	r.MsPer100kLast = median(spans[len(spans)-of:])
+	r.MsPer100kFirst, _ = medianMax(ms[:of])
+	r.MsPer100kLast, _ = medianMax(ms[len(ms)-of:])
 	r.Flatness = r.MsPer100kLast / r.MsPer100kFirst
-	r.WALKBPer100kFirst = medianKB(wal[:of])
-	r.WALKBPer100kLast = medianKB(wal[len(wal)-of:])
+	r.WALKBPer100kFirst, _ = medianMax(kb[:of])
+	r.WALKBPer100kLast, _ = medianMax(kb[len(kb)-of:])
 	return r, nil
 }
