@@ -31,7 +31,6 @@ import (
 	"github.com/ferryq/ferry/internal/testkit/fleet"
 	"github.com/ferryq/ferry/jobs"
 	"github.com/ferryq/ferry/outbox"
-	"github.com/ferryq/ferry/seal"
 )
 
 // sizes of one bench run: full (go tool task bench) or quick (bench:quick).
@@ -70,16 +69,24 @@ var (
 
 // results is bench/results.json: the keys are read by tools; keep them.
 type results struct {
-	Rev                       string   `json:"rev"`
-	CPUs                      int      `json:"cpus"`
-	Date                      string   `json:"date"`
-	Quick                     bool     `json:"quick"`
-	WorkerRiverJobsPerSec     *float64 `json:"worker_river_jobs_per_sec"`
-	WorkerFerryJobsPerSec     *float64 `json:"worker_ferry_jobs_per_sec"`
-	WorkerRatio               *float64 `json:"worker_ratio"`
-	RiverBestJobsPerSec       *float64 `json:"river_best_jobs_per_sec"`
-	FerryDefaultJobsPerSec    *float64 `json:"ferry_default_jobs_per_sec"`
-	WorkerRatioVsRiverBest    *float64 `json:"worker_ratio_vs_river_best"`
+	Rev                    string   `json:"rev"`
+	CPUs                   int      `json:"cpus"`
+	Date                   string   `json:"date"`
+	Quick                  bool     `json:"quick"`
+	WorkerRiverJobsPerSec  *float64 `json:"worker_river_jobs_per_sec"`
+	WorkerFerryJobsPerSec  *float64 `json:"worker_ferry_jobs_per_sec"`
+	WorkerRatio            *float64 `json:"worker_ratio"`
+	RiverBestJobsPerSec    *float64 `json:"river_best_jobs_per_sec"`
+	FerryDefaultJobsPerSec *float64 `json:"ferry_default_jobs_per_sec"`
+	WorkerRatioVsRiverBest *float64 `json:"worker_ratio_vs_river_best"`
+	// The same rounds' ferry server embedded in the bench's process
+	// against the same River (where the worker process's time goes).
+	EmbeddedJobsPerSec       *float64 `json:"ferry_embedded_jobs_per_sec"`
+	EmbeddedRatioVsRiverBest *float64 `json:"embedded_ratio_vs_river_best"`
+	// HarnessCPUShare is the share of the machine's CPU the bench's end
+	// probe of a worker process takes (its process and its Postgres
+	// backend), measured on a worked database with nothing running.
+	HarnessCPUShare           *float64 `json:"harness_cpu_share"`
 	LatencyInsertToStartP50MS *float64 `json:"latency_insert_to_start_p50_ms"`
 	LatencyInsertToStartP99MS *float64 `json:"latency_insert_to_start_p99_ms"`
 	LatencyColdP99MS          *float64 `json:"latency_insert_to_start_cold_p99_ms"`
@@ -193,12 +200,13 @@ type results struct {
 	Server map[string]string `json:"server"`
 	// The paired rounds' own ratios, in the order they ran, of the six
 	// ratios that are their median.
-	WorkerRatioRounds            []float64 `json:"worker_ratio_rounds,omitempty"`
-	WorkerRatioVsRiverBestRounds []float64 `json:"worker_ratio_vs_river_best_rounds,omitempty"`
-	OtelWorkerRatioRounds        []float64 `json:"otel_worker_ratio_rounds,omitempty"`
-	SealedWorkerRatioRounds      []float64 `json:"sealed_worker_ratio_rounds,omitempty"`
-	BulkRatioVsCopyRounds        []float64 `json:"bulk_ratio_vs_copy_rounds,omitempty"`
-	BulkStdinRatioVsCopyRounds   []float64 `json:"bulk_stdin_ratio_vs_copy_rounds,omitempty"`
+	WorkerRatioRounds              []float64 `json:"worker_ratio_rounds,omitempty"`
+	WorkerRatioVsRiverBestRounds   []float64 `json:"worker_ratio_vs_river_best_rounds,omitempty"`
+	EmbeddedRatioVsRiverBestRounds []float64 `json:"embedded_ratio_vs_river_best_rounds,omitempty"`
+	OtelWorkerRatioRounds          []float64 `json:"otel_worker_ratio_rounds,omitempty"`
+	SealedWorkerRatioRounds        []float64 `json:"sealed_worker_ratio_rounds,omitempty"`
+	BulkRatioVsCopyRounds          []float64 `json:"bulk_ratio_vs_copy_rounds,omitempty"`
+	BulkStdinRatioVsCopyRounds     []float64 `json:"bulk_stdin_ratio_vs_copy_rounds,omitempty"`
 	// TargetsMissed are the keys of the figures that missed their targets
 	// in this run, and TargetsUnmeasured those of the figures with a target
 	// that the run has not (a quick run leaves steps out; a step that
@@ -255,11 +263,15 @@ func runAll(ctx context.Context, serverURL, path string, quick bool) error {
 		res.WorkerRatioRounds = p.Ratios
 	}
 	step("worker throughput, bare River at River's own bench settings against ferry's defaults, paired rounds")
-	if p, err := riverBestRatio(ctx, serverURL, sz.backlog, sz.rounds); err != nil {
+	if r, err := riverBestRatio(ctx, serverURL, sz.backlog, sz.rounds, true); err != nil {
 		note("worker_river_best", err)
 	} else {
+		p := r.Paired
 		res.RiverBestJobsPerSec, res.FerryDefaultJobsPerSec, res.WorkerRatioVsRiverBest = ptr(p.Base), ptr(p.Other), ptr(p.Ratio())
 		res.WorkerRatioVsRiverBestRounds = p.Ratios
+		res.EmbeddedJobsPerSec, res.EmbeddedRatioVsRiverBest = ptr(r.InProcess.Other), ptr(r.InProcess.Ratio())
+		res.EmbeddedRatioVsRiverBestRounds = r.InProcess.Ratios
+		res.HarnessCPUShare = ptr(r.HarnessCPUShare)
 	}
 	step("worker throughput, ferry without then with every job traced")
 	if r, err := otelThroughput(ctx, serverURL, sz.backlog/2, sz.rounds); err != nil {
@@ -624,7 +636,11 @@ func tableRows(r results) []tableRow {
 		{label: "worker jobs/s, ferry", v: r.WorkerFerryJobsPerSec, unit: "/s"},
 		{label: "worker ratio ferry / River", v: r.WorkerRatio, target: "≥ 0.9", key: "worker_ratio", goal: atLeast(0.9)},
 		{label: "worker jobs/s, River at its bench settings (2,000 workers, 2 ms, 20 ms)", v: r.RiverBestJobsPerSec, unit: "/s"},
-		{label: "worker ratio ferry defaults / River at its best", v: r.WorkerRatioVsRiverBest, target: "≥ 0.9", key: "worker_ratio_vs_river_best", goal: atLeast(0.9)},
+		{label: "worker jobs/s, `worker run` process at its defaults", v: r.FerryDefaultJobsPerSec, unit: "/s"},
+		{label: "worker ratio `worker run` process / River at its best", v: r.WorkerRatioVsRiverBest, target: "≥ 0.95", key: "worker_ratio_vs_river_best", goal: atLeast(0.95)},
+		{label: "worker jobs/s, ferry's server embedded in the bench", v: r.EmbeddedJobsPerSec, unit: "/s"},
+		{label: "worker ratio embedded server / River at its best", v: r.EmbeddedRatioVsRiverBest, target: "measured (no target)"},
+		{label: "the bench's end probe: share of the machine's CPU", v: r.HarnessCPUShare, target: "≤ 0.01", key: "harness_cpu_share", goal: atMost(0.01)},
 		{label: "worker jobs/s, ferry sealed", v: r.SealedWorkerJobsPerSec, unit: "/s"},
 		{label: "sealed / unsealed worker ratio", v: r.SealedWorkerRatio, target: "≥ 0.9", key: "sealed_worker_ratio", goal: atLeast(0.9)},
 		{label: "seal claim cleanup, ms per 100,000 deleted, first", v: r.SealCleanupMsPer100kFirst, unit: "ms"},
@@ -711,133 +727,6 @@ func mapsKeys(m map[string]string) func(func(string) bool) {
 			}
 		}
 	}
-}
-
-// workerThroughput works the same backlog of no-op jobs with a bare River
-// client and with ferry's whole worker stack (middleware, metrics, logging,
-// election, relay, scheduler), with the same fetch settings and workers
-// (ferry's defaults), in paired rounds (worker_ratio: the median of the
-// rounds' ratios ferry/River). It was one pass of each before rev
-// f01cf75: over the ten full runs before, that single ratio ranged from
-// 0.84 to 1.37 for builds whose paired ratio against River at its best
-// held between 0.80 and 1.07, the machine's load moving between the two
-// passes.
-func workerThroughput(ctx context.Context, serverURL string, n, rounds int) (paired, error) {
-	return pairedRounds(rounds,
-		func() (float64, error) {
-			return bareRiverThroughput(ctx, serverURL, n, defaultWorkers(), ferry.DefaultFetchCooldown, ferry.DefaultFetchPollInterval)
-		},
-		func() (float64, error) { return ferryThroughput(ctx, serverURL, n, nil, false) })
-}
-
-// defaultWorkers is the worker count of ferry's default queue.
-func defaultWorkers() int {
-	q, err := ferry.ParseQueues(ferry.DefaultQueues)
-	if err != nil {
-		panic(err)
-	}
-	return q[river.QueueDefault]
-}
-
-// River's own benchmark settings (its riverbench): the strongest bare
-// River this machine has measured.
-const (
-	riverBestWorkers  = 2000
-	riverBestCooldown = 2 * time.Millisecond
-	riverBestPoll     = 20 * time.Millisecond
-)
-
-// riverBestRatio works a backlog of n no-op jobs with bare River at River's
-// own benchmark settings and with ferry at its defaults, in paired rounds
-// (worker_ratio_vs_river_best: the median of the rounds' ratios
-// ferry/River).
-func riverBestRatio(ctx context.Context, serverURL string, n, rounds int) (paired, error) {
-	return pairedRounds(rounds,
-		func() (float64, error) {
-			return bareRiverThroughput(ctx, serverURL, n, riverBestWorkers, riverBestCooldown, riverBestPoll)
-		},
-		func() (float64, error) { return ferryThroughput(ctx, serverURL, n, nil, false) })
-}
-
-// bareRiverThroughput works a backlog of n no-op jobs with a bare River
-// client (workers in the default queue, the fetch settings given) and
-// returns its rate, measured as ferryThroughput measures ferry's: until
-// every job is completed in the database.
-func bareRiverThroughput(ctx context.Context, serverURL string, n, workerCount int, cooldown, poll time.Duration) (float64, error) {
-	pool, drop, err := scratch(ctx, serverURL)
-	if err != nil {
-		return 0, err
-	}
-	defer drop()
-	if err := noopBacklog(ctx, pool, n, nil); err != nil {
-		return 0, err
-	}
-	workers := river.NewWorkers()
-	river.AddWorker(workers, &jobs.NoopWorker{})
-	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
-		FetchCooldown: cooldown, FetchPollInterval: poll,
-		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: workerCount}},
-		Workers: workers, Logger: slog.New(slog.DiscardHandler),
-	})
-	if err != nil {
-		return 0, err
-	}
-	start := time.Now()
-	if err := rc.Start(ctx); err != nil {
-		return 0, err
-	}
-	defer func() { _ = rc.Stop(ctx) }()
-	if err := waitWorked(ctx, pool, 20*time.Millisecond); err != nil {
-		return 0, err
-	}
-	return float64(n) / time.Since(start).Seconds(), nil
-}
-
-// ferryThroughput works a backlog of n no-op jobs with ferry's whole worker
-// stack and returns its rate. With keys, the backlog is sealed with them and
-// the worker verifies every job. Pooled, the worker's job traffic goes
-// through PgBouncer in transaction mode (FERRY_POOLER=transaction). tune,
-// if any, changes the worker's configuration last.
-func ferryThroughput(ctx context.Context, serverURL string, n int, keys *seal.Keys, pooled bool, tune ...func(*ferry.Config)) (float64, error) {
-	pool, drop, err := scratch(ctx, serverURL)
-	if err != nil {
-		return 0, err
-	}
-	defer drop()
-	cfg, stopBouncer, err := workerConfig(pool, pooled)
-	if err != nil {
-		return 0, err
-	}
-	defer stopBouncer()
-	if keys != nil {
-		// As in a deployment with seals, whose first worker with keys put
-		// the claim trigger on: the backlog is claimed as it is written.
-		if _, err := seal.Arm(ctx, pool); err != nil {
-			return 0, err
-		}
-	}
-	if err := noopBacklog(ctx, pool, n, seal.Middleware(keys)); err != nil {
-		return 0, err
-	}
-	// ferry's default queues and workers (cfg.Queues nil).
-	cfg.SealKeys = keys
-	cfg.Logger = workerLog()
-	for _, f := range tune {
-		f(&cfg)
-	}
-	srv, err := ferry.New(ctx, cfg)
-	if err != nil {
-		return 0, err
-	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	start := time.Now()
-	go func() { done <- srv.Run(runCtx) }()
-	err = waitWorked(ctx, pool, 20*time.Millisecond)
-	rate := float64(n) / time.Since(start).Seconds()
-	stop()
-	<-done
-	return rate, err
 }
 
 // discard is an io.Writer that drops what it is given, so the JSON handler
@@ -1007,27 +896,15 @@ func workerPeakRSS(ctx context.Context, serverURL string, n int) (float64, error
 			_, _ = p.Wait(10 * time.Second)
 		}
 	}()
-	if err := waitWorked(ctx, pool, 50*time.Millisecond); err != nil {
+	probe, err := dialProbe(ctx, pool)
+	if err != nil {
+		return 0, err
+	}
+	defer probe.close(ctx)
+	if _, err := probe.waitNoneLeft(ctx, p); err != nil {
 		return 0, err
 	}
 	return vmHWM(p.Pid())
-}
-
-// waitWorked polls every `every` until no job is left uncompleted, for at
-// most 10 minutes.
-func waitWorked(ctx context.Context, pool *pgxpool.Pool, every time.Duration) error {
-	deadline := time.Now().Add(10 * time.Minute)
-	for time.Now().Before(deadline) {
-		var left int
-		if err := pool.QueryRow(ctx, "SELECT count(*) FROM river_job WHERE state <> 'completed'").Scan(&left); err != nil {
-			return err
-		}
-		if left == 0 {
-			return nil
-		}
-		time.Sleep(every)
-	}
-	return fmt.Errorf("backlog not worked in 10 minutes")
 }
 
 func vmHWM(pid int) (float64, error) {

@@ -111,7 +111,7 @@ func main() {
 		plots    = flag.String("plots", "", "pickup, scale and failover modes: draw SVG pictures into this directory (pickup: a sweep of insert rates)")
 		claims   = flag.Int("claims", 5_000_000, "sealcleanup mode: expired seal claims to delete")
 		backlog  = flag.Int("backlog", 50000, "throughput, sealed and pgbouncer modes: jobs in the backlog (sealed, pgbouncer: half); outbox mode: messages for the relay")
-		trials   = flag.Int("trials", 20, "failover mode: trials of each kind; orphans and pgfailover modes: trials; ordered mode: rounds")
+		trials   = flag.Int("trials", 20, "failover mode: trials of each kind; orphans and pgfailover modes: trials; ordered mode: rounds; riverbest mode: paired rounds (default 5)")
 		parts    = flag.Int("partitions", -1, "failover mode: partition trials (default: -trials)")
 		orphans  = flag.Int("jobs", 100, "orphans mode: running jobs of the killed worker")
 		scheds   = flag.Int("schedules", 10, "ticks mode: schedules firing every second")
@@ -276,15 +276,22 @@ func main() {
 		_ = json.NewEncoder(os.Stdout).Encode(r)
 		return
 	case "riverbest":
-		p, err := riverBestRatio(ctx, *url, *backlog, fullSizes.rounds)
+		rounds := fullSizes.rounds
+		if flagSet("trials") {
+			rounds = *trials
+		}
+		r, err := riverBestRatio(ctx, *url, *backlog, rounds, true)
 		if err != nil {
 			log.Fatalf("bench: riverbest: %v", redact.Postgres(err.Error()))
 		}
-		ratio := p.Ratio()
-		fmt.Fprintf(os.Stderr, "backlog of %d no-op jobs, %d paired rounds: bare River at its bench settings (%d workers, %s cooldown, %s poll) best %.0f/s; ferry at its defaults (%s) best %.0f/s; median ratio %.3f of %.3f\n",
-			*backlog, len(p.Ratios), riverBestWorkers, riverBestCooldown, riverBestPoll, p.Base, ferry.DefaultQueues, p.Other, ratio, p.Ratios)
+		p, e := r.Paired, r.InProcess
+		fmt.Fprintf(os.Stderr, "backlog of %d no-op jobs, %d paired rounds: bare River at its bench settings (%d workers, %s cooldown, %s poll, River's schema) best %.0f/s; "+
+			"`worker run` at its defaults (%s) best %.0f/s, median ratio %.3f of %.3f; ferry's server embedded best %.0f/s, median ratio %.3f of %.3f; end probe %.4f of the machine's CPU\n",
+			*backlog, len(p.Ratios), riverBestWorkers, riverBestCooldown, riverBestPoll, p.Base, ferry.DefaultQueues, p.Other, p.Ratio(), p.Ratios, e.Other, e.Ratio(), e.Ratios, r.HarnessCPUShare)
 		_ = json.NewEncoder(os.Stdout).Encode(map[string]any{"river_best_jobs_per_sec": p.Base, "ferry_default_jobs_per_sec": p.Other,
-			"worker_ratio_vs_river_best": ratio, "worker_ratio_vs_river_best_rounds": p.Ratios})
+			"worker_ratio_vs_river_best": p.Ratio(), "worker_ratio_vs_river_best_rounds": p.Ratios,
+			"ferry_embedded_jobs_per_sec": e.Other, "embedded_ratio_vs_river_best": e.Ratio(), "embedded_ratio_vs_river_best_rounds": e.Ratios,
+			"harness_cpu_share": r.HarnessCPUShare})
 		return
 	case "otel":
 		r, err := otelThroughput(ctx, *url, *backlog/2, 5)
@@ -479,7 +486,12 @@ func workerLog() *slog.Logger {
 // scratch creates a migrated database and returns a pool on it and a drop
 // function.
 func scratch(ctx context.Context, serverURL string) (*pgxpool.Pool, func(), error) {
-	u, drop, err := scratchdb.New(ctx, serverURL, true)
+	return scratchOf(ctx, serverURL, true)
+}
+
+// scratchOf is scratch, of an empty database unless migrated.
+func scratchOf(ctx context.Context, serverURL string, migrated bool) (*pgxpool.Pool, func(), error) {
+	u, drop, err := scratchdb.New(ctx, serverURL, migrated)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -587,4 +599,11 @@ func throughput(ctx context.Context, serverURL string, s setting, backlog int) (
 	}
 	el := time.Since(start)
 	return result{setting: s, Mode: "throughput", Jobs: backlog, JobsPerSec: float64(backlog) / el.Seconds()}, nil
+}
+
+// flagSet says whether the command line set the flag name.
+func flagSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }

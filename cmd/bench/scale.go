@@ -124,22 +124,12 @@ func scaleAt(ctx context.Context, pool *pgxpool.Pool, size, backlog, rate int, d
 
 // backlogRate writes a backlog of n no-op jobs into pool's database and
 // returns the rate at which a ferry server at its defaults works it,
-// counted on River's fetch index.
+// counted by its River client's completion events.
 func backlogRate(ctx context.Context, pool *pgxpool.Pool, n int) (float64, error) {
-	if err := noopBacklog(ctx, pool, n, nil); err != nil {
+	if err := backlogSettled(ctx, pool, n, nil); err != nil {
 		return 0, err
 	}
-	start := time.Now()
-	_, stop, err := startServer(ctx, ferry.Config{DatabaseURL: pool.Config().ConnString(), AdminAddr: "off",
-		Logger: workerLog()})
-	if err != nil {
-		return 0, err
-	}
-	defer stop()
-	if err := waitNoneWaiting(ctx, pool); err != nil {
-		return 0, err
-	}
-	return float64(n) / time.Since(start).Seconds(), nil
+	return serverThroughput(ctx, ferry.Config{DatabaseURL: pool.Config().ConnString(), AdminAddr: "off", Logger: workerLog()}, n)
 }
 
 // fillFinished writes n finished jobs (in three queues, 1 in 100
@@ -157,23 +147,4 @@ func fillFinished(ctx context.Context, pool *pgxpool.Pool, n int) error {
 	}
 	_, err := pool.Exec(ctx, "VACUUM ANALYZE river_job")
 	return err
-}
-
-// waitNoneWaiting waits until no job is available, scheduled, retryable,
-// pending or running, counted on River's fetch index: cheap however many
-// finished jobs the table holds.
-func waitNoneWaiting(ctx context.Context, pool *pgxpool.Pool) error {
-	deadline := time.Now().Add(10 * time.Minute)
-	for time.Now().Before(deadline) {
-		var left int
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM river_job
-			WHERE state IN ('available', 'scheduled', 'retryable', 'pending', 'running')`).Scan(&left); err != nil {
-			return err
-		}
-		if left == 0 {
-			return nil
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return fmt.Errorf("backlog not worked in 10 minutes")
 }

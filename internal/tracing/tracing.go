@@ -12,6 +12,14 @@
 // (river.job.attempt); a failed attempt that will be retried records
 // its span in the job's metadata (ferry.first_attempt), and every later
 // attempt links to it.
+//
+// While the provider records nothing (OTel's no-op provider, or the global
+// one while no provider is set, as in a worker with no OTEL_* variable),
+// the middleware starts no span: the job's context carries the inserter's
+// trace context alone, as a span that records nothing would. Such a span
+// cost every job 470 ns and 10 allocations (536 B) of the global
+// provider's; the job's context alone costs 6 ns and none
+// (BenchmarkMiddleware).
 package tracing
 
 import (
@@ -21,9 +29,11 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/tidwall/gjson"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/ferryq/ferry/internal/base/traceparent"
 	"github.com/ferryq/ferry/otelferry"
@@ -43,17 +53,45 @@ const tracerName = "github.com/ferryq/ferry"
 // (the default), the job's context still carries the inserter's trace
 // context, which an outbox delivery passes on in its traceparent header.
 func Middleware(tp trace.TracerProvider) rivertype.Middleware {
-	return &middleware{tracer: tp.Tracer(tracerName)}
+	_, noOp := tp.(noop.TracerProvider)
+	return &middleware{tracer: tp.Tracer(tracerName), noOp: noOp, unset: tp == initialGlobal}
 }
+
+// initialGlobal is the global provider as the process starts: OTel's
+// delegate, which records nothing until a provider is set
+// (otel.SetTracerProvider), then hands its tracers' spans to it.
+var initialGlobal = otel.GetTracerProvider()
 
 type middleware struct {
 	river.MiddlewareDefaults
 	tracer trace.Tracer
+	// noOp: the provider is OTel's no-op one. unset: it is the global
+	// one as the process started, which records nothing while the global
+	// provider is still it.
+	noOp, unset bool
+}
+
+// recordsNothing says whether the middleware's provider makes no span now.
+func (m *middleware) recordsNothing() bool {
+	return m.noOp || (m.unset && otel.GetTracerProvider() == initialGlobal)
 }
 
 var _ rivertype.WorkerMiddleware = (*middleware)(nil)
 
 func (m *middleware) Work(ctx context.Context, job *rivertype.JobRow, doInner func(context.Context) error) error {
+	if m.recordsNothing() {
+		parent, state := traceparent.FromMetadata(job.Metadata)
+		return doInner(otelferry.ContextWith(ctx, parent, state))
+	}
+	return m.work(ctx, job, doInner)
+}
+
+// work runs the job in a span. It is Work's own function so that Work's
+// frame stays small: a job's goroutine starts on a small stack, and
+// growing it (a copy) cost more than the span that records nothing.
+//
+//go:noinline
+func (m *middleware) work(ctx context.Context, job *rivertype.JobRow, doInner func(context.Context) error) error {
 	parent, state := traceparent.FromMetadata(job.Metadata)
 	ctx = otelferry.ContextWith(ctx, parent, state)
 	opts := []trace.SpanStartOption{

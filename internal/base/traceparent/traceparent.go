@@ -14,6 +14,7 @@
 package traceparent
 
 import (
+	"bytes"
 	"context"
 	"net/http"
 	"sync/atomic"
@@ -88,9 +89,12 @@ func InjectHeader(ctx context.Context, h http.Header) {
 	}
 }
 
+// keyBytes is Key, for a look into metadata before it is parsed.
+var keyBytes = []byte(Key)
+
 // FromMetadata reads the trace context from a job's metadata.
 func FromMetadata(metadata []byte) (parent, state string) {
-	if len(metadata) == 0 {
+	if !bytes.Contains(metadata, keyBytes) {
 		return "", ""
 	}
 	r := gjson.GetManyBytes(metadata, Key, StateKey)
