@@ -79,7 +79,7 @@ const (
 	nameKills     = "liveness session killed again and again: its worker spared"
 	namePause     = "SIGSTOP past the lease: declared dead, its jobs rescued, it exits"
 	nameLostReply = "a registration COMMIT's reply lost: the worker registers and works"
-	nameOrdered   = "same-key outbox writers out of id order: one delivery of a key at a time, each once"
+	nameOrdered   = "same-key outbox writers out of id order: one message of a key at a time, each once"
 	outageMargin  = 2 * time.Second
 	sampleEvery   = 100 * time.Millisecond
 )

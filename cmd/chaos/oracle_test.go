@@ -505,11 +505,11 @@ func TestCheckOrdered(t *testing.T) {
 	t.Parallel()
 
 	ok := orderedObs{rounds: 50, arrivals: 102, maxInFlight: 1, committed: 100, received: 100}
-	requireVerdict(t, checkOrdered(ok), verdictOK, "100 keyed messages committed in 50 rounds (0 keys given up after a failed write), 100 received once each, 0 lost; at most 1 of a key in flight; 0 first arrived before")
+	requireVerdict(t, checkOrdered(ok), verdictOK, "100 keyed messages committed in 50 rounds (0 keys given up after a failed write), 100 received once each, 0 lost; at most 1 of a key in flight (apart: 0 redeliveries of a message already received, 0 beside its delivery in flight); 0 first arrived before")
 
 	two := ok
-	two.maxInFlight, two.over = 2, "key-1-0"
-	requireVerdict(t, checkOrdered(two), verdictViolated, "at most 2 of a key in flight; 0 first arrived before a message its writer committed earlier (shown, not judged) (key key-1-0)")
+	two.maxInFlight, two.over = 2, "key-1-0: messages 7, 8"
+	requireVerdict(t, checkOrdered(two), verdictViolated, "at most 2 of a key in flight (apart: 0 redeliveries of a message already received, 0 beside its delivery in flight); 0 first arrived before a message its writer committed earlier (shown, not judged) (key key-1-0: messages 7, 8)")
 	lost := ok
 	lost.received, lost.lost = 99, 1
 	requireVerdict(t, checkOrdered(lost), verdictViolated, "1 lost")
@@ -527,17 +527,32 @@ func TestInFlight(t *testing.T) {
 	t.Parallel()
 
 	var f inFlight
-	leaveA := f.enter("a")
-	leaveB := f.enter("b")
+	leaveA := f.enter("a", "1")
+	leaveB := f.enter("b", "2")
+	f.record("1")
 	leaveA()
-	f.enter("a")()
-	require.Equal(t, 1, f.max, "one of each key at a time")
-	leaveA2 := f.enter("b")
+	f.enter("a", "3")()
+	require.Equal(t, 1, f.max, "one message of each key at a time")
+	// Two deliveries of one message at once are one message in flight.
+	leaveB2 := f.enter("b", "2")
+	require.Equal(t, 1, f.max)
+	require.EqualValues(t, 1, f.beside)
+	// A message recorded, delivered again beside its key's next one: a
+	// redelivery, counted apart.
+	leaveA3 := f.enter("a", "4")
+	f.enter("a", "1")()
+	require.Equal(t, 1, f.max)
+	require.EqualValues(t, 1, f.redelivered)
+	leaveA3()
+	// Two messages of a key at once.
+	leaveB3 := f.enter("b", "5")
 	require.Equal(t, 2, f.max)
-	require.Equal(t, "b", f.over)
+	require.Equal(t, "b: messages 2, 5", f.over)
 	leaveB()
-	leaveA2()
-	require.EqualValues(t, 4, f.total)
+	leaveB2()
+	leaveB3()
+	f.enter("b", "6")()
+	require.EqualValues(t, 8, f.total)
 }
 
 func TestCheckDemotion(t *testing.T) {

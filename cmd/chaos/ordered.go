@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -112,40 +115,74 @@ func (k *keySet) list() []string {
 	return append([]string{}, k.keys...)
 }
 
-// inFlight counts the receiver's keyed deliveries in flight, by key, and
-// the most it saw of one key at once. A delivery is in flight from its
-// arrival until it is answered or its sender hangs up (the receiver's
-// handler ends it then): a sender that timed out, or died, delivers
-// nothing more with that request.
+// inFlight counts the receiver's keyed deliveries in flight: by key, the
+// messages (event ids) delivered and not yet answered, and the most
+// messages of one key it saw in flight at once. A delivery is in flight
+// from its arrival until it is answered or its sender hangs up (the
+// receiver's handler ends it then): a sender that timed out, or died,
+// delivers nothing more with that request. A delivery of a message the
+// receiver already recorded is a redelivery, counted apart: a sender
+// paused while its request was on its way (SIGSTOP, a partition) is
+// declared dead, its job rescued and the message delivered by another
+// worker, and its request may still arrive when it wakes, beside the
+// key's next message. Two deliveries of one message at once are one
+// message in flight (the second counted as beside it): ordering is
+// between messages; a message delivered twice is at-least-once delivery,
+// which the receiver's UNIQUE absorbs and the outbox check counts.
 type inFlight struct {
-	mu    sync.Mutex
-	now   map[string]int
-	max   int
-	over  string // a key seen with more than one in flight
-	total int64  // keyed arrivals
+	mu          sync.Mutex
+	now         map[string]map[string]int // key → event id → deliveries in flight
+	received    map[string]bool           // event ids recorded
+	max         int
+	over        string // a key seen with more than one message in flight, and the messages
+	total       int64  // keyed arrivals
+	redelivered int64  // keyed arrivals of a message already recorded
+	beside      int64  // keyed arrivals of a message whose delivery was in flight
 }
 
-// enter records the arrival of a delivery of key, and returns the
-// function that records its answer.
-func (f *inFlight) enter(key string) (leave func()) {
+// enter records the arrival of a delivery of message id of key, and
+// returns the function that records its answer.
+func (f *inFlight) enter(key, id string) (leave func()) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.now == nil {
-		f.now = map[string]int{}
-	}
-	f.now[key]++
 	f.total++
-	if f.now[key] > f.max {
-		f.max = f.now[key]
-		if f.max > 1 {
-			f.over = key
+	if f.received[id] {
+		f.redelivered++
+		return func() {}
+	}
+	if f.now == nil {
+		f.now = map[string]map[string]int{}
+	}
+	if f.now[key] == nil {
+		f.now[key] = map[string]int{}
+	}
+	if f.now[key][id] > 0 {
+		f.beside++
+	}
+	f.now[key][id]++
+	if n := len(f.now[key]); n > f.max {
+		f.max = n
+		if n > 1 {
+			f.over = key + ": messages " + strings.Join(slices.Sorted(maps.Keys(f.now[key])), ", ")
 		}
 	}
 	return func() {
 		f.mu.Lock()
 		defer f.mu.Unlock()
-		f.now[key]--
+		if f.now[key][id]--; f.now[key][id] == 0 {
+			delete(f.now[key], id)
+		}
 	}
+}
+
+// record notes that the receiver recorded message id.
+func (f *inFlight) record(id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.received == nil {
+		f.received = map[string]bool{}
+	}
+	f.received[id] = true
 }
 
 // orderedObs is the ordered load: the rounds committed and the keys given
@@ -154,7 +191,7 @@ func (f *inFlight) enter(key string) (leave func()) {
 // after a message of their key committed later by the harness's clock
 // (keys given up left out).
 type orderedObs struct {
-	rounds, arrivals                      int64
+	rounds, arrivals, redelivered, beside int64
 	abandoned                             int
 	maxInFlight                           int
 	over                                  string
@@ -164,7 +201,7 @@ type orderedObs struct {
 
 func observeOrdered(ctx context.Context, pool *pgxpool.Pool, rounds int64, abandoned []string, f *inFlight) orderedObs {
 	f.mu.Lock()
-	o := orderedObs{rounds: rounds, abandoned: len(abandoned), maxInFlight: f.max, over: f.over, arrivals: f.total}
+	o := orderedObs{rounds: rounds, abandoned: len(abandoned), maxInFlight: f.max, over: f.over, arrivals: f.total, redelivered: f.redelivered, beside: f.beside}
 	f.mu.Unlock()
 	err := pool.QueryRow(ctx, `SELECT
 		(SELECT count(*) FROM ferry_outbox WHERE ordering_key IS NOT NULL),
@@ -181,8 +218,9 @@ func observeOrdered(ctx context.Context, pool *pgxpool.Pool, rounds int64, aband
 }
 
 // checkOrdered: of each key, written by writers whose transactions
-// overlap and commit out of id order, at most one delivery is in flight
-// at the receiver at any moment, and every keyed message is received
+// overlap and commit out of id order, at most one message of a key is in
+// flight at the receiver at any moment (a redelivery of a message already
+// received is counted apart: see inFlight), and every keyed message is received
 // (once: the receiver records an event once). No keyed message delivered
 // is nothing to check. How many first arrived before a message of their
 // key that their round's writer committed earlier is shown, not judged:
@@ -196,8 +234,8 @@ func checkOrdered(o orderedObs) check {
 	case o.received == 0 || o.arrivals == 0:
 		return newCheck(nameOrdered, verdictUnverified, "0 keyed messages received (%d committed in %d rounds): nothing to check", o.committed, o.rounds)
 	}
-	result := fmt.Sprintf("%d keyed messages committed in %d rounds (%d keys given up after a failed write), %d received once each, %d lost; at most %d of a key in flight; %d first arrived before a message its writer committed earlier (shown, not judged)",
-		o.committed, o.rounds, o.abandoned, o.received, o.lost, o.maxInFlight, o.outOfOrder)
+	result := fmt.Sprintf("%d keyed messages committed in %d rounds (%d keys given up after a failed write), %d received once each, %d lost; at most %d of a key in flight (apart: %d redeliveries of a message already received, %d beside its delivery in flight); %d first arrived before a message its writer committed earlier (shown, not judged)",
+		o.committed, o.rounds, o.abandoned, o.received, o.lost, o.maxInFlight, o.redelivered, o.beside, o.outOfOrder)
 	if o.maxInFlight > 1 {
 		return newCheck(nameOrdered, verdictViolated, "%s (key %s)", result, o.over)
 	}

@@ -402,7 +402,7 @@ func run(ctx context.Context, serverURL string, steady, marathon time.Duration, 
 			// that gave up (its timeout, while this handler waited on a
 			// database in an outage) or died ends its connection, and its
 			// retry is the next delivery, not a second one beside it.
-			leave := sync.OnceFunc(inflight.enter(keyed.Key))
+			leave := sync.OnceFunc(inflight.enter(keyed.Key, id))
 			defer context.AfterFunc(r.Context(), leave)()
 			defer leave()
 			time.Sleep(orderedHold)
@@ -411,6 +411,9 @@ func run(ctx context.Context, serverURL string, steady, marathon time.Duration, 
 			ON CONFLICT (event_id) DO UPDATE SET arrivals = chaos_received.arrivals + 1`, id, key, n); err != nil {
 			http.Error(w, "database", http.StatusServiceUnavailable)
 			return
+		}
+		if key != nil {
+			inflight.record(id)
 		}
 		w.WriteHeader(http.StatusNoContent)
 	})}
