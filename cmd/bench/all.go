@@ -85,7 +85,8 @@ type results struct {
 	EmbeddedRatioVsRiverBest *float64 `json:"embedded_ratio_vs_river_best"`
 	// HarnessCPUShare is the share of the machine's CPU the bench's end
 	// probe of a worker process takes (its process and its Postgres
-	// backend), measured on a worked database with nothing running.
+	// backend), measured on a backlog as it waits, before the worker
+	// starts.
 	HarnessCPUShare           *float64 `json:"harness_cpu_share"`
 	LatencyInsertToStartP50MS *float64 `json:"latency_insert_to_start_p50_ms"`
 	LatencyInsertToStartP99MS *float64 `json:"latency_insert_to_start_p99_ms"`

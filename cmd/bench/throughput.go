@@ -144,8 +144,9 @@ type riverBest struct {
 	Paired    paired
 	InProcess *paired
 	// HarnessCPUShare is the share of the machine's CPU the end probe of
-	// the worker process took (this process and its Postgres backend),
-	// measured on the worked database with nothing running.
+	// the worker process takes (this process and its Postgres backend),
+	// measured on the first round's backlog as it waits, before the
+	// worker starts.
 	HarnessCPUShare float64
 }
 
