@@ -16,7 +16,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -890,13 +889,7 @@ func workerPeakRSS(ctx context.Context, serverURL string, n int) (float64, error
 	if err != nil {
 		return 0, err
 	}
-	defer func() {
-		_ = p.Signal(syscall.SIGTERM)
-		if _, err := p.Wait(time.Minute); err != nil {
-			_ = p.Kill()
-			_, _ = p.Wait(10 * time.Second)
-		}
-	}()
+	defer stopProc(p)
 	probe, err := dialProbe(ctx, pool)
 	if err != nil {
 		return 0, err

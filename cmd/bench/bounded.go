@@ -100,6 +100,8 @@ func boundedBench(ctx context.Context, serverURL string, n, rounds int) (bounded
 		trigInsRatios = append(trigInsRatios, ins[variantUnbounded]/ins[variantNoTriggers])
 		trigBulkRatios = append(trigBulkRatios, bulk[variantUnbounded]/bulk[variantNoTriggers])
 	}
+	// Every round's clock has stopped: one count of each database checks
+	// that every insert landed.
 	for _, pool := range pools {
 		if err := checkCount(ctx, pool, benchQueue, rounds*11*n); err != nil {
 			return r, err

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +17,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
@@ -238,11 +239,7 @@ func bareRiverThroughput(ctx context.Context, serverURL string, n, workerCount i
 		return 0, err
 	}
 	done := countCompletions(rc, n)
-	cpu, err := selfCPU()
-	if err != nil {
-		return 0, err
-	}
-	machine, err := machineCPU()
+	before, err := readCPU(0)
 	if err != nil {
 		return 0, err
 	}
@@ -257,17 +254,7 @@ func bareRiverThroughput(ctx context.Context, serverURL string, n, workerCount i
 		return 0, err
 	}
 	rate := float64(n) / last.Sub(start).Seconds()
-	after, err := selfCPU()
-	if err != nil {
-		return 0, err
-	}
-	mafter, err := machineCPU()
-	if err != nil {
-		return 0, err
-	}
-	fmt.Fprintf(os.Stderr, "bench: bare River (%d workers): %.0f jobs/s; CPU per 10,000 jobs: the bench's %.0f ms, the machine's %.0f ms\n",
-		workerCount, rate, perTenThousand(after-cpu, n), perTenThousand(mafter-machine, n))
-	return rate, nil
+	return rate, reportCPU(fmt.Sprintf("bare River (%d workers)", workerCount), "the bench's", rate, n, before, 0)
 }
 
 // backlogSettled writes a backlog of n no-op jobs (noopBacklog) and
@@ -352,7 +339,7 @@ func serverThroughput(ctx context.Context, cfg ferry.Config, n int) (float64, er
 		return 0, err
 	}
 	done := countCompletions(srv.River(), n)
-	machine, err := machineCPU()
+	before, err := readCPU(0)
 	if err != nil {
 		return 0, err
 	}
@@ -377,12 +364,7 @@ func serverThroughput(ctx context.Context, cfg ferry.Config, n int) (float64, er
 		return 0, err
 	}
 	rate := float64(n) / last.Sub(start).Seconds()
-	mafter, err := machineCPU()
-	if err != nil {
-		return 0, err
-	}
-	fmt.Fprintf(os.Stderr, "bench: ferry's server embedded: %.0f jobs/s; the machine's CPU per 10,000 jobs %.0f ms\n", rate, perTenThousand(mafter-machine, n))
-	return rate, nil
+	return rate, reportCPU("ferry's server embedded", "the bench's", rate, n, before, 0)
 }
 
 // workerProcThroughput works a backlog of n no-op jobs with a `worker run`
@@ -415,10 +397,11 @@ func workerProcThroughput(ctx context.Context, serverURL, bin string, n int, loa
 			return 0, err
 		}
 	}
-	machine, err := machineCPU()
+	before, err := readCPU(0)
 	if err != nil {
 		return 0, err
 	}
+	before.proc = 0 // the worker's, from its launch
 	start := time.Now()
 	p, err := fleet.Start(bin, []string{"DATABASE_URL=" + pool.Config().ConnString(), "FERRY_ADMIN_ADDR=" + addr}, nil, "run")
 	if err != nil {
@@ -430,16 +413,9 @@ func workerProcThroughput(ctx context.Context, serverURL, bin string, n int, loa
 		return 0, err
 	}
 	rate := float64(n) / end.Sub(start).Seconds()
-	mafter, err := machineCPU()
-	if err != nil {
+	if err := reportCPU("worker process", "the worker's", rate, n, before, p.Pid()); err != nil {
 		return 0, err
 	}
-	cpu, err := procCPU(p.Pid())
-	if err != nil {
-		return 0, err
-	}
-	fmt.Fprintf(os.Stderr, "bench: worker process: %.0f jobs/s; CPU per 10,000 jobs: the worker's %.0f ms, the machine's %.0f ms\n",
-		rate, perTenThousand(cpu, n), perTenThousand(mafter-machine, n))
 	got, err := completedOnMetrics(ctx, "http://"+addr+"/metrics", jobs.NoopArgs{}.Kind())
 	if err != nil {
 		return 0, err
@@ -563,9 +539,39 @@ func (pr *endProbe) load(ctx context.Context, d time.Duration) (float64, error) 
 	return used.Seconds() / (wall.Seconds() * float64(runtime.NumCPU())), nil
 }
 
-// perTenThousand is cpu per 10,000 of n jobs, in ms.
-func perTenThousand(cpu time.Duration, n int) float64 {
-	return float64(cpu.Milliseconds()) * 10_000 / float64(n)
+// cpuUse is CPU time used so far: by the machine's processes, and by one
+// of them.
+type cpuUse struct{ machine, proc time.Duration }
+
+// readCPU reads the machine's CPU time and process pid's (0: this one).
+func readCPU(pid int) (cpuUse, error) {
+	var (
+		u   cpuUse
+		err error
+	)
+	if u.machine, err = machineCPU(); err != nil {
+		return u, err
+	}
+	if pid == 0 {
+		u.proc, err = selfCPU()
+	} else {
+		u.proc, err = procCPU(pid)
+	}
+	return u, err
+}
+
+// reportCPU prints a backlog's rate and the CPU its work took per 10,000
+// of its n jobs since before: process pid's (0: this one), named whose,
+// and the machine's.
+func reportCPU(what, whose string, rate float64, n int, before cpuUse, pid int) error {
+	now, err := readCPU(pid)
+	if err != nil {
+		return err
+	}
+	per := func(d time.Duration) float64 { return float64(d.Milliseconds()) * 10_000 / float64(n) }
+	fmt.Fprintf(os.Stderr, "bench: %s: %.0f jobs/s; CPU per 10,000 jobs: %s %.0f ms, the machine's %.0f ms\n",
+		what, rate, whose, per(now.proc-before.proc), per(now.machine-before.machine))
+	return nil
 }
 
 // machineCPU is the CPU time every process of the machine has used
@@ -653,22 +659,22 @@ func completedOnMetrics(ctx context.Context, url, kind string) (int, error) {
 	if resp.StatusCode != http.StatusOK {
 		return 0, fmt.Errorf("GET /metrics: %s", resp.Status)
 	}
-	want := `ferry_job_duration_seconds_count{kind="` + kind + `",outcome="completed"} `
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), want); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				return 0, fmt.Errorf("/metrics: %q: %w", sc.Text(), err)
-			}
-			return int(f), nil
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return 0, fmt.Errorf("/metrics: %w", err)
+	}
+	const name = "ferry_job_duration_seconds"
+	for _, m := range families[name].GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		if labels["kind"] == kind && labels["outcome"] == "completed" {
+			return int(m.GetHistogram().GetSampleCount()), nil
 		}
 	}
-	if err := sc.Err(); err != nil {
-		return 0, err
-	}
-	return 0, fmt.Errorf("/metrics has no %s", strings.TrimSpace(want))
+	return 0, fmt.Errorf("/metrics has no %s_count{kind=%q,outcome=\"completed\"}", name, kind)
 }
 
 // tail is the end of p's stderr, for an error.
