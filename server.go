@@ -365,6 +365,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return fail(err)
 	}
+	// The ledger follows the jobs River reports written; a River client
+	// that works no queue has no events, and runs no job either.
+	var subscribe func(*river.SubscribeConfig) (<-chan *river.Event, func())
+	if len(queues) > 0 {
+		subscribe = s.river.SubscribeConfig
+	}
 	s.liveness, err = liveness.New(liveness.Config{
 		DatabaseURL: cfg.ElectionDatabaseURL,
 		ClientID:    clientID,
@@ -372,6 +378,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		TickTimeout: cfg.LeaderTickTimeout,
 		OnDead:      s.declaredDead,
 		Ledger:      ledger,
+		Subscribe:   subscribe,
 		Pool:        pool,
 		SettleAfter: cfg.SettleAfter,
 		Logger:      cfg.Logger,

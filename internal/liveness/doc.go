@@ -131,9 +131,12 @@
 // suite's primary failover found two).
 //
 // So each worker keeps a Ledger (its Middleware, outermost on the River
-// client) of the jobs whose worker it started and how each returned, and
-// after every heartbeat compares it with the jobs the database shows
-// running under its client id. It does so on its own pool, not on the
+// client) of the jobs whose worker it started and how each returned, until
+// River's client reports the outcome written (its events), and after a
+// heartbeat, every quarter of SettleAfter (or every tick, if longer),
+// compares it with the jobs the database shows running under its client
+// id that may be strays: those due before SettleAfter ago, and those the
+// Ledger holds finished and unreported for that long. It does so on its own pool, not on the
 // liveness session: a query there that a paused process lets time out
 // would close the session and free the lock of a live worker; on the
 // pool, the fence refuses its writes once the worker is declared dead,

@@ -189,3 +189,81 @@ func TestLedger_Forget(t *testing.T) {
 	_, gone := l.jobs[1]
 	require.False(t, gone)
 }
+
+// A finished job leaves the Ledger as soon as River's client reports its
+// outcome written (Config.Subscribe), not at a settle pass: with a
+// SettleAfter of an hour no pass may drop it, and every job the client
+// worked is gone from the Ledger once worked.
+func TestLedger_FollowsRiversWrites(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	ledger := NewLedger()
+	clientID := fmt.Sprintf("test-%d", b.seq.Add(1))
+	workers := river.NewWorkers()
+	river.AddWorker(workers, river.WorkFunc(func(ctx context.Context, job *river.Job[ledgerArgs]) error {
+		if job.Args.Outcome == "fail" {
+			return errors.New("the receiver said no")
+		}
+		return nil
+	}))
+	client, err := river.NewClient(riverpgxv5.New(b.pool), &river.Config{
+		ID: clientID, Logger: (&logtest.Recorder{}).Logger(), Middleware: []rivertype.Middleware{ledger.Middleware()},
+		Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 10}}, Workers: workers,
+		TestOnly: true,
+	})
+	require.NoError(t, err)
+	w, err := New(Config{
+		DatabaseURL: b.url, ClientID: clientID, Tick: 200 * time.Millisecond, TickTimeout: time.Second,
+		Ledger: ledger, Subscribe: client.SubscribeConfig, Pool: b.pool, SettleAfter: time.Hour,
+		Logger: (&logtest.Recorder{}).Logger(),
+	})
+	require.NoError(t, err)
+	require.NoError(t, w.Start(ctx))
+	t.Cleanup(w.Stop)
+
+	var ids []int64
+	for i := range 50 {
+		outcome := "ok"
+		if i%10 == 0 {
+			outcome = "fail"
+		}
+		res, err := client.Insert(ctx, ledgerArgs{Outcome: outcome}, nil)
+		require.NoError(t, err)
+		ids = append(ids, res.Job.ID)
+	}
+	require.NoError(t, client.Start(ctx))
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		_ = client.Stop(sctx)
+	})
+	require.Eventually(t, func() bool {
+		var left int
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE id = ANY($1) AND state IN ('available', 'running')`, ids).Scan(&left))
+		return left == 0
+	}, 20*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return ledger.Len() == 0 }, 5*time.Second, 10*time.Millisecond,
+		"every job River wrote is dropped from the Ledger")
+}
+
+// Without River's report (no Subscribe, or an event dropped), a finished
+// job stays in the Ledger until a settle pass reads it by id, once it is
+// older than SettleAfter: no longer running, it is forgotten, and nothing
+// is written.
+func TestLedger_UnreportedFinishedJobForgotten(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	ledger := NewLedger()
+	w := b.settler(t, ledger, time.Second, nil, &logtest.Recorder{})
+	id := b.running(t, w.ClientID(), 1, 25)
+	ledger.started(id, 1, nil)
+	ledger.finished(id, 1, nil)
+	_, err := b.pool.Exec(ctx, `UPDATE river_job SET state = 'completed', finalized_at = now() WHERE id = $1`, id)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return ledger.Len() == 0 }, 10*time.Second, 20*time.Millisecond)
+	state, _, reason := b.settledReason(t, id)
+	require.Equal(t, "completed", state)
+	require.Empty(t, reason, "River's outcome stands")
+}

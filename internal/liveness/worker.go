@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivershared/startstop"
 
 	"github.com/ferryq/ferry/internal/base/redact"
@@ -130,7 +131,13 @@ type Config struct {
 	Ledger      *Ledger
 	Pool        *pgxpool.Pool
 	SettleAfter time.Duration
-	Logger      *slog.Logger
+	// Subscribe, with Ledger, is the River client's SubscribeConfig: the
+	// worker follows the client's finished jobs (FinishedEvents) and drops
+	// each from the Ledger once River has written its outcome. Without it
+	// a finished job stays in the Ledger for SettleAfter, until a settle
+	// pass reads it by id.
+	Subscribe func(*river.SubscribeConfig) (<-chan *river.Event, func())
+	Logger    *slog.Logger
 	// Registerer, when set, gets ferry_jobs_settled_total.
 	Registerer prometheus.Registerer
 }
@@ -240,16 +247,25 @@ func (w *Worker) Start(ctx context.Context) error {
 		closeQuietly(conn)
 		return nil
 	}
+	var events <-chan *river.Event
+	unsubscribe := func() {}
+	if w.cfg.Ledger != nil && w.cfg.Subscribe != nil {
+		// Room for a second of a fast worker's jobs: River drops an event
+		// a full channel cannot take, and the Ledger then keeps that job
+		// until a settle pass reads it.
+		events, unsubscribe = w.cfg.Subscribe(&river.SubscribeConfig{Kinds: FinishedEvents, ChanSize: 50_000})
+	}
 	go func() {
 		defer stopped()
+		defer unsubscribe()
 		started()
-		watched := make(chan struct{})
-		go func() {
-			defer close(watched)
-			w.watch(ctx)
-		}()
+		var wg sync.WaitGroup
+		wg.Go(func() { w.watch(ctx) })
+		if events != nil {
+			wg.Go(func() { w.cfg.Ledger.follow(ctx, events) })
+		}
 		w.run(ctx, conn)
-		<-watched
+		wg.Wait()
 	}()
 	return nil
 }
@@ -477,6 +493,7 @@ func (w *Worker) run(ctx context.Context, conn *pgx.Conn) {
 	id := w.ID()
 	t := time.NewTimer(w.cfg.Tick)
 	defer t.Stop()
+	var settled time.Time // the last settle pass
 	for {
 		lost := w.wait(ctx, conn, t)
 		if ctx.Err() != nil {
@@ -537,7 +554,9 @@ func (w *Worker) run(ctx context.Context, conn *pgx.Conn) {
 			}
 		default:
 			w.confirm(sent)
-			w.settle(ctx)
+			if time.Since(settled) >= w.settleEvery() && w.settle(ctx) {
+				settled = time.Now()
+			}
 		}
 	}
 }
@@ -606,11 +625,21 @@ func (w *Worker) retake(ctx context.Context, id int32, t *time.Timer) (conn *pgx
 // to take its lock again.
 const retakeEvery = time.Second
 
-// settle settles the strays (Ledger) on the worker's pool: a failed pass
-// is logged and tried again next tick.
-func (w *Worker) settle(ctx context.Context) {
+// settleEvery is the least time between two settle passes, which follow
+// heartbeats: a quarter of SettleAfter, or the tick if longer. A stray is
+// settled once it has been one for SettleAfter, so a pass every tick would
+// find nothing more, sooner; each pass reads the part of River's fetch
+// index that holds running jobs, dead entries of the jobs worked since the
+// last vacuum included (straysSQL), so the passes cost in proportion to
+// how often they run.
+func (w *Worker) settleEvery() time.Duration { return max(w.cfg.Tick, w.cfg.SettleAfter/4) }
+
+// settle settles the strays (Ledger) on the worker's pool and reports
+// whether the pass succeeded: a failed pass is logged and tried again next
+// tick.
+func (w *Worker) settle(ctx context.Context) bool {
 	if w.cfg.Ledger == nil {
-		return
+		return true
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.TickTimeout)
 	defer cancel()
@@ -618,6 +647,12 @@ func (w *Worker) settle(ctx context.Context) {
 	if err != nil {
 		w.cfg.Logger.Warn("liveness: settling stray jobs failed; trying again next tick", "client_id", w.cfg.ClientID, "error", redact.Postgres(err.Error()))
 	}
+	w.count(s)
+	return err == nil
+}
+
+// count counts and logs what a settle pass wrote.
+func (w *Worker) count(s Settled) {
 	if s.Total() == 0 {
 		return
 	}
