@@ -14,7 +14,7 @@ func (s *Server) RelayInserterForTest() *river.Client[pgx.Tx] { return s.relayIn
 // AppendServiceForTest adds a service that Run starts after the others, so
 // that a test can make a start fail after River started.
 func (s *Server) AppendServiceForTest(start func(context.Context) error, stop func()) {
-	s.services = append(s.services, funcService{start: start, stop: stop})
+	s.build.Service(funcService{start: start, stop: stop})
 }
 
 type funcService struct {

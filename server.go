@@ -17,7 +17,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
-	"github.com/riverqueue/river/rivertype"
 	"riverqueue.com/riverui"
 
 	"github.com/ferryq/ferry/broadcast"
@@ -25,6 +24,7 @@ import (
 	"github.com/ferryq/ferry/internal/admin"
 	"github.com/ferryq/ferry/internal/base/dburl"
 	"github.com/ferryq/ferry/internal/base/redact"
+	"github.com/ferryq/ferry/internal/capability"
 	"github.com/ferryq/ferry/internal/config"
 	"github.com/ferryq/ferry/internal/limit"
 	"github.com/ferryq/ferry/internal/liveness"
@@ -91,8 +91,9 @@ type Server struct {
 	outboxMaxAttempts int
 	started           chan struct{}
 
+	// build is what the capabilities contributed (internal/capability): its
 	// services start after River, in order, and stop in reverse order.
-	services []service
+	build *capability.Build
 	// liveness starts before River fetches and stops after it stopped.
 	liveness *liveness.Worker
 	// dead is cancelled with liveness.ErrDeclaredDead when this worker
@@ -104,13 +105,6 @@ type Server struct {
 	mu      sync.Mutex
 	running bool // Run was called
 	closed  bool // Close was called, or Run returned
-}
-
-// service is the lifecycle shape every long-running part of ferry has
-// (startstop.Service): Start returns once running, Stop is safe twice.
-type service interface {
-	Start(ctx context.Context) error
-	Stop()
 }
 
 // Errors of the Server's lifecycle.
@@ -171,6 +165,14 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			return nil, &configError{err: fmt.Errorf("telegram: a command router is registered for bot %q, which the config file does not name", bot)}
 		}
 		routeList = append(routeList, cfg.TelegramRouters[bot].Route(bot, "telegram-"+bot+"-commands", client))
+	}
+	limits, err := limit.NewCapability(file.Limits, cfg.FetchPollInterval)
+	if err != nil {
+		return nil, &configError{err: err}
+	}
+	retained, err := retention.NewCapability(retention.Section{Ticks: cfg.TickRetention, Terms: cfg.TermRetention, TelegramMalformed: cfg.TelegramMalformedRetention})
+	if err != nil {
+		return nil, err
 	}
 	routes, err := outbox.NewRoutes(routeList...)
 	if err != nil {
@@ -239,10 +241,6 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// worker's liveness lease: through its middleware (outermost, below)
 	// and through each job's own context (liveness.Ledger).
 	ledger := liveness.NewLedger()
-	workers, err := registry.WorkersWith(ledger.JobContext)
-	if err != nil {
-		return fail(err)
-	}
 
 	s.migrator, err = migrations.New(sessions, cfg.Logger, migrations.InSchema(cfg.Schema))
 	if err != nil {
@@ -282,6 +280,23 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	for name, n := range queueWorkerCounts {
 		queues[name] = river.QueueConfig{MaxWorkers: n}
 	}
+	// The elector is the leader layer the capabilities register their
+	// leader runnables on; it needs nothing they build.
+	s.elector, err = election.New(election.Config{
+		DatabaseURL: cfg.ElectionDatabaseURL,
+		Key:         cfg.ElectionKey,
+		Tick:        cfg.LeaderTick,
+		TickTimeout: cfg.LeaderTickTimeout,
+		Probe:       cfg.StandbyProbe,
+		Logger:      cfg.Logger,
+		Registerer:  s.metrics.Registry,
+	})
+	if err != nil {
+		return fail(err)
+	}
+	s.build = &capability.Build{Pool: pool, Sessions: sessions, Schema: cfg.Schema, ClientID: clientID, Logger: cfg.Logger,
+		Kinds: registry, Metrics: s.metrics.Registry, Elector: s.elector, Queues: queueWorkerCounts}
+	build := s.build
 	// The unique-key middleware makes jobs.WithUniqueKey hold on every
 	// insert through this client (the scheduler's, the relay's, Telegram's,
 	// an embedder's), as it does through a jobs.Inserter; with seal keys,
@@ -289,31 +304,37 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// refuses, before its worker, any job ferry did not seal. Innermost, the
 	// error middleware bounds (or, for kinds with jobs.SensitiveErrors,
 	// withholds) an error's message before ferry logs it and River stores it.
-	middleware := jobs.Middleware(cfg.SealKeys.WithEncryption(cfg.SealEncrypt))
+	build.Middleware(capability.LayerInsert, jobs.Middleware(cfg.SealKeys.WithEncryption(cfg.SealEncrypt))...)
 	if cfg.SealKeys.Len() > 0 {
 		s.verifier, err = seal.NewVerifier(seal.VerifierConfig{Keys: cfg.SealKeys, ReplayWindow: cfg.SealReplayWindow, Logger: cfg.Logger})
 		if err != nil {
 			return fail(err)
 		}
-		middleware = append(middleware, s.verifier)
+		build.Middleware(capability.LayerAdmit, s.verifier)
 		if err := s.metrics.Registry.Register(sealCollector{s.verifier}); err != nil {
 			return fail(err)
 		}
 	}
-	// Limits hold a job over its limit before the metrics and traces see
-	// it, and after the verifier has refused what ferry did not seal.
-	s.limiter, err = limit.New(limit.Config{Pool: pool, Limits: file.Limits, Schema: cfg.Schema, Lead: cfg.FetchPollInterval, Logger: cfg.Logger})
-	if err != nil {
-		return fail(&configError{err: err})
-	}
-	if len(file.Limits) > 0 {
-		middleware = append(middleware, s.limiter.Middleware())
-	}
 	// Outermost, the ledger's middleware.
-	middleware = append([]rivertype.Middleware{ledger.Middleware()}, middleware...)
-	// The tracing middleware wraps the error middleware, so a span's status
-	// holds the error as River stores it (bounded, or withheld).
-	middleware = append(middleware, s.metrics.Middleware(), tracing.Middleware(cfg.TracerProvider), jobs.ErrorMiddleware(registry.Sensitive))
+	build.Middleware(capability.LayerLease, ledger.Middleware())
+	build.JobContext(ledger.JobContext)
+	build.Middleware(capability.LayerErrors, jobs.ErrorMiddleware(registry.Sensitive))
+	// The capabilities, in order. The metrics middleware wraps the tracing
+	// one, which wraps the error middleware, so that a span's status holds
+	// the error as River stores it (bounded, or withheld).
+	if err := build.Add(limits, s.metrics, tracing.NewCapability(cfg.TracerProvider), retained); err != nil {
+		return fail(err)
+	}
+	s.limiter = limits.Limiter()
+	middleware := build.WorkMiddleware()
+	// Every kind registered by now, the capabilities' among them.
+	workers, err := registry.WorkersWith(build.WrapJobContext())
+	if err != nil {
+		return fail(err)
+	}
+	if cfg.SealKeys.Len() > 0 {
+		build.Ready(func(context.Context) error { return s.sealReady() })
+	}
 	s.river, err = river.NewClient(riverpgxv5.New(pool), &river.Config{
 		// The id is the worker's identity in attempted_by, in ferry_worker
 		// and in the fence on river_job (internal/liveness).
@@ -341,19 +362,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return fail(fmt.Errorf("ferry: new river client: %w", err))
 	}
+	build.SetRiver(s.river)
 
-	s.elector, err = election.New(election.Config{
-		DatabaseURL: cfg.ElectionDatabaseURL,
-		Key:         cfg.ElectionKey,
-		Tick:        cfg.LeaderTick,
-		TickTimeout: cfg.LeaderTickTimeout,
-		Probe:       cfg.StandbyProbe,
-		Logger:      cfg.Logger,
-		Registerer:  s.metrics.Registry,
-	})
-	if err != nil {
-		return fail(err)
-	}
 	s.sched, err = periodic.New(periodic.Config{
 		Pool:       pool,
 		Inserter:   s.river,
@@ -387,6 +397,22 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return fail(err)
 	}
+	// The worker is alive, in the database's eyes, from before its River
+	// client fetches a job until after it has stopped.
+	build.Around(aliveService{s.liveness})
+	// The routes this worker delivers count for every relay while its
+	// liveness lock is held; they are declared before its River client
+	// fetches their queues.
+	build.Around(capability.Step(func(ctx context.Context) error {
+		return outbox.Publish(ctx, s.pool, s.liveness.ClientID(), s.routes)
+	}))
+	// Before River fetches: the database claims the run ids of sealed jobs
+	// as they are written (the first worker with keys arms it), and the
+	// unsealed jobs counted are still waiting.
+	build.Around(capability.Step(s.armSeal))
+	// The limits are in ferry_limit before a job waits for one: the sweep
+	// wakes the jobs of limits that no worker has registered.
+	build.Around(capability.Step(s.limiter.Register))
 	rescuer, err := liveness.NewRescuer(liveness.RescuerConfig{
 		Pool:        pool,
 		Leader:      s.elector,
@@ -407,9 +433,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// it runs while a new leader still defers to a crashed predecessor,
 	// so a dead leader's jobs are rescued within a pass of the failover,
 	// not after the deferral.
-	s.elector.RegisterFenced("rescue", rescuer.Run)
-	s.elector.Register("broadcast-leader", s.announceLeader)
-	s.elector.Register("broadcast-console", s.watchConsole)
+	build.FencedLeader("rescue", rescuer.Run)
+	build.Leader("broadcast-leader", s.announceLeader)
+	build.Leader("broadcast-console", s.watchConsole)
 	// The relay inserts its delivery jobs through a River client of its
 	// own, which works no queue and carries the same insert middleware
 	// (unique keys, seals, trace context, metrics). River's client sends an
@@ -432,19 +458,15 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.relay = outbox.NewRelay(outbox.RelayConfig{Pool: pool, ListenConfig: sessions.Config().ConnConfig, Schema: cfg.Schema, Inserter: s.relayInserter, Routes: delivered, RouteGrace: cfg.OutboxRouteGrace, MaxAttempts: maxAttempts, Tracer: tracing.Outbox(cfg.TracerProvider), Logger: cfg.Logger,
 		ReleaseElsewhere: true})
-	s.services = []service{s.elector, s.sched, s.relay}
+	// The election runs beside the workers: whatever it does (an
+	// unreachable lock database, a lost lock), jobs keep being worked. The
+	// local schedules and the outbox relay run in every process.
+	build.Service(s.elector)
+	build.Service(s.sched)
+	build.Service(s.relay)
 	// The release pass of ordered deliveries reads every waiting one: on
 	// the leader only, not on every replica.
-	s.elector.Register("outbox-release", s.relay.RunReleases)
-	if len(file.Limits) > 0 {
-		if len(queues) > 0 { // a River client that works no queue has no events
-			s.services = append(s.services, &limitService{limiter: s.limiter, client: s.river, logger: cfg.Logger})
-		}
-		s.elector.Register("limits", s.limiter.Sweeper())
-		if err := s.metrics.Registry.Register(metrics.NewLimitCollector(pool, cfg.Logger)); err != nil {
-			return fail(err)
-		}
-	}
+	build.Leader("outbox-release", s.relay.RunReleases)
 	if err := s.metrics.Registry.Register(metrics.NewOutboxCollector(pool, cfg.Logger)); err != nil {
 		return fail(err)
 	}
@@ -466,36 +488,27 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			return fail(&configError{err: err})
 		}
 		s.botStatus = append(s.botStatus, p.Status)
-		s.elector.Register("telegram."+b.Name, p.Run)
+		build.Leader("telegram."+b.Name, p.Run)
 	}
 	// Bounded queues: give back, every minute, the admissions of
 	// transactions that rolled back (package jobs, "Bounded queues").
-	s.elector.Register("queue-recount", jobs.QueueRecounter(pool, time.Minute, cfg.Logger))
+	build.Leader("queue-recount", jobs.QueueRecounter(pool, time.Minute, cfg.Logger))
 	// The deliveries of a route that no live worker declares any more wait
 	// for it, then are stuck, on the same grace as messages.
-	s.elector.Register("outbox-route-sweep", outbox.RouteSweeper{Pool: pool, Client: s.river, Grace: cfg.OutboxRouteGrace, Logger: cfg.Logger}.Run)
+	build.Leader("outbox-route-sweep", outbox.RouteSweeper{Pool: pool, Client: s.river, Grace: cfg.OutboxRouteGrace, Logger: cfg.Logger}.Run)
 	if s.verifier != nil {
-		s.elector.Register("seal-claims", seal.Cleaner(pool, cfg.SealReplayWindow, cfg.Logger))
+		build.Leader("seal-claims", seal.Cleaner(pool, cfg.SealReplayWindow, cfg.Logger))
 	}
-	cleaner, err := retention.New(retention.Config{
-		Pool:       pool,
-		Tables:     retention.Tables(cfg.TickRetention, cfg.TermRetention, cfg.TelegramMalformedRetention),
-		Logger:     cfg.Logger,
-		Registerer: s.metrics.Registry,
-	})
-	if err != nil {
-		return fail(err)
-	}
-	s.elector.Register("retention", cleaner.Run)
 	if cfg.OutboxRetention > 0 {
-		s.elector.Register("outbox-retention", outbox.Retention{Pool: pool, Keep: cfg.OutboxRetention, Logger: cfg.Logger}.Run)
+		build.Leader("outbox-retention", outbox.Retention{Pool: pool, Keep: cfg.OutboxRetention, Logger: cfg.Logger}.Run)
 	}
 	if s.sched.Durable() {
-		s.elector.Register("periodic", s.sched.Run)
+		build.Leader("periodic", s.sched.Run)
 	}
 	for _, r := range cfg.LeaderRunnables {
-		s.elector.Register(r.Name, r.Run)
+		build.Leader(r.Name, r.Run)
 	}
+	build.RegisterLeaders(s.elector)
 
 	if cfg.AdminAddr != "off" {
 		s.riverUI, err = riverui.NewHandler(&riverui.HandlerOpts{
@@ -629,7 +642,7 @@ func (s *Server) ready(ctx context.Context) error {
 	if err := s.migrator.Check(ctx); err != nil {
 		return err
 	}
-	return s.sealReady()
+	return s.build.CheckReady(ctx)
 }
 
 // Run publishes the registered kinds, starts the admin server, the River
@@ -686,35 +699,14 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 		defer s.admin.Stop()
 	}
-	// The worker is alive, in the database's eyes, from before its River
-	// client fetches a job until after it has stopped.
-	if err := s.liveness.Start(context.WithoutCancel(ctx)); err != nil {
-		return err
-	}
-	defer s.liveness.Stop()
-	// The routes this worker delivers count for every relay while its
-	// liveness lock is held; they are declared before its River client
-	// fetches their queues.
-	if err := outbox.Publish(ctx, s.pool, s.liveness.ClientID(), s.routes); err != nil {
-		return err
-	}
-	// Before River fetches: the database claims the run ids of sealed jobs
-	// as they are written (the first worker with keys arms it), and the
-	// unsealed jobs counted are still waiting.
-	if s.verifier != nil {
-		armed, err := seal.Arm(ctx, s.pool)
-		if err != nil {
+	// What the capabilities do before River fetches a job (the worker's
+	// liveness, the routes it declares, the seal's trigger, the limits),
+	// in order; each stops after River has stopped, in reverse order.
+	for _, svc := range s.build.AroundServices() {
+		if err := svc.Start(ctx); err != nil {
 			return err
 		}
-		if armed {
-			s.cfg.Logger.Info("seal: the database now claims the run ids of sealed jobs as they are written")
-		}
-	}
-	s.logSeal(ctx)
-	// The limits are in ferry_limit before a job waits for one: the sweep
-	// wakes the jobs of limits that no worker has registered.
-	if err := s.limiter.Register(ctx); err != nil {
-		return err
+		defer svc.Stop()
 	}
 	// River's work contexts must outlive ctx: stopRiver is what ends them,
 	// after the grace period. From here on every return stops River.
@@ -727,10 +719,8 @@ func (s *Server) Run(ctx context.Context) error {
 			s.stopRiver()
 		}
 	}()
-	// The election runs beside the workers: whatever it does (an unreachable
-	// lock database, a lost lock), jobs keep being worked. The local
-	// schedules and the outbox relay run in every process.
-	for _, svc := range s.services {
+	// The capabilities' services (build.Service), in order.
+	for _, svc := range s.build.Services() {
 		if err := svc.Start(ctx); err != nil {
 			return err
 		}
@@ -762,6 +752,13 @@ func (s *Server) Run(ctx context.Context) error {
 	s.stopRiver()
 	return nil
 }
+
+// aliveService starts the worker's liveness on a context that Run's end
+// does not cancel: it stops when Run stops it, after River has stopped.
+type aliveService struct{ w *liveness.Worker }
+
+func (a aliveService) Start(ctx context.Context) error { return a.w.Start(context.WithoutCancel(ctx)) }
+func (a aliveService) Stop()                           { a.w.Stop() }
 
 // declaredDead is the liveness worker's OnDead: Run stops and returns err.
 func (s *Server) declaredDead(err error) {

@@ -14,6 +14,23 @@ import (
 // /readyz fails: long enough for a deploy or an operator to see it.
 const sealNotReadyFor = 15 * time.Minute
 
+// armSeal arms the database's claim of sealed jobs' run ids when this
+// worker has keys (seal.Arm), and says at start whether jobs are sealed
+// (logSeal).
+func (s *Server) armSeal(ctx context.Context) error {
+	if s.verifier != nil {
+		armed, err := seal.Arm(ctx, s.pool)
+		if err != nil {
+			return err
+		}
+		if armed {
+			s.cfg.Logger.Info("seal: the database now claims the run ids of sealed jobs as they are written")
+		}
+	}
+	s.logSeal(ctx)
+	return nil
+}
+
 // logSeal says at start whether jobs are sealed. Without keys it is the
 // contract warning. With keys it counts the unsealed jobs among the next
 // 1000 available jobs of each of this worker's queues: each will be

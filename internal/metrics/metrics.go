@@ -20,6 +20,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/ferryq/ferry/internal/capability"
 	"github.com/ferryq/ferry/jobs"
 )
 
@@ -240,4 +241,14 @@ func countJobs(ctx context.Context, pool *pgxpool.Pool, sql string) ([]jobCount,
 		var jc jobCount
 		return jc, row.Scan(&jc.queue, &jc.state, &jc.n)
 	})
+}
+
+// Name is "metrics": the Metrics are a capability too (capability.Build).
+func (m *Metrics) Name() string { return "metrics" }
+
+// Build records the metrics middleware, which times every job by kind and
+// outcome (ferry_job_duration_seconds).
+func (m *Metrics) Build(b *capability.Build) error {
+	b.Middleware(capability.LayerObserve, m.Middleware())
+	return nil
 }

@@ -21,13 +21,13 @@ var (
 // the Prometheus client.
 type OutboxCollector struct {
 	pool  *pgxpool.Pool
-	cache *readCache
+	cache *ReadCache
 }
 
 // NewOutboxCollector returns a collector over pool.
 func NewOutboxCollector(pool *pgxpool.Pool, log *slog.Logger) *OutboxCollector {
 	c := &OutboxCollector{pool: pool}
-	c.cache = newReadCache("outbox counts", 5*time.Second, c.read, log)
+	c.cache = NewReadCache("outbox counts", 5*time.Second, c.read, log)
 	return c
 }
 
@@ -38,12 +38,13 @@ func (c *OutboxCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 // Collect implements prometheus.Collector.
-func (c *OutboxCollector) Collect(ch chan<- prometheus.Metric) { c.cache.collect(ch) }
+func (c *OutboxCollector) Collect(ch chan<- prometheus.Metric) { c.cache.Collect(ch) }
 
-// readCache holds the metrics a collector reads from the database, read
+// ReadCache holds the metrics a collector reads from the database, read
 // again at a scrape once they are older than ttl; a failed read keeps the
-// last ones and logs a warning.
-type readCache struct {
+// last ones and logs a warning. A capability's collector of database
+// counts uses one (internal/limit's, the outbox's).
+type ReadCache struct {
 	what string
 	ttl  time.Duration
 	read func() ([]prometheus.Metric, error)
@@ -54,14 +55,18 @@ type readCache struct {
 	cached []prometheus.Metric
 }
 
-func newReadCache(what string, ttl time.Duration, read func() ([]prometheus.Metric, error), log *slog.Logger) *readCache {
+// NewReadCache returns a ReadCache of what read returns, named what in its
+// warnings.
+func NewReadCache(what string, ttl time.Duration, read func() ([]prometheus.Metric, error), log *slog.Logger) *ReadCache {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &readCache{what: what, ttl: ttl, read: read, log: log}
+	return &ReadCache{what: what, ttl: ttl, read: read, log: log}
 }
 
-func (c *readCache) collect(ch chan<- prometheus.Metric) {
+// Collect sends the cached metrics, read again first when older than the
+// cache's ttl.
+func (c *ReadCache) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if time.Since(c.at) > c.ttl {

@@ -30,6 +30,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ferryq/ferry/internal/base/loop"
+	"github.com/ferryq/ferry/internal/capability"
 )
 
 // Defaults.
@@ -169,4 +170,43 @@ func (c *Cleaner) Clean(ctx context.Context) (map[string]int64, error) {
 		}
 	}
 	return out, nil
+}
+
+// Section is the retention capability's configuration: how long each
+// history table keeps its rows (0 is DefaultKeep, negative keeps them
+// forever).
+type Section struct {
+	// Ticks keeps the schedule's ticks (FERRY_TICK_RETENTION).
+	Ticks time.Duration
+	// Terms keeps the leader terms (FERRY_TERM_RETENTION).
+	Terms time.Duration
+	// TelegramMalformed keeps Telegram's malformed updates
+	// (FERRY_TELEGRAM_MALFORMED_RETENTION).
+	TelegramMalformed time.Duration
+}
+
+// Capability is the retention of ferry's history tables: a leader runnable
+// (the Cleaner) and its metric.
+type Capability struct{ tables []Table }
+
+// NewCapability checks sec and returns the capability.
+func NewCapability(sec Section) (*Capability, error) {
+	tables := Tables(sec.Ticks, sec.Terms, sec.TelegramMalformed)
+	if _, err := New(Config{Tables: tables}); err != nil {
+		return nil, err
+	}
+	return &Capability{tables: tables}, nil
+}
+
+// Name is "retention".
+func (*Capability) Name() string { return "retention" }
+
+// Build records the Cleaner as the leader runnable "retention".
+func (c *Capability) Build(b *capability.Build) error {
+	cleaner, err := New(Config{Pool: b.Pool, Tables: c.tables, Logger: b.Logger, Registerer: b.Metrics})
+	if err != nil {
+		return err
+	}
+	b.Leader("retention", cleaner.Run)
+	return nil
 }

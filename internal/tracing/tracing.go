@@ -36,6 +36,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/ferryq/ferry/internal/base/traceparent"
+	"github.com/ferryq/ferry/internal/capability"
 	"github.com/ferryq/ferry/otelferry"
 )
 
@@ -134,4 +135,23 @@ func (m *middleware) work(ctx context.Context, job *rivertype.JobRow, doInner fu
 		}
 	}
 	return err
+}
+
+// Capability is the worker's tracing: the span of every job
+// ("river.work/<kind>").
+type Capability struct{ tp trace.TracerProvider }
+
+// NewCapability returns the tracing capability on tp (nil: the global
+// provider, as Middleware).
+func NewCapability(tp trace.TracerProvider) *Capability { return &Capability{tp: tp} }
+
+// Name is "tracing".
+func (*Capability) Name() string { return "tracing" }
+
+// Build records the tracing middleware, inside the metrics one (recorded
+// after it, in the same layer) and around the error middleware, so that a
+// span's status holds the error as River stores it.
+func (c *Capability) Build(b *capability.Build) error {
+	b.Middleware(capability.LayerObserve, Middleware(c.tp))
+	return nil
 }

@@ -1,4 +1,4 @@
-package metrics
+package limit
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/ferryq/ferry/internal/limit"
+	"github.com/ferryq/ferry/internal/metrics"
 )
 
 // maxLimitKeys bounds the keys reported per limit (the busiest): a limit
@@ -25,16 +25,16 @@ var (
 )
 
 // LimitCollector reports the use of the config file's limits from the
-// database (package internal/limit), the same on every replica.
+// database, the same on every replica.
 type LimitCollector struct {
 	pool  *pgxpool.Pool
-	cache *readCache
+	cache *metrics.ReadCache
 }
 
 // NewLimitCollector returns a collector over pool.
 func NewLimitCollector(pool *pgxpool.Pool, log *slog.Logger) *LimitCollector {
 	c := &LimitCollector{pool: pool}
-	c.cache = newReadCache("limits", 2*time.Second, c.read, log)
+	c.cache = metrics.NewReadCache("limits", 2*time.Second, c.read, log)
 	return c
 }
 
@@ -45,12 +45,12 @@ func (c *LimitCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 // Collect implements prometheus.Collector.
-func (c *LimitCollector) Collect(ch chan<- prometheus.Metric) { c.cache.collect(ch) }
+func (c *LimitCollector) Collect(ch chan<- prometheus.Metric) { c.cache.Collect(ch) }
 
 func (c *LimitCollector) read() ([]prometheus.Metric, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	limits, err := limit.List(ctx, c.pool)
+	limits, err := List(ctx, c.pool)
 	if err != nil {
 		return nil, err
 	}
@@ -58,7 +58,7 @@ func (c *LimitCollector) read() ([]prometheus.Metric, error) {
 	for _, l := range limits {
 		keys := l.Keys[:min(len(l.Keys), maxLimitKeys)]
 		if len(keys) == 0 {
-			keys = []limit.KeyStatus{{}} // an idle limit reads 0, not absent
+			keys = []KeyStatus{{}} // an idle limit reads 0, not absent
 		}
 		for _, k := range keys {
 			inUse := k.Running

@@ -1,0 +1,265 @@
+// Package capability is ferry's floor plan: the one shape every capability
+// of a ferry server has, and the record of what each contributes.
+//
+// A capability (the leader's rescue, the scheduler, the outbox, Telegram,
+// limits, seals, the retention of history tables, …) is a value its own
+// package constructs from its own config section, validating it there. The
+// server (package ferry's New) builds the shared parts first (the pools,
+// the job kinds' registry, the metrics registry, the elector), then calls
+// each capability's Build, in the order of its list, with one Build record
+// that collects what the capability contributes:
+//
+//   - job kinds (Build.Kinds) and River middleware, each at its Layer;
+//   - services to start and stop, around River or beside it (Around,
+//     Service), in ferry's one lifecycle shape (startstop);
+//   - leader runnables (Leader, FencedLeader);
+//   - metrics collectors (Build.Metrics) and readiness checks (Ready).
+//
+// Then the server builds the River client from what was recorded (a
+// service reads it with River from its Start on) and runs it. A capability never reaches into another's fields: one that needs
+// another gets it as an argument of its constructor, and the list's order
+// shows it.
+package capability
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/ferryq/ferry/election"
+	"github.com/ferryq/ferry/jobs"
+)
+
+// Capability is one thing a ferry server does.
+type Capability interface {
+	// Name names the capability in errors ("outbox", "limits").
+	Name() string
+	// Build records what the capability contributes to the server. It
+	// runs once, before the River client exists, in the order of the
+	// server's list.
+	Build(b *Build) error
+}
+
+// Service is ferry's one lifecycle shape (startstop): Start returns once
+// running, Stop is safe twice and after a failed Start.
+type Service interface {
+	Start(ctx context.Context) error
+	Stop()
+}
+
+// Layer is where a River middleware sits in the chain around each job,
+// outermost first. Within a layer, middleware keeps the order in which the
+// capabilities recorded it.
+type Layer int
+
+const (
+	// LayerLease holds every job to the worker's liveness lease
+	// (internal/liveness): outermost, so that nothing runs outside it.
+	LayerLease Layer = iota
+	// LayerInsert is the insert middleware (jobs.Middleware: trace
+	// context, unique keys, seals). River runs insert and work middleware
+	// apart; the layer only orders inserts among themselves.
+	LayerInsert
+	// LayerAdmit refuses or holds a job before anything observes it (the
+	// seal verifier, then limits).
+	LayerAdmit
+	// LayerObserve measures and traces the jobs that run.
+	LayerObserve
+	// LayerErrors is innermost: it bounds (or withholds) a job's error
+	// before it is observed, logged and stored.
+	LayerErrors
+)
+
+// Build is the record of what the capabilities contribute, and what they
+// share. The server makes one; each capability's Build adds to it.
+type Build struct {
+	// Pool carries job traffic (through a transaction pooler when one is
+	// configured); Sessions is for what needs a lasting session (Pool
+	// itself without a pooler).
+	Pool     *pgxpool.Pool
+	Sessions *pgxpool.Pool
+	// Schema is the deployment's schema ("" for the search_path's first).
+	Schema string
+	// ClientID is this process's River client id: its worker's identity.
+	ClientID string
+	Logger   *slog.Logger
+	// Kinds is the registry of the job kinds this process works; a
+	// capability adds its own.
+	Kinds *jobs.Registry
+	// Metrics is where a capability registers its collectors.
+	Metrics prometheus.Registerer
+	// Elector is the leader layer, for capabilities that ask who leads; a
+	// capability adds its leader runnables with Leader and FencedLeader.
+	Elector *election.Elector
+	// Queues is the worker count of every queue the River client works
+	// (none: a client that only inserts, which runs no job and has no
+	// events).
+	Queues map[string]int
+
+	river *river.Client[pgx.Tx]
+
+	capability string // the one whose Build runs
+	middleware []placed
+	jobContext []func(context.Context) context.Context
+	around     []Service
+	services   []Service
+	leaders    []leader
+	ready      []check
+}
+
+type placed struct {
+	layer Layer
+	mw    rivertype.Middleware
+}
+
+type leader struct {
+	name   string
+	run    election.Runnable
+	fenced bool
+}
+
+type check struct {
+	name string
+	fn   func(context.Context) error
+}
+
+// River is the server's River client once the server has built it (from
+// what Build recorded): nil during Build; a service reads it from its
+// Start on.
+func (b *Build) River() *river.Client[pgx.Tx] { return b.river }
+
+// SetRiver hands the server's River client to the capabilities (River).
+func (b *Build) SetRiver(rc *river.Client[pgx.Tx]) { b.river = rc }
+
+// Add runs each capability's Build in order and names the capability in a
+// failure.
+func (b *Build) Add(caps ...Capability) error {
+	for _, c := range caps {
+		b.capability = c.Name()
+		if err := c.Build(b); err != nil {
+			return fmt.Errorf("%s: %w", c.Name(), err)
+		}
+	}
+	b.capability = ""
+	return nil
+}
+
+// Middleware records River middleware at a layer.
+func (b *Build) Middleware(layer Layer, mw ...rivertype.Middleware) {
+	for _, m := range mw {
+		b.middleware = append(b.middleware, placed{layer: layer, mw: m})
+	}
+}
+
+// JobContext records a wrapper of every job's context, applied to the
+// context River gives the job's worker.
+func (b *Build) JobContext(wrap func(context.Context) context.Context) {
+	b.jobContext = append(b.jobContext, wrap)
+}
+
+// Around records a service that starts before the River client fetches a
+// job and stops after it has stopped: in order, and in reverse.
+func (b *Build) Around(s Service) { b.around = append(b.around, s) }
+
+// Service records a service that starts once the River client runs and
+// stops, in reverse order, before the client stops.
+func (b *Build) Service(s Service) { b.services = append(b.services, s) }
+
+// Leader records a runnable of the leader's (election.Elector.Register).
+func (b *Build) Leader(name string, run election.Runnable) {
+	b.leaders = append(b.leaders, leader{name: name, run: run})
+}
+
+// FencedLeader records a fenced runnable of the leader's
+// (election.Elector.RegisterFenced).
+func (b *Build) FencedLeader(name string, run election.Runnable) {
+	b.leaders = append(b.leaders, leader{name: name, run: run, fenced: true})
+}
+
+// Ready records a readiness check of /readyz: an error says why the
+// process is not ready.
+func (b *Build) Ready(check func(context.Context) error) {
+	b.ready = append(b.ready, checkOf(b.capability, check))
+}
+
+func checkOf(name string, fn func(context.Context) error) check { return check{name: name, fn: fn} }
+
+// Step is a Service whose Start does fn and whose Stop does nothing: a
+// step of the start, such as publishing what this worker declares.
+func Step(fn func(context.Context) error) Service { return step(fn) }
+
+type step func(context.Context) error
+
+func (s step) Start(ctx context.Context) error { return s(ctx) }
+func (step) Stop()                             {}
+
+// Stopper is a Service whose Start does nothing and whose Stop does fn: a
+// step of the stop, such as waiting for what the jobs left behind.
+func Stopper(fn func()) Service { return stopper(fn) }
+
+type stopper func()
+
+func (stopper) Start(context.Context) error { return nil }
+func (s stopper) Stop()                     { s() }
+
+// WorkMiddleware is the recorded middleware, outermost first: by layer,
+// then in the order recorded.
+func (b *Build) WorkMiddleware() []rivertype.Middleware {
+	sorted := slices.Clone(b.middleware)
+	slices.SortStableFunc(sorted, func(x, y placed) int { return int(x.layer) - int(y.layer) })
+	out := make([]rivertype.Middleware, len(sorted))
+	for i, p := range sorted {
+		out[i] = p.mw
+	}
+	return out
+}
+
+// WrapJobContext is every recorded job-context wrapper, applied in order
+// (nil when none was recorded).
+func (b *Build) WrapJobContext() func(context.Context) context.Context {
+	wraps := slices.Clone(b.jobContext)
+	if len(wraps) == 0 {
+		return nil
+	}
+	return func(ctx context.Context) context.Context {
+		for _, w := range wraps {
+			ctx = w(ctx)
+		}
+		return ctx
+	}
+}
+
+// AroundServices and Services are the recorded services, in order.
+func (b *Build) AroundServices() []Service { return slices.Clone(b.around) }
+
+// Services are the services recorded with Service, in order.
+func (b *Build) Services() []Service { return slices.Clone(b.services) }
+
+// RegisterLeaders registers every recorded leader runnable on e, in order.
+func (b *Build) RegisterLeaders(e *election.Elector) {
+	for _, l := range b.leaders {
+		if l.fenced {
+			e.RegisterFenced(l.name, l.run)
+		} else {
+			e.Register(l.name, l.run)
+		}
+	}
+}
+
+// CheckReady runs the readiness checks in order and returns the first
+// failure.
+func (b *Build) CheckReady(ctx context.Context) error {
+	for _, c := range b.ready {
+		if err := c.fn(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}

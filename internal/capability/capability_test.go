@@ -1,0 +1,129 @@
+package capability
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+	"github.com/stretchr/testify/require"
+)
+
+// named is a middleware that knows its name, to read an order back.
+type named struct {
+	river.MiddlewareDefaults
+	name string
+}
+
+// fake is a capability whose Build runs build.
+type fake struct {
+	name  string
+	build func(b *Build) error
+}
+
+func (f fake) Name() string         { return f.name }
+func (f fake) Build(b *Build) error { return f.build(b) }
+func mw(name string) *named         { return &named{name: name} }
+func names(mws []rivertype.Middleware) (out []string) {
+	for _, m := range mws {
+		out = append(out, m.(*named).name)
+	}
+	return out
+}
+
+// The chain is ordered by layer, outermost first, and within a layer in the
+// order the capabilities recorded it, whichever capability came first in
+// the list.
+func TestBuild_WorkMiddlewareByLayer(t *testing.T) {
+	t.Parallel()
+	b := &Build{}
+	require.NoError(t, b.Add(
+		fake{"errors", func(b *Build) error { b.Middleware(LayerErrors, mw("errors")); return nil }},
+		fake{"observe", func(b *Build) error {
+			b.Middleware(LayerObserve, mw("metrics"), mw("tracing"))
+			return nil
+		}},
+		fake{"admit", func(b *Build) error {
+			b.Middleware(LayerAdmit, mw("verifier"))
+			b.Middleware(LayerAdmit, mw("limits"))
+			return nil
+		}},
+		fake{"insert", func(b *Build) error { b.Middleware(LayerInsert, mw("unique-key"), mw("seal")); return nil }},
+		fake{"lease", func(b *Build) error { b.Middleware(LayerLease, mw("ledger")); return nil }},
+	))
+	require.Equal(t, []string{"ledger", "unique-key", "seal", "verifier", "limits", "metrics", "tracing", "errors"}, names(b.WorkMiddleware()))
+}
+
+// A capability whose Build fails stops the list, and the error names it;
+// the capabilities after it are not built.
+func TestBuild_AddNamesTheFailingCapability(t *testing.T) {
+	t.Parallel()
+	b := &Build{}
+	var built []string
+	record := func(name string, err error) Capability {
+		return fake{name, func(*Build) error { built = append(built, name); return err }}
+	}
+	err := b.Add(record("first", nil), record("limits", errors.New("limit \"x\": rate: not a rate")), record("last", nil))
+	require.EqualError(t, err, `limits: limit "x": rate: not a rate`)
+	require.Equal(t, []string{"first", "limits"}, built)
+}
+
+// Services, steps and stoppers come back in the order recorded; a step
+// runs at Start, a stopper at Stop.
+func TestBuild_ServicesInOrder(t *testing.T) {
+	t.Parallel()
+	b := &Build{}
+	var did []string
+	require.NoError(t, b.Add(fake{"steps", func(b *Build) error {
+		b.Around(Step(func(context.Context) error { did = append(did, "publish"); return nil }))
+		b.Around(Stopper(func() { did = append(did, "wait") }))
+		b.Service(Step(func(context.Context) error { did = append(did, "serve"); return nil }))
+		return nil
+	}}))
+	ctx := context.Background()
+	for _, s := range b.AroundServices() {
+		require.NoError(t, s.Start(ctx))
+	}
+	for _, s := range b.Services() {
+		require.NoError(t, s.Start(ctx))
+	}
+	around := b.AroundServices()
+	for i := len(around) - 1; i >= 0; i-- {
+		around[i].Stop()
+	}
+	require.Equal(t, []string{"publish", "serve", "wait"}, did)
+}
+
+// /readyz reports the first check that fails, in the order recorded.
+func TestBuild_CheckReadyFirstFailure(t *testing.T) {
+	t.Parallel()
+	b := &Build{}
+	require.NoError(t, b.Add(
+		fake{"ok", func(b *Build) error { b.Ready(func(context.Context) error { return nil }); return nil }},
+		fake{"seal", func(b *Build) error {
+			b.Ready(func(context.Context) error { return errors.New("seal: jobs refused") })
+			return nil
+		}},
+		fake{"later", func(b *Build) error {
+			b.Ready(func(context.Context) error { return errors.New("later") })
+			return nil
+		}},
+	))
+	require.EqualError(t, b.CheckReady(context.Background()), "seal: jobs refused")
+	require.NoError(t, (&Build{}).CheckReady(context.Background()))
+}
+
+// The job-context wrappers apply in the order recorded; none recorded is
+// no wrapper at all.
+func TestBuild_WrapJobContext(t *testing.T) {
+	t.Parallel()
+	type key struct{}
+	b := &Build{}
+	require.Nil(t, b.WrapJobContext())
+	b.JobContext(func(ctx context.Context) context.Context { return context.WithValue(ctx, key{}, "first") })
+	b.JobContext(func(ctx context.Context) context.Context {
+		return context.WithValue(ctx, key{}, ctx.Value(key{}).(string)+", second")
+	})
+	require.Equal(t, "first, second", b.WrapJobContext()(context.Background()).Value(key{}))
+}
