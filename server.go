@@ -31,13 +31,13 @@ import (
 	"github.com/ferryq/ferry/internal/logging"
 	"github.com/ferryq/ferry/internal/metrics"
 	"github.com/ferryq/ferry/internal/retention"
+	"github.com/ferryq/ferry/internal/sealcap"
 	"github.com/ferryq/ferry/internal/tracing"
 	"github.com/ferryq/ferry/jobs"
 	"github.com/ferryq/ferry/locks"
 	"github.com/ferryq/ferry/migrations"
 	"github.com/ferryq/ferry/outbox"
 	"github.com/ferryq/ferry/periodic"
-	"github.com/ferryq/ferry/seal"
 	"github.com/ferryq/ferry/telegram"
 )
 
@@ -74,8 +74,6 @@ type Server struct {
 	// relayInserter is the insert-only River client the relay inserts
 	// its delivery jobs with (see New).
 	relayInserter *river.Client[pgx.Tx]
-	// verifier refuses unsealed jobs; nil without seal keys.
-	verifier *seal.Verifier
 	// limiter enforces the config file's limits (none: it does nothing).
 	limiter *limit.Limiter
 	// broadcast is this process's broadcast Broker (Broadcast).
@@ -94,8 +92,6 @@ type Server struct {
 	// build is what the capabilities contributed (internal/capability): its
 	// services start after River, in order, and stop in reverse order.
 	build *capability.Build
-	// liveness starts before River fetches and stops after it stopped.
-	liveness *liveness.Worker
 	// dead is cancelled with liveness.ErrDeclaredDead when this worker
 	// learns that the rescuer declared it dead.
 	deadMu sync.Mutex
@@ -236,11 +232,6 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err := registry.Add(deliver.Kind()); err != nil {
 		return fail(err)
 	}
-	// The ledger records what this worker runs, so that the liveness
-	// heartbeat can settle what River lost, and holds every job to the
-	// worker's liveness lease: through its middleware (outermost, below)
-	// and through each job's own context (liveness.Ledger).
-	ledger := liveness.NewLedger()
 
 	s.migrator, err = migrations.New(sessions, cfg.Logger, migrations.InSchema(cfg.Schema))
 	if err != nil {
@@ -297,32 +288,23 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.build = &capability.Build{Pool: pool, Sessions: sessions, Schema: cfg.Schema, ClientID: clientID, Logger: cfg.Logger,
 		Kinds: registry, Metrics: s.metrics.Registry, Elector: s.elector, Queues: queueWorkerCounts}
 	build := s.build
-	// The unique-key middleware makes jobs.WithUniqueKey hold on every
-	// insert through this client (the scheduler's, the relay's, Telegram's,
-	// an embedder's), as it does through a jobs.Inserter; with seal keys,
-	// the seal middleware seals each of those inserts, and the verifier
-	// refuses, before its worker, any job ferry did not seal. Innermost, the
-	// error middleware bounds (or, for kinds with jobs.SensitiveErrors,
-	// withholds) an error's message before ferry logs it and River stores it.
-	build.Middleware(capability.LayerInsert, jobs.Middleware(cfg.SealKeys.WithEncryption(cfg.SealEncrypt))...)
-	if cfg.SealKeys.Len() > 0 {
-		s.verifier, err = seal.NewVerifier(seal.VerifierConfig{Keys: cfg.SealKeys, ReplayWindow: cfg.SealReplayWindow, Logger: cfg.Logger})
-		if err != nil {
-			return fail(err)
-		}
-		build.Middleware(capability.LayerAdmit, s.verifier)
-		if err := s.metrics.Registry.Register(sealCollector{s.verifier}); err != nil {
-			return fail(err)
-		}
-	}
-	// Outermost, the ledger's middleware.
-	build.Middleware(capability.LayerLease, ledger.Middleware())
-	build.JobContext(ledger.JobContext)
+	// The jobs' own middleware: the unique-key middleware makes
+	// jobs.WithUniqueKey hold on every insert through this client (the
+	// scheduler's, the relay's, Telegram's, an embedder's), as it does
+	// through a jobs.Inserter; innermost, the error middleware bounds (or,
+	// for kinds with jobs.SensitiveErrors, withholds) an error's message
+	// before ferry logs it and River stores it.
+	build.Middleware(capability.LayerInsert, jobs.Middleware(nil)...)
 	build.Middleware(capability.LayerErrors, jobs.ErrorMiddleware(registry.Sensitive))
-	// The capabilities, in order. The metrics middleware wraps the tracing
+	// The capabilities, in order. The seal's verifier comes before the
+	// limits in the admit layer: a job ferry did not seal is refused before
+	// it may hold a limit's slot. The metrics middleware wraps the tracing
 	// one, which wraps the error middleware, so that a span's status holds
 	// the error as River stores it (bounded, or withheld).
-	if err := build.Add(limits, s.metrics, tracing.NewCapability(cfg.TracerProvider), retained); err != nil {
+	alive := liveness.NewCapability(liveness.Section{SettleAfter: cfg.SettleAfter, RescueInterval: cfg.RescueInterval, MaxOrphaned: cfg.MaxOrphaned},
+		cfg.ElectionDatabaseURL, cfg.LeaderTick, cfg.LeaderTickTimeout, s.declaredDead)
+	sealed := sealcap.New(sealcap.Section{Keys: cfg.SealKeys, Encrypt: cfg.SealEncrypt, ReplayWindow: cfg.SealReplayWindow})
+	if err := build.Add(alive, sealed, limits, s.metrics, tracing.NewCapability(cfg.TracerProvider), retained); err != nil {
 		return fail(err)
 	}
 	s.limiter = limits.Limiter()
@@ -331,9 +313,6 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	workers, err := registry.WorkersWith(build.WrapJobContext())
 	if err != nil {
 		return fail(err)
-	}
-	if cfg.SealKeys.Len() > 0 {
-		build.Ready(func(context.Context) error { return s.sealReady() })
 	}
 	s.river, err = river.NewClient(riverpgxv5.New(pool), &river.Config{
 		// The id is the worker's identity in attempted_by, in ferry_worker
@@ -375,65 +354,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return fail(err)
 	}
-	// The ledger follows the jobs River reports written; a River client
-	// that works no queue has no events, and runs no job either.
-	var subscribe func(*river.SubscribeConfig) (<-chan *river.Event, func())
-	if len(queues) > 0 {
-		subscribe = s.river.SubscribeConfig
-	}
-	s.liveness, err = liveness.New(liveness.Config{
-		DatabaseURL: cfg.ElectionDatabaseURL,
-		ClientID:    clientID,
-		Tick:        cfg.LeaderTick,
-		TickTimeout: cfg.LeaderTickTimeout,
-		OnDead:      s.declaredDead,
-		Ledger:      ledger,
-		Subscribe:   subscribe,
-		Pool:        pool,
-		SettleAfter: cfg.SettleAfter,
-		Logger:      cfg.Logger,
-		Registerer:  s.metrics.Registry,
-	})
-	if err != nil {
-		return fail(err)
-	}
-	// The worker is alive, in the database's eyes, from before its River
-	// client fetches a job until after it has stopped.
-	build.Around(aliveService{s.liveness})
 	// The routes this worker delivers count for every relay while its
 	// liveness lock is held; they are declared before its River client
 	// fetches their queues.
 	build.Around(capability.Step(func(ctx context.Context) error {
-		return outbox.Publish(ctx, s.pool, s.liveness.ClientID(), s.routes)
+		return outbox.Publish(ctx, s.pool, clientID, s.routes)
 	}))
-	// Before River fetches: the database claims the run ids of sealed jobs
-	// as they are written (the first worker with keys arms it), and the
-	// unsealed jobs counted are still waiting.
-	build.Around(capability.Step(s.armSeal))
-	// The limits are in ferry_limit before a job waits for one: the sweep
-	// wakes the jobs of limits that no worker has registered.
-	build.Around(capability.Step(s.limiter.Register))
-	rescuer, err := liveness.NewRescuer(liveness.RescuerConfig{
-		Pool:        pool,
-		Leader:      s.elector,
-		Every:       cfg.LeaderTick,
-		Interval:    cfg.RescueInterval,
-		Settle:      s.elector.Deferral(),
-		Stale:       s.liveness.MaxHeartbeatAge(),
-		Self:        clientID,
-		MaxOrphaned: cfg.MaxOrphaned,
-		Logger:      cfg.Logger,
-		Registerer:  s.metrics.Registry,
-	})
-	if err != nil {
-		return fail(err)
-	}
-	// The rescue's writes are fenced (ending a dead worker's sessions
-	// and forgetting old workers' rows, which are not, do no harm twice):
-	// it runs while a new leader still defers to a crashed predecessor,
-	// so a dead leader's jobs are rescued within a pass of the failover,
-	// not after the deferral.
-	build.FencedLeader("rescue", rescuer.Run)
 	build.Leader("broadcast-leader", s.announceLeader)
 	build.Leader("broadcast-console", s.watchConsole)
 	// The relay inserts its delivery jobs through a River client of its
@@ -496,9 +422,6 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// The deliveries of a route that no live worker declares any more wait
 	// for it, then are stuck, on the same grace as messages.
 	build.Leader("outbox-route-sweep", outbox.RouteSweeper{Pool: pool, Client: s.river, Grace: cfg.OutboxRouteGrace, Logger: cfg.Logger}.Run)
-	if s.verifier != nil {
-		build.Leader("seal-claims", seal.Cleaner(pool, cfg.SealReplayWindow, cfg.Logger))
-	}
 	if cfg.OutboxRetention > 0 {
 		build.Leader("outbox-retention", outbox.Retention{Pool: pool, Keep: cfg.OutboxRetention, Logger: cfg.Logger}.Run)
 	}
@@ -508,7 +431,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	for _, r := range cfg.LeaderRunnables {
 		build.Leader(r.Name, r.Run)
 	}
-	build.RegisterLeaders(s.elector)
+	capability.RegisterLeaders[election.Runnable](build, s.elector)
 
 	if cfg.AdminAddr != "off" {
 		s.riverUI, err = riverui.NewHandler(&riverui.HandlerOpts{
@@ -752,13 +675,6 @@ func (s *Server) Run(ctx context.Context) error {
 	s.stopRiver()
 	return nil
 }
-
-// aliveService starts the worker's liveness on a context that Run's end
-// does not cancel: it stops when Run stops it, after River has stopped.
-type aliveService struct{ w *liveness.Worker }
-
-func (a aliveService) Start(ctx context.Context) error { return a.w.Start(context.WithoutCancel(ctx)) }
-func (a aliveService) Stop()                           { a.w.Stop() }
 
 // declaredDead is the liveness worker's OnDead: Run stops and returns err.
 func (s *Server) declaredDead(err error) {

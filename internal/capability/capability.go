@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -33,7 +34,6 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
-	"github.com/ferryq/ferry/election"
 	"github.com/ferryq/ferry/jobs"
 )
 
@@ -46,6 +46,31 @@ type Capability interface {
 	// server's list.
 	Build(b *Build) error
 }
+
+// Elector is what capabilities ask of the leader layer; election.Elector
+// implements it. (This package sits below election, which depends on
+// internal/liveness, a capability.)
+type Elector interface {
+	// Term is the term this process holds, or 0.
+	Term() int64
+	// Fence fails tx's commit unless this process's term is still the
+	// latest.
+	Fence(ctx context.Context, tx pgx.Tx) error
+	// Deferral is how long a new leader defers to a predecessor that did
+	// not resign.
+	Deferral() time.Duration
+}
+
+// Registrar is where the recorded leader runnables go
+// (election.Elector's Register and RegisterFenced).
+type Registrar[R ~func(context.Context) error] interface {
+	Register(name string, fn R)
+	RegisterFenced(name string, fn R)
+}
+
+// Runnable is a leader runnable: it runs while this process leads, until
+// its context ends (election.Runnable).
+type Runnable = func(ctx context.Context) error
 
 // Service is ferry's one lifecycle shape (startstop): Start returns once
 // running, Stop is safe twice and after a failed Start.
@@ -95,9 +120,10 @@ type Build struct {
 	Kinds *jobs.Registry
 	// Metrics is where a capability registers its collectors.
 	Metrics prometheus.Registerer
-	// Elector is the leader layer, for capabilities that ask who leads; a
-	// capability adds its leader runnables with Leader and FencedLeader.
-	Elector *election.Elector
+	// Elector is the leader layer (election.Elector), for capabilities
+	// that fence their writes or wait out a predecessor; a capability adds
+	// its leader runnables with Leader and FencedLeader.
+	Elector Elector
 	// Queues is the worker count of every queue the River client works
 	// (none: a client that only inserts, which runs no job and has no
 	// events).
@@ -121,7 +147,7 @@ type placed struct {
 
 type leader struct {
 	name   string
-	run    election.Runnable
+	run    Runnable
 	fenced bool
 }
 
@@ -173,13 +199,13 @@ func (b *Build) Around(s Service) { b.around = append(b.around, s) }
 func (b *Build) Service(s Service) { b.services = append(b.services, s) }
 
 // Leader records a runnable of the leader's (election.Elector.Register).
-func (b *Build) Leader(name string, run election.Runnable) {
+func (b *Build) Leader(name string, run Runnable) {
 	b.leaders = append(b.leaders, leader{name: name, run: run})
 }
 
 // FencedLeader records a fenced runnable of the leader's
 // (election.Elector.RegisterFenced).
-func (b *Build) FencedLeader(name string, run election.Runnable) {
+func (b *Build) FencedLeader(name string, run Runnable) {
 	b.leaders = append(b.leaders, leader{name: name, run: run, fenced: true})
 }
 
@@ -242,13 +268,14 @@ func (b *Build) AroundServices() []Service { return slices.Clone(b.around) }
 // Services are the services recorded with Service, in order.
 func (b *Build) Services() []Service { return slices.Clone(b.services) }
 
-// RegisterLeaders registers every recorded leader runnable on e, in order.
-func (b *Build) RegisterLeaders(e *election.Elector) {
+// RegisterLeaders registers every recorded leader runnable on r (the
+// election.Elector), in order.
+func RegisterLeaders[R ~func(context.Context) error](b *Build, r Registrar[R]) {
 	for _, l := range b.leaders {
 		if l.fenced {
-			e.RegisterFenced(l.name, l.run)
+			r.RegisterFenced(l.name, R(l.run))
 		} else {
-			e.Register(l.name, l.run)
+			r.Register(l.name, R(l.run))
 		}
 	}
 }
