@@ -1,5 +1,24 @@
 package ferry
 
+// The floor plan. A Server is built in three storeys, each using only the
+// ones below it:
+//
+//  1. the configuration: Config with its defaults and checks, the config
+//     file, and each capability's constructor, which validates its own
+//     section (nothing connects yet);
+//  2. the shared parts: the pools, the schema's check, the job kinds'
+//     registry, the metrics registry and the elector;
+//  3. the capabilities, in the order of the list in New: each records what
+//     it contributes in one capability.Build (kinds, middleware by layer,
+//     services, leader runnables, collectors, readiness); the River client
+//     is built from the record, and Run starts what was recorded.
+//
+// A new capability is a package with a constructor and a Build method
+// (package internal/capability says what it may record) and one line in
+// New's list. The outbox, Telegram, broadcast, locks, bounded queues and
+// the admin console are still wired in New itself, on their way into the
+// list.
+
 import (
 	"cmp"
 	"context"
@@ -129,7 +148,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, &configError{err: err}
 	}
-	schedules, err := periodic.ValidateSchedules(append(slices.Clone(cfg.Schedules), file.Schedules...))
+	scheduled, err := periodic.NewCapability(append(slices.Clone(cfg.Schedules), file.Schedules...))
 	if err != nil {
 		return nil, &configError{err: err}
 	}
@@ -304,9 +323,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	alive := liveness.NewCapability(liveness.Section{SettleAfter: cfg.SettleAfter, RescueInterval: cfg.RescueInterval, MaxOrphaned: cfg.MaxOrphaned},
 		cfg.ElectionDatabaseURL, cfg.LeaderTick, cfg.LeaderTickTimeout, s.declaredDead)
 	sealed := sealcap.New(sealcap.Section{Keys: cfg.SealKeys, Encrypt: cfg.SealEncrypt, ReplayWindow: cfg.SealReplayWindow})
-	if err := build.Add(alive, sealed, limits, s.metrics, tracing.NewCapability(cfg.TracerProvider), retained); err != nil {
-		return fail(err)
+	if err := build.Add(alive, sealed, limits, scheduled, s.metrics, tracing.NewCapability(cfg.TracerProvider), retained); err != nil {
+		return fail(configOr(err))
 	}
+	s.sched = scheduled.Scheduler()
 	s.limiter = limits.Limiter()
 	middleware := build.WorkMiddleware()
 	// Every kind registered by now, the capabilities' among them.
@@ -343,17 +363,6 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	build.SetRiver(s.river)
 
-	s.sched, err = periodic.New(periodic.Config{
-		Pool:       pool,
-		Inserter:   s.river,
-		Leader:     s.elector,
-		Schedules:  schedules,
-		Logger:     cfg.Logger,
-		Registerer: s.metrics.Registry,
-	})
-	if err != nil {
-		return fail(err)
-	}
 	// The routes this worker delivers count for every relay while its
 	// liveness lock is held; they are declared before its River client
 	// fetches their queues.
@@ -388,7 +397,6 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// unreachable lock database, a lost lock), jobs keep being worked. The
 	// local schedules and the outbox relay run in every process.
 	build.Service(s.elector)
-	build.Service(s.sched)
 	build.Service(s.relay)
 	// The release pass of ordered deliveries reads every waiting one: on
 	// the leader only, not on every replica.
@@ -424,9 +432,6 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	build.Leader("outbox-route-sweep", outbox.RouteSweeper{Pool: pool, Client: s.river, Grace: cfg.OutboxRouteGrace, Logger: cfg.Logger}.Run)
 	if cfg.OutboxRetention > 0 {
 		build.Leader("outbox-retention", outbox.Retention{Pool: pool, Keep: cfg.OutboxRetention, Logger: cfg.Logger}.Run)
-	}
-	if s.sched.Durable() {
-		build.Leader("periodic", s.sched.Run)
 	}
 	for _, r := range cfg.LeaderRunnables {
 		build.Leader(r.Name, r.Run)
@@ -674,6 +679,15 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	s.stopRiver()
 	return nil
+}
+
+// configOr is err, reported as ErrConfig when a capability said it is one
+// of its configuration (capability.Invalid).
+func configOr(err error) error {
+	if errors.Is(err, capability.ErrConfig) {
+		return &configError{err: err}
+	}
+	return err
 }
 
 // declaredDead is the liveness worker's OnDead: Run stops and returns err.

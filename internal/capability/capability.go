@@ -23,7 +23,7 @@ package capability
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"log/slog"
 	"slices"
 	"time"
@@ -164,18 +164,34 @@ func (b *Build) River() *river.Client[pgx.Tx] { return b.river }
 // SetRiver hands the server's River client to the capabilities (River).
 func (b *Build) SetRiver(rc *river.Client[pgx.Tx]) { b.river = rc }
 
-// Add runs each capability's Build in order and names the capability in a
-// failure.
+// Add runs each capability's Build in order and stops at the first that
+// fails, returning its error as it is: ferry's errors name their
+// capability ("limits: …", "telegram: …"). A capability's error about its
+// configuration wraps ErrConfig (Invalid).
 func (b *Build) Add(caps ...Capability) error {
 	for _, c := range caps {
 		b.capability = c.Name()
 		if err := c.Build(b); err != nil {
-			return fmt.Errorf("%s: %w", c.Name(), err)
+			return err
 		}
 	}
 	b.capability = ""
 	return nil
 }
+
+// ErrConfig marks an error of a capability's Build as one of its
+// configuration (the server reports it as ferry.ErrConfig, which the
+// commands turn into a usage error).
+var ErrConfig = errors.New("capability: configuration")
+
+// Invalid marks err as one of the capability's configuration (ErrConfig);
+// its message is err's.
+func Invalid(err error) error { return invalid{err} }
+
+type invalid struct{ err error }
+
+func (e invalid) Error() string   { return e.err.Error() }
+func (e invalid) Unwrap() []error { return []error{e.err, ErrConfig} }
 
 // Middleware records River middleware at a layer.
 func (b *Build) Middleware(layer Layer, mw ...rivertype.Middleware) {

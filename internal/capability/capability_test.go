@@ -55,18 +55,22 @@ func TestBuild_WorkMiddlewareByLayer(t *testing.T) {
 	require.Equal(t, []string{"ledger", "unique-key", "seal", "verifier", "limits", "metrics", "tracing", "errors"}, names(b.WorkMiddleware()))
 }
 
-// A capability whose Build fails stops the list, and the error names it;
-// the capabilities after it are not built.
-func TestBuild_AddNamesTheFailingCapability(t *testing.T) {
+// A capability whose Build fails stops the list, its error returned as it
+// is; the capabilities after it are not built. Invalid marks an error as
+// one of configuration.
+func TestBuild_AddStopsAtTheFailingCapability(t *testing.T) {
 	t.Parallel()
 	b := &Build{}
 	var built []string
 	record := func(name string, err error) Capability {
 		return fake{name, func(*Build) error { built = append(built, name); return err }}
 	}
-	err := b.Add(record("first", nil), record("limits", errors.New("limit \"x\": rate: not a rate")), record("last", nil))
+	bad := Invalid(errors.New(`limits: limit "x": rate: not a rate`))
+	err := b.Add(record("first", nil), record("limits", bad), record("last", nil))
 	require.EqualError(t, err, `limits: limit "x": rate: not a rate`)
+	require.ErrorIs(t, err, ErrConfig)
 	require.Equal(t, []string{"first", "limits"}, built)
+	require.NotErrorIs(t, b.Add(record("other", errors.New("telegram: unreachable"))), ErrConfig)
 }
 
 // Services, steps and stoppers come back in the order recorded; a step
