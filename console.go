@@ -90,7 +90,7 @@ func (c console) Outbox(ctx context.Context) (admin.OutboxView, error) {
 
 func (c console) ResetOutbox(ctx context.Context, ids []int64) (deliveries, messages int, err error) {
 	err = pgx.BeginFunc(ctx, c.s.pool, func(tx pgx.Tx) (err error) {
-		deliveries, messages, err = outbox.Reset(ctx, tx, c.s.river, ids, c.s.outboxMaxAttempts)
+		deliveries, messages, err = outbox.Reset(ctx, tx, c.s.river, ids, c.s.outbox.MaxAttempts())
 		return err
 	})
 	return deliveries, messages, err

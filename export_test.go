@@ -9,7 +9,7 @@ import (
 
 // RelayInserterForTest returns the River client the relay inserts its
 // delivery jobs with.
-func (s *Server) RelayInserterForTest() *river.Client[pgx.Tx] { return s.relayInserter }
+func (s *Server) RelayInserterForTest() *river.Client[pgx.Tx] { return s.build.InsertOnly() }
 
 // AppendServiceForTest adds a service that Run starts after the others, so
 // that a test can make a start fail after River started.

@@ -15,9 +15,9 @@ package ferry
 //
 // A new capability is a package with a constructor and a Build method
 // (package internal/capability says what it may record) and one line in
-// New's list. The outbox, Telegram, broadcast, locks, bounded queues and
-// the admin console are still wired in New itself, on their way into the
-// list.
+// New's list (docs/floor-plan.md). Broadcast, locks, the bounded queues
+// and the admin console are still wired in New itself, on their way into
+// the list.
 
 import (
 	"cmp"
@@ -49,6 +49,7 @@ import (
 	"github.com/ferryq/ferry/internal/liveness"
 	"github.com/ferryq/ferry/internal/logging"
 	"github.com/ferryq/ferry/internal/metrics"
+	"github.com/ferryq/ferry/internal/outboxcap"
 	"github.com/ferryq/ferry/internal/retention"
 	"github.com/ferryq/ferry/internal/sealcap"
 	"github.com/ferryq/ferry/internal/tracing"
@@ -88,25 +89,20 @@ type Server struct {
 	admin    *admin.Server
 	riverUI  *riverui.Handler
 	elector  *election.Elector
-	sched    *periodic.Scheduler
-	relay    *outbox.Relay
-	// relayInserter is the insert-only River client the relay inserts
-	// its delivery jobs with (see New).
-	relayInserter *river.Client[pgx.Tx]
-	// limiter enforces the config file's limits (none: it does nothing).
-	limiter *limit.Limiter
 	// broadcast is this process's broadcast Broker (Broadcast).
 	broadcast *broadcast.Broker
 	// announcing holds the leader-release announcements a demotion left
 	// running (announceLeader); close waits for them.
 	announcing sync.WaitGroup
-	// routes are the outbox routes this process delivers (none when it
-	// does not work the outbox queue), published at start.
-	routes    *outbox.Routes
-	botStatus []func() telegram.BotStatus
-	// outboxMaxAttempts is what relayed and reset deliveries get.
-	outboxMaxAttempts int
-	started           chan struct{}
+	// The capabilities the server reads after they built (the console,
+	// Scheduler, TelegramStatus, the limits' slots at the stop).
+	schedules *periodic.Capability
+	limits    *limit.Capability
+	outbox    *outboxcap.Capability
+	telegram  *telegram.Capability
+	// clientID is this process's River client id: its worker's identity.
+	clientID string
+	started  chan struct{}
 
 	// build is what the capabilities contributed (internal/capability): its
 	// services start after River, in order, and stop in reverse order.
@@ -138,174 +134,60 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	registry := &jobs.Registry{}
-	if err := registry.Add(jobs.Builtin()...); err != nil {
-		return nil, err
-	}
-	if err := registry.Add(cfg.Kinds...); err != nil {
+	if err := registry.Add(append(jobs.Builtin(), cfg.Kinds...)...); err != nil {
 		return nil, err
 	}
 	file, err := config.Load(cfg.ConfigFile, registry)
 	if err != nil {
 		return nil, &configError{err: err}
 	}
-	scheduled, err := periodic.NewCapability(append(slices.Clone(cfg.Schedules), file.Schedules...))
-	if err != nil {
-		return nil, &configError{err: err}
-	}
 	if err := applyFileQueues(&cfg, file.Queues); err != nil {
 		return nil, &configError{err: err}
 	}
-	// Telegram: a client per bot whose token is set; a bot whose token
-	// variable is unset stays off and says so, and nothing else changes.
-	clients := map[string]*telegram.Client{}
-	for _, b := range file.Bots {
-		if b.Token == "" {
-			cfg.Logger.Warn("telegram: bot off: its token variable is unset", "bot", b.Name, "token_env", b.TokenEnv)
-			continue
-		}
-		clients[b.Name] = telegram.NewClient(cfg.TelegramAPIURL, b.Token, nil)
+	if err := inSchema(&cfg); err != nil {
+		return nil, &configError{err: err}
 	}
-	// Command routers' replies are telegram.send jobs, which the bots'
-	// clients send outside any transaction.
-	if err := registry.Add(telegram.NewSendWorker(clients, cfg.Logger).Kind()); err != nil {
-		return nil, err
-	}
-	routeList := append(slices.Clone(cfg.OutboxRoutes), file.Routes...)
-	for _, bot := range slices.Sorted(maps.Keys(cfg.TelegramRouters)) {
-		client, ok := clients[bot]
-		if !ok {
-			if slices.ContainsFunc(file.Bots, func(b config.Bot) bool { return b.Name == bot }) {
-				continue // configured but off
-			}
-			return nil, &configError{err: fmt.Errorf("telegram: a command router is registered for bot %q, which the config file does not name", bot)}
-		}
-		routeList = append(routeList, cfg.TelegramRouters[bot].Route(bot, "telegram-"+bot+"-commands", client))
-	}
-	limits, err := limit.NewCapability(file.Limits, cfg.FetchPollInterval)
+	s := &Server{cfg: cfg, registry: registry, started: make(chan struct{})}
+	// The capabilities, each checking its own section; nothing connects yet.
+	c, err := s.capabilities(file)
 	if err != nil {
 		return nil, &configError{err: err}
 	}
-	retained, err := retention.NewCapability(retention.Section{Ticks: cfg.TickRetention, Terms: cfg.TermRetention, TelegramMalformed: cfg.TelegramMalformedRetention})
-	if err != nil {
+	// The shared parts: pools, schema, metrics, the leader layer.
+	if err := s.open(ctx); err != nil {
 		return nil, err
 	}
-	routes, err := outbox.NewRoutes(routeList...)
-	if err != nil {
-		return nil, &configError{err: err}
-	}
-	maxAttempts := cmp.Or(cfg.OutboxMaxAttempts, file.OutboxMaxAttempts, outbox.DefaultMaxAttempts)
-	// A process that works the outbox queue delivers its routes, each from
-	// a queue of its own with RouteWorkers workers; one that does not
-	// delivers (and declares) none.
-	delivered := routes
-	if cfg.Queues[outbox.Queue] == 0 {
-		delivered, _ = outbox.NewRoutes()
-	}
-	for _, q := range delivered.Queues() {
-		if _, taken := cfg.Queues[q]; taken {
-			return nil, &configError{err: fmt.Errorf("queues: %q is the queue of an outbox route; name yours otherwise", q)}
-		}
-	}
-
-	// A deployment in a schema of its own: every session finds its tables
-	// first (through a transaction pooler, the role's search_path must,
-	// which the migrator's check makes sure of).
-	if cfg.Schema != "" {
-		if cfg.Pooler != dburl.PoolerTransaction {
-			if cfg.DatabaseURL, err = dburl.WithSearchPath(cfg.DatabaseURL, cfg.Schema); err != nil {
-				return nil, &configError{err: err}
-			}
-		}
-		if cfg.ElectionDatabaseURL, err = dburl.WithSearchPath(cfg.ElectionDatabaseURL, cfg.Schema); err != nil {
-			return nil, &configError{err: err}
-		}
-	}
-	clientID := newClientID()
-	pool, err := openPool(ctx, cfg.DatabaseURL, "ferry-worker", poolMaxConns(cfg.Queues, delivered), clientID, cfg.Pooler)
-	if err != nil {
-		return nil, err
-	}
-	sessions := pool
-	pooled := cfg.Pooler == dburl.PoolerTransaction
-	if pooled {
-		if sessions, err = openPool(ctx, cfg.ElectionDatabaseURL, "ferry-worker-session", 4, "", dburl.PoolerNone); err != nil {
-			pool.Close()
-			return nil, err
-		}
-	}
-	s := &Server{cfg: cfg, pool: pool, sessions: sessions, registry: registry, routes: delivered, outboxMaxAttempts: maxAttempts, started: make(chan struct{})}
 	fail := func(err error) (*Server, error) {
-		pool.Close()
-		if pooled {
-			sessions.Close()
-		}
+		s.closePools()
 		return nil, err
 	}
-
-	// An ordered chain's turn goes to this process's relay (set below,
-	// before any job runs), which starts many chains' next deliveries in
-	// one transaction.
-	advance := func(t outbox.Turn) { s.relay.Advance(t) }
-	deliver := outbox.NewDeliverWorker(outbox.DeliverConfig{Pool: pool, Routes: routes, MaxAttempts: maxAttempts, Logger: cfg.Logger, Tracer: tracing.Outbox(cfg.TracerProvider), Advance: advance,
-		ChainBudget: chainBudget(file.Limits, routes)})
-	if err := registry.Add(deliver.Kind()); err != nil {
-		return fail(err)
-	}
-
-	s.migrator, err = migrations.New(sessions, cfg.Logger, migrations.InSchema(cfg.Schema))
-	if err != nil {
-		return fail(err)
-	}
-	if cfg.Migrate {
-		if _, err := s.migrator.Up(ctx); err != nil {
-			return fail(err)
-		}
-	} else if err := s.migrator.Check(ctx); err != nil {
-		if errors.Is(err, migrations.ErrSchemaBehind) {
-			return fail(fmt.Errorf("%w; run `worker migrate up` (or start with --migrate)", err))
-		}
-		return fail(err)
-	}
-
-	if err := migrations.CheckSchema(ctx, pool, cfg.Schema); err != nil {
-		return fail(err)
-	}
-	queueWorkerCounts := queueWorkers(cfg.Queues, delivered)
-	changes, err := jobs.SetQueueBounds(ctx, pool, queueBounds(cfg, queueWorkerCounts))
-	if err != nil {
-		return fail(err)
-	}
-	jobs.LogBoundChanges(cfg.Logger, changes)
-
-	s.metrics = metrics.New(pool, cfg.Version, cfg.Logger)
-	if s.broadcast, err = newBroadcast(cfg, pool, s.metrics.Registry); err != nil {
+	s.metrics = metrics.New(s.pool, cfg.Version, cfg.Logger)
+	if s.broadcast, err = newBroadcast(cfg, s.pool, s.metrics.Registry); err != nil {
 		return fail(err)
 	}
 	lockObserver, err := metrics.NewLockObserver(s.metrics.Registry)
 	if err != nil {
 		return fail(err)
 	}
-	s.locks = locks.New(sessions, locks.Config{Observer: lockObserver})
-	queues := make(map[string]river.QueueConfig, len(queueWorkerCounts))
-	for name, n := range queueWorkerCounts {
-		queues[name] = river.QueueConfig{MaxWorkers: n}
-	}
-	// The elector is the leader layer the capabilities register their
-	// leader runnables on; it needs nothing they build.
+	s.locks = locks.New(s.sessions, locks.Config{Observer: lockObserver})
 	s.elector, err = election.New(election.Config{
-		DatabaseURL: cfg.ElectionDatabaseURL,
-		Key:         cfg.ElectionKey,
-		Tick:        cfg.LeaderTick,
-		TickTimeout: cfg.LeaderTickTimeout,
-		Probe:       cfg.StandbyProbe,
-		Logger:      cfg.Logger,
-		Registerer:  s.metrics.Registry,
+		DatabaseURL: cfg.ElectionDatabaseURL, Key: cfg.ElectionKey, Tick: cfg.LeaderTick, TickTimeout: cfg.LeaderTickTimeout,
+		Probe: cfg.StandbyProbe, Logger: cfg.Logger, Registerer: s.metrics.Registry,
 	})
 	if err != nil {
 		return fail(err)
 	}
-	s.build = &capability.Build{Pool: pool, Sessions: sessions, Schema: cfg.Schema, ClientID: clientID, Logger: cfg.Logger,
-		Kinds: registry, Metrics: s.metrics.Registry, Elector: s.elector, Queues: queueWorkerCounts}
+	queues := queueWorkers(cfg.Queues, s.outbox.Delivered())
+	changes, err := jobs.SetQueueBounds(ctx, s.pool, queueBounds(cfg, queues))
+	if err != nil {
+		return fail(err)
+	}
+	jobs.LogBoundChanges(cfg.Logger, changes)
+
+	// The capabilities record what they contribute, in order; the River
+	// clients are built from the record.
+	s.build = &capability.Build{Pool: s.pool, Sessions: s.sessions, Schema: cfg.Schema, ClientID: s.clientID, Logger: cfg.Logger,
+		Kinds: registry, Metrics: s.metrics.Registry, Elector: s.elector, Queues: queues}
 	build := s.build
 	// The jobs' own middleware: the unique-key middleware makes
 	// jobs.WithUniqueKey hold on every insert through this client (the
@@ -315,32 +197,170 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// before ferry logs it and River stores it.
 	build.Middleware(capability.LayerInsert, jobs.Middleware(nil)...)
 	build.Middleware(capability.LayerErrors, jobs.ErrorMiddleware(registry.Sensitive))
-	// The capabilities, in order. The seal's verifier comes before the
-	// limits in the admit layer: a job ferry did not seal is refused before
-	// it may hold a limit's slot. The metrics middleware wraps the tracing
-	// one, which wraps the error middleware, so that a span's status holds
-	// the error as River stores it (bounded, or withheld).
-	alive := liveness.NewCapability(liveness.Section{SettleAfter: cfg.SettleAfter, RescueInterval: cfg.RescueInterval, MaxOrphaned: cfg.MaxOrphaned},
-		cfg.ElectionDatabaseURL, cfg.LeaderTick, cfg.LeaderTickTimeout, s.declaredDead)
-	sealed := sealcap.New(sealcap.Section{Keys: cfg.SealKeys, Encrypt: cfg.SealEncrypt, ReplayWindow: cfg.SealReplayWindow})
-	if err := build.Add(alive, sealed, limits, scheduled, s.metrics, tracing.NewCapability(cfg.TracerProvider), retained); err != nil {
+	// The election runs beside the workers: whatever it does (an
+	// unreachable lock database, a lost lock), jobs keep being worked.
+	build.Service(s.elector)
+	// The list. The seal's verifier comes before the limits in the admit
+	// layer (a job ferry did not seal is refused before it may hold a
+	// limit's slot); the metrics middleware wraps the tracing one, which
+	// wraps the error middleware, so that a span's status holds the error
+	// as River stores it.
+	if err := build.Add(
+		c.liveness,
+		c.seal,
+		s.limits,
+		s.schedules,
+		s.outbox,
+		s.telegram,
+		s.metrics,
+		tracing.NewCapability(cfg.TracerProvider),
+		c.retention,
+	); err != nil {
 		return fail(configOr(err))
 	}
-	s.sched = scheduled.Scheduler()
-	s.limiter = limits.Limiter()
-	middleware := build.WorkMiddleware()
-	// Every kind registered by now, the capabilities' among them.
-	workers, err := registry.WorkersWith(build.WrapJobContext())
-	if err != nil {
+	build.Leader("broadcast-leader", s.announceLeader)
+	build.Leader("broadcast-console", s.watchConsole)
+	// Bounded queues: give back, every minute, the admissions of
+	// transactions that rolled back (package jobs, "Bounded queues").
+	build.Leader("queue-recount", jobs.QueueRecounter(s.pool, time.Minute, cfg.Logger))
+	for _, r := range cfg.LeaderRunnables {
+		build.Leader(r.Name, r.Run)
+	}
+	capability.RegisterLeaders[election.Runnable](build, s.elector)
+	if err := s.newRiver(queues); err != nil {
 		return fail(err)
 	}
-	s.river, err = river.NewClient(riverpgxv5.New(pool), &river.Config{
+	if err := s.newAdmin(); err != nil {
+		return fail(err)
+	}
+	return s, nil
+}
+
+// caps are the capabilities New builds that the server does not keep
+// (those it reads later are its fields).
+type caps struct {
+	liveness  *liveness.Capability
+	seal      *sealcap.Capability
+	retention *retention.Capability
+}
+
+// capabilities constructs the capabilities of the configuration, each of
+// which checks its own section; nothing connects. Telegram's command
+// routers are routes of the outbox's.
+func (s *Server) capabilities(file config.Loaded) (c caps, err error) {
+	cfg := s.cfg
+	s.schedules, err = periodic.NewCapability(append(slices.Clone(cfg.Schedules), file.Schedules...))
+	if err != nil {
+		return c, err
+	}
+	s.telegram, err = telegram.NewCapability(telegram.Section{APIURL: cfg.TelegramAPIURL, Bots: file.Bots, Routers: cfg.TelegramRouters}, cfg.Logger)
+	if err != nil {
+		return c, err
+	}
+	s.limits, err = limit.NewCapability(file.Limits, cfg.FetchPollInterval)
+	if err != nil {
+		return c, err
+	}
+	c.retention, err = retention.NewCapability(retention.Section{Ticks: cfg.TickRetention, Terms: cfg.TermRetention, TelegramMalformed: cfg.TelegramMalformedRetention})
+	if err != nil {
+		return c, err
+	}
+	s.outbox, err = outboxcap.New(outboxcap.Section{
+		Routes:      slices.Concat(cfg.OutboxRoutes, file.Routes, s.telegram.Routes()),
+		MaxAttempts: cmp.Or(cfg.OutboxMaxAttempts, file.OutboxMaxAttempts),
+		RouteGrace:  cfg.OutboxRouteGrace, Retention: cfg.OutboxRetention,
+		Tracer: tracing.Outbox(cfg.TracerProvider), Limits: file.Limits,
+	}, cfg.Queues)
+	if err != nil {
+		return c, err
+	}
+	c.liveness = liveness.NewCapability(liveness.Section{SettleAfter: cfg.SettleAfter, RescueInterval: cfg.RescueInterval, MaxOrphaned: cfg.MaxOrphaned},
+		cfg.ElectionDatabaseURL, cfg.LeaderTick, cfg.LeaderTickTimeout, s.declaredDead)
+	c.seal = sealcap.New(sealcap.Section{Keys: cfg.SealKeys, Encrypt: cfg.SealEncrypt, ReplayWindow: cfg.SealReplayWindow})
+	return c, nil
+}
+
+// inSchema points cfg's connection strings at its schema: a deployment in
+// a schema of its own, every session finds its tables first (through a
+// transaction pooler, the role's search_path must, which the migrator's
+// check makes sure of).
+func inSchema(cfg *Config) (err error) {
+	if cfg.Schema == "" {
+		return nil
+	}
+	if cfg.Pooler != dburl.PoolerTransaction {
+		if cfg.DatabaseURL, err = dburl.WithSearchPath(cfg.DatabaseURL, cfg.Schema); err != nil {
+			return err
+		}
+	}
+	cfg.ElectionDatabaseURL, err = dburl.WithSearchPath(cfg.ElectionDatabaseURL, cfg.Schema)
+	return err
+}
+
+// open opens the server's pools (sized for the outbox routes it
+// delivers) and checks (or with cfg.Migrate, applies) the migrations.
+func (s *Server) open(ctx context.Context) error {
+	cfg := &s.cfg
+	var err error
+	s.clientID = newClientID()
+	if s.pool, err = openPool(ctx, cfg.DatabaseURL, "ferry-worker", poolMaxConns(cfg.Queues, s.outbox.Delivered()), s.clientID, cfg.Pooler); err != nil {
+		return err
+	}
+	s.sessions = s.pool
+	if cfg.Pooler == dburl.PoolerTransaction {
+		if s.sessions, err = openPool(ctx, cfg.ElectionDatabaseURL, "ferry-worker-session", 4, "", dburl.PoolerNone); err != nil {
+			s.pool.Close()
+			return err
+		}
+	}
+	if s.migrator, err = migrations.New(s.sessions, cfg.Logger, migrations.InSchema(cfg.Schema)); err != nil {
+		s.closePools()
+		return err
+	}
+	if cfg.Migrate {
+		_, err = s.migrator.Up(ctx)
+	} else if err = s.migrator.Check(ctx); errors.Is(err, migrations.ErrSchemaBehind) {
+		err = fmt.Errorf("%w; run `worker migrate up` (or start with --migrate)", err)
+	}
+	if err == nil {
+		err = migrations.CheckSchema(ctx, s.pool, cfg.Schema)
+	}
+	if err != nil {
+		s.closePools()
+	}
+	return err
+}
+
+// closePools closes what open opened.
+func (s *Server) closePools() {
+	s.pool.Close()
+	if s.sessions != s.pool {
+		s.sessions.Close()
+	}
+}
+
+// newRiver builds the server's River client from what the capabilities
+// recorded, working queues (by worker count), and its insert-only sibling,
+// and hands both to the capabilities.
+func (s *Server) newRiver(queues map[string]int) error {
+	cfg, build := s.cfg, s.build
+	middleware := build.WorkMiddleware()
+	// Every kind registered by now, the capabilities' among them.
+	workers, err := s.registry.WorkersWith(build.WrapJobContext())
+	if err != nil {
+		return err
+	}
+	riverQueues := make(map[string]river.QueueConfig, len(queues))
+	for name, n := range queues {
+		riverQueues[name] = river.QueueConfig{MaxWorkers: n}
+	}
+	s.river, err = river.NewClient(riverpgxv5.New(s.pool), &river.Config{
 		// The id is the worker's identity in attempted_by, in ferry_worker
 		// and in the fence on river_job (internal/liveness).
-		ID: clientID,
+		ID: s.clientID,
 		// Through a transaction pooler, LISTEN would hear nothing: River
 		// polls every FetchPollInterval instead.
-		PollOnly: pooled,
+		PollOnly: cfg.Pooler == dburl.PoolerTransaction,
 		// River qualifies its tables and names its LISTEN channels after
 		// the schema, so two deployments' notifications never cross.
 		Schema:               cfg.Schema,
@@ -354,34 +374,23 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		JobTimeout:                  cfg.JobTimeout,
 		Logger:                      logging.River(cfg.Logger),
 		Middleware:                  middleware,
-		Queues:                      queues,
+		Queues:                      riverQueues,
 		SoftStopTimeout:             cfg.ShutdownGrace,
 		Workers:                     workers,
 	})
 	if err != nil {
-		return fail(fmt.Errorf("ferry: new river client: %w", err))
+		return fmt.Errorf("ferry: new river client: %w", err)
 	}
-	build.SetRiver(s.river)
-
-	// The routes this worker delivers count for every relay while its
-	// liveness lock is held; they are declared before its River client
-	// fetches their queues.
-	build.Around(capability.Step(func(ctx context.Context) error {
-		return outbox.Publish(ctx, s.pool, clientID, s.routes)
-	}))
-	build.Leader("broadcast-leader", s.announceLeader)
-	build.Leader("broadcast-console", s.watchConsole)
-	// The relay inserts its delivery jobs through a River client of its
-	// own, which works no queue and carries the same insert middleware
-	// (unique keys, seals, trace context, metrics). River's client sends an
-	// insert notification per queue at most once per FetchCooldown (1 ms
-	// by default here), in a round trip of its own inside the inserting
+	// The insert-only client works no queue and carries the same insert
+	// middleware (unique keys, seals, trace context). River's client sends
+	// an insert notification per queue at most once per FetchCooldown (1
+	// ms by default here), in a round trip of its own inside the inserting
 	// transaction; the relay sends the same notification in the round
 	// trip that records its deliveries (see outbox.RelayConfig.Inserter),
 	// so River's would cost each relay transaction one round trip for
 	// nothing. With a cooldown of a day it is sent at most once a day per
 	// queue.
-	s.relayInserter, err = river.NewClient(riverpgxv5.New(pool), &river.Config{
+	insertOnly, err := river.NewClient(riverpgxv5.New(s.pool), &river.Config{
 		Schema:            cfg.Schema,
 		FetchCooldown:     relayNotifyCooldown,
 		FetchPollInterval: relayNotifyCooldown,
@@ -389,80 +398,40 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		Middleware:        middleware,
 	})
 	if err != nil {
-		return fail(fmt.Errorf("ferry: new river client for the relay: %w", err))
+		return fmt.Errorf("ferry: new river client for the relay: %w", err)
 	}
-	s.relay = outbox.NewRelay(outbox.RelayConfig{Pool: pool, ListenConfig: sessions.Config().ConnConfig, Schema: cfg.Schema, Inserter: s.relayInserter, Routes: delivered, RouteGrace: cfg.OutboxRouteGrace, MaxAttempts: maxAttempts, Tracer: tracing.Outbox(cfg.TracerProvider), Logger: cfg.Logger,
-		ReleaseElsewhere: true})
-	// The election runs beside the workers: whatever it does (an
-	// unreachable lock database, a lost lock), jobs keep being worked. The
-	// local schedules and the outbox relay run in every process.
-	build.Service(s.elector)
-	build.Service(s.relay)
-	// The release pass of ordered deliveries reads every waiting one: on
-	// the leader only, not on every replica.
-	build.Leader("outbox-release", s.relay.RunReleases)
-	if err := s.metrics.Registry.Register(metrics.NewOutboxCollector(pool, cfg.Logger)); err != nil {
-		return fail(err)
-	}
-	for _, b := range file.Bots {
-		client, ok := clients[b.Name]
-		if !ok {
-			if err := s.metrics.Registry.Register(telegram.OffCollector(b.Name)); err != nil {
-				return fail(err)
-			}
-			s.botStatus = append(s.botStatus, func() telegram.BotStatus { return telegram.OffStatus(b.Name) })
-			continue
-		}
-		p, err := telegram.NewPoller(telegram.PollerConfig{
-			Bot: b.Name, Client: client, Pool: pool, Leader: s.elector,
-			PollTimeout: b.PollTimeout, AllowedUpdates: b.AllowedUpdates,
-			Logger: cfg.Logger, Registerer: s.metrics.Registry,
-		})
-		if err != nil {
-			return fail(&configError{err: err})
-		}
-		s.botStatus = append(s.botStatus, p.Status)
-		build.Leader("telegram."+b.Name, p.Run)
-	}
-	// Bounded queues: give back, every minute, the admissions of
-	// transactions that rolled back (package jobs, "Bounded queues").
-	build.Leader("queue-recount", jobs.QueueRecounter(pool, time.Minute, cfg.Logger))
-	// The deliveries of a route that no live worker declares any more wait
-	// for it, then are stuck, on the same grace as messages.
-	build.Leader("outbox-route-sweep", outbox.RouteSweeper{Pool: pool, Client: s.river, Grace: cfg.OutboxRouteGrace, Logger: cfg.Logger}.Run)
-	if cfg.OutboxRetention > 0 {
-		build.Leader("outbox-retention", outbox.Retention{Pool: pool, Keep: cfg.OutboxRetention, Logger: cfg.Logger}.Run)
-	}
-	for _, r := range cfg.LeaderRunnables {
-		build.Leader(r.Name, r.Run)
-	}
-	capability.RegisterLeaders[election.Runnable](build, s.elector)
+	build.SetRiver(s.river, insertOnly)
+	return nil
+}
 
-	if cfg.AdminAddr != "off" {
-		s.riverUI, err = riverui.NewHandler(&riverui.HandlerOpts{
-			Endpoints: riverui.NewEndpoints(s.river, nil),
-			Logger:    logging.River(cfg.Logger),
-			Prefix:    "/riverui",
-		})
-		if err != nil {
-			return fail(fmt.Errorf("ferry: new river ui handler: %w", err))
-		}
-		s.admin, err = admin.New(admin.Config{
-			Addr:     cfg.AdminAddr,
-			Token:    cfg.AdminToken,
-			Replica:  clientID,
-			Gatherer: s.metrics.Registry,
-			Ready:    s.ready,
-			Console:  console{s},
-			Events:   s.broadcast,
-			RiverUI:  s.riverUI,
-			Logger:   cfg.Logger,
-		})
-		if err != nil {
-			return fail(err)
-		}
+// newAdmin builds the admin server (/admin/, /riverui/, /healthz, /readyz,
+// /metrics) unless cfg.AdminAddr is "off".
+func (s *Server) newAdmin() error {
+	cfg := s.cfg
+	if cfg.AdminAddr == "off" {
+		return nil
 	}
-	return s, nil
+	var err error
+	s.riverUI, err = riverui.NewHandler(&riverui.HandlerOpts{
+		Endpoints: riverui.NewEndpoints(s.river, nil),
+		Logger:    logging.River(cfg.Logger),
+		Prefix:    "/riverui",
+	})
+	if err != nil {
+		return fmt.Errorf("ferry: new river ui handler: %w", err)
+	}
+	s.admin, err = admin.New(admin.Config{
+		Addr:     cfg.AdminAddr,
+		Token:    cfg.AdminToken,
+		Replica:  s.clientID,
+		Gatherer: s.metrics.Registry,
+		Ready:    s.ready,
+		Console:  console{s},
+		Events:   s.broadcast,
+		RiverUI:  s.riverUI,
+		Logger:   cfg.Logger,
+	})
+	return err
 }
 
 // poolMaxConns is the size of the server's pool unless DATABASE_URL sets
@@ -536,16 +505,10 @@ func (s *Server) Locks() *locks.Client { return s.locks }
 
 // TelegramStatus returns a snapshot of every configured bot (polling,
 // standby, backing off, or off), for the admin surface.
-func (s *Server) TelegramStatus() []telegram.BotStatus {
-	out := make([]telegram.BotStatus, 0, len(s.botStatus))
-	for _, st := range s.botStatus {
-		out = append(out, st())
-	}
-	return out
-}
+func (s *Server) TelegramStatus() []telegram.BotStatus { return s.telegram.Status() }
 
 // Scheduler is the server's scheduler (NextRun).
-func (s *Server) Scheduler() *periodic.Scheduler { return s.sched }
+func (s *Server) Scheduler() *periodic.Scheduler { return s.schedules.Scheduler() }
 
 // Elector is the server's leader elector (IsLeader, Term, Status, Fence).
 func (s *Server) Elector() *election.Elector { return s.elector }
@@ -733,7 +696,7 @@ func (s *Server) stopRiver() {
 	defer cancel()
 	err := s.river.Stop(stopCtx)
 	// The slots of the jobs that ended go back before the process does.
-	s.limiter.Wait()
+	s.limits.Limiter().Wait()
 	if err != nil {
 		log.Error("ferry: jobs still running after the grace period and their cancellation; River's rescuer will retry them", "error", err)
 		return
@@ -751,7 +714,7 @@ func (s *Server) cancelRiver() {
 	stopCtx, cancel := context.WithTimeout(context.Background(), hardStopBudget)
 	defer cancel()
 	err := s.river.StopAndCancel(stopCtx)
-	s.limiter.Wait()
+	s.limits.Limiter().Wait()
 	if err != nil {
 		log.Error("ferry: jobs still running after their cancellation", "error", err)
 		return
@@ -783,10 +746,7 @@ func (s *Server) close() {
 	if s.broadcast != nil {
 		s.broadcast.Close()
 	}
-	s.pool.Close()
-	if s.sessions != s.pool {
-		s.sessions.Close()
-	}
+	s.closePools()
 }
 
 func queueSummary(q map[string]int) string {
@@ -798,24 +758,4 @@ func queueSummary(q map[string]int) string {
 		out = fmt.Appendf(out, "%s=%d", name, q[name])
 	}
 	return string(out)
-}
-
-// chainBudget is the outbox's DeliverConfig.ChainBudget: its default, or
-// none (-1) when a limit applies to delivery jobs (their kind, the outbox
-// queue or a route's queue). A limit counts jobs, and a job that goes on
-// with its ordered key's next messages would deliver them past a rate or
-// a concurrency meant for the receiver; under such a limit each message
-// gets a job of its own.
-func chainBudget(limits []limit.Limit, routes *outbox.Routes) time.Duration {
-	for _, l := range limits {
-		if l.Kind == (outbox.DeliverArgs{}).Kind() || l.Queue == outbox.Queue {
-			return -1
-		}
-		for _, r := range routes.All() {
-			if l.Queue == outbox.QueueFor(r.Name) {
-				return -1
-			}
-		}
-	}
-	return 0
 }

@@ -129,7 +129,7 @@ type Build struct {
 	// events).
 	Queues map[string]int
 
-	river *river.Client[pgx.Tx]
+	river, insertOnly *river.Client[pgx.Tx]
 
 	capability string // the one whose Build runs
 	middleware []placed
@@ -161,8 +161,18 @@ type check struct {
 // Start on.
 func (b *Build) River() *river.Client[pgx.Tx] { return b.river }
 
-// SetRiver hands the server's River client to the capabilities (River).
-func (b *Build) SetRiver(rc *river.Client[pgx.Tx]) { b.river = rc }
+// InsertOnly is the server's insert-only River client, once built: it
+// works no queue, carries the same middleware as River, and sends River's
+// own insert notification at most once a day per queue, for a capability
+// that sends its own in the transaction that inserts (the outbox's
+// relay).
+func (b *Build) InsertOnly() *river.Client[pgx.Tx] { return b.insertOnly }
+
+// SetRiver hands the server's River clients to the capabilities (River,
+// InsertOnly).
+func (b *Build) SetRiver(rc, insertOnly *river.Client[pgx.Tx]) {
+	b.river, b.insertOnly = rc, insertOnly
+}
 
 // Add runs each capability's Build in order and stops at the first that
 // fails, returning its error as it is: ferry's errors name their

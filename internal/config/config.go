@@ -66,15 +66,10 @@ type BotEntry struct {
 	Timeout        string   `yaml:"timeout"`
 }
 
-// Bot is a configured bot. Token is empty when its variable is unset: the
-// bot stays off, and the worker says so in one line.
-type Bot struct {
-	Name           string
-	TokenEnv       string
-	Token          string
-	AllowedUpdates []string
-	PollTimeout    time.Duration
-}
+// Bot is a configured bot, as the Telegram capability takes it. Token is
+// empty when its variable is unset: the bot stays off, and the worker says
+// so in one line.
+type Bot = telegram.Bot
 
 // OutboxSection is the `outbox:` section.
 type OutboxSection struct {
