@@ -3,10 +3,8 @@ package ferry
 import (
 	"fmt"
 	"maps"
-	"slices"
 
 	"github.com/ferryq/ferry/internal/config"
-	"github.com/ferryq/ferry/jobs"
 	"github.com/ferryq/ferry/outbox"
 )
 
@@ -49,25 +47,4 @@ func queueWorkers(queues map[string]int, delivered *outbox.Routes) map[string]in
 		workers[outbox.QueueFor(r.Name)] = RouteWorkers(r, queues[outbox.Queue])
 	}
 	return workers
-}
-
-// queueBounds is the bound and worker count (queueWorkers) of every queue
-// this process works or bounds, as SetQueueBounds records them.
-func queueBounds(cfg Config, workers map[string]int) []jobs.QueueBound {
-	names := slices.Collect(maps.Keys(workers))
-	for q := range cfg.MaxLengths {
-		if _, ok := workers[q]; !ok {
-			names = append(names, q)
-		}
-	}
-	slices.Sort(names)
-	out := make([]jobs.QueueBound, 0, len(names))
-	for _, q := range names {
-		bound, ok := cfg.MaxLengths[q]
-		if !ok {
-			bound = cfg.QueueMaxLength
-		}
-		out = append(out, jobs.QueueBound{Name: q, MaxLength: bound, Workers: workers[q]})
-	}
-	return out
 }

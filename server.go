@@ -15,9 +15,8 @@ package ferry
 //
 // A new capability is a package with a constructor and a Build method
 // (package internal/capability says what it may record) and one line in
-// New's list (docs/floor-plan.md). Broadcast, locks, the bounded queues
-// and the admin console are still wired in New itself, on their way into
-// the list.
+// New's list (docs/floor-plan.md). The admin console is still wired in
+// New itself, on its way into the list.
 
 import (
 	"cmp"
@@ -43,13 +42,16 @@ import (
 	"github.com/ferryq/ferry/internal/admin"
 	"github.com/ferryq/ferry/internal/base/dburl"
 	"github.com/ferryq/ferry/internal/base/redact"
+	"github.com/ferryq/ferry/internal/broadcastcap"
 	"github.com/ferryq/ferry/internal/capability"
 	"github.com/ferryq/ferry/internal/config"
 	"github.com/ferryq/ferry/internal/limit"
 	"github.com/ferryq/ferry/internal/liveness"
+	"github.com/ferryq/ferry/internal/lockcap"
 	"github.com/ferryq/ferry/internal/logging"
 	"github.com/ferryq/ferry/internal/metrics"
 	"github.com/ferryq/ferry/internal/outboxcap"
+	"github.com/ferryq/ferry/internal/queuecap"
 	"github.com/ferryq/ferry/internal/retention"
 	"github.com/ferryq/ferry/internal/sealcap"
 	"github.com/ferryq/ferry/internal/tracing"
@@ -162,14 +164,6 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.metrics = metrics.New(s.pool, cfg.Version, cfg.Logger)
-	if s.broadcast, err = newBroadcast(cfg, s.pool, s.metrics.Registry); err != nil {
-		return fail(err)
-	}
-	lockObserver, err := metrics.NewLockObserver(s.metrics.Registry)
-	if err != nil {
-		return fail(err)
-	}
-	s.locks = locks.New(s.sessions, locks.Config{Observer: lockObserver})
 	s.elector, err = election.New(election.Config{
 		DatabaseURL: cfg.ElectionDatabaseURL, Key: cfg.ElectionKey, Tick: cfg.LeaderTick, TickTimeout: cfg.LeaderTickTimeout,
 		Probe: cfg.StandbyProbe, Logger: cfg.Logger, Registerer: s.metrics.Registry,
@@ -178,15 +172,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return fail(err)
 	}
 	queues := queueWorkers(cfg.Queues, s.outbox.Delivered())
-	changes, err := jobs.SetQueueBounds(ctx, s.pool, queueBounds(cfg, queues))
-	if err != nil {
-		return fail(err)
-	}
-	jobs.LogBoundChanges(cfg.Logger, changes)
 
 	// The capabilities record what they contribute, in order; the River
 	// clients are built from the record.
-	s.build = &capability.Build{Pool: s.pool, Sessions: s.sessions, Schema: cfg.Schema, ClientID: s.clientID, Logger: cfg.Logger,
+	s.build = &capability.Build{Ctx: ctx, Pool: s.pool, Sessions: s.sessions, Schema: cfg.Schema, ClientID: s.clientID, Logger: cfg.Logger,
 		Kinds: registry, Metrics: s.metrics.Registry, Elector: s.elector, Queues: queues}
 	build := s.build
 	// The jobs' own middleware: the unique-key middleware makes
@@ -206,6 +195,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// wraps the error middleware, so that a span's status holds the error
 	// as River stores it.
 	if err := build.Add(
+		queuecap.New(queuecap.Section{MaxLength: cfg.QueueMaxLength, MaxLengths: cfg.MaxLengths}),
+		c.broadcast,
+		c.locks,
 		c.liveness,
 		c.seal,
 		s.limits,
@@ -218,11 +210,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	); err != nil {
 		return fail(configOr(err))
 	}
+	s.broadcast, s.locks = c.broadcast.Broker(), c.locks.Client()
 	build.Leader("broadcast-leader", s.announceLeader)
 	build.Leader("broadcast-console", s.watchConsole)
-	// Bounded queues: give back, every minute, the admissions of
-	// transactions that rolled back (package jobs, "Bounded queues").
-	build.Leader("queue-recount", jobs.QueueRecounter(s.pool, time.Minute, cfg.Logger))
 	for _, r := range cfg.LeaderRunnables {
 		build.Leader(r.Name, r.Run)
 	}
@@ -239,6 +229,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 // caps are the capabilities New builds that the server does not keep
 // (those it reads later are its fields).
 type caps struct {
+	broadcast *broadcastcap.Capability
+	locks     *lockcap.Capability
 	liveness  *liveness.Capability
 	seal      *sealcap.Capability
 	retention *retention.Capability
@@ -277,6 +269,10 @@ func (s *Server) capabilities(file config.Loaded) (c caps, err error) {
 	c.liveness = liveness.NewCapability(liveness.Section{SettleAfter: cfg.SettleAfter, RescueInterval: cfg.RescueInterval, MaxOrphaned: cfg.MaxOrphaned},
 		cfg.ElectionDatabaseURL, cfg.LeaderTick, cfg.LeaderTickTimeout, s.declaredDead)
 	c.seal = sealcap.New(sealcap.Section{Keys: cfg.SealKeys, Encrypt: cfg.SealEncrypt, ReplayWindow: cfg.SealReplayWindow})
+	if c.broadcast, err = broadcastcap.New(broadcastcap.Section{Keys: cfg.BroadcastKeys, SessionURL: cfg.ElectionDatabaseURL}); err != nil {
+		return c, err
+	}
+	c.locks = lockcap.New()
 	return c, nil
 }
 

@@ -2,59 +2,17 @@ package ferry
 
 import (
 	"context"
-	"fmt"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ferryq/ferry/broadcast"
 	"github.com/ferryq/ferry/election"
 	"github.com/ferryq/ferry/internal/admin"
-	"github.com/ferryq/ferry/internal/base/redact"
 )
 
 // Broadcast returns this process's broadcast Broker: publish and subscribe
 // on it (package broadcast) rather than opening another LISTEN session.
 // Its keys are Config.BroadcastKeys.
 func (s *Server) Broadcast() *broadcast.Broker { return s.broadcast }
-
-// newBroadcast opens nothing: the Broker's LISTEN session starts with its
-// first subscription (an admin console watching live), on the session URL
-// (FERRY_ELECTION_DATABASE_URL), which bypasses a transaction pooler.
-func newBroadcast(cfg Config, pool *pgxpool.Pool, reg prometheus.Registerer) (*broadcast.Broker, error) {
-	// Parsed as a pool URL, so that pool settings (pool_max_conns …) are
-	// dropped rather than sent to the server; validate has checked it.
-	pc, err := pgxpool.ParseConfig(cfg.ElectionDatabaseURL)
-	if err != nil {
-		return nil, fmt.Errorf("ferry: broadcast: session URL: %s", redact.Postgres(err.Error()))
-	}
-	b, err := broadcast.New(broadcast.Config{Pool: pool, ListenConfig: pc.ConnConfig, Schema: cfg.Schema, Keys: cfg.BroadcastKeys, Logger: cfg.Logger})
-	if err != nil {
-		return nil, err
-	}
-	if err := reg.Register(broadcastCollector{b}); err != nil {
-		b.Close()
-		return nil, err
-	}
-	return b, nil
-}
-
-// broadcastCollector exports ferry_broadcast_dropped_total{reason}.
-type broadcastCollector struct{ b *broadcast.Broker }
-
-var broadcastDroppedDesc = prometheus.NewDesc("ferry_broadcast_dropped_total",
-	"Broadcast messages this process received and dropped, by reason (unsigned, forged, malformed, overflow, expired, stale, replayed).",
-	[]string{"reason"}, nil)
-
-func (c broadcastCollector) Describe(ch chan<- *prometheus.Desc) { ch <- broadcastDroppedDesc }
-
-func (c broadcastCollector) Collect(ch chan<- prometheus.Metric) {
-	d := c.b.Dropped()
-	for _, r := range broadcast.DropReasons {
-		ch <- prometheus.MustNewConstMetric(broadcastDroppedDesc, prometheus.CounterValue, float64(d[r]), r)
-	}
-}
 
 // announceLeader is a leader runnable: it tells the admin consoles of
 // every replica (admin.EventsChannel) when this process starts and stops

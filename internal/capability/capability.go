@@ -105,6 +105,9 @@ const (
 // Build is the record of what the capabilities contribute, and what they
 // share. The server makes one; each capability's Build adds to it.
 type Build struct {
+	// Ctx is the context of the server's New, for what a capability reads
+	// or writes while it builds (bounded queues record their bounds).
+	Ctx context.Context
 	// Pool carries job traffic (through a transaction pooler when one is
 	// configured); Sessions is for what needs a lasting session (Pool
 	// itself without a pooler).

@@ -1,0 +1,83 @@
+// Package broadcastcap is the worker side of broadcast (package broadcast,
+// a library module): the capability that gives a ferry server its
+// broadcast Broker, on the sessions' database, and
+// ferry_broadcast_dropped_total.
+package broadcastcap
+
+import (
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ferryq/ferry/broadcast"
+	"github.com/ferryq/ferry/internal/base/redact"
+	"github.com/ferryq/ferry/internal/capability"
+)
+
+// Section is the broadcast capability's configuration.
+type Section struct {
+	// Keys sign and verify this process's broadcast messages
+	// (FERRY_BROADCAST_KEYS; parse with broadcast.ParseKeys).
+	Keys broadcast.Keys
+	// SessionURL is where the Broker's LISTEN session lives (the sessions'
+	// database, which bypasses a transaction pooler).
+	SessionURL string
+}
+
+// Capability is the broadcast capability.
+type Capability struct {
+	sec    Section
+	listen *pgxpool.Config
+	broker *broadcast.Broker
+}
+
+// New checks sec and returns the capability.
+func New(sec Section) (*Capability, error) {
+	// Parsed as a pool URL, so that pool settings (pool_max_conns …) are
+	// dropped rather than sent to the server.
+	pc, err := pgxpool.ParseConfig(sec.SessionURL)
+	if err != nil {
+		return nil, fmt.Errorf("ferry: broadcast: session URL: %s", redact.Postgres(err.Error()))
+	}
+	return &Capability{sec: sec, listen: pc}, nil
+}
+
+// Name is "broadcast".
+func (*Capability) Name() string { return "broadcast" }
+
+// Broker is the server's Broker, once built; the server closes it when it
+// closes.
+func (c *Capability) Broker() *broadcast.Broker { return c.broker }
+
+// Build makes the Broker, which opens nothing: its LISTEN session starts
+// with its first subscription (an admin console watching live). It
+// records ferry_broadcast_dropped_total.
+func (c *Capability) Build(b *capability.Build) error {
+	broker, err := broadcast.New(broadcast.Config{Pool: b.Pool, ListenConfig: c.listen.ConnConfig, Schema: b.Schema, Keys: c.sec.Keys, Logger: b.Logger})
+	if err != nil {
+		return err
+	}
+	if err := b.Metrics.Register(collector{broker}); err != nil {
+		broker.Close()
+		return err
+	}
+	c.broker = broker
+	return nil
+}
+
+// collector exports ferry_broadcast_dropped_total{reason}.
+type collector struct{ b *broadcast.Broker }
+
+var droppedDesc = prometheus.NewDesc("ferry_broadcast_dropped_total",
+	"Broadcast messages this process received and dropped, by reason (unsigned, forged, malformed, overflow, expired, stale, replayed).",
+	[]string{"reason"}, nil)
+
+func (c collector) Describe(ch chan<- *prometheus.Desc) { ch <- droppedDesc }
+
+func (c collector) Collect(ch chan<- prometheus.Metric) {
+	d := c.b.Dropped()
+	for _, r := range broadcast.DropReasons {
+		ch <- prometheus.MustNewConstMetric(droppedDesc, prometheus.CounterValue, float64(d[r]), r)
+	}
+}
