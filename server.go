@@ -15,8 +15,7 @@ package ferry
 //
 // A new capability is a package with a constructor and a Build method
 // (package internal/capability says what it may record) and one line in
-// New's list (docs/floor-plan.md). The admin console is still wired in
-// New itself, on its way into the list.
+// New's list (docs/floor-plan.md).
 
 import (
 	"cmp"
@@ -35,7 +34,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
-	"riverqueue.com/riverui"
 
 	"github.com/ferryq/ferry/broadcast"
 	"github.com/ferryq/ferry/election"
@@ -88,8 +86,6 @@ type Server struct {
 	migrator *migrations.Migrator
 	metrics  *metrics.Metrics
 	locks    *locks.Client
-	admin    *admin.Server
-	riverUI  *riverui.Handler
 	elector  *election.Elector
 	// broadcast is this process's broadcast Broker (Broadcast).
 	broadcast *broadcast.Broker
@@ -102,6 +98,7 @@ type Server struct {
 	limits    *limit.Capability
 	outbox    *outboxcap.Capability
 	telegram  *telegram.Capability
+	console   *admin.Capability
 	// clientID is this process's River client id: its worker's identity.
 	clientID string
 	started  chan struct{}
@@ -176,7 +173,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// The capabilities record what they contribute, in order; the River
 	// clients are built from the record.
 	s.build = &capability.Build{Ctx: ctx, Pool: s.pool, Sessions: s.sessions, Schema: cfg.Schema, ClientID: s.clientID, Logger: cfg.Logger,
-		Kinds: registry, Metrics: s.metrics.Registry, Elector: s.elector, Queues: queues}
+		Kinds: registry, Metrics: s.metrics.Registry, Gatherer: s.metrics.Registry, Elector: s.elector, Queues: queues}
 	build := s.build
 	// The jobs' own middleware: the unique-key middleware makes
 	// jobs.WithUniqueKey hold on every insert through this client (the
@@ -195,6 +192,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// wraps the error middleware, so that a span's status holds the error
 	// as River stores it.
 	if err := build.Add(
+		s.console,
 		queuecap.New(queuecap.Section{MaxLength: cfg.QueueMaxLength, MaxLengths: cfg.MaxLengths}),
 		c.broadcast,
 		c.locks,
@@ -218,9 +216,6 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	capability.RegisterLeaders[election.Runnable](build, s.elector)
 	if err := s.newRiver(queues); err != nil {
-		return fail(err)
-	}
-	if err := s.newAdmin(); err != nil {
 		return fail(err)
 	}
 	return s, nil
@@ -273,6 +268,11 @@ func (s *Server) capabilities(file config.Loaded) (c caps, err error) {
 		return c, err
 	}
 	c.locks = lockcap.New()
+	broadcaster := c.broadcast
+	if s.console, err = admin.NewCapability(admin.Section{Addr: cfg.AdminAddr, Token: cfg.AdminToken}, console{s},
+		func() admin.Events { return broadcaster.Broker() }, s.ready); err != nil {
+		return c, err
+	}
 	return c, nil
 }
 
@@ -396,38 +396,7 @@ func (s *Server) newRiver(queues map[string]int) error {
 	if err != nil {
 		return fmt.Errorf("ferry: new river client for the relay: %w", err)
 	}
-	build.SetRiver(s.river, insertOnly)
-	return nil
-}
-
-// newAdmin builds the admin server (/admin/, /riverui/, /healthz, /readyz,
-// /metrics) unless cfg.AdminAddr is "off".
-func (s *Server) newAdmin() error {
-	cfg := s.cfg
-	if cfg.AdminAddr == "off" {
-		return nil
-	}
-	var err error
-	s.riverUI, err = riverui.NewHandler(&riverui.HandlerOpts{
-		Endpoints: riverui.NewEndpoints(s.river, nil),
-		Logger:    logging.River(cfg.Logger),
-		Prefix:    "/riverui",
-	})
-	if err != nil {
-		return fmt.Errorf("ferry: new river ui handler: %w", err)
-	}
-	s.admin, err = admin.New(admin.Config{
-		Addr:     cfg.AdminAddr,
-		Token:    cfg.AdminToken,
-		Replica:  s.clientID,
-		Gatherer: s.metrics.Registry,
-		Ready:    s.ready,
-		Console:  console{s},
-		Events:   s.broadcast,
-		RiverUI:  s.riverUI,
-		Logger:   cfg.Logger,
-	})
-	return err
+	return build.SetRiver(s.river, insertOnly)
 }
 
 // poolMaxConns is the size of the server's pool unless DATABASE_URL sets
@@ -515,12 +484,7 @@ func (s *Server) Started() <-chan struct{} { return s.started }
 
 // AdminAddr is the admin server's bound address ("" when disabled); read it
 // after Started.
-func (s *Server) AdminAddr() string {
-	if s.admin == nil {
-		return ""
-	}
-	return s.admin.Addr()
-}
+func (s *Server) AdminAddr() string { return s.console.Addr() }
 
 func (s *Server) ready(ctx context.Context) error {
 	if err := s.pool.Ping(ctx); err != nil {
@@ -574,21 +538,10 @@ func (s *Server) Run(ctx context.Context) error {
 			log.Warn("ferry: a kind's queue is not worked by this process", "kind", k.Name, "queue", k.Queue)
 		}
 	}
-	if s.admin != nil {
-		// River UI's background services stop with uiCtx.
-		uiCtx, stopUI := context.WithCancel(ctx)
-		defer stopUI()
-		if err := s.riverUI.Start(uiCtx); err != nil {
-			return fmt.Errorf("ferry: start river ui: %w", err)
-		}
-		if err := s.admin.Start(ctx); err != nil {
-			return err
-		}
-		defer s.admin.Stop()
-	}
-	// What the capabilities do before River fetches a job (the worker's
-	// liveness, the routes it declares, the seal's trigger, the limits),
-	// in order; each stops after River has stopped, in reverse order.
+	// What the capabilities do before River fetches a job (the admin
+	// server, the worker's liveness, the seal's trigger, the limits, the
+	// routes it declares), in order; each stops after River has stopped,
+	// in reverse order.
 	for _, svc := range s.build.AroundServices() {
 		if err := svc.Start(ctx); err != nil {
 			return err

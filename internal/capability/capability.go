@@ -121,8 +121,10 @@ type Build struct {
 	// Kinds is the registry of the job kinds this process works; a
 	// capability adds its own.
 	Kinds *jobs.Registry
-	// Metrics is where a capability registers its collectors.
-	Metrics prometheus.Registerer
+	// Metrics is where a capability registers its collectors; Gatherer
+	// is what /metrics exposes of them.
+	Metrics  prometheus.Registerer
+	Gatherer prometheus.Gatherer
 	// Elector is the leader layer (election.Elector), for capabilities
 	// that fence their writes or wait out a predecessor; a capability adds
 	// its leader runnables with Leader and FencedLeader.
@@ -141,6 +143,7 @@ type Build struct {
 	services   []Service
 	leaders    []leader
 	ready      []check
+	onRiver    []func(*river.Client[pgx.Tx]) error
 }
 
 type placed struct {
@@ -171,10 +174,21 @@ func (b *Build) River() *river.Client[pgx.Tx] { return b.river }
 // relay).
 func (b *Build) InsertOnly() *river.Client[pgx.Tx] { return b.insertOnly }
 
+// OnRiver records a step that needs the River client to make what the
+// capability serves (River UI reads it): it runs once the client is
+// built, before anything starts.
+func (b *Build) OnRiver(fn func(*river.Client[pgx.Tx]) error) { b.onRiver = append(b.onRiver, fn) }
+
 // SetRiver hands the server's River clients to the capabilities (River,
-// InsertOnly).
-func (b *Build) SetRiver(rc, insertOnly *river.Client[pgx.Tx]) {
+// InsertOnly) and runs the steps recorded with OnRiver, in order.
+func (b *Build) SetRiver(rc, insertOnly *river.Client[pgx.Tx]) error {
 	b.river, b.insertOnly = rc, insertOnly
+	for _, fn := range b.onRiver {
+		if err := fn(rc); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Add runs each capability's Build in order and stops at the first that

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
@@ -130,4 +131,17 @@ func TestBuild_WrapJobContext(t *testing.T) {
 		return context.WithValue(ctx, key{}, ctx.Value(key{}).(string)+", second")
 	})
 	require.Equal(t, "first, second", b.WrapJobContext()(context.Background()).Value(key{}))
+}
+
+// The steps recorded with OnRiver run when the server hands its River
+// clients over, in order, and the first failure stops them.
+func TestBuild_OnRiver(t *testing.T) {
+	t.Parallel()
+	b := &Build{}
+	var ran []string
+	b.OnRiver(func(*river.Client[pgx.Tx]) error { ran = append(ran, "ui"); return nil })
+	b.OnRiver(func(*river.Client[pgx.Tx]) error { ran = append(ran, "admin"); return errors.New("admin: bad address") })
+	b.OnRiver(func(*river.Client[pgx.Tx]) error { ran = append(ran, "later"); return nil })
+	require.EqualError(t, b.SetRiver(nil, nil), "admin: bad address")
+	require.Equal(t, []string{"ui", "admin"}, ran)
 }

@@ -1,0 +1,124 @@
+package admin
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"riverqueue.com/riverui"
+
+	"github.com/ferryq/ferry/internal/capability"
+	"github.com/ferryq/ferry/internal/logging"
+)
+
+// Section is the admin console's configuration.
+type Section struct {
+	// Addr is where the admin server (/admin/, /riverui/, /healthz,
+	// /readyz, /metrics) listens (FERRY_ADMIN_ADDR); "off" disables it.
+	Addr string
+	// Token protects all but /healthz and /readyz (FERRY_ADMIN_TOKEN).
+	Token string
+}
+
+// Capability is the admin console (capability.Build): the admin server
+// with River UI, around River (it answers before the worker fetches and
+// until it has stopped).
+type Capability struct {
+	sec     Section
+	console Console
+	events  func() Events
+	ready   func(context.Context) error
+
+	server *Server
+	ui     *riverui.Handler
+
+	mu     sync.Mutex
+	cancel context.CancelFunc
+}
+
+// NewCapability checks sec and returns the capability. console feeds the
+// pages, events (read once built) updates them live, and ready is
+// /readyz's check.
+func NewCapability(sec Section, console Console, events func() Events, ready func(context.Context) error) (*Capability, error) {
+	if sec.Addr != "off" {
+		if err := ValidateAddr(sec.Addr, sec.Token); err != nil {
+			return nil, err
+		}
+	}
+	return &Capability{sec: sec, console: console, events: events, ready: ready}, nil
+}
+
+// Name is "admin".
+func (*Capability) Name() string { return "admin" }
+
+// Addr is the admin server's bound address ("" when disabled); read it
+// once the server has started.
+func (c *Capability) Addr() string {
+	if c.server == nil {
+		return ""
+	}
+	return c.server.Addr()
+}
+
+// Build records the admin server as the first service around River; it is
+// made once the River client exists (River UI reads it), before anything
+// starts.
+func (c *Capability) Build(b *capability.Build) error {
+	if c.sec.Addr == "off" {
+		return nil
+	}
+	b.OnRiver(func(rc *river.Client[pgx.Tx]) error {
+		var err error
+		c.ui, err = riverui.NewHandler(&riverui.HandlerOpts{
+			Endpoints: riverui.NewEndpoints(rc, nil),
+			Logger:    logging.River(b.Logger),
+			Prefix:    "/riverui",
+		})
+		if err != nil {
+			return fmt.Errorf("ferry: new river ui handler: %w", err)
+		}
+		c.server, err = New(Config{
+			Addr:     c.sec.Addr,
+			Token:    c.sec.Token,
+			Replica:  b.ClientID,
+			Gatherer: b.Gatherer,
+			Ready:    c.ready,
+			Console:  c.console,
+			Events:   c.events(),
+			RiverUI:  c.ui,
+			Logger:   b.Logger,
+		})
+		return err
+	})
+	b.Around(c)
+	return nil
+}
+
+// Start starts River UI's background services and the admin server.
+func (c *Capability) Start(ctx context.Context) error {
+	uiCtx, cancel := context.WithCancel(ctx)
+	c.mu.Lock()
+	c.cancel = cancel
+	c.mu.Unlock()
+	if err := c.ui.Start(uiCtx); err != nil {
+		cancel()
+		return fmt.Errorf("ferry: start river ui: %w", err)
+	}
+	if err := c.server.Start(ctx); err != nil {
+		cancel()
+		return err
+	}
+	return nil
+}
+
+// Stop stops the admin server, then River UI's services.
+func (c *Capability) Stop() {
+	c.server.Stop()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cancel != nil {
+		c.cancel()
+	}
+}
