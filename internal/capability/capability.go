@@ -136,13 +136,12 @@ type Build struct {
 
 	river, insertOnly *river.Client[pgx.Tx]
 
-	capability string // the one whose Build runs
 	middleware []placed
 	jobContext []func(context.Context) context.Context
 	around     []Service
 	services   []Service
 	leaders    []leader
-	ready      []check
+	ready      []func(context.Context) error
 	onRiver    []func(*river.Client[pgx.Tx]) error
 }
 
@@ -155,11 +154,6 @@ type leader struct {
 	name   string
 	run    Runnable
 	fenced bool
-}
-
-type check struct {
-	name string
-	fn   func(context.Context) error
 }
 
 // River is the server's River client once the server has built it (from
@@ -197,12 +191,10 @@ func (b *Build) SetRiver(rc, insertOnly *river.Client[pgx.Tx]) error {
 // configuration wraps ErrConfig (Invalid).
 func (b *Build) Add(caps ...Capability) error {
 	for _, c := range caps {
-		b.capability = c.Name()
 		if err := c.Build(b); err != nil {
 			return err
 		}
 	}
-	b.capability = ""
 	return nil
 }
 
@@ -255,10 +247,8 @@ func (b *Build) FencedLeader(name string, run Runnable) {
 // Ready records a readiness check of /readyz: an error says why the
 // process is not ready.
 func (b *Build) Ready(check func(context.Context) error) {
-	b.ready = append(b.ready, checkOf(b.capability, check))
+	b.ready = append(b.ready, check)
 }
-
-func checkOf(name string, fn func(context.Context) error) check { return check{name: name, fn: fn} }
 
 // Step is a Service whose Start does fn and whose Stop does nothing: a
 // step of the start, such as publishing what this worker declares.
@@ -268,15 +258,6 @@ type step func(context.Context) error
 
 func (s step) Start(ctx context.Context) error { return s(ctx) }
 func (step) Stop()                             {}
-
-// Stopper is a Service whose Start does nothing and whose Stop does fn: a
-// step of the stop, such as waiting for what the jobs left behind.
-func Stopper(fn func()) Service { return stopper(fn) }
-
-type stopper func()
-
-func (stopper) Start(context.Context) error { return nil }
-func (s stopper) Stop()                     { s() }
 
 // WorkMiddleware is the recorded middleware, outermost first: by layer,
 // then in the order recorded.
@@ -326,8 +307,8 @@ func RegisterLeaders[R ~func(context.Context) error](b *Build, r Registrar[R]) {
 // CheckReady runs the readiness checks in order and returns the first
 // failure.
 func (b *Build) CheckReady(ctx context.Context) error {
-	for _, c := range b.ready {
-		if err := c.fn(ctx); err != nil {
+	for _, check := range b.ready {
+		if err := check(ctx); err != nil {
 			return err
 		}
 	}

@@ -82,7 +82,7 @@ func TestBuild_ServicesInOrder(t *testing.T) {
 	var did []string
 	require.NoError(t, b.Add(fake{"steps", func(b *Build) error {
 		b.Around(Step(func(context.Context) error { did = append(did, "publish"); return nil }))
-		b.Around(Stopper(func() { did = append(did, "wait") }))
+		b.Around(onStop(func() { did = append(did, "wait") }))
 		b.Service(Step(func(context.Context) error { did = append(did, "serve"); return nil }))
 		return nil
 	}}))
@@ -145,3 +145,9 @@ func TestBuild_OnRiver(t *testing.T) {
 	require.EqualError(t, b.SetRiver(nil, nil), "admin: bad address")
 	require.Equal(t, []string{"ui", "admin"}, ran)
 }
+
+// onStop is a service whose Stop does fn.
+type onStop func()
+
+func (onStop) Start(context.Context) error { return nil }
+func (f onStop) Stop()                     { f() }

@@ -249,21 +249,35 @@ func TestLedger_FollowsRiversWrites(t *testing.T) {
 
 // Without River's report (no Subscribe, or an event dropped), a finished
 // job stays in the Ledger until a settle pass reads it by id, once it is
-// older than SettleAfter: no longer running, it is forgotten, and nothing
-// is written.
+// older than SettleAfter: River's client completed it, so it is no longer
+// running and is forgotten, and nothing is written over River's outcome.
 func TestLedger_UnreportedFinishedJobForgotten(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
 	ledger := NewLedger()
 	w := b.settler(t, ledger, time.Second, nil, &logtest.Recorder{})
-	id := b.running(t, w.ClientID(), 1, 25)
-	ledger.started(id, 1, nil)
-	ledger.finished(id, 1, nil)
-	_, err := b.pool.Exec(ctx, `UPDATE river_job SET state = 'completed', finalized_at = now() WHERE id = $1`, id)
+	workers := river.NewWorkers()
+	river.AddWorker(workers, river.WorkFunc(func(context.Context, *river.Job[ledgerArgs]) error { return nil }))
+	client, err := river.NewClient(riverpgxv5.New(b.pool), &river.Config{
+		ID: w.ClientID(), Logger: (&logtest.Recorder{}).Logger(), Middleware: []rivertype.Middleware{ledger.Middleware()},
+		Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 1}}, Workers: workers,
+		TestOnly: true,
+	})
 	require.NoError(t, err)
+	res, err := client.Insert(ctx, ledgerArgs{Outcome: "ok"}, nil)
+	require.NoError(t, err)
+	require.NoError(t, client.Start(ctx))
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		_ = client.Stop(sctx)
+	})
+	require.Eventually(t, func() bool {
+		state, _, _ := b.settledReason(t, res.Job.ID)
+		return state == "completed"
+	}, 10*time.Second, 20*time.Millisecond)
 	require.Eventually(t, func() bool { return ledger.Len() == 0 }, 10*time.Second, 20*time.Millisecond)
-	state, _, reason := b.settledReason(t, id)
-	require.Equal(t, "completed", state)
+	_, _, reason := b.settledReason(t, res.Job.ID)
 	require.Empty(t, reason, "River's outcome stands")
 }
