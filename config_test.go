@@ -35,37 +35,39 @@ func TestParseQueues(t *testing.T) {
 
 func TestConfig_WithDefaults(t *testing.T) {
 	t.Parallel()
-	c := Config{DatabaseURL: "postgres://x@127.0.0.1/x"}.WithDefaults()
-	require.Equal(t, map[string]int{"default": 1000, "outbox": 50}, c.Queues)
-	require.Equal(t, DefaultFetchCooldown, c.FetchCooldown)
-	require.Equal(t, DefaultFetchPollInterval, c.FetchPollInterval)
-	require.Equal(t, DefaultShutdownGrace, c.ShutdownGrace)
-	require.Equal(t, DefaultAdminAddr, c.AdminAddr)
+	c := Config{Database: DatabaseConfig{URL: "postgres://x@127.0.0.1/x"}}.WithDefaults()
+	require.Equal(t, QueueWorkers{"default": 1000, "outbox": 50}, c.Queues.Workers)
+	require.Equal(t, DefaultFetchCooldown, c.Queues.FetchCooldown)
+	require.Equal(t, DefaultFetchPollInterval, c.Queues.FetchPollInterval)
+	require.Equal(t, DefaultShutdownGrace, c.Queues.ShutdownGrace)
+	require.Equal(t, DefaultAdminAddr, c.Admin.Addr)
 	require.NotEmpty(t, c.Version)
 	require.NotNil(t, c.Logger)
 	require.NoError(t, c.validate())
 
-	set := Config{FetchCooldown: time.Second}.WithDefaults()
-	require.Equal(t, time.Second, set.FetchCooldown, "a set value is kept")
+	set := Config{Queues: QueuesConfig{FetchCooldown: time.Second}}.WithDefaults()
+	require.Equal(t, time.Second, set.Queues.FetchCooldown, "a set value is kept")
 }
 
 func TestConfig_Validate(t *testing.T) {
 	t.Parallel()
-	base := Config{DatabaseURL: "postgres://x@127.0.0.1/x"}.WithDefaults()
+	base := Config{Database: DatabaseConfig{URL: "postgres://x@127.0.0.1/x"}}.WithDefaults()
 	for name, tc := range map[string]struct {
 		mod  func(*Config)
 		want string
 	}{
-		"no database":         {func(c *Config) { c.DatabaseURL = "" }, "DATABASE_URL"},
-		"poll under cooldown": {func(c *Config) { c.FetchCooldown, c.FetchPollInterval = 5*time.Millisecond, 2*time.Millisecond }, "below the fetch cooldown"},
-		"cooldown too small":  {func(c *Config) { c.FetchCooldown = time.Microsecond }, "below River's minimum"},
-		"negative grace":      {func(c *Config) { c.ShutdownGrace = -time.Second }, "negative"},
-		"bad queue":           {func(c *Config) { c.Queues = map[string]int{"BAD": 1} }, "lowercase"},
-		"no queues":           {func(c *Config) { c.Queues = map[string]int{} }, "at least one queue"},
-		"negative max length": {func(c *Config) { c.QueueMaxLength = -1 }, "queue max length -1 is negative"},
-		"negative bound":      {func(c *Config) { c.MaxLengths = map[string]int64{"reports": -5} }, `queue "reports": max length -5 is negative`},
-		"settle too soon":     {func(c *Config) { c.SettleAfter = time.Millisecond }, "settle after 1ms is under 1s"},
-		"tick retention":      {func(c *Config) { c.TickRetention = time.Minute }, "tick retention 1m0s is under 1h (0 keeps everything)"},
+		"no database": {func(c *Config) { c.Database.URL = "" }, "DATABASE_URL"},
+		"poll under cooldown": {func(c *Config) {
+			c.Queues.FetchCooldown, c.Queues.FetchPollInterval = 5*time.Millisecond, 2*time.Millisecond
+		}, "below the fetch cooldown"},
+		"cooldown too small":  {func(c *Config) { c.Queues.FetchCooldown = time.Microsecond }, "below River's minimum"},
+		"negative grace":      {func(c *Config) { c.Queues.ShutdownGrace = -time.Second }, "negative"},
+		"bad queue":           {func(c *Config) { c.Queues.Workers = map[string]int{"BAD": 1} }, "lowercase"},
+		"no queues":           {func(c *Config) { c.Queues.Workers = map[string]int{} }, "at least one queue"},
+		"negative max length": {func(c *Config) { c.Queues.MaxLength = -1 }, "queue max length -1 is negative"},
+		"negative bound":      {func(c *Config) { c.Queues.MaxLengths = map[string]int64{"reports": -5} }, `queue "reports": max length -5 is negative`},
+		"settle too soon":     {func(c *Config) { c.Liveness.SettleAfter = time.Millisecond }, "settle after 1ms is under 1s"},
+		"tick retention":      {func(c *Config) { c.Retention.Ticks = time.Minute }, "tick retention 1m0s is under 1h (0 keeps everything)"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

@@ -45,7 +45,7 @@ func (c console) Summary(ctx context.Context) (admin.Summary, error) {
 	host, _ := os.Hostname()
 	v := admin.Summary{Replica: admin.Replica{Name: c.s.river.ID(), Hostname: host, PID: os.Getpid(), Role: string(st.State), Term: st.Term}}
 	var err error
-	if v.Leader, err = election.CurrentHolder(ctx, c.s.pool, c.s.cfg.ElectionKey); err != nil {
+	if v.Leader, err = election.CurrentHolder(ctx, c.s.pool, c.s.cfg.Leader.Key); err != nil {
 		return v, err
 	}
 	if err := c.s.pool.QueryRow(ctx, summarySQL, admin.DiscardedWindow.Seconds()).Scan(
@@ -63,7 +63,7 @@ func (c console) Summary(ctx context.Context) (admin.Summary, error) {
 }
 
 func (c console) Leader(ctx context.Context) (admin.LeaderView, error) {
-	v := admin.LeaderView{Key: c.s.cfg.ElectionKey}
+	v := admin.LeaderView{Key: c.s.cfg.Leader.Key}
 	var err error
 	if v.Holder, err = election.CurrentHolder(ctx, c.s.pool, v.Key); err != nil {
 		return v, err

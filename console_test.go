@@ -27,7 +27,7 @@ func TestConsole_Summary(t *testing.T) {
 	ctx := context.Background()
 	url := pgtest.NewDatabase(t, true)
 	cfg := quietConfig(url)
-	cfg.ShutdownGrace = 100 * time.Millisecond
+	cfg.Queues.ShutdownGrace = 100 * time.Millisecond
 	srv, err := ferry.New(ctx, cfg)
 	require.NoError(t, err)
 	stop := runServer(t, srv)

@@ -14,12 +14,18 @@
 // ferry's built-in ones:
 //
 //	srv, err := ferry.New(ctx, ferry.Config{
-//		DatabaseURL: os.Getenv("DATABASE_URL"),
-//		Kinds:       []jobs.Kind{jobs.Define[SendInvoiceArgs](&SendInvoiceWorker{}, "billing", "send one invoice")},
-//		Queues:      map[string]int{"default": 100, "billing": 20},
+//		Database: ferry.DatabaseConfig{URL: os.Getenv("DATABASE_URL")},
+//		Queues:   ferry.QueuesConfig{Workers: map[string]int{"default": 100, "billing": 20}},
+//		Kinds:    []jobs.Kind{jobs.Define[SendInvoiceArgs](&SendInvoiceWorker{}, "billing", "send one invoice")},
 //	})
 //	if err != nil { … }
 //	err = srv.Run(ctx) // until ctx is cancelled, then a graceful stop
+//
+// Config has a section per capability (Database, Queues, Leader,
+// Liveness, Admin, Outbox, Telegram, Broadcast, Seal, Retention); each
+// setting's field declares its environment variable and flag in its tags,
+// so that ferrycli.WorkerConfig reads a Config from the same FERRY_*
+// variables and flags as `worker run`.
 //
 // Services that only insert use jobs.Inserter (or their own River client)
 // inside their own transactions.
@@ -27,11 +33,11 @@
 // # Lifecycle
 //
 // New validates the Config, connects, and checks the schema (or migrates it
-// with Config.Migrate). Run publishes the registered kinds to ferry_job_kind,
+// with Config.Database.Migrate). Run publishes the registered kinds to ferry_job_kind,
 // starts the admin server and the River client, then the elector, the local
 // schedules and the outbox relay, and works jobs until its context ends.
 // Then it resigns the leadership, stops fetching, gives running jobs
-// Config.ShutdownGrace to finish, and cancels the rest: River puts an
+// Config.Queues.ShutdownGrace to finish, and cancels the rest: River puts an
 // interrupted job back to available without counting the attempt. A job is
 // never lost to a deploy. A start that fails midway stops what started
 // before it, River included. Run runs once (a second call returns
@@ -43,7 +49,7 @@
 // and Stopped signal. The elector, the local scheduler (periodic.Scheduler),
 // the outbox relay and the admin server have it. Work that runs only on the
 // leader (the durable scheduler, the Telegram pollers, the retentions,
-// Config.LeaderRunnables) is an election.Runnable instead: a function whose
+// Config.Leader.Runnables) is an election.Runnable instead: a function whose
 // context is the leader's term, started by the elector at the start of each
 // term, cancelled at its end, and restarted with backoff if it fails while
 // the term lasts.

@@ -77,7 +77,7 @@ const relayNotifyCooldown = 24 * time.Hour
 type Server struct {
 	cfg  Config
 	pool *pgxpool.Pool
-	// sessions is a small pool on cfg.ElectionDatabaseURL for what needs a
+	// sessions is a small pool on cfg.Database.SessionURL for what needs a
 	// session (the migrations' lock, lock waits, the relay's LISTEN) when
 	// pool goes through a transaction pooler; pool itself otherwise.
 	sessions *pgxpool.Pool
@@ -125,7 +125,7 @@ var (
 	ErrClosed = errors.New("ferry: Run called on a closed Server")
 )
 
-// New validates cfg, connects to Postgres, checks (or with cfg.Migrate,
+// New validates cfg, connects to Postgres, checks (or with cfg.Database.Migrate,
 // applies) the schema, and builds the River client. Nothing runs until Run.
 func New(ctx context.Context, cfg Config) (*Server, error) {
 	cfg = cfg.WithDefaults()
@@ -143,7 +143,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err := applyFileQueues(&cfg, file.Queues); err != nil {
 		return nil, &configError{err: err}
 	}
-	if err := inSchema(&cfg); err != nil {
+	if err := inSchema(&cfg.Database); err != nil {
 		return nil, &configError{err: err}
 	}
 	s := &Server{cfg: cfg, registry: registry, started: make(chan struct{})}
@@ -162,17 +162,17 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.metrics = metrics.New(s.pool, cfg.Version, cfg.Logger)
 	s.elector, err = election.New(election.Config{
-		DatabaseURL: cfg.ElectionDatabaseURL, Key: cfg.ElectionKey, Tick: cfg.LeaderTick, TickTimeout: cfg.LeaderTickTimeout,
-		Probe: cfg.StandbyProbe, Logger: cfg.Logger, Registerer: s.metrics.Registry,
+		DatabaseURL: cfg.Database.SessionURL, Key: cfg.Leader.Key, Tick: cfg.Leader.Tick, TickTimeout: cfg.Leader.TickTimeout,
+		Probe: cfg.Leader.StandbyProbe, Logger: cfg.Logger, Registerer: s.metrics.Registry,
 	})
 	if err != nil {
 		return fail(err)
 	}
-	queues := queueWorkers(cfg.Queues, s.outbox.Delivered())
+	queues := queueWorkers(cfg.Queues.Workers, s.outbox.Delivered())
 
 	// The capabilities record what they contribute, in order; the River
 	// clients are built from the record.
-	s.build = &capability.Build{Ctx: ctx, Pool: s.pool, Sessions: s.sessions, Schema: cfg.Schema, ClientID: s.clientID, Logger: cfg.Logger,
+	s.build = &capability.Build{Ctx: ctx, Pool: s.pool, Sessions: s.sessions, Schema: cfg.Database.Schema, ClientID: s.clientID, Logger: cfg.Logger,
 		Kinds: registry, Metrics: s.metrics.Registry, Gatherer: s.metrics.Registry, Elector: s.elector, Queues: queues}
 	build := s.build
 	// The jobs' own middleware: the unique-key middleware makes
@@ -193,7 +193,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// as River stores it.
 	if err := build.Add(
 		s.console,
-		queuecap.New(queuecap.Section{MaxLength: cfg.QueueMaxLength, MaxLengths: cfg.MaxLengths}),
+		queuecap.New(cfg.Queues),
 		c.broadcast,
 		c.locks,
 		c.liveness,
@@ -211,7 +211,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.broadcast, s.locks = c.broadcast.Broker(), c.locks.Client()
 	build.Leader("broadcast-leader", s.announceLeader)
 	build.Leader("broadcast-console", s.watchConsole)
-	for _, r := range cfg.LeaderRunnables {
+	for _, r := range cfg.Leader.Runnables {
 		build.Leader(r.Name, r.Run)
 	}
 	capability.RegisterLeaders[election.Runnable](build, s.elector)
@@ -240,36 +240,33 @@ func (s *Server) capabilities(file config.Loaded) (c caps, err error) {
 	if err != nil {
 		return c, err
 	}
-	s.telegram, err = telegram.NewCapability(telegram.Section{APIURL: cfg.TelegramAPIURL, Bots: file.Bots, Routers: cfg.TelegramRouters}, cfg.Logger)
+	s.telegram, err = telegram.NewCapability(cfg.Telegram, file.Bots, cfg.Logger)
 	if err != nil {
 		return c, err
 	}
-	s.limits, err = limit.NewCapability(file.Limits, cfg.FetchPollInterval)
+	s.limits, err = limit.NewCapability(file.Limits, cfg.Queues.FetchPollInterval)
 	if err != nil {
 		return c, err
 	}
-	c.retention, err = retention.NewCapability(retention.Section{Ticks: cfg.TickRetention, Terms: cfg.TermRetention, TelegramMalformed: cfg.TelegramMalformedRetention})
+	c.retention, err = retention.NewCapability(cfg.Retention)
 	if err != nil {
 		return c, err
 	}
-	s.outbox, err = outboxcap.New(outboxcap.Section{
-		Routes:      slices.Concat(cfg.OutboxRoutes, file.Routes, s.telegram.Routes()),
-		MaxAttempts: cmp.Or(cfg.OutboxMaxAttempts, file.OutboxMaxAttempts),
-		RouteGrace:  cfg.OutboxRouteGrace, Retention: cfg.OutboxRetention,
-		Tracer: tracing.Outbox(cfg.TracerProvider), Limits: file.Limits,
-	}, cfg.Queues)
+	outbox := cfg.Outbox
+	outbox.Routes = slices.Concat(outbox.Routes, file.Routes, s.telegram.Routes())
+	outbox.MaxAttempts = cmp.Or(outbox.MaxAttempts, file.OutboxMaxAttempts)
+	s.outbox, err = outboxcap.New(outbox, cfg.Queues.Workers, tracing.Outbox(cfg.TracerProvider), file.Limits)
 	if err != nil {
 		return c, err
 	}
-	c.liveness = liveness.NewCapability(liveness.Section{SettleAfter: cfg.SettleAfter, RescueInterval: cfg.RescueInterval, MaxOrphaned: cfg.MaxOrphaned},
-		cfg.ElectionDatabaseURL, cfg.LeaderTick, cfg.LeaderTickTimeout, s.declaredDead)
-	c.seal = sealcap.New(sealcap.Section{Keys: cfg.SealKeys, Encrypt: cfg.SealEncrypt, ReplayWindow: cfg.SealReplayWindow})
-	if c.broadcast, err = broadcastcap.New(broadcastcap.Section{Keys: cfg.BroadcastKeys, SessionURL: cfg.ElectionDatabaseURL}); err != nil {
+	c.liveness = liveness.NewCapability(cfg.Liveness, cfg.Database.SessionURL, cfg.Leader.Tick, cfg.Leader.TickTimeout, s.declaredDead)
+	c.seal = sealcap.New(cfg.Seal)
+	if c.broadcast, err = broadcastcap.New(cfg.Broadcast, cfg.Database.SessionURL); err != nil {
 		return c, err
 	}
 	c.locks = lockcap.New()
 	broadcaster := c.broadcast
-	if s.console, err = admin.NewCapability(admin.Section{Addr: cfg.AdminAddr, Token: cfg.AdminToken}, console{s},
+	if s.console, err = admin.NewCapability(cfg.Admin, console{s},
 		func() admin.Events { return broadcaster.Broker() }, s.ready); err != nil {
 		return c, err
 	}
@@ -280,46 +277,46 @@ func (s *Server) capabilities(file config.Loaded) (c caps, err error) {
 // a schema of its own, every session finds its tables first (through a
 // transaction pooler, the role's search_path must, which the migrator's
 // check makes sure of).
-func inSchema(cfg *Config) (err error) {
-	if cfg.Schema == "" {
+func inSchema(db *DatabaseConfig) (err error) {
+	if db.Schema == "" {
 		return nil
 	}
-	if cfg.Pooler != dburl.PoolerTransaction {
-		if cfg.DatabaseURL, err = dburl.WithSearchPath(cfg.DatabaseURL, cfg.Schema); err != nil {
+	if db.Pooler != dburl.PoolerTransaction {
+		if db.URL, err = dburl.WithSearchPath(db.URL, db.Schema); err != nil {
 			return err
 		}
 	}
-	cfg.ElectionDatabaseURL, err = dburl.WithSearchPath(cfg.ElectionDatabaseURL, cfg.Schema)
+	db.SessionURL, err = dburl.WithSearchPath(db.SessionURL, db.Schema)
 	return err
 }
 
 // open opens the server's pools (sized for the outbox routes it
-// delivers) and checks (or with cfg.Migrate, applies) the migrations.
+// delivers) and checks (or with cfg.Database.Migrate, applies) the migrations.
 func (s *Server) open(ctx context.Context) error {
 	cfg := &s.cfg
 	var err error
 	s.clientID = newClientID()
-	if s.pool, err = openPool(ctx, cfg.DatabaseURL, "ferry-worker", poolMaxConns(cfg.Queues, s.outbox.Delivered()), s.clientID, cfg.Pooler); err != nil {
+	if s.pool, err = openPool(ctx, cfg.Database.URL, "ferry-worker", poolMaxConns(cfg.Queues.Workers, s.outbox.Delivered()), s.clientID, cfg.Database.Pooler); err != nil {
 		return err
 	}
 	s.sessions = s.pool
-	if cfg.Pooler == dburl.PoolerTransaction {
-		if s.sessions, err = openPool(ctx, cfg.ElectionDatabaseURL, "ferry-worker-session", 4, "", dburl.PoolerNone); err != nil {
+	if cfg.Database.Pooler == dburl.PoolerTransaction {
+		if s.sessions, err = openPool(ctx, cfg.Database.SessionURL, "ferry-worker-session", 4, "", dburl.PoolerNone); err != nil {
 			s.pool.Close()
 			return err
 		}
 	}
-	if s.migrator, err = migrations.New(s.sessions, cfg.Logger, migrations.InSchema(cfg.Schema)); err != nil {
+	if s.migrator, err = migrations.New(s.sessions, cfg.Logger, migrations.InSchema(cfg.Database.Schema)); err != nil {
 		s.closePools()
 		return err
 	}
-	if cfg.Migrate {
+	if cfg.Database.Migrate {
 		_, err = s.migrator.Up(ctx)
 	} else if err = s.migrator.Check(ctx); errors.Is(err, migrations.ErrSchemaBehind) {
 		err = fmt.Errorf("%w; run `worker migrate up` (or start with --migrate)", err)
 	}
 	if err == nil {
-		err = migrations.CheckSchema(ctx, s.pool, cfg.Schema)
+		err = migrations.CheckSchema(ctx, s.pool, cfg.Database.Schema)
 	}
 	if err != nil {
 		s.closePools()
@@ -356,22 +353,22 @@ func (s *Server) newRiver(queues map[string]int) error {
 		ID: s.clientID,
 		// Through a transaction pooler, LISTEN would hear nothing: River
 		// polls every FetchPollInterval instead.
-		PollOnly: cfg.Pooler == dburl.PoolerTransaction,
+		PollOnly: cfg.Database.Pooler == dburl.PoolerTransaction,
 		// River qualifies its tables and names its LISTEN channels after
 		// the schema, so two deployments' notifications never cross.
-		Schema:               cfg.Schema,
+		Schema:               cfg.Database.Schema,
 		RescueStuckJobsAfter: rescueStuckJobsAfter(cfg),
 		// River's job cleaner; negative is River's -1, keep forever.
-		CompletedJobRetentionPeriod: riverRetention(cfg.CompletedJobRetention),
-		CancelledJobRetentionPeriod: riverRetention(cfg.CancelledJobRetention),
-		DiscardedJobRetentionPeriod: riverRetention(cfg.DiscardedJobRetention),
-		FetchCooldown:               cfg.FetchCooldown,
-		FetchPollInterval:           cfg.FetchPollInterval,
-		JobTimeout:                  cfg.JobTimeout,
+		CompletedJobRetentionPeriod: retention.River(cfg.Retention.CompletedJobs),
+		CancelledJobRetentionPeriod: retention.River(cfg.Retention.CancelledJobs),
+		DiscardedJobRetentionPeriod: retention.River(cfg.Retention.DiscardedJobs),
+		FetchCooldown:               cfg.Queues.FetchCooldown,
+		FetchPollInterval:           cfg.Queues.FetchPollInterval,
+		JobTimeout:                  cfg.Queues.JobTimeout,
 		Logger:                      logging.River(cfg.Logger),
 		Middleware:                  middleware,
 		Queues:                      riverQueues,
-		SoftStopTimeout:             cfg.ShutdownGrace,
+		SoftStopTimeout:             cfg.Queues.ShutdownGrace,
 		Workers:                     workers,
 	})
 	if err != nil {
@@ -387,7 +384,7 @@ func (s *Server) newRiver(queues map[string]int) error {
 	// nothing. With a cooldown of a day it is sent at most once a day per
 	// queue.
 	insertOnly, err := river.NewClient(riverpgxv5.New(s.pool), &river.Config{
-		Schema:            cfg.Schema,
+		Schema:            cfg.Database.Schema,
 		FetchCooldown:     relayNotifyCooldown,
 		FetchPollInterval: relayNotifyCooldown,
 		Logger:            logging.River(cfg.Logger),
@@ -445,15 +442,6 @@ func openPool(ctx context.Context, url, role string, maxConns int32, clientID, p
 		return nil, fmt.Errorf("ferry: connect to database %s: %s", redact.Postgres(pcfg.ConnConfig.Host+"/"+pcfg.ConnConfig.Database), redact.PostgresConnect(err))
 	}
 	return pool, nil
-}
-
-// riverRetention is a River job retention period from ferry's: zero is
-// River's default, negative River's -1 (keep forever).
-func riverRetention(d time.Duration) time.Duration {
-	if d < 0 {
-		return -1
-	}
-	return d
 }
 
 // Pool is the server's connection pool, for the caller's own queries.
@@ -534,7 +522,7 @@ func (s *Server) Run(ctx context.Context) error {
 		return err
 	}
 	for _, k := range s.registry.Kinds() {
-		if _, ok := s.cfg.Queues[k.Queue]; !ok {
+		if _, ok := s.cfg.Queues.Workers[k.Queue]; !ok {
 			log.Warn("ferry: a kind's queue is not worked by this process", "kind", k.Name, "queue", k.Queue)
 		}
 	}
@@ -569,9 +557,9 @@ func (s *Server) Run(ctx context.Context) error {
 	close(s.started)
 	log.Info("ferry: started",
 		"version", s.cfg.Version,
-		"queues", queueSummary(s.cfg.Queues),
+		"queues", queueSummary(s.cfg.Queues.Workers),
 		"pool_max_conns", s.pool.Config().MaxConns,
-		"pooler", s.cfg.Pooler,
+		"pooler", s.cfg.Database.Pooler,
 		"kinds", len(s.registry.Kinds()),
 		"admin_addr", s.AdminAddr())
 
@@ -630,18 +618,18 @@ func newClientID() string {
 // minute, instead of a flat hour. River skips a job whose own timeout has
 // not run out, or that has none. Without a job timeout, River's hour.
 func rescueStuckJobsAfter(cfg Config) time.Duration {
-	if cfg.JobTimeout < 0 {
+	if cfg.Queues.JobTimeout < 0 {
 		return 0
 	}
-	return cfg.JobTimeout + cfg.ShutdownGrace + hardStopBudget + time.Minute
+	return cfg.Queues.JobTimeout + cfg.Queues.ShutdownGrace + hardStopBudget + time.Minute
 }
 
 // stopRiver gives running jobs the grace period, then cancels them and
 // waits for them a little longer.
 func (s *Server) stopRiver() {
 	log := s.cfg.Logger
-	log.Info("ferry: stopping; running jobs have the grace period to finish", "grace", s.cfg.ShutdownGrace)
-	stopCtx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace+hardStopBudget)
+	log.Info("ferry: stopping; running jobs have the grace period to finish", "grace", s.cfg.Queues.ShutdownGrace)
+	stopCtx, cancel := context.WithTimeout(context.Background(), s.cfg.Queues.ShutdownGrace+hardStopBudget)
 	defer cancel()
 	err := s.river.Stop(stopCtx)
 	// The slots of the jobs that ended go back before the process does.

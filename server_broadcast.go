@@ -11,7 +11,7 @@ import (
 
 // Broadcast returns this process's broadcast Broker: publish and subscribe
 // on it (package broadcast) rather than opening another LISTEN session.
-// Its keys are Config.BroadcastKeys.
+// Its keys are Config.Broadcast.Keys.
 func (s *Server) Broadcast() *broadcast.Broker { return s.broadcast }
 
 // announceLeader is a leader runnable: it tells the admin consoles of
@@ -27,7 +27,7 @@ func (s *Server) announceLeader(ctx context.Context) error {
 	// and waiting longer would only make a demotion look like runnables
 	// that would not stop.
 	release := func() {
-		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(2*time.Second, s.cfg.LeaderTick/2))
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(2*time.Second, s.cfg.Leader.Tick/2))
 		defer cancel()
 		if err := s.broadcast.Publish(pctx, admin.EventsChannel, map[string]any{"leader": "released"}); err != nil {
 			s.cfg.Logger.Debug("broadcast: leader release not announced", "error", err)

@@ -34,7 +34,7 @@ func TestServer_Broadcast(t *testing.T) {
 		sep = "&"
 	}
 	cfg := quietConfig(url + sep + "pool_max_conns=5")
-	cfg.BroadcastKeys = broadcast.Keys{key}
+	cfg.Broadcast.Keys = broadcast.Keys{key}
 	srv, err := ferry.New(ctx, cfg)
 	require.NoError(t, err)
 	sub, err := srv.Broadcast().Subscribe(wait, admin.EventsChannel, "test")
@@ -108,7 +108,7 @@ func TestServer_DemotionDoesNotWaitForItsAnnouncement(t *testing.T) {
 	logs := &logtest.Recorder{}
 	cfg := quietConfig(u.String())
 	cfg.Logger = logs.Logger()
-	cfg.LeaderTick = time.Second
+	cfg.Leader.Tick = time.Second
 	srv, err := ferry.New(context.Background(), cfg)
 	require.NoError(t, err)
 	stop := runServer(t, srv)

@@ -37,7 +37,7 @@ func TestServer_SensitiveErrors(t *testing.T) {
 	logs := &logtest.Recorder{}
 	cfg := quietConfig(url)
 	cfg.Logger = logs.Logger()
-	cfg.Queues = map[string]int{"secret": 1}
+	cfg.Queues.Workers = map[string]int{"secret": 1}
 	cfg.Kinds = []jobs.Kind{jobs.Define[secretFailArgs](secretFailWorker{}, "secret", "fails with a card number", jobs.SensitiveErrors())}
 	srv, err := ferry.New(t.Context(), cfg)
 	require.NoError(t, err)

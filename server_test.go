@@ -46,9 +46,9 @@ func (w *echoWorker) Work(ctx context.Context, job *river.Job[echoArgs]) error {
 
 func quietConfig(url string) ferry.Config {
 	return ferry.Config{
-		DatabaseURL: url,
-		AdminAddr:   "127.0.0.1:0",
-		Logger:      slog.New(slog.DiscardHandler),
+		Database: ferry.DatabaseConfig{URL: url},
+		Admin:    ferry.AdminConfig{Addr: "127.0.0.1:0"},
+		Logger:   slog.New(slog.DiscardHandler),
 	}
 }
 
@@ -92,7 +92,7 @@ func TestNew_StaleSchema(t *testing.T) {
 	require.ErrorContains(t, err, "worker migrate up")
 
 	cfg := quietConfig(url)
-	cfg.Migrate = true
+	cfg.Database.Migrate = true
 	srv, err := ferry.New(context.Background(), cfg)
 	require.NoError(t, err)
 	stop := runServer(t, srv)
@@ -102,12 +102,12 @@ func TestNew_StaleSchema(t *testing.T) {
 func TestNew_BadConfig(t *testing.T) {
 	t.Parallel()
 	cfg := quietConfig(pgtest.URL(t))
-	cfg.Queues = map[string]int{"default": 0}
+	cfg.Queues.Workers = map[string]int{"default": 0}
 	_, err := ferry.New(context.Background(), cfg)
 	require.ErrorContains(t, err, "workers 0")
 
 	cfg = quietConfig(pgtest.URL(t))
-	cfg.AdminAddr = "0.0.0.0:0"
+	cfg.Admin.Addr = "0.0.0.0:0"
 	_, err = ferry.New(context.Background(), cfg)
 	require.ErrorContains(t, err, "FERRY_ADMIN_TOKEN")
 }
@@ -221,7 +221,7 @@ func TestServer_ShutdownCancelsAndRetries(t *testing.T) {
 	ctx := context.Background()
 	url := pgtest.NewDatabase(t, true)
 	cfg := quietConfig(url)
-	cfg.ShutdownGrace = 300 * time.Millisecond
+	cfg.Queues.ShutdownGrace = 300 * time.Millisecond
 	srv, err := ferry.New(ctx, cfg)
 	require.NoError(t, err)
 	stop := runServer(t, srv)
@@ -252,7 +252,7 @@ func TestServer_ShutdownLetsShortJobsFinish(t *testing.T) {
 	ctx := context.Background()
 	url := pgtest.NewDatabase(t, true)
 	cfg := quietConfig(url)
-	cfg.ShutdownGrace = 10 * time.Second
+	cfg.Queues.ShutdownGrace = 10 * time.Second
 	srv, err := ferry.New(ctx, cfg)
 	require.NoError(t, err)
 	stop := runServer(t, srv)
@@ -307,7 +307,7 @@ func TestServer_RiverUniqueKey(t *testing.T) {
 	// own.
 	ctx := context.Background()
 	cfg := quietConfig(pgtest.URL(t))
-	cfg.AdminAddr = "off"
+	cfg.Admin.Addr = "off"
 	srv, err := ferry.New(ctx, cfg)
 	require.NoError(t, err)
 	t.Cleanup(srv.Pool().Close)
@@ -407,9 +407,9 @@ func TestNew_PoolSize(t *testing.T) {
 				url += sep + tc.url
 			}
 			cfg := quietConfig(url)
-			cfg.AdminAddr = "off"
-			cfg.Queues = tc.queues
-			cfg.OutboxRoutes = tc.routes
+			cfg.Admin.Addr = "off"
+			cfg.Queues.Workers = tc.queues
+			cfg.Outbox.Routes = tc.routes
 			srv, err := ferry.New(context.Background(), cfg)
 			require.NoError(t, err)
 			t.Cleanup(srv.Pool().Close)
@@ -431,10 +431,10 @@ func TestServer_SlowHandlersDoNotStarveOtherQueues(t *testing.T) {
 	entered := make(chan struct{}, messages)
 	release := make(chan struct{})
 	cfg := quietConfig(url)
-	cfg.AdminAddr = "off"
-	cfg.ShutdownGrace = time.Second
-	cfg.Queues = map[string]int{"default": 10, "outbox": outboxWorkers}
-	cfg.OutboxRoutes = []outbox.Route{{
+	cfg.Admin.Addr = "off"
+	cfg.Queues.ShutdownGrace = time.Second
+	cfg.Queues.Workers = map[string]int{"default": 10, "outbox": outboxWorkers}
+	cfg.Outbox.Routes = []outbox.Route{{
 		Topic: "slow", Name: "slow-handler", Timeout: 10 * time.Minute,
 		Handler: func(ctx context.Context, tx pgx.Tx, _ outbox.Message) error {
 			defer returned.Add(1)
@@ -524,7 +524,7 @@ func TestServer_Retention(t *testing.T) {
 		('gone', now() - interval '2 hours', 1, 'skipped', 'test')`)
 	require.NoError(t, err)
 	cfg := quietConfig(url)
-	cfg.TickRetention = time.Hour
+	cfg.Retention.Ticks = time.Hour
 	srv, err := ferry.New(ctx, cfg)
 	require.NoError(t, err)
 	runServer(t, srv)

@@ -68,10 +68,10 @@ func TestTracing_OneTrace(t *testing.T) {
 
 	flaky := &flakyWorker{done: make(chan struct{})}
 	cfg := quietConfig(url)
-	cfg.AdminAddr = "off"
+	cfg.Admin.Addr = "off"
 	cfg.TracerProvider = tp
 	cfg.Kinds = []jobs.Kind{jobs.Define[flakyArgs](flaky, "default", "fails once")}
-	cfg.OutboxRoutes = []outbox.Route{{Topic: "order.placed", Name: "hook", URL: hook.URL}}
+	cfg.Outbox.Routes = []outbox.Route{{Topic: "order.placed", Name: "hook", URL: hook.URL}}
 	srv, err := ferry.New(ctx, cfg)
 	require.NoError(t, err)
 	runServer(t, srv)

@@ -61,6 +61,17 @@ func (k Keys) String() string                { return fmt.Sprintf("broadcast.Key
 func (k Keys) GoString() string              { return k.String() }
 func (k Keys) Format(f fmt.State, verb rune) { _, _ = f.Write([]byte(k.String())) }
 
+// UnmarshalText sets k to the keys text holds, as ParseKeys reads them
+// (for a configuration field read from a variable or a flag).
+func (k *Keys) UnmarshalText(text []byte) error {
+	keys, err := ParseKeys(string(text))
+	if err != nil {
+		return err
+	}
+	*k = keys
+	return nil
+}
+
 // ParseKeys reads a FERRY_BROADCAST_KEYS value: comma-separated base64
 // (padded or not), each key at least MinKeyBytes long. The first signs, all
 // verify. An empty value is no keys (messages are neither signed nor

@@ -63,7 +63,7 @@ func ExampleWorkerConfig() {
 				return err
 			}
 			cfg.Kinds = append(cfg.Kinds, jobs.Define[SendInvoiceArgs](&SendInvoiceWorker{}, "billing", "send one invoice"))
-			fmt.Println("billing workers:", cfg.Queues["billing"], "shutdown grace:", cfg.ShutdownGrace)
+			fmt.Println("billing workers:", cfg.Queues.Workers["billing"], "shutdown grace:", cfg.Queues.ShutdownGrace)
 			// srv, err := ferry.New(c.Context, cfg) … srv.Run(c.Context)
 			return nil
 		},

@@ -10,7 +10,9 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"reflect"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -19,27 +21,24 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/ferryq/ferry"
-	"github.com/ferryq/ferry/broadcast"
-	"github.com/ferryq/ferry/election"
 	"github.com/ferryq/ferry/internal/base/dburl"
 	"github.com/ferryq/ferry/internal/base/redact"
 	"github.com/ferryq/ferry/internal/base/schema"
-	"github.com/ferryq/ferry/internal/liveness"
-	"github.com/ferryq/ferry/internal/retention"
+	"github.com/ferryq/ferry/internal/settings"
 	"github.com/ferryq/ferry/internal/tracing"
 	"github.com/ferryq/ferry/jobs"
 	"github.com/ferryq/ferry/migrations"
 	"github.com/ferryq/ferry/outbox"
 	"github.com/ferryq/ferry/periodic"
-	"github.com/ferryq/ferry/seal"
 	"github.com/ferryq/ferry/telegram"
 )
 
 // WorkerOptions are what a worker binary of one's own adds to the
 // configuration its flags and environment give: its job kinds, schedules,
 // outbox routes, Telegram command routers and leader runnables. Each goes
-// into the ferry.Config field of the same name, beside ferry's built-in
-// kinds and the config file's entries (FERRY_CONFIG).
+// into its place in ferry.Config (Kinds, Schedules, Outbox.Routes,
+// Telegram.Routers, Leader.Runnables), beside ferry's built-in kinds and
+// the config file's entries (FERRY_CONFIG).
 type WorkerOptions struct {
 	Kinds           []jobs.Kind
 	Schedules       []periodic.Schedule
@@ -52,13 +51,13 @@ type WorkerOptions struct {
 func (o WorkerOptions) addTo(cfg *ferry.Config) {
 	cfg.Kinds = append(cfg.Kinds, o.Kinds...)
 	cfg.Schedules = append(cfg.Schedules, o.Schedules...)
-	cfg.OutboxRoutes = append(cfg.OutboxRoutes, o.OutboxRoutes...)
-	cfg.LeaderRunnables = append(cfg.LeaderRunnables, o.LeaderRunnables...)
+	cfg.Outbox.Routes = append(cfg.Outbox.Routes, o.OutboxRoutes...)
+	cfg.Leader.Runnables = append(cfg.Leader.Runnables, o.LeaderRunnables...)
 	if len(o.TelegramRouters) > 0 {
-		if cfg.TelegramRouters == nil {
-			cfg.TelegramRouters = make(map[string]*telegram.Router, len(o.TelegramRouters))
+		if cfg.Telegram.Routers == nil {
+			cfg.Telegram.Routers = make(map[string]*telegram.Router, len(o.TelegramRouters))
 		}
-		maps.Copy(cfg.TelegramRouters, o.TelegramRouters)
+		maps.Copy(cfg.Telegram.Routers, o.TelegramRouters)
 	}
 }
 
@@ -94,53 +93,65 @@ Examples:
 	return app
 }
 
+// workerSettings are the settings of ferry.Config, as its fields' tags
+// declare them (internal/settings), with their defaults.
+var workerSettings = sync.OnceValue(func() []settings.Setting { return settings.Of(ferry.Config{}.WithDefaults()) })
+
 // WorkerFlags returns the flags of `worker run`, each with its environment
 // variable (DATABASE_URL, FERRY_*), for a command of one's own that builds
-// its ferry.Config with WorkerConfig.
+// its ferry.Config with WorkerConfig. They are the settings that
+// ferry.Config's fields declare, in the Config's order, then the log
+// flags.
 func WorkerFlags() []cli.Flag {
-	return append([]cli.Flag{
-		databaseURLFlag(),
-		&cli.StringFlag{Name: "config", Usage: "YAML file of schedules, outbox routes and Telegram bots (see README)", EnvVars: []string{"FERRY_CONFIG"}},
-		&cli.StringFlag{Name: "queues", Value: ferry.DefaultQueues, Usage: "queues to work and their worker counts, name=workers,…", EnvVars: []string{"FERRY_QUEUES"}},
-		&cli.Int64Flag{Name: "queue-max-length", Usage: "the bound of every queue this process works that the config file's queues: does not bound; 0 is unbounded", EnvVars: []string{"FERRY_QUEUE_MAX_LENGTH"}},
-		&cli.DurationFlag{Name: "fetch-cooldown", Value: ferry.DefaultFetchCooldown, Usage: "least time between two fetches of one queue", EnvVars: []string{"FERRY_FETCH_COOLDOWN"}},
-		&cli.DurationFlag{Name: "fetch-poll-interval", Value: ferry.DefaultFetchPollInterval, Usage: "fallback poll of each queue when no insert notification arrives", EnvVars: []string{"FERRY_FETCH_POLL_INTERVAL"}},
-		&cli.DurationFlag{Name: "job-timeout", Value: ferry.DefaultJobTimeout, Usage: "default time a job may run before its context is cancelled", EnvVars: []string{"FERRY_JOB_TIMEOUT"}},
-		&cli.IntFlag{Name: "max-orphaned", Value: liveness.DefaultMaxOrphaned, Usage: "times a job's worker may die running it before the job is discarded as poison", EnvVars: []string{"FERRY_MAX_ORPHANED"}},
-		&cli.DurationFlag{Name: "rescue-interval", Value: liveness.DefaultRescueInterval, Usage: "how often the leader looks for dead workers and rescues their running jobs", EnvVars: []string{"FERRY_RESCUE_INTERVAL"}},
-		&cli.DurationFlag{Name: "settle-after", Value: liveness.DefaultSettleAfter, Usage: "time a job shown running on this live worker, which it does not run (a fetch or completion River lost), is left to River before the worker settles it", EnvVars: []string{"FERRY_SETTLE_AFTER"}},
-		&cli.DurationFlag{Name: "shutdown-grace", Value: ferry.DefaultShutdownGrace, Usage: "time running jobs get to finish on stop before they are cancelled (and retried)", EnvVars: []string{"FERRY_SHUTDOWN_GRACE"}},
-		&cli.StringFlag{Name: "admin-addr", Value: ferry.DefaultAdminAddr, Usage: "address of the admin console (/admin/, /riverui/), /healthz, /readyz and /metrics, or off", EnvVars: []string{"FERRY_ADMIN_ADDR"}},
-		&cli.StringFlag{Name: "admin-token", Usage: "token required on the admin surface (all but /healthz, and /readyz without its reason)", EnvVars: []string{"FERRY_ADMIN_TOKEN"}},
-		&cli.BoolFlag{Name: "migrate", Usage: "apply pending migrations before starting", EnvVars: []string{"FERRY_MIGRATE"}},
-		&cli.IntFlag{Name: "outbox-max-attempts", Usage: "attempts of each outbox delivery before it is stuck", DefaultText: "the config file's, else 24", EnvVars: []string{"FERRY_OUTBOX_MAX_ATTEMPTS"}},
-		&cli.DurationFlag{Name: "outbox-route-grace", Value: outbox.DefaultRouteGrace, Usage: "how long a message whose topic no live worker routes, or a delivery whose route none declares, waits for one before it is stuck", EnvVars: []string{"FERRY_OUTBOX_ROUTE_GRACE"}},
-		&cli.DurationFlag{Name: "outbox-retention", Value: ferry.DefaultOutboxRetention, Usage: "delete delivered outbox messages, and Go receivers' receive records, older than this (0 keeps everything)", EnvVars: []string{"FERRY_OUTBOX_RETENTION"}},
-		&cli.DurationFlag{Name: "tick-retention", Value: retention.DefaultKeep, Usage: "delete the schedule's ticks older than this, the newest of each schedule excepted (0 keeps everything)", EnvVars: []string{"FERRY_TICK_RETENTION"}},
-		&cli.DurationFlag{Name: "term-retention", Value: retention.DefaultKeep, Usage: "delete leader terms older than this, the newest excepted (0 keeps everything)", EnvVars: []string{"FERRY_TERM_RETENTION"}},
-		&cli.DurationFlag{Name: "telegram-malformed-retention", Value: retention.DefaultKeep, Usage: "delete Telegram's malformed updates older than this (0 keeps everything)", EnvVars: []string{"FERRY_TELEGRAM_MALFORMED_RETENTION"}},
-		&cli.DurationFlag{Name: "completed-job-retention", Value: 24 * time.Hour, Usage: "River deletes completed jobs older than this (0 keeps them)", EnvVars: []string{"FERRY_COMPLETED_JOB_RETENTION"}},
-		&cli.DurationFlag{Name: "cancelled-job-retention", Value: 24 * time.Hour, Usage: "River deletes cancelled jobs older than this (0 keeps them)", EnvVars: []string{"FERRY_CANCELLED_JOB_RETENTION"}},
-		&cli.DurationFlag{Name: "discarded-job-retention", Value: 7 * 24 * time.Hour, Usage: "River deletes discarded jobs (dead letters) older than this (0 keeps them)", EnvVars: []string{"FERRY_DISCARDED_JOB_RETENTION"}},
-		&cli.StringFlag{Name: "broadcast-keys", Usage: "keys that sign (the first) and verify (all) broadcast messages: comma-separated base64, each at least 32 bytes (set it in the environment, not on the command line)", EnvVars: []string{broadcast.EnvKeys}},
-		&cli.StringFlag{Name: "seal-keys", Usage: "keys that seal and verify jobs: comma-separated base64, each at least 32 bytes; the first seals, all verify (set it in the environment, not on the command line)", EnvVars: []string{seal.EnvKeys}},
-		&cli.BoolFlag{Name: "seal-encrypt", Usage: "seals also encrypt the args (AES-256-GCM): River UI then shows an envelope, not the args", EnvVars: []string{seal.EnvEncrypt}},
-		&cli.DurationFlag{Name: "seal-replay-window", Value: seal.DefaultReplayWindow, Usage: "a sealed job due longer ago than this that never started is refused as stale", EnvVars: []string{"FERRY_SEAL_REPLAY_WINDOW"}},
-		&cli.StringFlag{Name: "telegram-api-url", Usage: "Telegram Bot API server (default the public one); tests and air-gapped setups point elsewhere", EnvVars: []string{"FERRY_TELEGRAM_API_URL"}},
-		&cli.StringFlag{Name: "session-database-url", Aliases: []string{"election-database-url"}, Usage: "Postgres for the sessions that must last (leader lock, liveness, LISTEN, lock waits), direct or session-mode (default: --database-url)", EnvVars: []string{"FERRY_SESSION_DATABASE_URL", "FERRY_ELECTION_DATABASE_URL"}},
-		&cli.StringFlag{Name: "schema", Usage: "Postgres schema of this deployment's tables, River's and ferry's, for several deployments in one database (default: the search_path's first, usually public)", EnvVars: []string{"FERRY_SCHEMA"}},
-		&cli.StringFlag{Name: "pooler", Value: dburl.PoolerNone, Usage: "what --database-url goes through: none, session, or transaction (PgBouncer's transaction mode; needs --session-database-url)", EnvVars: []string{dburl.EnvPooler}},
-		electionKeyFlag(),
-		&cli.DurationFlag{Name: "leader-tick", Value: election.DefaultTick, Usage: "how often the leader proves it still holds the lock", EnvVars: []string{"FERRY_LEADER_TICK"}},
-		&cli.DurationFlag{Name: "leader-tick-timeout", Usage: "bound of each ownership check", DefaultText: "a third of the tick, at most 5s", EnvVars: []string{"FERRY_LEADER_TICK_TIMEOUT"}},
-		&cli.DurationFlag{Name: "standby-probe", Value: election.DefaultProbe, Usage: "most a standby backs off after a failed wait for the lock (a freed lock is taken within 250 ms)", EnvVars: []string{"FERRY_STANDBY_PROBE"}},
-	}, logFlags()...)
+	var flags []cli.Flag
+	for _, s := range workerSettings() {
+		if len(s.Flag) > 0 {
+			flags = append(flags, settingFlag(s))
+		}
+	}
+	return append(flags, logFlags()...)
+}
+
+// settingFlag is the flag of setting s: typed by its field, with its
+// default as the flag's value when it is one, as words otherwise.
+func settingFlag(s settings.Setting) cli.Flag {
+	name, aliases, env := s.Flag[0], s.Flag[1:], s.Env
+	words := s.Default
+	switch s.Type.Kind() {
+	case reflect.Bool:
+		return &cli.BoolFlag{Name: name, Aliases: aliases, Usage: s.Usage, EnvVars: env}
+	case reflect.Int, reflect.Int64:
+		if s.Type == reflect.TypeFor[time.Duration]() {
+			f := &cli.DurationFlag{Name: name, Aliases: aliases, Usage: s.Usage, EnvVars: env}
+			if d, err := time.ParseDuration(words); err == nil {
+				f.Value, words = d, ""
+			}
+			f.DefaultText = words
+			return f
+		}
+		n, err := strconv.ParseInt(words, 10, 64)
+		if err == nil {
+			words = ""
+		}
+		if s.Type.Kind() == reflect.Int {
+			return &cli.IntFlag{Name: name, Aliases: aliases, Usage: s.Usage, EnvVars: env, Value: int(n), DefaultText: words}
+		}
+		return &cli.Int64Flag{Name: name, Aliases: aliases, Usage: s.Usage, EnvVars: env, Value: n, DefaultText: words}
+	}
+	f := &cli.StringFlag{Name: name, Aliases: aliases, Usage: s.Usage, EnvVars: env}
+	if s.Described {
+		f.DefaultText = words
+	} else {
+		f.Value = words
+	}
+	return f
 }
 
 // WorkerConfig returns the ferry.Config that the flags of WorkerFlags give,
 // as c parsed them (from the command line or the environment), with its
-// Logger built from --log-format and --log-level. Bad input (no database
-// URL, a bad queue list or log setting) is a *UsageError. The Config has
+// Logger built from --log-format and --log-level. A setting given neither
+// way stays unset, for ferry.New to default. Bad input (no database URL,
+// a bad queue list, key or log setting) is a *UsageError. The Config has
 // no kinds, schedules, routes or runnables of its own: add yours, then
 // call ferry.New.
 func WorkerConfig(c *cli.Context) (ferry.Config, error) {
@@ -148,60 +159,19 @@ func WorkerConfig(c *cli.Context) (ferry.Config, error) {
 	if err != nil {
 		return ferry.Config{}, err
 	}
-	url, err := databaseURL(c)
-	if err != nil {
+	if _, err := databaseURL(c); err != nil {
 		return ferry.Config{}, err
 	}
-	queues, err := ferry.ParseQueues(c.String("queues"))
-	if err != nil {
-		return ferry.Config{}, &UsageError{Err: err}
+	cfg := ferry.Config{Logger: logger}
+	for _, s := range workerSettings() {
+		if len(s.Flag) == 0 || !c.IsSet(s.Flag[0]) {
+			continue
+		}
+		if err := s.SetValue(&cfg, c.Value(s.Flag[0])); err != nil {
+			return ferry.Config{}, &UsageError{Err: err}
+		}
 	}
-	broadcastKeys, err := broadcast.ParseKeys(c.String("broadcast-keys"))
-	if err != nil {
-		return ferry.Config{}, &UsageError{Err: err}
-	}
-	sealKeys, err := seal.ParseKeys(c.String("seal-keys"))
-	if err != nil {
-		return ferry.Config{}, &UsageError{Err: err}
-	}
-	return ferry.Config{
-		DatabaseURL:                url,
-		Queues:                     queues,
-		QueueMaxLength:             c.Int64("queue-max-length"),
-		FetchCooldown:              c.Duration("fetch-cooldown"),
-		FetchPollInterval:          c.Duration("fetch-poll-interval"),
-		JobTimeout:                 c.Duration("job-timeout"),
-		MaxOrphaned:                c.Int("max-orphaned"),
-		SettleAfter:                c.Duration("settle-after"),
-		RescueInterval:             c.Duration("rescue-interval"),
-		ShutdownGrace:              c.Duration("shutdown-grace"),
-		AdminAddr:                  c.String("admin-addr"),
-		AdminToken:                 c.String("admin-token"),
-		Migrate:                    c.Bool("migrate"),
-		ConfigFile:                 c.String("config"),
-		OutboxMaxAttempts:          c.Int("outbox-max-attempts"),
-		OutboxRouteGrace:           c.Duration("outbox-route-grace"),
-		OutboxRetention:            keepFlag(c, "outbox-retention"),
-		TickRetention:              keepFlag(c, "tick-retention"),
-		TermRetention:              keepFlag(c, "term-retention"),
-		TelegramMalformedRetention: keepFlag(c, "telegram-malformed-retention"),
-		CompletedJobRetention:      keepFlag(c, "completed-job-retention"),
-		CancelledJobRetention:      keepFlag(c, "cancelled-job-retention"),
-		DiscardedJobRetention:      keepFlag(c, "discarded-job-retention"),
-		BroadcastKeys:              broadcastKeys,
-		SealKeys:                   sealKeys,
-		SealEncrypt:                c.Bool("seal-encrypt"),
-		SealReplayWindow:           c.Duration("seal-replay-window"),
-		TelegramAPIURL:             c.String("telegram-api-url"),
-		ElectionDatabaseURL:        c.String("session-database-url"),
-		Pooler:                     c.String("pooler"),
-		ElectionKey:                electionKeyIfSet(c),
-		Schema:                     c.String("schema"),
-		LeaderTick:                 c.Duration("leader-tick"),
-		LeaderTickTimeout:          c.Duration("leader-tick-timeout"),
-		StandbyProbe:               c.Duration("standby-probe"),
-		Logger:                     logger,
-	}, nil
+	return cfg, nil
 }
 
 // tracingFlushTimeout bounds the export of the last spans on stop.
@@ -407,25 +377,6 @@ func schemaError(err error) *pgconn.PgError {
 		}
 	}
 	return nil
-}
-
-// keepFlag is a retention flag as ferry.Config takes it: 0 on the command
-// line keeps everything, which the Config says with a negative value (its
-// zero is the default).
-func keepFlag(c *cli.Context, name string) time.Duration {
-	if d := c.Duration(name); d != 0 {
-		return d
-	}
-	return -1
-}
-
-// electionKeyIfSet is --election-key when set, else 0: the Config's
-// default, which follows --schema.
-func electionKeyIfSet(c *cli.Context) int64 {
-	if c.IsSet("election-key") {
-		return c.Int64("election-key")
-	}
-	return 0
 }
 
 // withDatabase is withPool without the advice (for migrate itself).

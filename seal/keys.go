@@ -62,6 +62,20 @@ func ParseKeys(s string) (*Keys, error) {
 	return ks, nil
 }
 
+// UnmarshalText sets k to the keys text holds, as ParseKeys reads them
+// (for a configuration field read from a variable or a flag).
+func (k *Keys) UnmarshalText(text []byte) error {
+	ks, err := ParseKeys(string(text))
+	if err != nil {
+		return err
+	}
+	if ks == nil {
+		ks = &Keys{}
+	}
+	*k = *ks
+	return nil
+}
+
 func parseKeys(s string) (*Keys, error) {
 	if strings.TrimSpace(s) == "" {
 		return nil, nil

@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/url"
 	"slices"
 	"time"
 
+	"github.com/ferryq/ferry/internal/base/redact"
 	"github.com/ferryq/ferry/internal/capability"
 	"github.com/ferryq/ferry/outbox"
 )
@@ -23,17 +25,27 @@ type Bot struct {
 	PollTimeout    time.Duration
 }
 
-// Section is the Telegram capability's configuration.
+// Section is the Telegram capability's configuration (ferry.Config's
+// Telegram); the bots themselves are the config file's.
 type Section struct {
-	// APIURL is the Bot API server (FERRY_TELEGRAM_API_URL); default the
-	// public one.
-	APIURL string
-	// Bots are the config file's bots.
-	Bots []Bot
+	// APIURL is the Bot API server; default the public one. Tests and
+	// air-gapped setups point elsewhere.
+	APIURL string `env:"FERRY_TELEGRAM_API_URL" flag:"telegram-api-url" usage:"Telegram Bot API server (default the public one); tests and air-gapped setups point elsewhere"`
 	// Routers are Go command routers by bot name: each becomes an outbox
 	// route (telegram-<bot>-commands) on the bot's topic, and answers
 	// through the bot's client.
 	Routers map[string]*Router
+}
+
+// Check returns what is wrong with sec.
+func (sec Section) Check() error {
+	if sec.APIURL == "" {
+		return nil
+	}
+	if u, err := url.Parse(sec.APIURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("telegram API URL %q: not an absolute http(s) URL", redact.URL(sec.APIURL))
+	}
+	return nil
 }
 
 // Capability is a ferry server's Telegram bots (capability.Build): a
@@ -43,18 +55,23 @@ type Section struct {
 // (Routes).
 type Capability struct {
 	sec     Section
+	bots    []Bot
 	clients map[string]*Client // the bots whose token is set
 	routes  []outbox.Route
 	logger  *slog.Logger
 	status  []func() BotStatus
 }
 
-// NewCapability returns the capability of sec. A bot whose token
-// variable is unset stays off and says so on logger, and nothing else
-// changes; a router for a bot the config file does not name is an error.
-func NewCapability(sec Section, logger *slog.Logger) (*Capability, error) {
-	c := &Capability{sec: sec, clients: map[string]*Client{}, logger: logger}
-	for _, b := range sec.Bots {
+// NewCapability checks sec and returns the capability of sec and bots,
+// the config file's. A bot whose token variable is unset stays off and
+// says so on logger, and nothing else changes; a router for a bot the
+// config file does not name is an error.
+func NewCapability(sec Section, bots []Bot, logger *slog.Logger) (*Capability, error) {
+	if err := sec.Check(); err != nil {
+		return nil, err
+	}
+	c := &Capability{sec: sec, bots: bots, clients: map[string]*Client{}, logger: logger}
+	for _, b := range bots {
 		if b.Token == "" {
 			logger.Warn("telegram: bot off: its token variable is unset", "bot", b.Name, "token_env", b.TokenEnv)
 			continue
@@ -64,7 +81,7 @@ func NewCapability(sec Section, logger *slog.Logger) (*Capability, error) {
 	for _, bot := range slices.Sorted(maps.Keys(sec.Routers)) {
 		client, ok := c.clients[bot]
 		if !ok {
-			if slices.ContainsFunc(sec.Bots, func(b Bot) bool { return b.Name == bot }) {
+			if slices.ContainsFunc(bots, func(b Bot) bool { return b.Name == bot }) {
 				continue // configured but off
 			}
 			return nil, fmt.Errorf("telegram: a command router is registered for bot %q, which the config file does not name", bot)
@@ -99,7 +116,7 @@ func (c *Capability) Build(b *capability.Build) error {
 	if err := b.Kinds.Add(NewSendWorker(c.clients, c.logger).Kind()); err != nil {
 		return err
 	}
-	for _, bot := range c.sec.Bots {
+	for _, bot := range c.bots {
 		client, ok := c.clients[bot.Name]
 		if !ok {
 			if err := b.Metrics.Register(OffCollector(bot.Name)); err != nil {

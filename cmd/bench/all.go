@@ -770,7 +770,7 @@ func ferryLatency(ctx context.Context, serverURL string, rate int, dur time.Dura
 	defer stopBouncer()
 	if pooled {
 		// The inserting service goes through the pooler too.
-		pc, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+		pc, err := pgxpool.ParseConfig(cfg.Database.URL)
 		if err != nil {
 			return 0, 0, 0, err
 		}
@@ -798,7 +798,7 @@ func pickupSweep(ctx context.Context, serverURL string, rates []int, dur time.Du
 		if err != nil {
 			return nil, err
 		}
-		lats, _, err := latencySamples(ctx, pool, ferry.Config{DatabaseURL: pool.Config().ConnString(), AdminAddr: "off"}, rate, dur)
+		lats, _, err := latencySamples(ctx, pool, ferry.Config{Database: ferry.DatabaseConfig{URL: pool.Config().ConnString()}, Admin: ferry.AdminConfig{Addr: "off"}}, rate, dur)
 		drop()
 		if err != nil {
 			return nil, fmt.Errorf("%d jobs/s: %w", rate, err)

@@ -60,8 +60,8 @@ func countsAtScale(ctx context.Context, serverURL string, n, runs int) (countsRe
 
 	const token = "bench-counts-token-0123456789abcdef"
 	// No queue worked: the 5,000 waiting jobs stay waiting.
-	srv, stop, err := startServer(ctx, ferry.Config{DatabaseURL: pool.Config().ConnString(), AdminAddr: "127.0.0.1:0", AdminToken: token,
-		Queues: map[string]int{"bench-idle": 1}, Logger: slog.New(slog.DiscardHandler)})
+	srv, stop, err := startServer(ctx, ferry.Config{
+		Logger: slog.New(slog.DiscardHandler), Database: ferry.DatabaseConfig{URL: pool.Config().ConnString()}, Queues: ferry.QueuesConfig{Workers: map[string]int{"bench-idle": 1}}, Admin: ferry.AdminConfig{Addr: "127.0.0.1:0", Token: token}})
 	if err != nil {
 		return res, err
 	}

@@ -183,10 +183,10 @@ func outboxLatency(ctx context.Context, serverURL string, rate int, dur time.Dur
 		return nil
 	}
 	_, stop, err := startServer(ctx, ferry.Config{
-		DatabaseURL:  pool.Config().ConnString(),
-		AdminAddr:    "off",
-		OutboxRoutes: []outbox.Route{{Topic: "bench", Name: "handler", Handler: handler}},
-		Logger:       slog.New(slog.DiscardHandler),
+		Database: ferry.DatabaseConfig{URL: pool.Config().ConnString()},
+		Admin:    ferry.AdminConfig{Addr: "off"},
+		Outbox:   ferry.OutboxConfig{Routes: []outbox.Route{{Topic: "bench", Name: "handler", Handler: handler}}},
+		Logger:   slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		return nil, nil, lags, err

@@ -59,7 +59,7 @@ func pgbouncerThroughput(ctx context.Context, serverURL string, n, rounds, rate 
 // docs/operations.md tells a deployment to run. stop ends the PgBouncer.
 func workerConfig(pool *pgxpool.Pool, pooled bool) (ferry.Config, func(), error) {
 	direct := pool.Config().ConnString()
-	cfg := ferry.Config{DatabaseURL: direct, AdminAddr: "off"}
+	cfg := ferry.Config{Database: ferry.DatabaseConfig{URL: direct}, Admin: ferry.AdminConfig{Addr: "off"}}
 	if !pooled {
 		return cfg, func() {}, nil
 	}
@@ -72,6 +72,6 @@ func workerConfig(pool *pgxpool.Pool, pooled bool) (ferry.Config, func(), error)
 		_ = os.RemoveAll(dir)
 		return cfg, nil, err
 	}
-	cfg.DatabaseURL, cfg.ElectionDatabaseURL, cfg.Pooler = u, direct, dburl.PoolerTransaction
+	cfg.Database.URL, cfg.Database.SessionURL, cfg.Database.Pooler = u, direct, dburl.PoolerTransaction
 	return cfg, func() { stop(); _ = os.RemoveAll(dir) }, nil
 }

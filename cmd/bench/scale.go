@@ -118,7 +118,7 @@ func scaleAt(ctx context.Context, pool *pgxpool.Pool, size, backlog, rate int, d
 	}
 
 	// Pickup at rate, on the same table (the backlog completed too).
-	pt.PickupP50, pt.PickupP99, _, err = latencyOn(ctx, pool, ferry.Config{DatabaseURL: pool.Config().ConnString(), AdminAddr: "off"}, rate, dur)
+	pt.PickupP50, pt.PickupP99, _, err = latencyOn(ctx, pool, ferry.Config{Database: ferry.DatabaseConfig{URL: pool.Config().ConnString()}, Admin: ferry.AdminConfig{Addr: "off"}}, rate, dur)
 	return pt, err
 }
 
@@ -129,7 +129,7 @@ func backlogRate(ctx context.Context, pool *pgxpool.Pool, n int) (float64, error
 	if err := backlogSettled(ctx, pool, n, nil); err != nil {
 		return 0, err
 	}
-	return serverThroughput(ctx, ferry.Config{DatabaseURL: pool.Config().ConnString(), AdminAddr: "off", Logger: workerLog()}, n)
+	return serverThroughput(ctx, ferry.Config{Logger: workerLog(), Database: ferry.DatabaseConfig{URL: pool.Config().ConnString()}, Admin: ferry.AdminConfig{Addr: "off"}}, n)
 }
 
 // fillFinished writes n finished jobs (in three queues, 1 in 100

@@ -118,9 +118,9 @@ func sustained(ctx context.Context, serverURL string, backlog int, dur time.Dura
 
 	// The steady load.
 	w := &stampKind{}
-	_, stop, err := startServer(ctx, ferry.Config{DatabaseURL: pool.Config().ConnString(), AdminAddr: "off",
+	_, stop, err := startServer(ctx, ferry.Config{
 		Kinds:  []jobs.Kind{jobs.Define[stampArgs](w, river.QueueDefault, "bench stamp")},
-		Logger: workerLog()})
+		Logger: workerLog(), Database: ferry.DatabaseConfig{URL: pool.Config().ConnString()}, Admin: ferry.AdminConfig{Addr: "off"}})
 	if err != nil {
 		return res, err
 	}

@@ -321,8 +321,8 @@ func ferryThroughput(ctx context.Context, serverURL string, n int, keys *seal.Ke
 	if err := backlogSettled(ctx, pool, n, seal.Middleware(keys)); err != nil {
 		return 0, err
 	}
-	// ferry's default queues and workers (cfg.Queues nil).
-	cfg.SealKeys = keys
+	// ferry's default queues and workers (cfg.Queues.Workers nil).
+	cfg.Seal.Keys = keys
 	cfg.Logger = workerLog()
 	for _, f := range tune {
 		f(&cfg)

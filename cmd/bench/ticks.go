@@ -76,12 +76,11 @@ func tickLag(ctx context.Context, serverURL string, schedules int, dur time.Dura
 		})
 	}
 	_, stop, err := startServer(ctx, ferry.Config{
-		DatabaseURL:  pool.Config().ConnString() + "&pool_max_conns=60",
-		AdminAddr:    "off",
-		LeaderTick:   time.Second,
-		StandbyProbe: time.Second,
-		Schedules:    scheds,
-		Logger:       slog.New(tickLog{mu: &mu, lag: &insertLag}),
+		Database:  ferry.DatabaseConfig{URL: pool.Config().ConnString() + "&pool_max_conns=60"},
+		Leader:    ferry.LeaderConfig{Tick: time.Second, StandbyProbe: time.Second},
+		Admin:     ferry.AdminConfig{Addr: "off"},
+		Schedules: scheds,
+		Logger:    slog.New(tickLog{mu: &mu, lag: &insertLag}),
 	})
 	if err != nil {
 		return res, err

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync"
@@ -13,13 +14,32 @@ import (
 	"github.com/ferryq/ferry/internal/logging"
 )
 
-// Section is the admin console's configuration.
+// DefaultAddr is the admin server's address by default: loopback only.
+const DefaultAddr = "127.0.0.1:9090"
+
+// Section is the admin console's configuration (ferry.Config's Admin).
 type Section struct {
-	// Addr is where the admin server (/admin/, /riverui/, /healthz,
-	// /readyz, /metrics) listens (FERRY_ADMIN_ADDR); "off" disables it.
-	Addr string
-	// Token protects all but /healthz and /readyz (FERRY_ADMIN_TOKEN).
-	Token string
+	// Addr is where the admin console (/admin/, /riverui/), /healthz,
+	// /readyz and /metrics listen; "off" disables the admin server. An
+	// address beyond loopback needs Token.
+	Addr string `env:"FERRY_ADMIN_ADDR" flag:"admin-addr" usage:"address of the admin console (/admin/, /riverui/), /healthz, /readyz and /metrics, or off"`
+	// Token protects all but /healthz and /readyz (which tells its reason
+	// for not being ready only with the token).
+	Token string `env:"FERRY_ADMIN_TOKEN" flag:"admin-token" secret:"true" usage:"token required on the admin surface (all but /healthz, and /readyz without its reason)"`
+}
+
+// WithDefaults returns sec with every unset field at its default.
+func (sec Section) WithDefaults() Section {
+	sec.Addr = cmp.Or(sec.Addr, DefaultAddr)
+	return sec
+}
+
+// Check returns what is wrong with a defaulted sec.
+func (sec Section) Check() error {
+	if sec.Addr == "off" {
+		return nil
+	}
+	return ValidateAddr(sec.Addr, sec.Token)
 }
 
 // Capability is the admin console (capability.Build): the admin server
@@ -42,10 +62,8 @@ type Capability struct {
 // pages, events (read once built) updates them live, and ready is
 // /readyz's check.
 func NewCapability(sec Section, console Console, events func() Events, ready func(context.Context) error) (*Capability, error) {
-	if sec.Addr != "off" {
-		if err := ValidateAddr(sec.Addr, sec.Token); err != nil {
-			return nil, err
-		}
+	if err := sec.Check(); err != nil {
+		return nil, err
 	}
 	return &Capability{sec: sec, console: console, events: events, ready: ready}, nil
 }

@@ -15,14 +15,12 @@ import (
 	"github.com/ferryq/ferry/internal/capability"
 )
 
-// Section is the broadcast capability's configuration.
+// Section is the broadcast capability's configuration (ferry.Config's
+// Broadcast).
 type Section struct {
-	// Keys sign and verify this process's broadcast messages
-	// (FERRY_BROADCAST_KEYS; parse with broadcast.ParseKeys).
-	Keys broadcast.Keys
-	// SessionURL is where the Broker's LISTEN session lives (the sessions'
-	// database, which bypasses a transaction pooler).
-	SessionURL string
+	// Keys sign and verify this process's broadcast messages (parse with
+	// broadcast.ParseKeys): see Server.Broadcast and package broadcast.
+	Keys broadcast.Keys `env:"FERRY_BROADCAST_KEYS" flag:"broadcast-keys" secret:"true" usage:"keys that sign (the first) and verify (all) broadcast messages: comma-separated base64, each at least 32 bytes (set it in the environment, not on the command line)"`
 }
 
 // Capability is the broadcast capability.
@@ -32,11 +30,13 @@ type Capability struct {
 	broker *broadcast.Broker
 }
 
-// New checks sec and returns the capability.
-func New(sec Section) (*Capability, error) {
+// New checks sec and returns the capability. sessionURL is where the
+// Broker's LISTEN session lives (the sessions' database, which bypasses a
+// transaction pooler).
+func New(sec Section, sessionURL string) (*Capability, error) {
 	// Parsed as a pool URL, so that pool settings (pool_max_conns …) are
 	// dropped rather than sent to the server.
-	pc, err := pgxpool.ParseConfig(sec.SessionURL)
+	pc, err := pgxpool.ParseConfig(sessionURL)
 	if err != nil {
 		return nil, fmt.Errorf("ferry: broadcast: session URL: %s", redact.Postgres(err.Error()))
 	}

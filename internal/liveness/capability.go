@@ -1,7 +1,10 @@
 package liveness
 
 import (
+	"cmp"
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/riverqueue/river"
@@ -9,19 +12,50 @@ import (
 	"github.com/ferryq/ferry/internal/capability"
 )
 
-// Section is the liveness capability's configuration.
+// Section is the liveness capability's configuration (ferry.Config's
+// Liveness).
 type Section struct {
 	// SettleAfter is how long a job the database shows running on this
-	// live worker, which it does not run, is left to River before the
-	// worker settles it (FERRY_SETTLE_AFTER; default DefaultSettleAfter).
-	SettleAfter time.Duration
-	// RescueInterval is how often the leader looks for dead workers
-	// (FERRY_RESCUE_INTERVAL; RescuerConfig.Interval).
-	RescueInterval time.Duration
+	// live worker, which it does not run (a fetch or a completion that
+	// River lost), is left to River before the worker settles it (see
+	// Ledger). Under about 40 s it can race River's completer, still
+	// retrying.
+	SettleAfter time.Duration `env:"FERRY_SETTLE_AFTER" flag:"settle-after" usage:"time a job shown running on this live worker, which it does not run (a fetch or completion River lost), is left to River before the worker settles it"`
+	// RescueInterval is how often the leader looks for dead workers and
+	// rescues their running jobs: one read of ferry_worker, pg_locks and
+	// pg_stat_activity a pass (RescuerConfig.Interval).
+	RescueInterval time.Duration `env:"FERRY_RESCUE_INTERVAL" flag:"rescue-interval" usage:"how often the leader looks for dead workers and rescues their running jobs"`
 	// MaxOrphaned is how many times a job's worker may die running it
-	// before the rescuer discards it (FERRY_MAX_ORPHANED;
-	// RescuerConfig.MaxOrphaned).
-	MaxOrphaned int
+	// before the rescuer discards the job as poison
+	// (RescuerConfig.MaxOrphaned).
+	MaxOrphaned int `env:"FERRY_MAX_ORPHANED" flag:"max-orphaned" usage:"times a job's worker may die running it before the job is discarded as poison"`
+}
+
+// MinRescueInterval is the shortest RescueInterval: the leader tick's
+// least (election.MinTick, which imports this package).
+const MinRescueInterval = 10 * time.Millisecond
+
+// Check returns what is wrong with a defaulted sec, one error each.
+func (sec Section) Check() error {
+	var errs []error
+	if sec.MaxOrphaned < 1 {
+		errs = append(errs, fmt.Errorf("max orphaned %d is under 1", sec.MaxOrphaned))
+	}
+	if sec.RescueInterval < MinRescueInterval {
+		errs = append(errs, fmt.Errorf("rescue interval %s is under %s", sec.RescueInterval, MinRescueInterval))
+	}
+	if sec.SettleAfter < time.Second {
+		errs = append(errs, fmt.Errorf("settle after %s is under 1s", sec.SettleAfter))
+	}
+	return errors.Join(errs...)
+}
+
+// WithDefaults returns sec with every unset field at its default.
+func (sec Section) WithDefaults() Section {
+	sec.SettleAfter = cmp.Or(sec.SettleAfter, DefaultSettleAfter)
+	sec.RescueInterval = cmp.Or(sec.RescueInterval, DefaultRescueInterval)
+	sec.MaxOrphaned = cmp.Or(sec.MaxOrphaned, DefaultMaxOrphaned)
+	return sec
 }
 
 // Capability is the worker's liveness and the leader's rescue of dead

@@ -7,7 +7,9 @@
 package outboxcap
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -18,50 +20,87 @@ import (
 	"github.com/ferryq/ferry/internal/capability"
 	"github.com/ferryq/ferry/internal/limit"
 	"github.com/ferryq/ferry/internal/metrics"
+	"github.com/ferryq/ferry/internal/retention"
 	"github.com/ferryq/ferry/outbox"
 )
 
-// Section is the outbox capability's configuration.
+// DefaultRetention keeps delivered outbox messages and Go receivers'
+// receive records a week: well past the longest retry schedule (a day of
+// hourly retries by default), so a redelivery is still recognised.
+const DefaultRetention = 7 * 24 * time.Hour
+
+// Section is the outbox capability's configuration (ferry.Config's
+// Outbox).
 type Section struct {
-	// Routes are the routes this process knows: Go's, the config file's
-	// and Telegram's command routers'.
+	// Routes are outbox routes from Go code (handlers or webhooks), beside
+	// the config file's (and Telegram's command routers').
 	Routes []outbox.Route
-	// MaxAttempts bounds each delivery (FERRY_OUTBOX_MAX_ATTEMPTS, else
-	// the config file's outbox.max_attempts); 0 is
-	// outbox.DefaultMaxAttempts.
-	MaxAttempts int
-	// RouteGrace is how long a message or a delivery waits for a route
-	// (FERRY_OUTBOX_ROUTE_GRACE); 0 is outbox.DefaultRouteGrace.
-	RouteGrace time.Duration
-	// Retention deletes delivered messages older than it, on the leader
-	// (FERRY_OUTBOX_RETENTION); 0 or negative keeps everything.
-	Retention time.Duration
-	// Tracer makes the relay's and the deliveries' spans.
-	Tracer outbox.Tracer
-	// Limits are the limits that apply to this process's jobs: a delivery
-	// job goes on with its ordered key's next messages only when no limit
-	// applies to delivery jobs (ChainBudget).
-	Limits []limit.Limit
+	// MaxAttempts bounds each delivery; 0 takes the config file's
+	// outbox.max_attempts, else outbox.DefaultMaxAttempts (24).
+	MaxAttempts int `env:"FERRY_OUTBOX_MAX_ATTEMPTS" flag:"outbox-max-attempts" file:"outbox.max_attempts" default:"the config file's, else 24" usage:"attempts of each outbox delivery before it is stuck"`
+	// RouteGrace is how long a message whose topic no live worker routes
+	// waits for a route ("waiting for a route") before it is stuck with
+	// "no route for topic", and how long a delivery whose route no live
+	// worker declares any more waits before it is stuck; default
+	// outbox.DefaultRouteGrace.
+	RouteGrace time.Duration `env:"FERRY_OUTBOX_ROUTE_GRACE" flag:"outbox-route-grace" usage:"how long a message whose topic no live worker routes, or a delivery whose route none declares, waits for one before it is stuck"`
+	// Retention deletes delivered messages (and Go receivers' receive
+	// records) older than it, on the leader; default DefaultRetention,
+	// and a negative value keeps everything.
+	Retention time.Duration `env:"FERRY_OUTBOX_RETENTION" flag:"outbox-retention" zero:"keep" usage:"delete delivered outbox messages, and Go receivers' receive records, older than this (0 keeps everything)"`
+}
+
+// WithDefaults returns sec with every unset field but MaxAttempts (which
+// the config file may set) at its default.
+func (sec Section) WithDefaults() Section {
+	sec.RouteGrace = cmp.Or(sec.RouteGrace, outbox.DefaultRouteGrace)
+	sec.Retention = cmp.Or(sec.Retention, DefaultRetention)
+	return sec
+}
+
+// Check returns what is wrong with a defaulted sec, one error each.
+func (sec Section) Check() error {
+	var errs []error
+	if sec.MaxAttempts < 0 || sec.MaxAttempts > 1000 {
+		errs = append(errs, fmt.Errorf("outbox max attempts %d is not between 1 and 1000", sec.MaxAttempts))
+	}
+	if sec.RouteGrace < 0 {
+		errs = append(errs, fmt.Errorf("outbox route grace %s is negative", sec.RouteGrace))
+	}
+	if err := retention.CheckKeep("outbox", sec.Retention); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }
 
 // Capability is the outbox capability.
 type Capability struct {
 	sec       Section
+	tracer    outbox.Tracer
+	limits    []limit.Limit
 	routes    *outbox.Routes
 	delivered *outbox.Routes
 	relay     *outbox.Relay
 }
 
-// New checks sec and returns the capability. queues are the queues this
-// process works, by worker count: it delivers its routes, each from a
-// queue of its own, only when it works the outbox queue; a queue of its
-// own named like a route's is an error.
-func New(sec Section, queues map[string]int) (*Capability, error) {
+// New checks sec and returns the capability. sec.Routes are every route
+// this process knows (Go's, the config file's and Telegram's command
+// routers'). queues are the queues this process works, by worker count: it
+// delivers its routes, each from a queue of its own, only when it works
+// the outbox queue; a queue of its own named like a route's is an error.
+// tracer makes the relay's and the deliveries' spans; limits are the
+// limits that apply to this process's jobs: a delivery job goes on with
+// its ordered key's next messages only when no limit applies to delivery
+// jobs (ChainBudget).
+func New(sec Section, queues map[string]int, tracer outbox.Tracer, limits []limit.Limit) (*Capability, error) {
+	if err := sec.Check(); err != nil {
+		return nil, err
+	}
 	routes, err := outbox.NewRoutes(sec.Routes...)
 	if err != nil {
 		return nil, err
 	}
-	c := &Capability{sec: sec, routes: routes, delivered: routes}
+	c := &Capability{sec: sec, tracer: tracer, limits: limits, routes: routes, delivered: routes}
 	if queues[outbox.Queue] == 0 {
 		c.delivered, _ = outbox.NewRoutes()
 	}
@@ -95,12 +134,12 @@ func (c *Capability) MaxAttempts() int { return c.sec.MaxAttempts }
 // retention of delivered messages ("outbox-retention").
 func (c *Capability) Build(b *capability.Build) error {
 	deliver := outbox.NewDeliverWorker(outbox.DeliverConfig{
-		Pool: b.Pool, Routes: c.routes, MaxAttempts: c.sec.MaxAttempts, Logger: b.Logger, Tracer: c.sec.Tracer,
+		Pool: b.Pool, Routes: c.routes, MaxAttempts: c.sec.MaxAttempts, Logger: b.Logger, Tracer: c.tracer,
 		// An ordered chain's turn goes to this process's relay (built
 		// below, before any job runs), which starts many chains' next
 		// deliveries in one transaction.
 		Advance:     func(t outbox.Turn) { c.relay.Advance(t) },
-		ChainBudget: ChainBudget(c.sec.Limits, c.routes),
+		ChainBudget: ChainBudget(c.limits, c.routes),
 	})
 	if err := b.Kinds.Add(deliver.Kind()); err != nil {
 		return err
@@ -115,7 +154,7 @@ func (c *Capability) Build(b *capability.Build) error {
 	c.relay = outbox.NewRelay(outbox.RelayConfig{
 		Pool: b.Pool, ListenConfig: b.Sessions.Config().ConnConfig, Schema: b.Schema,
 		Inserter: insertOnly{b}, Routes: c.delivered, RouteGrace: c.sec.RouteGrace, MaxAttempts: c.sec.MaxAttempts,
-		Tracer: c.sec.Tracer, Logger: b.Logger, ReleaseElsewhere: true,
+		Tracer: c.tracer, Logger: b.Logger, ReleaseElsewhere: true,
 	})
 	b.Service(c.relay)
 	// The release pass of ordered deliveries reads every waiting one: on

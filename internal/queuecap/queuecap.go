@@ -1,6 +1,8 @@
-// Package queuecap is the worker side of bounded queues (package jobs,
-// "Bounded queues", a library module that inserting services import): the
-// capability that records this worker's bound and worker count of every
+// Package queuecap is the queues a worker works (Section: their worker
+// counts, bounds and how River fetches and times their jobs) and the
+// worker side of bounded queues (package jobs, "Bounded queues", a
+// library module that inserting services import): the capability that
+// records this worker's bound and worker count of every
 // queue it works or bounds in ferry_queue, and gives back, on the leader,
 // the admissions of transactions that rolled back.
 package queuecap
@@ -17,16 +19,6 @@ import (
 // RecountEvery is how often the leader gives back the admissions of
 // transactions that rolled back (jobs.QueueRecounter).
 const RecountEvery = time.Minute
-
-// Section is the bounded queues' configuration.
-type Section struct {
-	// MaxLength bounds every queue this process works that MaxLengths does
-	// not (FERRY_QUEUE_MAX_LENGTH); 0 is unbounded.
-	MaxLength int64
-	// MaxLengths bounds queues one by one (0 is unbounded); the config
-	// file's `queues:` entries add to it.
-	MaxLengths map[string]int64
-}
 
 // Capability is the bounded queues' capability.
 type Capability struct{ sec Section }

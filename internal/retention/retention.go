@@ -22,6 +22,7 @@ package retention
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -172,17 +173,65 @@ func (c *Cleaner) Clean(ctx context.Context) (map[string]int64, error) {
 	return out, nil
 }
 
-// Section is the retention capability's configuration: how long each
-// history table keeps its rows (0 is DefaultKeep, negative keeps them
-// forever).
+// Section is the retention configuration (ferry.Config's Retention): how
+// long each history table keeps its rows, ferry's (0 is DefaultKeep) and
+// River's jobs' (0 is River's default). Negative keeps them forever; the
+// newest tick of each schedule and the newest term stay whatever their
+// age.
 type Section struct {
-	// Ticks keeps the schedule's ticks (FERRY_TICK_RETENTION).
-	Ticks time.Duration
-	// Terms keeps the leader terms (FERRY_TERM_RETENTION).
-	Terms time.Duration
-	// TelegramMalformed keeps Telegram's malformed updates
-	// (FERRY_TELEGRAM_MALFORMED_RETENTION).
-	TelegramMalformed time.Duration
+	// Ticks keeps the schedule's ticks.
+	Ticks time.Duration `env:"FERRY_TICK_RETENTION" flag:"tick-retention" zero:"keep" usage:"delete the schedule's ticks older than this, the newest of each schedule excepted (0 keeps everything)"`
+	// Terms keeps the leader terms.
+	Terms time.Duration `env:"FERRY_TERM_RETENTION" flag:"term-retention" zero:"keep" usage:"delete leader terms older than this, the newest excepted (0 keeps everything)"`
+	// TelegramMalformed keeps Telegram's malformed updates.
+	TelegramMalformed time.Duration `env:"FERRY_TELEGRAM_MALFORMED_RETENTION" flag:"telegram-malformed-retention" zero:"keep" usage:"delete Telegram's malformed updates older than this (0 keeps everything)"`
+	// CompletedJobs, CancelledJobs and DiscardedJobs are River's job
+	// retention, its job cleaner's: zero is River's default (24h, 24h,
+	// 168h).
+	CompletedJobs time.Duration `env:"FERRY_COMPLETED_JOB_RETENTION" flag:"completed-job-retention" zero:"keep" default:"24h0m0s" usage:"River deletes completed jobs older than this (0 keeps them)"`
+	CancelledJobs time.Duration `env:"FERRY_CANCELLED_JOB_RETENTION" flag:"cancelled-job-retention" zero:"keep" default:"24h0m0s" usage:"River deletes cancelled jobs older than this (0 keeps them)"`
+	DiscardedJobs time.Duration `env:"FERRY_DISCARDED_JOB_RETENTION" flag:"discarded-job-retention" zero:"keep" default:"168h0m0s" usage:"River deletes discarded jobs (dead letters) older than this (0 keeps them)"`
+}
+
+// WithDefaults returns sec with every unset field of ferry's tables at
+// its default (River's are River's to default).
+func (sec Section) WithDefaults() Section {
+	sec.Ticks = cmp.Or(sec.Ticks, DefaultKeep)
+	sec.Terms = cmp.Or(sec.Terms, DefaultKeep)
+	sec.TelegramMalformed = cmp.Or(sec.TelegramMalformed, DefaultKeep)
+	return sec
+}
+
+// Check returns what is wrong with a defaulted sec, one error each.
+func (sec Section) Check() error {
+	var errs []error
+	for _, r := range []struct {
+		what string
+		d    time.Duration
+	}{{"tick", sec.Ticks}, {"term", sec.Terms}, {"telegram malformed", sec.TelegramMalformed}} {
+		if err := CheckKeep(r.what, r.d); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// CheckKeep says so when keep, the retention of what, is positive and
+// under MinKeep.
+func CheckKeep(what string, keep time.Duration) error {
+	if keep > 0 && keep < MinKeep {
+		return fmt.Errorf("%s retention %s is under 1h (0 keeps everything)", what, keep)
+	}
+	return nil
+}
+
+// River is d as River's job retention takes it: zero is River's default,
+// negative River's -1 (keep forever).
+func River(d time.Duration) time.Duration {
+	if d < 0 {
+		return -1
+	}
+	return d
 }
 
 // Capability is the retention of ferry's history tables: a leader runnable

@@ -6,7 +6,9 @@
 package sealcap
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -21,19 +23,39 @@ import (
 // /readyz fails: long enough for a deploy or an operator to see it.
 const NotReadyFor = 15 * time.Minute
 
-// Section is the seal capability's configuration.
+// Section is the seal capability's configuration (ferry.Config's Seal).
 type Section struct {
 	// Keys seal every job this process inserts and verify every job it
-	// works (FERRY_SEAL_KEYS; parse with seal.ParseKeys). Without keys,
-	// any row written to river_job runs, and the server warns so at start.
-	Keys *seal.Keys
-	// Encrypt makes this process's seals encrypt the args too
-	// (FERRY_SEAL_ENCRYPT). Needs Keys.
-	Encrypt bool
+	// works (parse with seal.ParseKeys). With keys, a job runs only if
+	// ferry sealed it; without, any row written to river_job runs, and the
+	// server warns so at start. See package seal.
+	Keys *seal.Keys `env:"FERRY_SEAL_KEYS" flag:"seal-keys" secret:"true" usage:"keys that seal and verify jobs: comma-separated base64, each at least 32 bytes; the first seals, all verify (set it in the environment, not on the command line)"`
+	// Encrypt makes this process's seals encrypt the args too:
+	// AES-256-GCM, so River UI and `enqueue jobs get` show an envelope,
+	// not the args. Workers decrypt whatever was sealed encrypted with one
+	// of their keys, whatever this says. Needs Keys.
+	Encrypt bool `env:"FERRY_SEAL_ENCRYPT" flag:"seal-encrypt" usage:"seals also encrypt the args (AES-256-GCM): River UI then shows an envelope, not the args"`
 	// ReplayWindow: a sealed job due longer ago than this that never
-	// started is refused as stale (FERRY_SEAL_REPLAY_WINDOW; default
-	// seal.DefaultReplayWindow).
-	ReplayWindow time.Duration
+	// started is refused as stale; default seal.DefaultReplayWindow.
+	ReplayWindow time.Duration `env:"FERRY_SEAL_REPLAY_WINDOW" flag:"seal-replay-window" usage:"a sealed job due longer ago than this that never started is refused as stale"`
+}
+
+// WithDefaults returns sec with every unset field at its default.
+func (sec Section) WithDefaults() Section {
+	sec.ReplayWindow = cmp.Or(sec.ReplayWindow, seal.DefaultReplayWindow)
+	return sec
+}
+
+// Check returns what is wrong with a defaulted sec, one error each.
+func (sec Section) Check() error {
+	var errs []error
+	if sec.Encrypt && sec.Keys.Len() == 0 {
+		errs = append(errs, errors.New("seal encrypt needs seal keys: set FERRY_SEAL_KEYS"))
+	}
+	if sec.ReplayWindow < time.Minute {
+		errs = append(errs, fmt.Errorf("seal replay window %s is under 1m", sec.ReplayWindow))
+	}
+	return errors.Join(errs...)
 }
 
 // Capability is the seal capability.

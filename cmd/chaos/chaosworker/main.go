@@ -97,19 +97,15 @@ func main() {
 	w := &effectWorker{pool: func() *pgxpool.Pool { return srv.Pool() }}
 	var err error
 	srv, err = ferry.New(ctx, ferry.Config{
-		DatabaseURL: os.Getenv("DATABASE_URL"),
-		ConfigFile:  os.Getenv("FERRY_CONFIG"),
+		Database: ferry.DatabaseConfig{URL: os.Getenv("DATABASE_URL"), SessionURL: os.Getenv("FERRY_SESSION_DATABASE_URL"), Pooler: os.Getenv("FERRY_POOLER")},
+		Leader: ferry.LeaderConfig{Tick: time.Second, StandbyProbe: time.Second, Runnables: []ferry.LeaderRunnable{{Name: "chaos-marker", Run: func(ctx context.Context) error {
+			return leaderMarker(ctx, srv)
+		}}}},
+		Admin:      ferry.AdminConfig{Addr: "off"},
+		ConfigFile: os.Getenv("FERRY_CONFIG"),
 		// Set by chaos -pgbouncer: job traffic through the pooler, sessions
 		// direct.
-		ElectionDatabaseURL: os.Getenv("FERRY_SESSION_DATABASE_URL"),
-		Pooler:              os.Getenv("FERRY_POOLER"),
-		AdminAddr:           "off",
-		LeaderTick:          time.Second,
-		StandbyProbe:        time.Second,
-		Kinds:               []jobs.Kind{jobs.Define[EffectArgs](w, river.QueueDefault, "chaos: a job with a once-only effect")},
-		LeaderRunnables: []ferry.LeaderRunnable{{Name: "chaos-marker", Run: func(ctx context.Context) error {
-			return leaderMarker(ctx, srv)
-		}}},
+		Kinds:  []jobs.Kind{jobs.Define[EffectArgs](w, river.QueueDefault, "chaos: a job with a once-only effect")},
 		Logger: log,
 	})
 	if err != nil {

@@ -45,17 +45,13 @@ func run(ctx context.Context, log *slog.Logger) error {
 		return strings.Join(args, " "), nil
 	})
 	srv, err := ferry.New(ctx, ferry.Config{
-		DatabaseURL:       os.Getenv("DATABASE_URL"),
-		AdminAddr:         "off",
-		Queues:            map[string]int{"default": 10, "outbox": 10},
-		FetchPollInterval: 100 * time.Millisecond,
-		ShutdownGrace:     5 * time.Second,
-		LeaderTick:        time.Second,
-		StandbyProbe:      time.Second,
-		ConfigFile:        os.Getenv("FERRY_CONFIG"),
-		TelegramAPIURL:    os.Getenv("FERRY_TELEGRAM_API_URL"),
-		TelegramRouters:   map[string]*telegram.Router{"desk": router},
-		Logger:            log,
+		Database:   ferry.DatabaseConfig{URL: os.Getenv("DATABASE_URL")},
+		Queues:     ferry.QueuesConfig{Workers: map[string]int{"default": 10, "outbox": 10}, FetchPollInterval: 100 * time.Millisecond, ShutdownGrace: 5 * time.Second},
+		Leader:     ferry.LeaderConfig{Tick: time.Second, StandbyProbe: time.Second},
+		Admin:      ferry.AdminConfig{Addr: "off"},
+		Telegram:   ferry.TelegramConfig{APIURL: os.Getenv("FERRY_TELEGRAM_API_URL"), Routers: map[string]*telegram.Router{"desk": router}},
+		ConfigFile: os.Getenv("FERRY_CONFIG"),
+		Logger:     log,
 	})
 	if err != nil {
 		return err

@@ -69,15 +69,12 @@ func run(ctx context.Context, log *slog.Logger) error {
 		routes = append(routes, outbox.Route{Topic: "order.audited", Name: "audit", Handler: audit})
 	}
 	srv, err := ferry.New(ctx, ferry.Config{
-		DatabaseURL:       os.Getenv("DATABASE_URL"),
-		AdminAddr:         "off",
-		Queues:            map[string]int{"default": 10, "outbox": 10},
-		FetchPollInterval: 100 * time.Millisecond,
-		ShutdownGrace:     5 * time.Second,
-		LeaderTick:        time.Second,
-		StandbyProbe:      time.Second,
-		OutboxRoutes:      routes,
-		Logger:            log,
+		Database: ferry.DatabaseConfig{URL: os.Getenv("DATABASE_URL")},
+		Queues:   ferry.QueuesConfig{Workers: map[string]int{"default": 10, "outbox": 10}, FetchPollInterval: 100 * time.Millisecond, ShutdownGrace: 5 * time.Second},
+		Leader:   ferry.LeaderConfig{Tick: time.Second, StandbyProbe: time.Second},
+		Admin:    ferry.AdminConfig{Addr: "off"},
+		Outbox:   ferry.OutboxConfig{Routes: routes},
+		Logger:   log,
 	})
 	if err != nil {
 		return err
