@@ -87,11 +87,9 @@ type Server struct {
 	metrics  *metrics.Metrics
 	locks    *locks.Client
 	elector  *election.Elector
-	// broadcast is this process's broadcast Broker (Broadcast).
-	broadcast *broadcast.Broker
-	// announcing holds the leader-release announcements a demotion left
-	// running (announceLeader); close waits for them.
-	announcing sync.WaitGroup
+	// broadcast is the broadcast capability: its Broker (Broadcast), and
+	// the announcements close waits for.
+	broadcast *broadcastcap.Capability
 	// The capabilities the server reads after they built (the console,
 	// Scheduler, TelegramStatus, the limits' slots at the stop).
 	schedules *periodic.Capability
@@ -194,7 +192,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err := build.Add(
 		s.console,
 		queuecap.New(cfg.Queues),
-		c.broadcast,
+		s.broadcast,
 		c.locks,
 		c.liveness,
 		c.seal,
@@ -208,9 +206,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	); err != nil {
 		return fail(configOr(err))
 	}
-	s.broadcast, s.locks = c.broadcast.Broker(), c.locks.Client()
-	build.Leader("broadcast-leader", s.announceLeader)
-	build.Leader("broadcast-console", s.watchConsole)
+	s.locks = c.locks.Client()
 	for _, r := range cfg.Leader.Runnables {
 		build.Leader(r.Name, r.Run)
 	}
@@ -224,7 +220,6 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 // caps are the capabilities New builds that the server does not keep
 // (those it reads later are its fields).
 type caps struct {
-	broadcast *broadcastcap.Capability
 	locks     *lockcap.Capability
 	liveness  *liveness.Capability
 	seal      *sealcap.Capability
@@ -261,13 +256,18 @@ func (s *Server) capabilities(file config.Loaded) (c caps, err error) {
 	}
 	c.liveness = liveness.NewCapability(cfg.Liveness, cfg.Database.SessionURL, cfg.Leader.Tick, cfg.Leader.TickTimeout, s.declaredDead)
 	c.seal = sealcap.New(cfg.Seal)
-	if c.broadcast, err = broadcastcap.New(cfg.Broadcast, cfg.Database.SessionURL); err != nil {
+	if s.broadcast, err = broadcastcap.New(cfg.Broadcast, cfg.Database.SessionURL, cfg.Leader.Tick); err != nil {
 		return c, err
 	}
 	c.locks = lockcap.New()
-	broadcaster := c.broadcast
-	if s.console, err = admin.NewCapability(cfg.Admin, console{s},
-		func() admin.Events { return broadcaster.Broker() }, s.ready); err != nil {
+	if s.console, err = admin.NewCapability(cfg.Admin, admin.Sources{
+		LeaderKey:         cfg.Leader.Key,
+		Status:            func() election.Status { return s.elector.Status() },
+		Events:            func() admin.Events { return s.broadcast.Broker() },
+		OutboxMaxAttempts: s.outbox.MaxAttempts,
+		Telegram:          s.telegram.Status,
+		Ready:             s.ready,
+	}); err != nil {
 		return c, err
 	}
 	return c, nil
@@ -443,6 +443,11 @@ func openPool(ctx context.Context, url, role string, maxConns int32, clientID, p
 	}
 	return pool, nil
 }
+
+// Broadcast returns this process's broadcast Broker: publish and subscribe
+// on it (package broadcast) rather than opening another LISTEN session.
+// Its keys are Config.Broadcast.Keys.
+func (s *Server) Broadcast() *broadcast.Broker { return s.broadcast.Broker() }
 
 // Pool is the server's connection pool, for the caller's own queries.
 func (s *Server) Pool() *pgxpool.Pool { return s.pool }
@@ -679,10 +684,7 @@ func (s *Server) close() {
 		return
 	}
 	s.closed = true
-	s.announcing.Wait()
-	if s.broadcast != nil {
-		s.broadcast.Close()
-	}
+	s.broadcast.Close()
 	s.closePools()
 }
 

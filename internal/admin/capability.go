@@ -46,10 +46,8 @@ func (sec Section) Check() error {
 // with River UI, around River (it answers before the worker fetches and
 // until it has stopped).
 type Capability struct {
-	sec     Section
-	console Console
-	events  func() Events
-	ready   func(context.Context) error
+	sec Section
+	src Sources
 
 	server *Server
 	ui     *riverui.Handler
@@ -58,14 +56,13 @@ type Capability struct {
 	cancel context.CancelFunc
 }
 
-// NewCapability checks sec and returns the capability. console feeds the
-// pages, events (read once built) updates them live, and ready is
-// /readyz's check.
-func NewCapability(sec Section, console Console, events func() Events, ready func(context.Context) error) (*Capability, error) {
+// NewCapability checks sec and returns the capability: its pages read the
+// server's database and src.
+func NewCapability(sec Section, src Sources) (*Capability, error) {
 	if err := sec.Check(); err != nil {
 		return nil, err
 	}
-	return &Capability{sec: sec, console: console, events: events, ready: ready}, nil
+	return &Capability{sec: sec, src: src}, nil
 }
 
 // Name is "admin".
@@ -102,9 +99,9 @@ func (c *Capability) Build(b *capability.Build) error {
 			Token:    c.sec.Token,
 			Replica:  b.ClientID,
 			Gatherer: b.Gatherer,
-			Ready:    c.ready,
-			Console:  c.console,
-			Events:   c.events(),
+			Ready:    c.src.Ready,
+			Console:  data{src: c.src, pool: b.Pool, replica: b.ClientID, river: b.River},
+			Events:   c.src.Events(),
 			RiverUI:  c.ui,
 			Logger:   b.Logger,
 		})

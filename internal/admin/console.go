@@ -2,9 +2,15 @@ package admin
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
 
 	"github.com/ferryq/ferry/election"
 	"github.com/ferryq/ferry/internal/limit"
@@ -168,4 +174,122 @@ func leaderPage(v LeaderView) LeaderPage {
 		p.Terms[i] = tv
 	}
 	return p
+}
+
+// Sources are what the console reads beyond the database: the leader
+// layer's and the other capabilities' state, each read when a page asks
+// (the capabilities are built by then).
+type Sources struct {
+	// LeaderKey is the leader lock's key.
+	LeaderKey int64
+	// Status is this replica's part in the election (its role and term).
+	Status func() election.Status
+	// Events are the broadcast events the pages follow live.
+	Events func() Events
+	// OutboxMaxAttempts is the attempts a delivery the console resets
+	// gets.
+	OutboxMaxAttempts func() int
+	// Telegram is the status of every configured bot.
+	Telegram func() []telegram.BotStatus
+	// Ready is /readyz's check.
+	Ready func(context.Context) error
+}
+
+// data is the Console over a ferry server's database and sources.
+type data struct {
+	src     Sources
+	pool    *pgxpool.Pool
+	replica string // this replica's name: its River client's id
+	river   func() *river.Client[pgx.Tx]
+}
+
+var _ Console = data{}
+
+// summarySQL counts what the summary shows, each on an index: running and
+// retryable jobs on River's fetch index (state first), discarded ones on
+// its finalized_at index, stuck deliveries on ferry's partial index.
+// Messages stuck without a route (stuck, with no delivery) are counted on
+// the outbox table itself.
+const summarySQL = `SELECT
+	(SELECT count(*) FROM river_job WHERE state = 'running'),
+	(SELECT count(*) FROM river_job WHERE state = 'retryable'),
+	(SELECT count(*) FROM river_job WHERE state = 'discarded' AND finalized_at > now() - make_interval(secs => $1)),
+	(SELECT count(*) FROM ferry_outbox_delivery WHERE status = 'stuck'),
+	(SELECT count(*) FROM ferry_outbox o WHERE o.status = 'stuck'
+		AND NOT EXISTS (SELECT 1 FROM ferry_outbox_delivery d WHERE d.message_id = o.id))`
+
+// lateSQL lists the schedules whose next run is more than $1 seconds past.
+const lateSQL = `SELECT id, name, next_run_at FROM ferry_schedule
+	WHERE next_run_at < now() - make_interval(secs => $1) ORDER BY next_run_at, id LIMIT 50`
+
+func (d data) Summary(ctx context.Context) (Summary, error) {
+	st := d.src.Status()
+	host, _ := os.Hostname()
+	v := Summary{Replica: Replica{Name: d.replica, Hostname: host, PID: os.Getpid(), Role: string(st.State), Term: st.Term}}
+	var err error
+	if v.Leader, err = election.CurrentHolder(ctx, d.pool, d.src.LeaderKey); err != nil {
+		return v, err
+	}
+	if err := d.pool.QueryRow(ctx, summarySQL, DiscardedWindow.Seconds()).Scan(
+		&v.Jobs.Running, &v.Jobs.Retryable, &v.Jobs.Discarded, &v.StuckDeliveries, &v.StuckMessages); err != nil {
+		return v, fmt.Errorf("ferry: count jobs and stuck deliveries: %w", err)
+	}
+	rows, err := d.pool.Query(ctx, lateSQL, LateAfter.Seconds())
+	if err != nil {
+		return v, fmt.Errorf("ferry: list late schedules: %w", err)
+	}
+	if v.LateSchedules, err = pgx.CollectRows(rows, pgx.RowToStructByPos[LateSchedule]); err != nil {
+		return v, fmt.Errorf("ferry: list late schedules: %w", err)
+	}
+	return v, nil
+}
+
+func (d data) Leader(ctx context.Context) (LeaderView, error) {
+	v := LeaderView{Key: d.src.LeaderKey}
+	var err error
+	if v.Holder, err = election.CurrentHolder(ctx, d.pool, v.Key); err != nil {
+		return v, err
+	}
+	v.Terms, err = election.Terms(ctx, d.pool, v.Key, 20)
+	return v, err
+}
+
+func (d data) Schedules(ctx context.Context) ([]periodic.Row, error) {
+	return periodic.List(ctx, d.pool)
+}
+
+func (d data) Outbox(ctx context.Context) (OutboxView, error) {
+	var (
+		v   OutboxView
+		err error
+	)
+	if v.Stats, err = outbox.Stats(ctx, d.pool); err != nil {
+		return v, err
+	}
+	v.Stuck, err = outbox.List(ctx, d.pool, outbox.ListFilter{Status: "stuck", Limit: 200})
+	return v, err
+}
+
+func (d data) ResetOutbox(ctx context.Context, ids []int64) (deliveries, messages int, err error) {
+	err = pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) (err error) {
+		deliveries, messages, err = outbox.Reset(ctx, tx, d.river(), ids, d.src.OutboxMaxAttempts())
+		return err
+	})
+	return deliveries, messages, err
+}
+
+func (d data) Telegram(context.Context) ([]telegram.BotStatus, error) {
+	return d.src.Telegram(), nil
+}
+
+func (d data) Workers(ctx context.Context, since time.Duration) ([]liveness.WorkerInfo, error) {
+	return liveness.List(ctx, d.pool, since)
+}
+
+func (d data) Locks(ctx context.Context) ([]locks.Holder, error) {
+	return locks.List(ctx, d.pool)
+}
+
+func (d data) Limits(ctx context.Context) ([]limit.Status, error) {
+	return limit.List(ctx, d.pool)
 }

@@ -10,8 +10,9 @@
 //	/admin/live.js      the script that applies them
 //	/admin/login        the sign-in page (with a token); POST /admin/logout signs out
 //
-// The pages and their JSON come from a Console, which the root package
-// implements over the database. They are rendered on the server with
+// The pages and their JSON come from a Console; the capability's
+// (NewCapability) reads the server's database and the other capabilities'
+// state (Sources). They are rendered on the server with
 // html/template from templates embedded in the binary: no front-end build,
 // one small inline style block allowed by its hash in the
 // Content-Security-Policy, and one small script file (/admin/live.js,
@@ -21,10 +22,11 @@
 //
 // With Config.Events (the process's broadcast Broker), each page listens
 // to /admin/events, a stream of server-sent events fed by the broadcast
-// channel EventsChannel ("ferry.admin": the root package announces there
-// a leader acquired or released, and, from the leader's watch every
-// second, stuck outbox deliveries and named locks that changed). On each event, and on each gap, the
-// script fetches the page again and swaps its <main>: the page changes
+// channel EventsChannel ("ferry.admin": the broadcast capability,
+// internal/broadcastcap, announces there a leader acquired or released,
+// and, from the leader's watch every second, stuck outbox deliveries and
+// named locks that changed). On each event, and on each gap, the script
+// fetches the page again and swaps its <main>: the page changes
 // without a reload. Without Events, /admin/events answers 204 and the
 // pages stay as they were served.
 //
