@@ -3,19 +3,22 @@ package ferry
 // The floor plan. A Server is built in three storeys, each using only the
 // ones below it:
 //
-//  1. the configuration: Config with its defaults and checks, the config
-//     file, and each capability's constructor, which validates its own
-//     section (nothing connects yet);
+//  1. the configuration: Config, a section per capability, each with its
+//     defaults and checks in the capability's package; the config file;
+//     each capability's constructor, which checks its section (nothing
+//     connects yet);
 //  2. the shared parts: the pools, the schema's check, the job kinds'
 //     registry, the metrics registry and the elector;
 //  3. the capabilities, in the order of the list in New: each records what
 //     it contributes in one capability.Build (kinds, middleware by layer,
-//     services, leader runnables, collectors, readiness); the River client
-//     is built from the record, and Run starts what was recorded.
+//     services, leader runnables, collectors, readiness, admin pages); the
+//     River client is built from the record, and Run starts what was
+//     recorded.
 //
-// A new capability is a package with a constructor and a Build method
-// (package internal/capability says what it may record) and one line in
-// New's list (docs/floor-plan.md).
+// A new capability is a package with a section, a constructor and a Build
+// method (package internal/capability says what it may record), its
+// section's field in Config, and one line in New's list
+// (docs/floor-plan.md).
 
 import (
 	"cmp"
@@ -566,6 +569,7 @@ func (s *Server) Run(ctx context.Context) error {
 		"pool_max_conns", s.pool.Config().MaxConns,
 		"pooler", s.cfg.Database.Pooler,
 		"kinds", len(s.registry.Kinds()),
+		"capabilities", strings.Join(s.build.Names(), ","),
 		"admin_addr", s.AdminAddr())
 
 	select {

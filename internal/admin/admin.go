@@ -20,6 +20,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/riverqueue/river/rivershared/startstop"
+
+	"github.com/ferryq/ferry/internal/capability"
 )
 
 // Config configures the server.
@@ -52,6 +54,9 @@ type Config struct {
 	// Events, when set, updates the pages live (/admin/events, server-sent
 	// events fed by EventsChannel).
 	Events Events
+	// Pages are the capabilities' pages, after ferry's own in the
+	// navigation (with Console only).
+	Pages  []capability.Page
 	Logger *slog.Logger
 }
 
@@ -115,7 +120,7 @@ func New(cfg Config) (*Server, error) {
 	mac.Write([]byte("csrf"))
 	s.csrf = hex.EncodeToString(mac.Sum(nil))
 	var err error
-	if s.pages, err = parsePages(); err != nil {
+	if s.pages, err = parsePages(cfg.Pages); err != nil {
 		return nil, err
 	}
 	s.handler = s.Handler()

@@ -79,7 +79,8 @@ func (c *Capability) Addr() string {
 
 // Build records the admin server as the first service around River; it is
 // made once the River client exists (River UI reads it), before anything
-// starts.
+// starts, when every capability has built: its pages are ferry's and the
+// capabilities' (Build.Page).
 func (c *Capability) Build(b *capability.Build) error {
 	if c.sec.Addr == "off" {
 		return nil
@@ -102,6 +103,7 @@ func (c *Capability) Build(b *capability.Build) error {
 			Ready:    c.src.Ready,
 			Console:  data{src: c.src, pool: b.Pool, replica: b.ClientID, river: b.River},
 			Events:   c.src.Events(),
+			Pages:    b.Pages(),
 			RiverUI:  c.ui,
 			Logger:   b.Logger,
 		})

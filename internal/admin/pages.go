@@ -13,11 +13,13 @@ import (
 	"html/template"
 	"net/http"
 	"net/url"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/ferryq/ferry/internal/capability"
 	"github.com/ferryq/ferry/internal/limit"
 	"github.com/ferryq/ferry/internal/liveness"
 	"github.com/ferryq/ferry/locks"
@@ -65,8 +67,16 @@ func cspHash(s string) string {
 // pageNames are ferry's pages: /admin/ is "index", the others /admin/NAME.
 var pageNames = []string{"index", "leader", "workers", "schedules", "outbox", "telegram", "locks", "limits", "login"}
 
-// parsePages parses each page with the layout.
-func parsePages() (map[string]*template.Template, error) {
+// reservedNames are the paths under /admin/ that are not pages.
+var reservedNames = []string{"api", "events", "live.js", "logout"}
+
+// pageName is what a capability's page may be named: a path segment.
+var pageName = regexp.MustCompile(`^[a-z][a-z0-9-]{0,39}$`)
+
+// parsePages parses each page, ferry's and the capabilities' (extra),
+// with the layout. An extra page's name must be free and a path segment,
+// its title set, its data given and its template good.
+func parsePages(extra []capability.Page) (map[string]*template.Template, error) {
 	pages := map[string]*template.Template{}
 	for _, name := range pageNames {
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html")
@@ -74,6 +84,24 @@ func parsePages() (map[string]*template.Template, error) {
 			return nil, fmt.Errorf("admin: parse page %s: %w", name, err)
 		}
 		pages[name] = t
+	}
+	for _, p := range extra {
+		switch {
+		case !pageName.MatchString(p.Name):
+			return nil, fmt.Errorf("admin: page %q: a name is lowercase letters, digits and dashes, starting with a letter", p.Name)
+		case pages[p.Name] != nil || slices.Contains(reservedNames, p.Name):
+			return nil, fmt.Errorf("admin: page %q: the name is taken", p.Name)
+		case p.Title == "" || p.Data == nil:
+			return nil, fmt.Errorf("admin: page %q: a page needs a title and its data", p.Name)
+		}
+		t, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html")
+		if err == nil {
+			_, err = t.New("content").Parse(p.Template)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("admin: parse page %s: %w", p.Name, err)
+		}
+		pages[p.Name] = t
 	}
 	return pages, nil
 }
@@ -115,6 +143,12 @@ func (s *Server) routePages(mux *http.ServeMux) {
 		s.page(w, r, "limits", v, err)
 	})
 	mux.HandleFunc("POST /admin/outbox/reset", s.resetOutbox)
+	for _, p := range s.cfg.Pages {
+		mux.HandleFunc("GET /admin/"+p.Name, func(w http.ResponseWriter, r *http.Request) {
+			v, err := call(r.Context(), p.Data)
+			s.page(w, r, p.Name, v, err)
+		})
+	}
 
 	api := map[string]func(ctx context.Context) (any, error){
 		"summary":   func(ctx context.Context) (any, error) { return s.summary(ctx) },
@@ -125,6 +159,9 @@ func (s *Server) routePages(mux *http.ServeMux) {
 		"locks":     func(ctx context.Context) (any, error) { return s.heldLocks(ctx) },
 		"limits":    func(ctx context.Context) (any, error) { return s.limits(ctx) },
 		"telegram":  func(ctx context.Context) (any, error) { return s.telegram(ctx) },
+	}
+	for _, p := range s.cfg.Pages {
+		api[p.Name] = p.Data
 	}
 	for name, fn := range api {
 		mux.HandleFunc("GET /admin/api/"+name, func(w http.ResponseWriter, r *http.Request) {
@@ -233,6 +270,8 @@ type pageData struct {
 	// Error replaces the page's content when its data could not be read.
 	Error string
 	Data  any
+	// Extra are the capabilities' pages, in the navigation.
+	Extra []capability.Page
 }
 
 // page renders a page whose data came from the Console: on err it logs the
@@ -270,6 +309,7 @@ func (s *Server) renderPage(w http.ResponseWriter, r *http.Request, name string,
 		SignOut: s.cfg.Token != "",
 		Error:   errMsg,
 		Data:    data,
+		Extra:   s.cfg.Pages,
 	}
 	if name == "outbox" {
 		d.Flash, d.FlashError = resetFlash(r.URL.Query())

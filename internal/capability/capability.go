@@ -13,10 +13,12 @@
 //   - services to start and stop, around River or beside it (Around,
 //     Service), in ferry's one lifecycle shape (startstop);
 //   - leader runnables (Leader, FencedLeader);
-//   - metrics collectors (Build.Metrics) and readiness checks (Ready).
+//   - metrics collectors (Build.Metrics) and readiness checks (Ready);
+//   - admin console pages, each with its JSON (Page).
 //
 // Then the server builds the River client from what was recorded (a
-// service reads it with River from its Start on) and runs it. A capability never reaches into another's fields: one that needs
+// service reads it with River from its Start on) and runs it. A
+// capability never reaches into another's fields: one that needs
 // another gets it as an argument of its constructor, and the list's order
 // shows it.
 package capability
@@ -142,6 +144,8 @@ type Build struct {
 	services   []Service
 	leaders    []leader
 	ready      []func(context.Context) error
+	pages      []Page
+	names      []string
 	onRiver    []func(*river.Client[pgx.Tx]) error
 }
 
@@ -194,9 +198,14 @@ func (b *Build) Add(caps ...Capability) error {
 		if err := c.Build(b); err != nil {
 			return err
 		}
+		b.names = append(b.names, c.Name())
 	}
 	return nil
 }
+
+// Names are the names of the capabilities built, in order: the server
+// says them when it has started.
+func (b *Build) Names() []string { return slices.Clone(b.names) }
 
 // ErrConfig marks an error of a capability's Build as one of its
 // configuration (the server reports it as ferry.ErrConfig, which the
@@ -249,6 +258,25 @@ func (b *Build) FencedLeader(name string, run Runnable) {
 func (b *Build) Ready(check func(context.Context) error) {
 	b.ready = append(b.ready, check)
 }
+
+// Page is an admin console page that a capability contributes: served
+// at /admin/<Name> and linked in the console's navigation as Title, its
+// content rendered by Template over what Data returns, and the same value
+// as JSON at /admin/api/<Name>. Template is html/template text, with the
+// console's template functions (utc, rel, has …); the value is .Data in
+// it. Data runs under the console's bound of a request (10 s).
+type Page struct {
+	Name     string
+	Title    string
+	Template string
+	Data     func(ctx context.Context) (any, error)
+}
+
+// Page records an admin console page.
+func (b *Build) Page(p Page) { b.pages = append(b.pages, p) }
+
+// Pages are the admin console pages recorded, in order.
+func (b *Build) Pages() []Page { return slices.Clone(b.pages) }
 
 // Step is a Service whose Start does fn and whose Stop does nothing: a
 // step of the start, such as publishing what this worker declares.

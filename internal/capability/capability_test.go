@@ -151,3 +151,25 @@ type onStop func()
 
 func (onStop) Start(context.Context) error { return nil }
 func (f onStop) Stop()                     { f() }
+
+// TestBuild_PagesInOrder: the pages the capabilities record come back in
+// the list's order, for the admin console, which builds once all have.
+func TestBuild_PagesInOrder(t *testing.T) {
+	t.Parallel()
+	var b Build
+	page := func(name string) func(*Build) error {
+		return func(b *Build) error {
+			b.Page(Page{Name: name, Title: name, Data: func(context.Context) (any, error) { return name, nil }})
+			return nil
+		}
+	}
+	require.NoError(t, b.Add(fake{"a", page("alpha")}, fake{"b", func(*Build) error { return nil }}, fake{"c", page("gamma")}))
+	var got []string
+	for _, p := range b.Pages() {
+		got = append(got, p.Name)
+	}
+	require.Equal(t, []string{"alpha", "gamma"}, got)
+	require.Equal(t, []string{"a", "b", "c"}, b.Names(), "the capabilities built, in order")
+	b.Pages()[0].Name = "changed"
+	require.Equal(t, "alpha", b.Pages()[0].Name, "Pages is a copy")
+}
