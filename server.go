@@ -1,24 +1,15 @@
 package ferry
 
 // The floor plan. A Server is built in three storeys, each using only the
-// ones below it:
-//
-//  1. the configuration: Config, a section per capability, each with its
-//     defaults and checks in the capability's package; the config file;
-//     each capability's constructor, which checks its section (nothing
-//     connects yet);
-//  2. the shared parts: the pools, the schema's check, the job kinds'
-//     registry, the metrics registry and the elector;
-//  3. the capabilities, in the order of the list in New: each records what
-//     it contributes in one capability.Build (kinds, middleware by layer,
-//     services, leader runnables, collectors, readiness, admin pages); the
-//     River client is built from the record, and Run starts what was
-//     recorded.
-//
-// A new capability is a package with a section, a constructor and a Build
-// method (package internal/capability says what it may record), its
-// section's field in Config, and one line in New's list
-// (docs/floor-plan.md).
+// ones below it: (1) the configuration, Config with a section per
+// capability whose defaults and checks live in the capability's package,
+// and the config file; (2) the shared parts: pools, schema check, kinds'
+// registry, metrics registry, elector; (3) the capabilities, in the order
+// of New's list, each recording in one capability.Build what it
+// contributes (kinds, middleware by layer, services, leader runnables,
+// collectors, readiness, admin pages); River is built from the record and
+// Run starts it. A new capability is a package, its section's field in
+// Config and one line of the list (docs/floor-plan.md).
 
 import (
 	"cmp"
