@@ -254,16 +254,14 @@ func (s *Server) capabilities(file config.Loaded) (c caps, err error) {
 		return c, err
 	}
 	c.locks = lockcap.New()
-	if s.console, err = admin.NewCapability(cfg.Admin, admin.Sources{
+	s.console = admin.NewCapability(cfg.Admin, admin.Sources{
 		LeaderKey:         cfg.Leader.Key,
 		Status:            func() election.Status { return s.elector.Status() },
 		Events:            func() admin.Events { return s.broadcast.Broker() },
 		OutboxMaxAttempts: s.outbox.MaxAttempts,
 		Telegram:          s.telegram.Status,
 		Ready:             s.ready,
-	}); err != nil {
-		return c, err
-	}
+	})
 	return c, nil
 }
 

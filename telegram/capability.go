@@ -62,14 +62,11 @@ type Capability struct {
 	status  []func() BotStatus
 }
 
-// NewCapability checks sec and returns the capability of sec and bots,
-// the config file's. A bot whose token variable is unset stays off and
+// NewCapability returns the capability of sec (checked by the server's
+// configuration, Section.Check) and bots, the config file's. A bot whose token variable is unset stays off and
 // says so on logger, and nothing else changes; a router for a bot the
 // config file does not name is an error.
 func NewCapability(sec Section, bots []Bot, logger *slog.Logger) (*Capability, error) {
-	if err := sec.Check(); err != nil {
-		return nil, err
-	}
 	c := &Capability{sec: sec, bots: bots, clients: map[string]*Client{}, logger: logger}
 	for _, b := range bots {
 		if b.Token == "" {

@@ -56,13 +56,11 @@ type Capability struct {
 	cancel context.CancelFunc
 }
 
-// NewCapability checks sec and returns the capability: its pages read the
-// server's database and src.
-func NewCapability(sec Section, src Sources) (*Capability, error) {
-	if err := sec.Check(); err != nil {
-		return nil, err
-	}
-	return &Capability{sec: sec, src: src}, nil
+// NewCapability returns the capability of sec (checked by the server's
+// configuration, Section.Check): its pages read the server's database and
+// src.
+func NewCapability(sec Section, src Sources) *Capability {
+	return &Capability{sec: sec, src: src}
 }
 
 // Name is "admin".

@@ -3,7 +3,8 @@
 //
 // A capability (the leader's rescue, the scheduler, the outbox, Telegram,
 // limits, seals, the retention of history tables, …) is a value its own
-// package constructs from its own config section, validating it there. The
+// package constructs from its own config section, whose defaults and
+// checks live beside it (the server checks every section first). The
 // server (package ferry's New) builds the shared parts first (the pools,
 // the job kinds' registry, the metrics registry, the elector), then calls
 // each capability's Build, in the order of its list, with one Build record

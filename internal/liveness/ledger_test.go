@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -129,25 +131,14 @@ CREATE TRIGGER refuse_river_completion BEFORE UPDATE ON river_job FOR EACH ROW
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
-		ID: w.ClientID(), Logger: logs.Logger(), Middleware: []rivertype.Middleware{ledger.Middleware()},
-		Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 5}}, Workers: workers,
-		TestOnly: true,
-	})
-	require.NoError(t, err)
+	client := ledgerClient(t, pool, w.ClientID(), logs.Logger(), ledger, 5, workers)
 	ids := map[string]int64{}
 	for _, o := range []string{"ok", "fail", "long"} {
 		res, err := client.Insert(ctx, ledgerArgs{Outcome: o}, nil)
 		require.NoError(t, err)
 		ids[o] = res.Job.ID
 	}
-	require.NoError(t, client.Start(ctx))
-	t.Cleanup(func() {
-		close(release)
-		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		_ = client.Stop(sctx)
-	})
+	startClient(t, ctx, client, func() { close(release) })
 
 	require.Eventually(t, func() bool {
 		okState, _, _ := b.settledReason(t, ids["ok"])
@@ -207,12 +198,7 @@ func TestLedger_FollowsRiversWrites(t *testing.T) {
 		}
 		return nil
 	}))
-	client, err := river.NewClient(riverpgxv5.New(b.pool), &river.Config{
-		ID: clientID, Logger: (&logtest.Recorder{}).Logger(), Middleware: []rivertype.Middleware{ledger.Middleware()},
-		Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 10}}, Workers: workers,
-		TestOnly: true,
-	})
-	require.NoError(t, err)
+	client := ledgerClient(t, b.pool, clientID, (&logtest.Recorder{}).Logger(), ledger, 10, workers)
 	w, err := New(Config{
 		DatabaseURL: b.url, ClientID: clientID, Tick: 200 * time.Millisecond, TickTimeout: time.Second,
 		Ledger: ledger, Subscribe: client.SubscribeConfig, Pool: b.pool, SettleAfter: time.Hour,
@@ -232,12 +218,7 @@ func TestLedger_FollowsRiversWrites(t *testing.T) {
 		require.NoError(t, err)
 		ids = append(ids, res.Job.ID)
 	}
-	require.NoError(t, client.Start(ctx))
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		_ = client.Stop(sctx)
-	})
+	startClient(t, ctx, client, nil)
 	require.Eventually(t, func() bool {
 		var left int
 		require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE id = ANY($1) AND state IN ('available', 'running')`, ids).Scan(&left))
@@ -259,20 +240,10 @@ func TestLedger_UnreportedFinishedJobForgotten(t *testing.T) {
 	w := b.settler(t, ledger, time.Second, nil, &logtest.Recorder{})
 	workers := river.NewWorkers()
 	river.AddWorker(workers, river.WorkFunc(func(context.Context, *river.Job[ledgerArgs]) error { return nil }))
-	client, err := river.NewClient(riverpgxv5.New(b.pool), &river.Config{
-		ID: w.ClientID(), Logger: (&logtest.Recorder{}).Logger(), Middleware: []rivertype.Middleware{ledger.Middleware()},
-		Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 1}}, Workers: workers,
-		TestOnly: true,
-	})
-	require.NoError(t, err)
+	client := ledgerClient(t, b.pool, w.ClientID(), (&logtest.Recorder{}).Logger(), ledger, 1, workers)
 	res, err := client.Insert(ctx, ledgerArgs{Outcome: "ok"}, nil)
 	require.NoError(t, err)
-	require.NoError(t, client.Start(ctx))
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		_ = client.Stop(sctx)
-	})
+	startClient(t, ctx, client, nil)
 	require.Eventually(t, func() bool {
 		state, _, _ := b.settledReason(t, res.Job.ID)
 		return state == "completed"
@@ -280,4 +251,32 @@ func TestLedger_UnreportedFinishedJobForgotten(t *testing.T) {
 	require.Eventually(t, func() bool { return ledger.Len() == 0 }, 10*time.Second, 20*time.Millisecond)
 	_, _, reason := b.settledReason(t, res.Job.ID)
 	require.Empty(t, reason, "River's outcome stands")
+}
+
+// ledgerClient is a River client with the Ledger's middleware, named id,
+// working workers on the default queue with maxWorkers.
+func ledgerClient(t *testing.T, pool *pgxpool.Pool, id string, logger *slog.Logger, ledger *Ledger, maxWorkers int, workers *river.Workers) *river.Client[pgx.Tx] {
+	t.Helper()
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		ID: id, Logger: logger, Middleware: []rivertype.Middleware{ledger.Middleware()},
+		Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: maxWorkers}}, Workers: workers,
+		TestOnly: true,
+	})
+	require.NoError(t, err)
+	return client
+}
+
+// startClient starts client and stops it when the test ends, after
+// before (when given) has run.
+func startClient(t *testing.T, ctx context.Context, client *river.Client[pgx.Tx], before func()) {
+	t.Helper()
+	require.NoError(t, client.Start(ctx))
+	t.Cleanup(func() {
+		if before != nil {
+			before()
+		}
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		_ = client.Stop(sctx)
+	})
 }

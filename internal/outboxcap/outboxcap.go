@@ -83,7 +83,8 @@ type Capability struct {
 	relay     *outbox.Relay
 }
 
-// New checks sec and returns the capability. sec.Routes are every route
+// New returns the capability of sec (its settings checked by the
+// server's configuration, Section.Check; its routes here). sec.Routes are every route
 // this process knows (Go's, the config file's and Telegram's command
 // routers'). queues are the queues this process works, by worker count: it
 // delivers its routes, each from a queue of its own, only when it works
@@ -93,9 +94,6 @@ type Capability struct {
 // its ordered key's next messages only when no limit applies to delivery
 // jobs (ChainBudget).
 func New(sec Section, queues map[string]int, tracer outbox.Tracer, limits []limit.Limit) (*Capability, error) {
-	if err := sec.Check(); err != nil {
-		return nil, err
-	}
 	routes, err := outbox.NewRoutes(sec.Routes...)
 	if err != nil {
 		return nil, err

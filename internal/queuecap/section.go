@@ -175,19 +175,11 @@ func (w *Workers) UnmarshalText(text []byte) error {
 	return nil
 }
 
-// MarshalText writes w as FERRY_QUEUES says it, in DefaultWorkers' order
-// for its queues, then by name.
+// MarshalText writes w as FERRY_QUEUES says it, by queue name.
 func (w Workers) MarshalText() ([]byte, error) {
-	names := slices.SortedFunc(maps.Keys(w), func(a, b string) int {
-		ia, ib := strings.Index(","+DefaultWorkers, ","+a+"="), strings.Index(","+DefaultWorkers, ","+b+"=")
-		if (ia < 0) != (ib < 0) {
-			return cmp.Compare(ib, ia) // in the default first
-		}
-		return cmp.Or(cmp.Compare(ia, ib), strings.Compare(a, b))
-	})
-	parts := make([]string, len(names))
-	for i, n := range names {
-		parts[i] = n + "=" + strconv.Itoa(w[n])
+	parts := make([]string, 0, len(w))
+	for _, n := range slices.Sorted(maps.Keys(w)) {
+		parts = append(parts, n+"="+strconv.Itoa(w[n]))
 	}
 	return []byte(strings.Join(parts, ",")), nil
 }
