@@ -22,6 +22,7 @@ import (
 	"github.com/ferryq/ferry/internal/queuecap"
 	"github.com/ferryq/ferry/internal/retention"
 	"github.com/ferryq/ferry/internal/sealcap"
+	"github.com/ferryq/ferry/internal/workflowcap"
 	"github.com/ferryq/ferry/jobs"
 	"github.com/ferryq/ferry/outbox"
 	"github.com/ferryq/ferry/periodic"
@@ -119,6 +120,8 @@ type Config struct {
 	// Retention is how long the history tables, ferry's and River's jobs,
 	// keep their rows.
 	Retention RetentionConfig
+	// Workflow is how long a finished workflow is kept with its jobs.
+	Workflow WorkflowConfig
 
 	// Schedules are schedules from Go code, beside the config file's.
 	// Local ones (Local: true) run in every process; the rest run on the
@@ -233,6 +236,9 @@ type SealConfig = sealcap.Section
 // RetentionConfig is the type of Config.Retention.
 type RetentionConfig = retention.Section
 
+// WorkflowConfig is the type of Config.Workflow.
+type WorkflowConfig = workflowcap.Section
+
 // QueueWorkers maps queues to their worker counts (FERRY_QUEUES).
 type QueueWorkers = queuecap.Workers
 
@@ -258,6 +264,7 @@ func (c Config) WithDefaults() Config {
 	c.Outbox = c.Outbox.WithDefaults()
 	c.Seal = c.Seal.WithDefaults()
 	c.Retention = c.Retention.WithDefaults()
+	c.Workflow = c.Workflow.WithDefaults()
 	if c.TracerProvider == nil {
 		c.TracerProvider = otel.GetTracerProvider()
 	}
@@ -288,7 +295,8 @@ func (c Config) validate() error {
 
 func (c Config) check() error {
 	return errors.Join(c.Database.check(), c.Queues.Check(), c.Leader.check(), c.Liveness.Check(), c.Admin.Check(),
-		c.Outbox.Check(), c.Telegram.Check(), c.Seal.Check(), c.Retention.Check())
+		c.Outbox.Check(), c.Telegram.Check(), c.Seal.Check(), c.Retention.Check(),
+		c.Workflow.Check())
 }
 
 func (d DatabaseConfig) check() error {

@@ -16,12 +16,12 @@ var floors = []struct {
 	prefixes []string
 }{
 	{"base", []string{"/internal/base/"}},
-	{"library modules", []string{"/jobs", "/outbox", "/seal", "/locks", "/broadcast", "/migrations", "/otelferry"}},
+	{"library modules", []string{"/jobs", "/outbox", "/seal", "/locks", "/broadcast", "/migrations", "/otelferry", "/workflow"}},
 	{"capabilities", []string{
 		"/election", "/periodic", "/telegram", "/internal/admin", "/internal/broadcastcap", "/internal/capability",
 		"/internal/config", "/internal/lease", "/internal/limit", "/internal/liveness", "/internal/lockcap",
 		"/internal/logging", "/internal/metrics", "/internal/outboxcap", "/internal/queuecap", "/internal/retention",
-		"/internal/sealcap", "/internal/settings", "/internal/tracing",
+		"/internal/sealcap", "/internal/settings", "/internal/tracing", "/internal/workflowcap",
 	}},
 	{"root", []string{""}},
 	{"ferrycli", []string{"/ferrycli"}},

@@ -14,6 +14,7 @@ replace (
 	github.com/ferryq/ferry/migrations => ./migrations
 	github.com/ferryq/ferry/outbox => ./outbox
 	github.com/ferryq/ferry/seal => ./seal
+	github.com/ferryq/ferry/workflow => ./workflow
 )
 
 require (
@@ -113,6 +114,7 @@ require (
 	github.com/ferryq/ferry/otelferry v0.0.0-00010101000000-000000000000
 	github.com/ferryq/ferry/outbox v0.0.0-00010101000000-000000000000
 	github.com/ferryq/ferry/seal v0.0.0-00010101000000-000000000000
+	github.com/ferryq/ferry/workflow v0.0.0-00010101000000-000000000000
 	github.com/fsnotify/fsnotify v1.10.1 // indirect
 	github.com/gabriel-vasile/mimetype v1.4.12 // indirect
 	github.com/go-jose/go-jose/v4 v4.1.4 // indirect

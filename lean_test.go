@@ -1,6 +1,7 @@
 package ferry_test
 
 import (
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,7 +19,7 @@ import (
 // traced service adds. A service that requires them gets their go.mod
 // files' requirements, never the root module's (River UI, Prometheus, the
 // OpenTelemetry SDK, the CLI, the task runner, the test and bench tools).
-var libraryModules = []string{"internal/base", "migrations", "seal", "jobs", "outbox", "locks", "broadcast", "otelferry"}
+var libraryModules = []string{"internal/base", "migrations", "seal", "jobs", "outbox", "locks", "broadcast", "otelferry", "workflow"}
 
 // tracedModules are the library modules whose graph may hold the
 // OpenTelemetry API (tracingModules): otelferry alone.
@@ -28,7 +29,7 @@ var tracedModules = []string{"otelferry"}
 // messages in its own transactions.
 var writerPackages = []string{
 	"github.com/ferryq/ferry/jobs", "github.com/ferryq/ferry/outbox", "github.com/ferryq/ferry/seal",
-	"github.com/ferryq/ferry/locks", "github.com/ferryq/ferry/broadcast",
+	"github.com/ferryq/ferry/locks", "github.com/ferryq/ferry/broadcast", "github.com/ferryq/ferry/workflow",
 }
 
 // writerModules are the modules writerPackages may link: ferry's library
@@ -115,4 +116,31 @@ func TestLibraryModulesLean(t *testing.T) {
 			}
 		})
 	}
+}
+
+// maxServiceModules is the lean bound: a service that imports jobs, outbox
+// and workflow has at most this many modules in `go list -m all`.
+const maxServiceModules = 40
+
+// TestServiceModuleBound holds the lean bound on the union of the module
+// graphs of jobs, outbox and workflow: the graph of a service that
+// requires the three.
+func TestServiceModuleBound(t *testing.T) {
+	t.Parallel()
+	union := map[string]bool{}
+	for _, dir := range []string{"jobs", "outbox", "workflow"} {
+		cmd := exec.Command("go", "list", "-m", "-f", "{{.Path}}", "all")
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "go list -m all in %s: %s", dir, out)
+		mods := strings.Fields(string(out))
+		require.Contains(t, mods, "github.com/riverqueue/river", "the check read the graph")
+		for _, m := range mods[1:] {
+			union[m] = true
+		}
+		union["github.com/ferryq/ferry/"+dir] = true
+	}
+	require.LessOrEqual(t, len(union)+1, maxServiceModules, // +1: the service's own module
+		"a service requiring jobs, outbox and workflow has %d modules in its graph: %v", len(union)+1, slices.Sorted(maps.Keys(union)))
 }

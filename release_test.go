@@ -46,7 +46,7 @@ func TestReleaseModules(t *testing.T) {
 	tags := strings.Fields(printed)
 	require.Equal(t, "v0.9.0", tags[0])
 	require.ElementsMatch(t, []string{"broadcast/v0.9.0", "internal/base/v0.9.0", "jobs/v0.9.0", "locks/v0.9.0",
-		"migrations/v0.9.0", "otelferry/v0.9.0", "outbox/v0.9.0", "seal/v0.9.0"}, tags[1:])
+		"migrations/v0.9.0", "otelferry/v0.9.0", "outbox/v0.9.0", "seal/v0.9.0", "workflow/v0.9.0"}, tags[1:])
 	for _, m := range append([]string{"."}, libraryModules...) {
 		gomod, err := os.ReadFile(filepath.Join(dir, m, "go.mod"))
 		require.NoError(t, err)

@@ -47,6 +47,7 @@ import (
 	"github.com/ferryq/ferry/internal/retention"
 	"github.com/ferryq/ferry/internal/sealcap"
 	"github.com/ferryq/ferry/internal/tracing"
+	"github.com/ferryq/ferry/internal/workflowcap"
 	"github.com/ferryq/ferry/jobs"
 	"github.com/ferryq/ferry/locks"
 	"github.com/ferryq/ferry/migrations"
@@ -197,6 +198,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.metrics,
 		tracing.NewCapability(cfg.TracerProvider),
 		c.retention,
+		workflowcap.New(cfg.Workflow),
 	); err != nil {
 		return fail(configOr(err))
 	}
@@ -339,7 +341,7 @@ func (s *Server) newRiver(queues map[string]int) error {
 	for name, n := range queues {
 		riverQueues[name] = river.QueueConfig{MaxWorkers: n}
 	}
-	s.river, err = river.NewClient(riverpgxv5.New(s.pool), &river.Config{
+	s.river, err = river.NewClient(build.Driver(riverpgxv5.New(s.pool)), &river.Config{
 		// The id is the worker's identity in attempted_by, in ferry_worker
 		// and in the fence on river_job (internal/liveness).
 		ID: s.clientID,

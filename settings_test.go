@@ -60,6 +60,7 @@ func TestSettings_NamesAreTheContract(t *testing.T) {
 		"Retention.CompletedJobs FERRY_COMPLETED_JOB_RETENTION completed-job-retention ",
 		"Retention.CancelledJobs FERRY_CANCELLED_JOB_RETENTION cancelled-job-retention ",
 		"Retention.DiscardedJobs FERRY_DISCARDED_JOB_RETENTION discarded-job-retention ",
+		"Workflow.Retention FERRY_WORKFLOW_RETENTION workflow-retention ",
 	}, got)
 }
 

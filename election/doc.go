@@ -207,7 +207,10 @@
 // bounded queues (jobs.RecountLockKey, held for a transaction; one key
 // for every schema of a database), and in the two-int form
 // (911000003, worker id) for each worker's liveness and (911000004,
-// hashtext(client id)) for the dead-worker fence (internal/liveness).
+// hashtext(client id)) for the dead-worker fence (internal/liveness) and
+// (911000006, hashtext(workflow id)) for the changes to a workflow's steps
+// (package workflow; one namespace for every schema: a collision only
+// makes one wait for the other).
 // These are the default deployment's. A deployment in a schema of its own
 // (FERRY_SCHEMA) has an election key and a liveness namespace of its own,
 // named after the schema (internal/base/schema's Key64; migration 017's

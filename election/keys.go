@@ -4,6 +4,7 @@ import (
 	"github.com/ferryq/ferry/internal/liveness"
 	"github.com/ferryq/ferry/jobs"
 	"github.com/ferryq/ferry/migrations"
+	"github.com/ferryq/ferry/workflow"
 )
 
 // The advisory key table: every Postgres advisory lock key ferry takes, with
@@ -39,6 +40,7 @@ var Keys = []KeyOwner{
 	{Key: jobs.RecountLockKey, Form: "transaction bigint", Owner: "jobs", Use: "one recount of the bounded queues at a time; setting a first bound takes it before it starts the queue's counters"},
 	{Key: int64(liveness.Namespace), Form: "session int4,int4", Owner: "liveness", Use: "(911000003, ferry_worker.id): the worker process is alive while its liveness session holds it"},
 	{Key: int64(liveness.FenceNamespace), Form: "transaction int4,int4", Owner: "liveness", Use: "(911000004, hashtext(client id)): a worker's UPDATEs of river_job hold it shared, a rescue of that worker exclusively, so neither passes the other"},
+	{Key: workflow.LockNamespace, Form: "transaction int4,int4", Owner: "workflow", Use: "(911000006, hashtext(workflow id)): the trigger that ends a workflow's step holds it shared, a cancel, a retry or a run-time addition to the workflow exclusively"},
 }
 
 // lockParts splits a bigint advisory key into pg_locks' classid (high 32

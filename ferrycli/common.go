@@ -11,6 +11,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
@@ -270,4 +271,22 @@ func signalContext(c *cli.Context) context.Context {
 func isTerminal(v any) bool {
 	f, ok := v.(*os.File)
 	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// readList reads a list with read and, under --json, prints it ([] for
+// none); printed says it did, and the caller prints its table otherwise.
+func readList[T any](c *cli.Context, read func(context.Context, *pgxpool.Pool) ([]T, error)) (list []T, out output, printed bool, err error) {
+	err = withPool(c, func(ctx context.Context, pool *pgxpool.Pool) error {
+		var err error
+		list, err = read(ctx, pool)
+		return err
+	})
+	out = outputFrom(c)
+	if err != nil || !out.json {
+		return list, out, false, err
+	}
+	if list == nil {
+		list = []T{}
+	}
+	return list, out, true, out.JSON(list)
 }

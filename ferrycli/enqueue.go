@@ -38,7 +38,7 @@ Examples:
    enqueue dead retry --kind http.request --yes
 
 Each command has its own manual: enqueue COMMAND --help (enqueue jobs list --help).`
-	app.Commands = []*cli.Command{enqueueJob(), enqueueBulk(), enqueueJobs(), enqueueDead(), enqueueOutbox(), enqueueSchedule(), enqueueLeader(), enqueueWorkers(), enqueueQueues(), enqueueLimits(), enqueueBroadcast(), enqueueLock(), versionCommand()}
+	app.Commands = []*cli.Command{enqueueJob(), enqueueBulk(), enqueueJobs(), enqueueDead(), enqueueOutbox(), enqueueSchedule(), enqueueLeader(), enqueueWorkers(), enqueueQueues(), enqueueLimits(), enqueueBroadcast(), enqueueLock(), enqueueWorkflow(), versionCommand()}
 	return app
 }
 

@@ -47,20 +47,9 @@ Examples:
 				Usage: "count messages and deliveries by topic, route and status",
 				Flags: []cli.Flag{databaseURLFlag(), jsonFlag()},
 				Action: func(c *cli.Context) error {
-					var stats []outbox.Stat
-					err := withPool(c, func(ctx context.Context, pool *pgxpool.Pool) (err error) {
-						stats, err = outbox.Stats(ctx, pool)
+					stats, out, printed, err := readList(c, func(ctx context.Context, pool *pgxpool.Pool) ([]outbox.Stat, error) { return outbox.Stats(ctx, pool) })
+					if err != nil || printed {
 						return err
-					})
-					if err != nil {
-						return err
-					}
-					out := outputFrom(c)
-					if out.json {
-						if stats == nil {
-							stats = []outbox.Stat{}
-						}
-						return out.JSON(stats)
 					}
 					rows := make([][]string, 0, len(stats))
 					for _, s := range stats {

@@ -35,6 +35,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/ferryq/ferry/jobs"
@@ -148,6 +149,7 @@ type Build struct {
 	pages      []Page
 	names      []string
 	onRiver    []func(*river.Client[pgx.Tx]) error
+	drivers    []func(riverdriver.Driver[pgx.Tx]) riverdriver.Driver[pgx.Tx]
 }
 
 type placed struct {
@@ -252,6 +254,22 @@ func (b *Build) Leader(name string, run Runnable) {
 // (election.Elector.RegisterFenced).
 func (b *Build) FencedLeader(name string, run Runnable) {
 	b.leaders = append(b.leaders, leader{name: name, run: run, fenced: true})
+}
+
+// WrapDriver records a wrapper of the River driver of the server's
+// working client: a driver that gives River a pilot of ferry's own (the
+// workflows' job cleaner, which spares the steps of running workflows).
+// Wrappers apply in the order recorded, each around the last.
+func (b *Build) WrapDriver(wrap func(riverdriver.Driver[pgx.Tx]) riverdriver.Driver[pgx.Tx]) {
+	b.drivers = append(b.drivers, wrap)
+}
+
+// Driver is d inside the recorded wrappers.
+func (b *Build) Driver(d riverdriver.Driver[pgx.Tx]) riverdriver.Driver[pgx.Tx] {
+	for _, wrap := range b.drivers {
+		d = wrap(d)
+	}
+	return d
 }
 
 // Ready records a readiness check of /readyz: an error says why the

@@ -1,0 +1,169 @@
+package e2e_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ferryq/ferry/internal/base/pgtest"
+	"github.com/ferryq/ferry/workflow"
+)
+
+// orderYAML is the README's order: charge and reserve in parallel, then
+// ship, then notify; reserve fails (a 404 cancels an http.request) until
+// the test lets it succeed.
+const orderYAML = `id: order-1234
+name: order 1234
+steps:
+  - name: charge
+    kind: ferry.noop
+  - name: reserve
+    kind: http.request
+    args: {url: "URL"}
+    max_attempts: 1
+  - name: ship
+    kind: ferry.noop
+    depends_on: [charge, reserve]
+  - name: notify
+    kind: ferry.noop
+    depends_on: [ship]
+`
+
+// TestWorkflow_CLI: a workflow added from a file runs on a worker process
+// in dependency order; a failed step cancels what depends on it; show,
+// list, retry and cancel work on it, and bad files are refused with one
+// line and nothing written.
+func TestWorkflow_CLI(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t, true)
+	pool := pgtest.PoolFor(t, url)
+	ctx := context.Background()
+	dir := t.TempDir()
+
+	// Bad files: one line, exit 2, nothing written.
+	for name, body := range map[string]string{
+		"cycle.yaml":   "name: w\nsteps:\n  - {name: a, kind: ferry.noop, depends_on: [b]}\n  - {name: b, kind: ferry.noop, depends_on: [a]}\n",
+		"unknown.yaml": "name: w\nsteps:\n  - {name: a, kind: ferry.noop, depends_on: [nope]}\n",
+		"dup.yaml":     "name: w\nsteps:\n  - {name: a, kind: ferry.noop}\n  - {name: a, kind: ferry.noop}\n",
+		"kind.yaml":    "name: w\nsteps:\n  - {name: a, kind: no.such.kind}\n",
+		"key.yaml":     "name: w\nstepz: []\n",
+		"empty.yaml":   "name: w\nsteps: []\n",
+	} {
+		path := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(path, []byte(body), 0o600))
+		stdout, stderr, code := enqueue(t, url, nil, "workflow", "add", "--file", path)
+		require.Equal(t, 2, code, "%s: %s", name, stderr)
+		require.Empty(t, stdout)
+		require.Equal(t, 1, strings.Count(stderr, "\n"), "%s: one line: %q", name, stderr)
+	}
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM ferry_workflow`).Scan(&n))
+	require.Zero(t, n)
+	require.Zero(t, countJobs(t, pool))
+
+	var fail atomic.Bool
+	fail.Store(true)
+	flaky := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if fail.Load() {
+			http.Error(w, "out of stock", http.StatusNotFound)
+		}
+	}))
+	t.Cleanup(flaky.Close)
+	srv := flaky.URL
+	path := filepath.Join(dir, "order.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(strings.Replace(orderYAML, "URL", srv, 1)), 0o600))
+	stdout, stderr, code := enqueue(t, url, nil, "workflow", "add", "--file", path)
+	require.Zero(t, code, stderr)
+	require.Equal(t, "order-1234\n", stdout)
+	stdout, _, code = enqueue(t, url, nil, "workflow", "add", "--file", path)
+	require.Zero(t, code)
+	require.Contains(t, stdout, "exists already")
+
+	w := startWorker(t, url, nil)
+	in := waitWorkflow(t, url, "order-1234", "failed")
+	states := map[string]string{}
+	for _, s := range in.Steps {
+		states[s.Name] = s.State
+	}
+	require.Equal(t, map[string]string{"charge": "completed", "reserve": "cancelled", "ship": "cancelled", "notify": "cancelled"}, states)
+
+	stdout, stderr, code = enqueue(t, url, nil, "workflow", "show", "order-1234")
+	require.Zero(t, code, stderr)
+	require.Contains(t, stdout, "workflow order-1234 (order 1234): failed")
+	require.Regexp(t, `(?m)^ship\s+\d+\s+ferry.noop\s+cancelled \(dependency\)\s+0/\d+\s+charge,reserve`, stdout)
+
+	var list []workflow.Info
+	enqueueOK(t, url, &list, "workflow", "list", "--state", "failed")
+	require.Len(t, list, 1)
+	require.Equal(t, workflow.Progress{Steps: 4, Finished: 4, Completed: 1, Failed: 1, Skipped: 2}, list[0].Progress)
+
+	// The failed step retried, and now it succeeds: the rest runs.
+	fail.Store(false)
+	var retried map[string]any
+	enqueueOK(t, url, &retried, "workflow", "retry", "order-1234")
+	require.EqualValues(t, 1, retried["retried"])
+	in = waitWorkflow(t, url, "order-1234", "completed")
+	for _, s := range in.Steps {
+		require.Equal(t, "completed", s.State, s.Name)
+	}
+	for _, s := range in.Steps {
+		if s.Name == "ship" || s.Name == "notify" {
+			require.NotNil(t, s.ReadyAt)
+			require.True(t, !s.AttemptedAt.Before(*s.ReadyAt), "%s started after its release", s.Name)
+		}
+	}
+
+	// Cancel: a workflow that waits on an hour-long step.
+	long := filepath.Join(dir, "long.yaml")
+	require.NoError(t, os.WriteFile(long, []byte("id: long\nname: long\nsteps:\n  - {name: sleep, kind: ferry.noop, args: {sleep: 1h}}\n  - {name: after, kind: ferry.noop, depends_on: [sleep]}\n"), 0o600))
+	_, stderr, code = enqueue(t, url, nil, "workflow", "add", "--file", long)
+	require.Zero(t, code, stderr)
+	waitJobState(t, pool, jobOf(t, url, "long", "sleep"), "running", deadWatchdog)
+	_, stderr, code = enqueue(t, url, nil, "workflow", "cancel", "long")
+	require.Zero(t, code, stderr)
+	waitJobState(t, pool, jobOf(t, url, "long", "sleep"), "cancelled", deadWatchdog)
+	require.Equal(t, "cancelled", getJob(t, pool, jobOf(t, url, "long", "after")).State)
+	_, stderr, code = enqueue(t, url, nil, "workflow", "cancel", "long")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "workflow long is cancelled")
+	_, stderr, code = enqueue(t, url, nil, "workflow", "show", "nope")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "workflow: not found")
+	requireBadInput(t, url, "--state", "workflow", "list", "--state", "bogus")
+	stop(t, w, stopTimeout)
+}
+
+func waitWorkflow(t *testing.T, url, id, state string) workflow.Info {
+	t.Helper()
+	var in workflow.Info
+	deadline := time.Now().Add(deadWatchdog)
+	for {
+		enqueueOK(t, url, &in, "workflow", "show", id)
+		if in.State == state {
+			return in
+		}
+		require.True(t, time.Now().Before(deadline), "workflow %s is %s, not %s: %+v", id, in.State, state, in.Steps)
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func jobOf(t *testing.T, url, id, step string) int64 {
+	t.Helper()
+	var in workflow.Info
+	enqueueOK(t, url, &in, "workflow", "show", id)
+	for _, s := range in.Steps {
+		if s.Name == step {
+			return s.JobID
+		}
+	}
+	t.Fatalf("workflow %s has no step %s", id, step)
+	return 0
+}

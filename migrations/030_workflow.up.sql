@@ -1,0 +1,322 @@
+-- Workflows (package workflow): DAGs of River jobs, each step a job of any
+-- kind that waits, in River's `pending` state (River never fetches it), for
+-- the steps it depends on. A step becomes available in the transaction
+-- that completes its last dependency, by the trigger below: never by a
+-- polling scan, on every path that finishes a job (River's completer,
+-- JobCompleteTx, a cancel, ferry's rescue, the CLI, plain SQL).
+--
+-- ferry_workflow is one row per workflow; ferry_workflow_step one row per
+-- step, naming its job (river_job.id), how many of its dependencies it
+-- still waits for (waiting) and, once its job has finished, how it ended
+-- (outcome); ferry_workflow_dep one row per edge, satisfied once the
+-- dependency's end counts towards the step's release.
+--
+-- Locks. Every change to a workflow's steps holds the transaction advisory
+-- lock (911000006, hashtext(workflow id)): the trigger shared, so steps of
+-- one workflow finish side by side; a cancel, a retry and a run-time
+-- addition exclusively, so that none of them meets a finishing step half
+-- way. A transaction locks the step rows it changes in the order of their
+-- job ids.
+
+CREATE TABLE ferry_workflow (
+    id           text PRIMARY KEY CHECK (length(id) BETWEEN 1 AND 200 AND id !~ '[[:cntrl:]]'),
+    name         text NOT NULL CHECK (length(name) BETWEEN 1 AND 200 AND name !~ '[[:cntrl:]]'),
+    state        text NOT NULL DEFAULT 'running' CHECK (state IN ('running', 'completed', 'failed', 'cancelled')),
+    created_at   timestamptz NOT NULL DEFAULT now(),
+    finished_at  timestamptz,
+    cancelled_at timestamptz,
+    -- W3C trace context of the inserting span, for the steps' spans.
+    metadata     jsonb NOT NULL DEFAULT '{}' CHECK (jsonb_typeof(metadata) = 'object'),
+    CHECK ((state = 'running') = (finished_at IS NULL)),
+    CHECK ((state = 'cancelled') = (cancelled_at IS NOT NULL))
+);
+CREATE INDEX ferry_workflow_created ON ferry_workflow (created_at DESC, id);
+CREATE INDEX ferry_workflow_running ON ferry_workflow (created_at) WHERE state = 'running';
+CREATE INDEX ferry_workflow_finished ON ferry_workflow (finished_at) WHERE state <> 'running';
+
+CREATE TABLE ferry_workflow_step (
+    workflow_id        text NOT NULL REFERENCES ferry_workflow (id) ON DELETE CASCADE,
+    name               text NOT NULL CHECK (length(name) BETWEEN 1 AND 200 AND name !~ '[[:cntrl:]]'),
+    job_id             bigint NOT NULL,
+    -- all: released when every dependency completed (or failed, with
+    -- ignore_failed_deps); any_failed: released by the first dependency
+    -- that fails, cancelled as not needed when all completed (a batch's
+    -- failure callback).
+    mode               text NOT NULL DEFAULT 'all' CHECK (mode IN ('all', 'any_failed')),
+    ignore_failed_deps boolean NOT NULL DEFAULT false,
+    -- dependencies whose end has not counted yet
+    waiting            integer NOT NULL DEFAULT 0 CHECK (waiting >= 0),
+    -- the running step that added this one (workflow.AddTx)
+    added_by           text,
+    -- this step also waits for every step added under that one
+    after_added_by     text,
+    -- NULL while the job has not finished
+    outcome            text CHECK (outcome IN ('completed', 'cancelled', 'discarded', 'deleted')),
+    -- why ferry cancelled the job: a dependency failed, the workflow was
+    -- cancelled, or an any_failed step had no failure to run for
+    cancel_reason      text CHECK (cancel_reason IN ('dependency', 'workflow', 'not_needed')),
+    -- when its last dependency released it
+    ready_at           timestamptz,
+    PRIMARY KEY (workflow_id, name)
+);
+CREATE UNIQUE INDEX ferry_workflow_step_job ON ferry_workflow_step (job_id);
+CREATE INDEX ferry_workflow_step_open ON ferry_workflow_step (workflow_id) WHERE outcome IS NULL;
+CREATE INDEX ferry_workflow_step_fanin ON ferry_workflow_step (workflow_id, after_added_by) WHERE after_added_by IS NOT NULL;
+
+CREATE TABLE ferry_workflow_dep (
+    workflow_id text NOT NULL,
+    depends_on  text NOT NULL,
+    step        text NOT NULL,
+    satisfied   boolean NOT NULL DEFAULT false,
+    PRIMARY KEY (workflow_id, depends_on, step),
+    FOREIGN KEY (workflow_id, depends_on) REFERENCES ferry_workflow_step ON DELETE CASCADE,
+    FOREIGN KEY (workflow_id, step) REFERENCES ferry_workflow_step ON DELETE CASCADE,
+    CHECK (depends_on <> step)
+);
+CREATE INDEX ferry_workflow_dep_step ON ferry_workflow_dep (workflow_id, step);
+
+-- ready: the step's job leaves `pending` (for `scheduled` when it was
+-- inserted to run later), stamped with the moment (metadata
+-- ferry_ready_at, for the start-delay histogram), and the workers of its
+-- queue are woken as an insert wakes them.
+CREATE FUNCTION ferry_workflow_ready(wid text, step text, job bigint, tschema text) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    q text;
+    t timestamptz := clock_timestamp();
+BEGIN
+    UPDATE river_job
+    SET state = CASE WHEN scheduled_at > now() THEN 'scheduled'::river_job_state ELSE 'available'::river_job_state END,
+        metadata = metadata || jsonb_build_object('ferry_ready_at', t)
+    WHERE id = job AND state = 'pending'
+    RETURNING queue INTO q;
+    IF FOUND THEN
+        UPDATE ferry_workflow_step SET ready_at = t WHERE workflow_id = wid AND name = step;
+        PERFORM pg_notify(tschema || '.river_insert', json_build_object('queue', q)::text);
+    END IF;
+END
+$$;
+
+-- cancel: jobs still pending (and, with waiting_too, available,
+-- scheduled or retryable) are cancelled for reason, with an error River UI
+-- shows; their own triggers then tell their dependents.
+CREATE FUNCTION ferry_workflow_cancel(jobs bigint[], reason text, message text, waiting_too boolean) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM 1 FROM ferry_workflow_step WHERE job_id = ANY (jobs) ORDER BY job_id FOR NO KEY UPDATE;
+    WITH c AS (
+        UPDATE river_job
+        SET state = 'cancelled', finalized_at = now(),
+            errors = array_append(coalesce(errors, '{}'),
+                jsonb_build_object('at', now(), 'attempt', attempt, 'error', message, 'trace', ''))
+        WHERE id = ANY (jobs)
+          AND (state = 'pending' OR (waiting_too AND state IN ('available', 'scheduled', 'retryable')))
+        RETURNING id
+    )
+    UPDATE ferry_workflow_step s SET cancel_reason = reason FROM c WHERE s.job_id = c.id;
+END
+$$;
+
+-- release: st's job ended with outcome (completed, cancelled, discarded,
+-- deleted). The edges from it that its end satisfies (all of them for a
+-- completion; for a failure, those of steps that run anyway or run on a
+-- failure) are marked, and each open dependent, in the order of their job
+-- ids, counts one less to wait for: the last makes it ready. A failure
+-- cancels every step downstream that waits for it to complete, in one
+-- statement, so a chain of any length is cancelled without recursion (the
+-- cancelled steps' own triggers find their dependents cancelled already).
+CREATE FUNCTION ferry_workflow_release(st ferry_workflow_step, outcome text, tschema text) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    failed  boolean := outcome <> 'completed';
+    running boolean;
+    d       record;
+    left_   integer;
+    doomed  bigint[];
+    unneeded bigint[];
+BEGIN
+    SELECT w.state = 'running' INTO running FROM ferry_workflow w WHERE w.id = st.workflow_id;
+    FOR d IN
+        SELECT s.name, s.job_id, s.mode, s.ignore_failed_deps, s.outcome IS NULL AS open
+        FROM ferry_workflow_dep e
+        JOIN ferry_workflow_step s ON s.workflow_id = e.workflow_id AND s.name = e.step
+        WHERE e.workflow_id = st.workflow_id AND e.depends_on = st.name AND NOT e.satisfied
+        ORDER BY s.job_id
+        FOR NO KEY UPDATE OF s
+    LOOP
+        IF failed AND d.mode = 'all' AND NOT d.ignore_failed_deps THEN
+            IF d.open THEN
+                doomed := doomed || d.job_id;
+            END IF;
+            CONTINUE;
+        END IF;
+        UPDATE ferry_workflow_dep SET satisfied = true
+        WHERE workflow_id = st.workflow_id AND depends_on = st.name AND step = d.name;
+        CONTINUE WHEN NOT d.open;
+        UPDATE ferry_workflow_step s SET waiting = s.waiting - 1
+        WHERE s.workflow_id = st.workflow_id AND s.name = d.name
+        RETURNING s.waiting INTO left_;
+        CONTINUE WHEN NOT running;
+        IF d.mode = 'any_failed' THEN
+            IF failed THEN
+                PERFORM ferry_workflow_ready(st.workflow_id, d.name, d.job_id, tschema);
+            ELSIF left_ = 0 THEN
+                unneeded := unneeded || d.job_id;
+            END IF;
+        ELSIF left_ = 0 THEN
+            PERFORM ferry_workflow_ready(st.workflow_id, d.name, d.job_id, tschema);
+        END IF;
+    END LOOP;
+
+    IF doomed IS NOT NULL THEN
+        -- Downstream of the doomed: every open step that waits for one of
+        -- them to complete.
+        WITH RECURSIVE down(name, job_id) AS (
+            SELECT s.name, s.job_id FROM ferry_workflow_step s
+            WHERE s.job_id = ANY (doomed)
+          UNION
+            SELECT s.name, s.job_id
+            FROM down
+            JOIN ferry_workflow_dep e ON e.workflow_id = st.workflow_id AND e.depends_on = down.name
+            JOIN ferry_workflow_step s ON s.workflow_id = e.workflow_id AND s.name = e.step
+            WHERE s.outcome IS NULL AND s.mode = 'all' AND NOT s.ignore_failed_deps
+        )
+        SELECT array_agg(job_id ORDER BY job_id) INTO doomed FROM down;
+        PERFORM ferry_workflow_cancel(doomed, 'dependency',
+            format('workflow: not run: dependency %s ended %s', st.name, outcome), false);
+    END IF;
+    IF unneeded IS NOT NULL THEN
+        PERFORM ferry_workflow_cancel(unneeded, 'not_needed',
+            'workflow: not run: every dependency completed, none failed', false);
+    END IF;
+END
+$$;
+
+-- reopen: st's job runs again (a retry). The workflow runs again; the
+-- steps that were cancelled because st failed (and those cancelled
+-- because they were) wait again; the edges from all of these to steps
+-- that have not started count again; and those steps' counts are taken
+-- afresh from their edges.
+CREATE FUNCTION ferry_workflow_reopen(st ferry_workflow_step, was text) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    reopened text[] := ARRAY[st.name];
+    jobs     bigint[];
+BEGIN
+    UPDATE ferry_workflow SET state = 'running', finished_at = NULL, cancelled_at = NULL
+    WHERE id = st.workflow_id AND state <> 'running';
+    IF was <> 'completed' THEN
+        WITH RECURSIVE down(name, job_id) AS (
+            SELECT s.name, s.job_id
+            FROM ferry_workflow_dep e
+            JOIN ferry_workflow_step s ON s.workflow_id = e.workflow_id AND s.name = e.step
+            WHERE e.workflow_id = st.workflow_id AND e.depends_on = st.name
+              AND s.outcome = 'cancelled' AND s.cancel_reason = 'dependency'
+          UNION
+            SELECT s.name, s.job_id
+            FROM down
+            JOIN ferry_workflow_dep e ON e.workflow_id = st.workflow_id AND e.depends_on = down.name
+            JOIN ferry_workflow_step s ON s.workflow_id = e.workflow_id AND s.name = e.step
+            WHERE s.outcome = 'cancelled' AND s.cancel_reason = 'dependency'
+        )
+        SELECT array_agg(job_id ORDER BY job_id), array_agg(name) INTO jobs, reopened FROM down;
+        IF jobs IS NOT NULL THEN
+            PERFORM 1 FROM ferry_workflow_step WHERE job_id = ANY (jobs) ORDER BY job_id FOR NO KEY UPDATE;
+            UPDATE ferry_workflow_step SET outcome = NULL, cancel_reason = NULL, ready_at = NULL
+            WHERE job_id = ANY (jobs);
+            UPDATE river_job SET state = 'pending', finalized_at = NULL
+            WHERE id = ANY (jobs) AND state = 'cancelled';
+        END IF;
+        reopened := coalesce(reopened, '{}') || st.name;
+    END IF;
+    -- Edges from the reopened steps to steps that have not started.
+    UPDATE ferry_workflow_dep e SET satisfied = false
+    FROM ferry_workflow_step s JOIN river_job j ON j.id = s.job_id
+    WHERE e.workflow_id = st.workflow_id AND e.depends_on = ANY (reopened) AND e.satisfied
+      AND s.workflow_id = e.workflow_id AND s.name = e.step AND j.state = 'pending';
+    UPDATE ferry_workflow_step s
+    SET waiting = (SELECT count(*) FROM ferry_workflow_dep e
+                   WHERE e.workflow_id = s.workflow_id AND e.step = s.name AND NOT e.satisfied)
+    WHERE s.workflow_id = st.workflow_id AND s.outcome IS NULL
+      AND (s.name = ANY (reopened)
+           OR s.name IN (SELECT e.step FROM ferry_workflow_dep e
+                         WHERE e.workflow_id = st.workflow_id AND e.depends_on = ANY (reopened)));
+END
+$$;
+
+-- settle: a workflow none of whose steps is open has ended: failed when a
+-- step failed on its own (discarded, deleted, or cancelled other than by
+-- ferry for a dependency or as not needed), completed otherwise. Two
+-- transactions that finish a workflow's last two steps at once may each
+-- see the other's step open: the leader's sweep (every second) settles
+-- what they left.
+CREATE FUNCTION ferry_workflow_settle(wid text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM ferry_workflow_step WHERE workflow_id = wid AND outcome IS NULL) THEN
+        RETURN;
+    END IF;
+    UPDATE ferry_workflow w
+    SET finished_at = now(),
+        state = CASE WHEN EXISTS (
+            SELECT 1 FROM ferry_workflow_step s
+            WHERE s.workflow_id = wid
+              AND (s.outcome IN ('discarded', 'deleted')
+                   OR (s.outcome = 'cancelled' AND (s.cancel_reason IS NULL OR s.cancel_reason = 'workflow')))
+        ) THEN 'failed' ELSE 'completed' END
+    WHERE w.id = wid AND w.state = 'running';
+END
+$$;
+
+-- The trigger: a step's job finished (or was deleted unfinished), or
+-- finished and runs again.
+CREATE FUNCTION ferry_workflow_job() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    st  ferry_workflow_step;
+    out text;
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        PERFORM pg_advisory_xact_lock_shared(911000006, hashtext(OLD.metadata->>'ferry_workflow'));
+        UPDATE ferry_workflow_step SET outcome = 'deleted' WHERE job_id = OLD.id AND outcome IS NULL
+        RETURNING * INTO st;
+        IF NOT FOUND THEN
+            RETURN NULL;
+        END IF;
+        out := 'deleted';
+    ELSE
+        PERFORM pg_advisory_xact_lock_shared(911000006, hashtext(NEW.metadata->>'ferry_workflow'));
+        IF NEW.state IN ('completed', 'cancelled', 'discarded') THEN
+            out := NEW.state::text;
+            UPDATE ferry_workflow_step SET outcome = out WHERE job_id = NEW.id AND outcome IS NULL
+            RETURNING * INTO st;
+            IF NOT FOUND THEN
+                RETURN NULL;
+            END IF;
+        ELSE
+            UPDATE ferry_workflow_step SET outcome = NULL, cancel_reason = NULL, ready_at = NULL
+            WHERE job_id = NEW.id AND outcome IS NOT NULL
+            RETURNING * INTO st;
+            IF FOUND THEN
+                PERFORM ferry_workflow_reopen(st, OLD.state::text);
+            END IF;
+            RETURN NULL;
+        END IF;
+    END IF;
+    PERFORM ferry_workflow_release(st, out, TG_TABLE_SCHEMA);
+    PERFORM ferry_workflow_settle(st.workflow_id);
+    RETURN NULL;
+END
+$$;
+
+-- Only a change between finished and not finished, of a workflow's job,
+-- calls the function: every other job's change costs the WHEN test.
+CREATE TRIGGER ferry_workflow_job_update AFTER UPDATE OF state ON river_job
+    FOR EACH ROW
+    WHEN ((OLD.state IN ('completed', 'cancelled', 'discarded')) <> (NEW.state IN ('completed', 'cancelled', 'discarded'))
+          AND NEW.metadata ? 'ferry_workflow')
+    EXECUTE FUNCTION ferry_workflow_job();
+CREATE TRIGGER ferry_workflow_job_delete AFTER DELETE ON river_job
+    FOR EACH ROW
+    WHEN (OLD.state NOT IN ('completed', 'cancelled', 'discarded') AND OLD.metadata ? 'ferry_workflow')
+    EXECUTE FUNCTION ferry_workflow_job();
