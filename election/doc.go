@@ -209,7 +209,7 @@
 // (911000003, worker id) for each worker's liveness and (911000004,
 // hashtext(client id)) for the dead-worker fence (internal/liveness) and
 // (911000006, hashtext(workflow id)) for the changes to a workflow's steps
-// (package workflow; one namespace for every schema: a collision only
+// and (911000007, hashtext(workflow id)) for its end (package workflow; one namespace for every schema: a collision only
 // makes one wait for the other).
 // These are the default deployment's. A deployment in a schema of its own
 // (FERRY_SCHEMA) has an election key and a liveness namespace of its own,

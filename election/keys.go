@@ -41,6 +41,7 @@ var Keys = []KeyOwner{
 	{Key: int64(liveness.Namespace), Form: "session int4,int4", Owner: "liveness", Use: "(911000003, ferry_worker.id): the worker process is alive while its liveness session holds it"},
 	{Key: int64(liveness.FenceNamespace), Form: "transaction int4,int4", Owner: "liveness", Use: "(911000004, hashtext(client id)): a worker's UPDATEs of river_job hold it shared, a rescue of that worker exclusively, so neither passes the other"},
 	{Key: workflow.LockNamespace, Form: "transaction int4,int4", Owner: "workflow", Use: "(911000006, hashtext(workflow id)): the trigger that ends a workflow's step holds it shared, a cancel, a retry or a run-time addition to the workflow exclusively"},
+	{Key: workflow.SettleNamespace, Form: "transaction int4,int4", Owner: "workflow", Use: "(911000007, hashtext(workflow id)): at commit, a transaction that ended a workflow's step and may have ended the workflow takes it before it looks, so that of two that end the last two steps at once the second sees the first"},
 }
 
 // lockParts splits a bigint advisory key into pg_locks' classid (high 32

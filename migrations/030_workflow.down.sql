@@ -1,9 +1,15 @@
+DROP TRIGGER ferry_workflow_jobs_delete ON river_job;
+DROP TRIGGER ferry_workflow_jobs_update ON river_job;
 DROP TRIGGER ferry_workflow_job_delete ON river_job;
 DROP TRIGGER ferry_workflow_job_update ON river_job;
-DROP FUNCTION ferry_workflow_job();
+DROP FUNCTION ferry_workflow_jobs_ended();
+DROP FUNCTION ferry_workflow_job_ended();
+DROP TABLE ferry_workflow_ended;
+DROP TRIGGER ferry_workflow_step_settle ON ferry_workflow_step;
+DROP FUNCTION ferry_workflow_settle_step();
 DROP FUNCTION ferry_workflow_settle(text);
 DROP FUNCTION ferry_workflow_reopen(ferry_workflow_step, text);
-DROP FUNCTION ferry_workflow_release(ferry_workflow_step, text, text);
+DROP FUNCTION ferry_workflow_release(bigint[], text[], text);
 DROP FUNCTION ferry_workflow_cancel(bigint[], text, text, boolean);
 DROP FUNCTION ferry_workflow_ready(text, text, bigint, text);
 DROP TABLE ferry_workflow_dep;

@@ -16,7 +16,8 @@
 -- one workflow finish side by side; a cancel, a retry and a run-time
 -- addition exclusively, so that none of them meets a finishing step half
 -- way. A transaction locks the step rows it changes in the order of their
--- job ids.
+-- job ids. The end of a workflow is settled at commit, under the lock
+-- (911000007, hashtext(workflow id)) (ferry_workflow_settle_step).
 
 CREATE TABLE ferry_workflow (
     id           text PRIMARY KEY CHECK (length(id) BETWEEN 1 AND 200 AND id !~ '[[:cntrl:]]'),
@@ -117,73 +118,104 @@ BEGIN
 END
 $$;
 
--- release: st's job ended with outcome (completed, cancelled, discarded,
--- deleted). The edges from it that its end satisfies (all of them for a
--- completion; for a failure, those of steps that run anyway or run on a
--- failure) are marked, and each open dependent, in the order of their job
--- ids, counts one less to wait for: the last makes it ready. A failure
+-- release: the steps of jobs that ended, with their outcomes (completed,
+-- cancelled, discarded, deleted), all those of one statement at once. A
+-- step's own row and the edges from it are its own; the edges its end
+-- satisfies (all of them for a completion; for a failure, those of steps
+-- that run anyway or run on a failure) are marked; then the open
+-- dependents, locked in the order of their job ids (so that two
+-- statements never wait for each other in a circle), count that many
+-- fewer to wait for, and those that reach none are made ready. A failure
 -- cancels every step downstream that waits for it to complete, in one
--- statement, so a chain of any length is cancelled without recursion (the
--- cancelled steps' own triggers find their dependents cancelled already).
-CREATE FUNCTION ferry_workflow_release(st ferry_workflow_step, outcome text, tschema text) RETURNS void
+-- statement: a chain of any length is cancelled without recursion (the
+-- cancelled steps' own release finds their dependents cancelled already).
+CREATE FUNCTION ferry_workflow_release(jobs bigint[], outcomes text[], tschema text) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
-    failed  boolean := outcome <> 'completed';
-    running boolean;
-    d       record;
-    left_   integer;
-    doomed  bigint[];
+    e_wf     text[];
+    e_name   text[];
+    e_out    text[];
+    a_wf     text[];
+    a_step   text[];
+    a_n      integer[];
+    a_failed boolean[];
+    d        record;
+    doomed   bigint[];
+    cause    text;
     unneeded bigint[];
 BEGIN
-    SELECT w.state = 'running' INTO running FROM ferry_workflow w WHERE w.id = st.workflow_id;
-    FOR d IN
-        SELECT s.name, s.job_id, s.mode, s.ignore_failed_deps, s.outcome IS NULL AS open
-        FROM ferry_workflow_dep e
-        JOIN ferry_workflow_step s ON s.workflow_id = e.workflow_id AND s.name = e.step
-        WHERE e.workflow_id = st.workflow_id AND e.depends_on = st.name AND NOT e.satisfied
-        ORDER BY s.job_id
-        FOR NO KEY UPDATE OF s
-    LOOP
-        IF failed AND d.mode = 'all' AND NOT d.ignore_failed_deps THEN
-            IF d.open THEN
-                doomed := doomed || d.job_id;
-            END IF;
-            CONTINUE;
-        END IF;
-        UPDATE ferry_workflow_dep SET satisfied = true
-        WHERE workflow_id = st.workflow_id AND depends_on = st.name AND step = d.name;
-        CONTINUE WHEN NOT d.open;
-        UPDATE ferry_workflow_step s SET waiting = s.waiting - 1
-        WHERE s.workflow_id = st.workflow_id AND s.name = d.name
-        RETURNING s.waiting INTO left_;
-        CONTINUE WHEN NOT running;
-        IF d.mode = 'any_failed' THEN
-            IF failed THEN
-                PERFORM ferry_workflow_ready(st.workflow_id, d.name, d.job_id, tschema);
-            ELSIF left_ = 0 THEN
-                unneeded := unneeded || d.job_id;
-            END IF;
-        ELSIF left_ = 0 THEN
-            PERFORM ferry_workflow_ready(st.workflow_id, d.name, d.job_id, tschema);
-        END IF;
-    END LOOP;
+    WITH f AS (SELECT * FROM unnest(jobs, outcomes) AS f(job_id, outcome)),
+    u AS (
+        UPDATE ferry_workflow_step s SET outcome = f.outcome FROM f
+        WHERE s.job_id = f.job_id AND s.outcome IS NULL
+        RETURNING s.workflow_id, s.name, f.outcome
+    )
+    SELECT array_agg(workflow_id), array_agg(name), array_agg(outcome) INTO e_wf, e_name, e_out FROM u;
+    IF e_wf IS NULL THEN
+        RETURN;
+    END IF;
 
+    WITH e AS (SELECT * FROM unnest(e_wf, e_name, e_out) AS e(workflow_id, name, outcome)),
+    sat AS (
+        UPDATE ferry_workflow_dep dep SET satisfied = true
+        FROM e, ferry_workflow_step t
+        WHERE dep.workflow_id = e.workflow_id AND dep.depends_on = e.name AND NOT dep.satisfied
+          AND t.workflow_id = dep.workflow_id AND t.name = dep.step
+          AND (e.outcome = 'completed' OR t.ignore_failed_deps OR t.mode = 'any_failed')
+        RETURNING dep.workflow_id, dep.step, e.outcome <> 'completed' AS failed
+    ),
+    agg AS (SELECT workflow_id, step, count(*)::integer AS n, bool_or(failed) AS failed FROM sat GROUP BY 1, 2)
+    SELECT array_agg(workflow_id), array_agg(step), array_agg(n), array_agg(failed)
+    INTO a_wf, a_step, a_n, a_failed FROM agg;
+
+    IF a_wf IS NOT NULL THEN
+        PERFORM 1 FROM ferry_workflow_step s
+        JOIN unnest(a_wf, a_step) AS a(workflow_id, step) ON s.workflow_id = a.workflow_id AND s.name = a.step
+        WHERE s.outcome IS NULL
+        ORDER BY s.job_id
+        FOR NO KEY UPDATE OF s;
+        FOR d IN
+            WITH a AS (SELECT * FROM unnest(a_wf, a_step, a_n, a_failed) AS a(workflow_id, step, n, failed)),
+            u AS (
+                UPDATE ferry_workflow_step s SET waiting = s.waiting - a.n FROM a
+                WHERE s.workflow_id = a.workflow_id AND s.name = a.step AND s.outcome IS NULL
+                RETURNING s.workflow_id, s.name, s.job_id, s.mode, s.waiting, a.failed
+            )
+            SELECT u.*, w.state = 'running' AS running
+            FROM u JOIN ferry_workflow w ON w.id = u.workflow_id
+            ORDER BY u.job_id
+        LOOP
+            CONTINUE WHEN NOT d.running;
+            IF d.mode = 'any_failed' THEN
+                IF d.failed THEN
+                    PERFORM ferry_workflow_ready(d.workflow_id, d.name, d.job_id, tschema);
+                ELSIF d.waiting = 0 THEN
+                    unneeded := unneeded || d.job_id;
+                END IF;
+            ELSIF d.waiting = 0 THEN
+                PERFORM ferry_workflow_ready(d.workflow_id, d.name, d.job_id, tschema);
+            END IF;
+        END LOOP;
+    END IF;
+
+    -- Downstream of each failure: every open step that waits for it, or
+    -- for one of those, to complete.
+    WITH RECURSIVE down(workflow_id, name, job_id, why) AS (
+        SELECT t.workflow_id, t.name, t.job_id, format('dependency %s ended %s', e.name, e.outcome)
+        FROM unnest(e_wf, e_name, e_out) AS e(workflow_id, name, outcome)
+        JOIN ferry_workflow_dep dep ON dep.workflow_id = e.workflow_id AND dep.depends_on = e.name
+        JOIN ferry_workflow_step t ON t.workflow_id = dep.workflow_id AND t.name = dep.step
+        WHERE e.outcome <> 'completed' AND t.outcome IS NULL AND t.mode = 'all' AND NOT t.ignore_failed_deps
+      UNION
+        SELECT t.workflow_id, t.name, t.job_id, down.why
+        FROM down
+        JOIN ferry_workflow_dep dep ON dep.workflow_id = down.workflow_id AND dep.depends_on = down.name
+        JOIN ferry_workflow_step t ON t.workflow_id = dep.workflow_id AND t.name = dep.step
+        WHERE t.outcome IS NULL AND t.mode = 'all' AND NOT t.ignore_failed_deps
+    )
+    SELECT array_agg(DISTINCT down.job_id), min(down.why) INTO doomed, cause FROM down;
     IF doomed IS NOT NULL THEN
-        -- Downstream of the doomed: every open step that waits for one of
-        -- them to complete.
-        WITH RECURSIVE down(name, job_id) AS (
-            SELECT s.name, s.job_id FROM ferry_workflow_step s
-            WHERE s.job_id = ANY (doomed)
-          UNION
-            SELECT s.name, s.job_id
-            FROM down
-            JOIN ferry_workflow_dep e ON e.workflow_id = st.workflow_id AND e.depends_on = down.name
-            JOIN ferry_workflow_step s ON s.workflow_id = e.workflow_id AND s.name = e.step
-            WHERE s.outcome IS NULL AND s.mode = 'all' AND NOT s.ignore_failed_deps
-        )
-        SELECT array_agg(job_id ORDER BY job_id) INTO doomed FROM down;
-        PERFORM ferry_workflow_cancel(doomed, 'dependency',
-            format('workflow: not run: dependency %s ended %s', st.name, outcome), false);
+        PERFORM ferry_workflow_cancel(doomed, 'dependency', 'workflow: not run: ' || cause, false);
     END IF;
     IF unneeded IS NOT NULL THEN
         PERFORM ferry_workflow_cancel(unneeded, 'not_needed',
@@ -246,10 +278,7 @@ $$;
 
 -- settle: a workflow none of whose steps is open has ended: failed when a
 -- step failed on its own (discarded, deleted, or cancelled other than by
--- ferry for a dependency or as not needed), completed otherwise. Two
--- transactions that finish a workflow's last two steps at once may each
--- see the other's step open: the leader's sweep (every second) settles
--- what they left.
+-- ferry for a dependency or as not needed), completed otherwise.
 CREATE FUNCTION ferry_workflow_settle(wid text) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -268,55 +297,113 @@ BEGIN
 END
 $$;
 
--- The trigger: a step's job finished (or was deleted unfinished), or
--- finished and runs again.
-CREATE FUNCTION ferry_workflow_job() RETURNS trigger
+-- At the commit of a transaction that ended a step: is it the workflow's
+-- end? Two transactions that end a workflow's last two steps at once each
+-- see the other's step open, so an unlocked look would leave the
+-- workflow running. An open step that no other transaction is changing
+-- (FOR SHARE SKIP LOCKED, held to this commit) will be ended by a later
+-- transaction, which settles: nothing to do. Otherwise the settle lock
+-- (911000007, hashtext(workflow id)), then a fresh look: of two such
+-- transactions, the second to take the lock sees the first's commit.
+CREATE FUNCTION ferry_workflow_settle_step() RETURNS trigger
 LANGUAGE plpgsql AS $$
-DECLARE
-    st  ferry_workflow_step;
-    out text;
+BEGIN
+    PERFORM 1 FROM ferry_workflow_step
+    WHERE workflow_id = NEW.workflow_id AND outcome IS NULL
+    LIMIT 1 FOR SHARE SKIP LOCKED;
+    IF FOUND THEN
+        RETURN NULL;
+    END IF;
+    PERFORM pg_advisory_xact_lock(911000007, hashtext(NEW.workflow_id));
+    PERFORM ferry_workflow_settle(NEW.workflow_id);
+    RETURN NULL;
+END
+$$;
+
+CREATE CONSTRAINT TRIGGER ferry_workflow_step_settle AFTER UPDATE OF outcome ON ferry_workflow_step
+    DEFERRABLE INITIALLY DEFERRED
+    FOR EACH ROW WHEN (OLD.outcome IS NULL AND NEW.outcome IS NOT NULL)
+    EXECUTE FUNCTION ferry_workflow_settle_step();
+
+-- The jobs of steps that ended (or ended and run again) in a statement
+-- are gathered by a row trigger, then released together by a statement
+-- trigger at the statement's end: one pass per statement (River's
+-- completer ends a batch of jobs in one), its locks taken in one order.
+-- The table is unlogged and holds only rows of statements running: each
+-- statement takes back its own before it ends.
+CREATE UNLOGGED TABLE ferry_workflow_ended (
+    job_id    bigint NOT NULL,
+    state     text NOT NULL,
+    old_state text NOT NULL,
+    workflow  text NOT NULL
+);
+
+CREATE FUNCTION ferry_workflow_job_ended() RETURNS trigger
+LANGUAGE plpgsql AS $$
 BEGIN
     IF TG_OP = 'DELETE' THEN
-        PERFORM pg_advisory_xact_lock_shared(911000006, hashtext(OLD.metadata->>'ferry_workflow'));
-        UPDATE ferry_workflow_step SET outcome = 'deleted' WHERE job_id = OLD.id AND outcome IS NULL
-        RETURNING * INTO st;
-        IF NOT FOUND THEN
-            RETURN NULL;
-        END IF;
-        out := 'deleted';
+        INSERT INTO ferry_workflow_ended VALUES (OLD.id, 'deleted', OLD.state::text, OLD.metadata->>'ferry_workflow');
     ELSE
-        PERFORM pg_advisory_xact_lock_shared(911000006, hashtext(NEW.metadata->>'ferry_workflow'));
-        IF NEW.state IN ('completed', 'cancelled', 'discarded') THEN
-            out := NEW.state::text;
-            UPDATE ferry_workflow_step SET outcome = out WHERE job_id = NEW.id AND outcome IS NULL
-            RETURNING * INTO st;
-            IF NOT FOUND THEN
-                RETURN NULL;
-            END IF;
-        ELSE
-            UPDATE ferry_workflow_step SET outcome = NULL, cancel_reason = NULL, ready_at = NULL
-            WHERE job_id = NEW.id AND outcome IS NOT NULL
-            RETURNING * INTO st;
-            IF FOUND THEN
-                PERFORM ferry_workflow_reopen(st, OLD.state::text);
-            END IF;
-            RETURN NULL;
-        END IF;
+        INSERT INTO ferry_workflow_ended VALUES (NEW.id, NEW.state::text, OLD.state::text, NEW.metadata->>'ferry_workflow');
     END IF;
-    PERFORM ferry_workflow_release(st, out, TG_TABLE_SCHEMA);
-    PERFORM ferry_workflow_settle(st.workflow_id);
+    PERFORM set_config('ferry.workflow_ended', 'y', true);
+    RETURN NULL;
+END
+$$;
+
+CREATE FUNCTION ferry_workflow_jobs_ended() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    r      record;
+    jobs   bigint[];
+    outs   text[];
+    st     ferry_workflow_step;
+BEGIN
+    IF coalesce(current_setting('ferry.workflow_ended', true), '') <> 'y' THEN
+        RETURN NULL;
+    END IF;
+    PERFORM set_config('ferry.workflow_ended', '', true);
+    LOOP
+        jobs := NULL;
+        outs := NULL;
+        FOR r IN
+            WITH gone AS (DELETE FROM ferry_workflow_ended RETURNING *)
+            SELECT * FROM gone ORDER BY workflow, job_id
+        LOOP
+            PERFORM pg_advisory_xact_lock_shared(911000006, hashtext(r.workflow));
+            IF r.state IN ('completed', 'cancelled', 'discarded', 'deleted') THEN
+                jobs := jobs || r.job_id;
+                outs := outs || r.state;
+            ELSE
+                UPDATE ferry_workflow_step SET outcome = NULL, cancel_reason = NULL, ready_at = NULL
+                WHERE job_id = r.job_id AND outcome IS NOT NULL
+                RETURNING * INTO st;
+                IF FOUND THEN
+                    PERFORM ferry_workflow_reopen(st, r.old_state);
+                END IF;
+            END IF;
+        END LOOP;
+        EXIT WHEN jobs IS NULL;
+        PERFORM ferry_workflow_release(jobs, outs, TG_TABLE_SCHEMA);
+    END LOOP;
     RETURN NULL;
 END
 $$;
 
 -- Only a change between finished and not finished, of a workflow's job,
--- calls the function: every other job's change costs the WHEN test.
+-- calls the row function: every other job's change costs the WHEN test,
+-- and each statement one call of the statement function, which returns at
+-- once unless the row function ran.
 CREATE TRIGGER ferry_workflow_job_update AFTER UPDATE OF state ON river_job
     FOR EACH ROW
     WHEN ((OLD.state IN ('completed', 'cancelled', 'discarded')) <> (NEW.state IN ('completed', 'cancelled', 'discarded'))
           AND NEW.metadata ? 'ferry_workflow')
-    EXECUTE FUNCTION ferry_workflow_job();
+    EXECUTE FUNCTION ferry_workflow_job_ended();
 CREATE TRIGGER ferry_workflow_job_delete AFTER DELETE ON river_job
     FOR EACH ROW
     WHEN (OLD.state NOT IN ('completed', 'cancelled', 'discarded') AND OLD.metadata ? 'ferry_workflow')
-    EXECUTE FUNCTION ferry_workflow_job();
+    EXECUTE FUNCTION ferry_workflow_job_ended();
+CREATE TRIGGER ferry_workflow_jobs_update AFTER UPDATE OF state ON river_job
+    FOR EACH STATEMENT EXECUTE FUNCTION ferry_workflow_jobs_ended();
+CREATE TRIGGER ferry_workflow_jobs_delete AFTER DELETE ON river_job
+    FOR EACH STATEMENT EXECUTE FUNCTION ferry_workflow_jobs_ended();

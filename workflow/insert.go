@@ -34,6 +34,11 @@ const (
 // AddTx, CancelTx and RetryTx.
 const LockNamespace = 911000006
 
+// SettleNamespace is the first int of the transaction advisory lock
+// (SettleNamespace, hashtext(workflow id)) under which a transaction that
+// ended a step looks, at its commit, whether the workflow has ended.
+const SettleNamespace = 911000007
+
 // Inserter inserts a workflow's jobs: a *jobs.Inserter in a service, or,
 // in a worker, the River client of the job's context
 // (river.ClientFromContext[pgx.Tx](ctx)), so that the jobs get the insert

@@ -3,6 +3,7 @@ package workflow_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"sync"
@@ -113,29 +114,40 @@ WHERE s.job_id = $1 AND NOT s.ignore_failed_deps AND s.mode = 'all' AND j.state 
 // the test's own.
 func newHarness(t *testing.T) *harness {
 	t.Helper()
-	pool := pgtest.PoolFor(t, pgtest.NewDatabase(t, true))
-	ins, err := jobs.NewInserter(pool, jobs.WithSealKeys(nil), jobs.WithSchema(""))
-	require.NoError(t, err)
-	h := &harness{t: t, pool: pool, ins: ins, failing: map[string]bool{}, blocking: make(chan string, 16)}
-	workers := river.NewWorkers()
-	river.AddWorker(workers, &stepWorker{h: h})
+	return newHarnessOn(t, pgtest.NewDatabase(t, true))
+}
+
+// newHarnessOn starts the harness's River client on the database at url.
+func newHarnessOn(t *testing.T, url string) *harness {
+	t.Helper()
+	pool := pgtest.PoolFor(t, url)
+	h := &harness{t: t, pool: pool, ins: mustInserter(t, pool), failing: map[string]bool{}, blocking: make(chan string, 16)}
+	h.startClient(pool, 20, nil)
+	return h
+}
+
+// startClient starts a River client on pool working wf.test jobs with
+// workers workers; logger nil is River's default.
+func (h *harness) startClient(pool *pgxpool.Pool, workers int, logger *slog.Logger) {
+	h.t.Helper()
+	ws := river.NewWorkers()
+	river.AddWorker(ws, &stepWorker{h: h})
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
-		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 20}},
-		Workers:           workers,
+		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: workers}},
+		Workers:           ws,
 		FetchCooldown:     time.Millisecond,
 		FetchPollInterval: 50 * time.Millisecond,
-		MaxAttempts:       1,
+		Logger:            logger,
 		TestOnly:          true,
 	})
-	require.NoError(t, err)
+	require.NoError(h.t, err)
 	ctx := context.Background()
-	require.NoError(t, client.Start(ctx))
-	t.Cleanup(func() {
+	require.NoError(h.t, client.Start(ctx))
+	h.t.Cleanup(func() {
 		stop, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		_ = client.StopAndCancel(stop)
 	})
-	return h
 }
 
 func (h *harness) insert(wf *workflow.Workflow) *workflow.Result {
@@ -161,7 +173,13 @@ func (h *harness) wait(id, state string) *workflow.Info {
 			return in
 		}
 		if time.Now().After(deadline) {
-			h.t.Fatalf("workflow %s is %s after 30 s, not %s: %+v", id, in.State, state, in.Steps)
+			var open []string
+			for _, s := range in.Steps {
+				if s.FinalizedAt == nil {
+					open = append(open, s.Name+":"+s.State)
+				}
+			}
+			h.t.Fatalf("workflow %s is %s after 30 s, not %s; %d steps not finished: %v", id, in.State, state, len(open), open[:min(len(open), 10)])
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -217,4 +235,11 @@ func (h *harness) startedBefore(step string, deps ...string) {
 		i := slices.Index(h.started, d)
 		require.True(h.t, i >= 0 && i < at, "%s started before %s: %v", d, step, h.started)
 	}
+}
+
+func mustInserter(t *testing.T, pool *pgxpool.Pool) *jobs.Inserter {
+	t.Helper()
+	ins, err := jobs.NewInserter(pool, jobs.WithSealKeys(nil), jobs.WithSchema(""))
+	require.NoError(t, err)
+	return ins
 }

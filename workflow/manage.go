@@ -333,10 +333,10 @@ func List(ctx context.Context, db DB, p ListParams) ([]Info, error) {
 }
 
 // Settle records the end of every running workflow none of whose steps is
-// open. The trigger that finishes a workflow's last step does it; two
-// transactions that finish the last two steps at once may each see the
-// other's open, and the worker's leader calls Settle every second for
-// them. It returns how many workflows it settled.
+// open. The commit of the transaction that ends a workflow's last step
+// does it (migration 030's deferred trigger); the worker's leader calls
+// Settle every second as a backstop (a workflow of an earlier version, a
+// trigger disabled by hand). It returns how many workflows it settled.
 func Settle(ctx context.Context, db DB) (int, error) {
 	tag, err := db.Exec(ctx, `SELECT ferry_workflow_settle(w.id) FROM ferry_workflow w
 WHERE w.state = 'running'

@@ -1,8 +1,8 @@
 // Package workflowcap is the worker side of workflows (package workflow, a
 // library module that inserting services import): the River job cleaner
 // that spares the steps of running workflows, the retention that deletes a
-// finished workflow with its jobs, the leader's settle of workflows whose
-// last two steps ended at once, the metrics and the console's page.
+// finished workflow with its jobs, the eager completion of steps, the
+// leader's settle (a backstop), the metrics and the console's page.
 //
 // Steps are released by the database (migration 030's trigger on
 // river_job), on every path that finishes a job, so nothing here runs on
@@ -32,7 +32,8 @@ const (
 	// jobs (FERRY_WORKFLOW_RETENTION): River's own for discarded jobs, so
 	// that a failed workflow stays as long as a dead letter would.
 	DefaultRetention = 7 * 24 * time.Hour
-	// SettleEvery is the leader's sweep of workflows left unsettled.
+	// SettleEvery is the leader's backstop sweep of workflows whose steps
+	// have all ended but whose row says running.
 	SettleEvery = time.Second
 	// CleanEvery is the interval between the retention's passes.
 	CleanEvery = 10 * time.Minute
@@ -96,7 +97,11 @@ func (c *Capability) Build(b *capability.Build) error {
 	if err := b.Metrics.Register(m); err != nil {
 		return err
 	}
-	b.Middleware(capability.LayerObserve, m.middleware())
+	e := newEager(b.Pool)
+	if err := b.Metrics.Register(e.done); err != nil {
+		return err
+	}
+	b.Middleware(capability.LayerObserve, m.middleware(), e)
 	b.Page(page(b.Pool))
 	return nil
 }
