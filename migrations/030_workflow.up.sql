@@ -5,6 +5,11 @@
 -- polling scan, on every path that finishes a job (River's completer,
 -- JobCompleteTx, a cancel, ferry's rescue, the CLI, plain SQL).
 --
+-- No foreign keys: only ferry writes these tables, a workflow at a time,
+-- checked whole first (package workflow); the checks of a key per step
+-- and two per edge were half the cost of inserting a workflow. The
+-- workflows' retention deletes a workflow's rows together.
+--
 -- ferry_workflow is one row per workflow; ferry_workflow_step one row per
 -- step, naming its job (river_job.id), how many of its dependencies it
 -- still waits for (waiting) and, once its job has finished, how it ended
@@ -16,8 +21,9 @@
 -- one workflow finish side by side; a cancel, a retry and a run-time
 -- addition exclusively, so that none of them meets a finishing step half
 -- way. A transaction locks the step rows it changes in the order of their
--- job ids. The end of a workflow is settled at commit, under the lock
--- (911000007, hashtext(workflow id)) (ferry_workflow_settle_step).
+-- job ids. The end of a workflow is settled by the statement that ends its
+-- last step, under the lock (911000007, hashtext(workflow id))
+-- (ferry_workflow_settle_check).
 
 CREATE TABLE ferry_workflow (
     id           text PRIMARY KEY CHECK (length(id) BETWEEN 1 AND 200 AND id !~ '[[:cntrl:]]'),
@@ -36,8 +42,8 @@ CREATE INDEX ferry_workflow_running ON ferry_workflow (created_at) WHERE state =
 CREATE INDEX ferry_workflow_finished ON ferry_workflow (finished_at) WHERE state <> 'running';
 
 CREATE TABLE ferry_workflow_step (
-    workflow_id        text NOT NULL REFERENCES ferry_workflow (id) ON DELETE CASCADE,
-    name               text NOT NULL CHECK (length(name) BETWEEN 1 AND 200 AND name !~ '[[:cntrl:]]'),
+    workflow_id        text NOT NULL,
+    name               text NOT NULL CHECK (length(name) BETWEEN 1 AND 200),
     job_id             bigint NOT NULL,
     -- all: released when every dependency completed (or failed, with
     -- ignore_failed_deps); any_failed: released by the first dependency
@@ -70,30 +76,34 @@ CREATE TABLE ferry_workflow_dep (
     step        text NOT NULL,
     satisfied   boolean NOT NULL DEFAULT false,
     PRIMARY KEY (workflow_id, depends_on, step),
-    FOREIGN KEY (workflow_id, depends_on) REFERENCES ferry_workflow_step ON DELETE CASCADE,
-    FOREIGN KEY (workflow_id, step) REFERENCES ferry_workflow_step ON DELETE CASCADE,
     CHECK (depends_on <> step)
 );
 CREATE INDEX ferry_workflow_dep_step ON ferry_workflow_dep (workflow_id, step);
 
--- ready: the step's job leaves `pending` (for `scheduled` when it was
+-- ready: the steps' jobs leave `pending` (for `scheduled` when one was
 -- inserted to run later), stamped with the moment (metadata
--- ferry_ready_at, for the start-delay histogram), and the workers of its
--- queue are woken as an insert wakes them.
-CREATE FUNCTION ferry_workflow_ready(wid text, step text, job bigint, tschema text) RETURNS void
-LANGUAGE plpgsql AS $$
+-- ferry_ready_at, for the start-delay histogram), and the workers of
+-- their queues are woken as an insert wakes them.
+CREATE FUNCTION ferry_workflow_ready(jobs bigint[], tschema text) RETURNS void
+LANGUAGE plpgsql
+SET enable_hashjoin = off SET enable_mergejoin = off SET enable_bitmapscan = off SET enable_seqscan = off SET plan_cache_mode = force_custom_plan
+AS $$
 DECLARE
-    q text;
-    t timestamptz := clock_timestamp();
+    t  timestamptz := clock_timestamp();
+    qs text[];
 BEGIN
-    UPDATE river_job
-    SET state = CASE WHEN scheduled_at > now() THEN 'scheduled'::river_job_state ELSE 'available'::river_job_state END,
-        metadata = metadata || jsonb_build_object('ferry_ready_at', t)
-    WHERE id = job AND state = 'pending'
-    RETURNING queue INTO q;
-    IF FOUND THEN
-        UPDATE ferry_workflow_step SET ready_at = t WHERE workflow_id = wid AND name = step;
-        PERFORM pg_notify(tschema || '.river_insert', json_build_object('queue', q)::text);
+    WITH r AS (
+        UPDATE river_job
+        SET state = CASE WHEN scheduled_at > now() THEN 'scheduled'::river_job_state ELSE 'available'::river_job_state END,
+            metadata = metadata || jsonb_build_object('ferry_ready_at', t)
+        WHERE id = ANY (jobs) AND state::text = 'pending'
+        RETURNING id, queue
+    ), s AS (
+        UPDATE ferry_workflow_step s SET ready_at = t FROM r WHERE s.job_id = r.id
+    )
+    SELECT array_agg(DISTINCT queue) INTO qs FROM r;
+    IF qs IS NOT NULL THEN
+        PERFORM pg_notify(tschema || '.river_insert', json_build_object('queue', q)::text) FROM unnest(qs) AS q;
     END IF;
 END
 $$;
@@ -102,7 +112,9 @@ $$;
 -- scheduled or retryable) are cancelled for reason, with an error River UI
 -- shows; their own triggers then tell their dependents.
 CREATE FUNCTION ferry_workflow_cancel(jobs bigint[], reason text, message text, waiting_too boolean) RETURNS void
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET enable_hashjoin = off SET enable_mergejoin = off SET enable_bitmapscan = off SET enable_seqscan = off SET plan_cache_mode = force_custom_plan
+AS $$
 BEGIN
     PERFORM 1 FROM ferry_workflow_step WHERE job_id = ANY (jobs) ORDER BY job_id FOR NO KEY UPDATE;
     WITH c AS (
@@ -111,7 +123,7 @@ BEGIN
             errors = array_append(coalesce(errors, '{}'),
                 jsonb_build_object('at', now(), 'attempt', attempt, 'error', message, 'trace', ''))
         WHERE id = ANY (jobs)
-          AND (state = 'pending' OR (waiting_too AND state IN ('available', 'scheduled', 'retryable')))
+          AND (state::text = 'pending' OR (waiting_too AND state::text IN ('available', 'scheduled', 'retryable')))
         RETURNING id
     )
     UPDATE ferry_workflow_step s SET cancel_reason = reason FROM c WHERE s.job_id = c.id;
@@ -130,7 +142,15 @@ $$;
 -- statement: a chain of any length is cancelled without recursion (the
 -- cancelled steps' own release finds their dependents cancelled already).
 CREATE FUNCTION ferry_workflow_release(jobs bigint[], outcomes text[], tschema text) RETURNS void
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- Each statement goes from the rows it names to their neighbours by
+-- their keys' indexes, never by scanning the open steps or the pending
+-- jobs of every workflow, which the planner picks for tables it has no
+-- statistics of yet: no hash or merge join nor scan of a whole table, plans made for the arrays at
+-- hand, and conditions on a step's outcome or a job's state that the
+-- partial indexes of open steps and of River's fetch do not match.
+SET enable_hashjoin = off SET enable_mergejoin = off SET enable_bitmapscan = off SET enable_seqscan = off SET plan_cache_mode = force_custom_plan
+AS $$
 DECLARE
     e_wf     text[];
     e_name   text[];
@@ -143,11 +163,12 @@ DECLARE
     doomed   bigint[];
     cause    text;
     unneeded bigint[];
+    ready    bigint[];
 BEGIN
     WITH f AS (SELECT * FROM unnest(jobs, outcomes) AS f(job_id, outcome)),
     u AS (
         UPDATE ferry_workflow_step s SET outcome = f.outcome FROM f
-        WHERE s.job_id = f.job_id AND s.outcome IS NULL
+        WHERE s.job_id = f.job_id AND coalesce(s.outcome, '') = ''
         RETURNING s.workflow_id, s.name, f.outcome
     )
     SELECT array_agg(workflow_id), array_agg(name), array_agg(outcome) INTO e_wf, e_name, e_out FROM u;
@@ -171,14 +192,14 @@ BEGIN
     IF a_wf IS NOT NULL THEN
         PERFORM 1 FROM ferry_workflow_step s
         JOIN unnest(a_wf, a_step) AS a(workflow_id, step) ON s.workflow_id = a.workflow_id AND s.name = a.step
-        WHERE s.outcome IS NULL
+        WHERE coalesce(s.outcome, '') = ''
         ORDER BY s.job_id
         FOR NO KEY UPDATE OF s;
         FOR d IN
             WITH a AS (SELECT * FROM unnest(a_wf, a_step, a_n, a_failed) AS a(workflow_id, step, n, failed)),
             u AS (
                 UPDATE ferry_workflow_step s SET waiting = s.waiting - a.n FROM a
-                WHERE s.workflow_id = a.workflow_id AND s.name = a.step AND s.outcome IS NULL
+                WHERE s.workflow_id = a.workflow_id AND s.name = a.step AND coalesce(s.outcome, '') = ''
                 RETURNING s.workflow_id, s.name, s.job_id, s.mode, s.waiting, a.failed
             )
             SELECT u.*, w.state = 'running' AS running
@@ -188,14 +209,25 @@ BEGIN
             CONTINUE WHEN NOT d.running;
             IF d.mode = 'any_failed' THEN
                 IF d.failed THEN
-                    PERFORM ferry_workflow_ready(d.workflow_id, d.name, d.job_id, tschema);
+                    ready := ready || d.job_id;
                 ELSIF d.waiting = 0 THEN
                     unneeded := unneeded || d.job_id;
                 END IF;
             ELSIF d.waiting = 0 THEN
-                PERFORM ferry_workflow_ready(d.workflow_id, d.name, d.job_id, tschema);
+                ready := ready || d.job_id;
             END IF;
         END LOOP;
+        IF ready IS NOT NULL THEN
+            PERFORM ferry_workflow_ready(ready, tschema);
+        END IF;
+    END IF;
+
+    IF unneeded IS NOT NULL THEN
+        PERFORM ferry_workflow_cancel(unneeded, 'not_needed',
+            'workflow: not run: every dependency completed, none failed', false);
+    END IF;
+    IF 'completed' = ALL (e_out) THEN
+        RETURN;
     END IF;
 
     -- Downstream of each failure: every open step that waits for it, or
@@ -205,21 +237,17 @@ BEGIN
         FROM unnest(e_wf, e_name, e_out) AS e(workflow_id, name, outcome)
         JOIN ferry_workflow_dep dep ON dep.workflow_id = e.workflow_id AND dep.depends_on = e.name
         JOIN ferry_workflow_step t ON t.workflow_id = dep.workflow_id AND t.name = dep.step
-        WHERE e.outcome <> 'completed' AND t.outcome IS NULL AND t.mode = 'all' AND NOT t.ignore_failed_deps
+        WHERE e.outcome <> 'completed' AND coalesce(t.outcome, '') = '' AND t.mode = 'all' AND NOT t.ignore_failed_deps
       UNION
         SELECT t.workflow_id, t.name, t.job_id, down.why
         FROM down
         JOIN ferry_workflow_dep dep ON dep.workflow_id = down.workflow_id AND dep.depends_on = down.name
         JOIN ferry_workflow_step t ON t.workflow_id = dep.workflow_id AND t.name = dep.step
-        WHERE t.outcome IS NULL AND t.mode = 'all' AND NOT t.ignore_failed_deps
+        WHERE coalesce(t.outcome, '') = '' AND t.mode = 'all' AND NOT t.ignore_failed_deps
     )
     SELECT array_agg(DISTINCT down.job_id), min(down.why) INTO doomed, cause FROM down;
     IF doomed IS NOT NULL THEN
         PERFORM ferry_workflow_cancel(doomed, 'dependency', 'workflow: not run: ' || cause, false);
-    END IF;
-    IF unneeded IS NOT NULL THEN
-        PERFORM ferry_workflow_cancel(unneeded, 'not_needed',
-            'workflow: not run: every dependency completed, none failed', false);
     END IF;
 END
 $$;
@@ -230,7 +258,9 @@ $$;
 -- that have not started count again; and those steps' counts are taken
 -- afresh from their edges.
 CREATE FUNCTION ferry_workflow_reopen(st ferry_workflow_step, was text) RETURNS void
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET enable_hashjoin = off SET enable_mergejoin = off SET enable_bitmapscan = off SET enable_seqscan = off SET plan_cache_mode = force_custom_plan
+AS $$
 DECLARE
     reopened text[] := ARRAY[st.name];
     jobs     bigint[];
@@ -269,7 +299,7 @@ BEGIN
     UPDATE ferry_workflow_step s
     SET waiting = (SELECT count(*) FROM ferry_workflow_dep e
                    WHERE e.workflow_id = s.workflow_id AND e.step = s.name AND NOT e.satisfied)
-    WHERE s.workflow_id = st.workflow_id AND s.outcome IS NULL
+    WHERE s.workflow_id = st.workflow_id AND coalesce(s.outcome, '') = ''
       AND (s.name = ANY (reopened)
            OR s.name IN (SELECT e.step FROM ferry_workflow_dep e
                          WHERE e.workflow_id = st.workflow_id AND e.depends_on = ANY (reopened)));
@@ -297,33 +327,28 @@ BEGIN
 END
 $$;
 
--- At the commit of a transaction that ended a step: is it the workflow's
--- end? Two transactions that end a workflow's last two steps at once each
--- see the other's step open, so an unlocked look would leave the
--- workflow running. An open step that no other transaction is changing
--- (FOR SHARE SKIP LOCKED, held to this commit) will be ended by a later
--- transaction, which settles: nothing to do. Otherwise the settle lock
--- (911000007, hashtext(workflow id)), then a fresh look: of two such
--- transactions, the second to take the lock sees the first's commit.
-CREATE FUNCTION ferry_workflow_settle_step() RETURNS trigger
+-- After a statement that ended steps of workflow wid: is it the
+-- workflow's end? Two transactions that end a workflow's last two steps
+-- at once each see the other's step open, so an unlocked look would leave
+-- the workflow running. An open step that no other transaction is
+-- changing (FOR SHARE SKIP LOCKED, held to this commit) will be ended by
+-- a later transaction, which settles: nothing to do. Otherwise the settle
+-- lock (911000007, hashtext(workflow id)), held to this commit, then a
+-- fresh look: of two such transactions, the second to take the lock sees
+-- the first's commit.
+CREATE FUNCTION ferry_workflow_settle_check(wid text) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM 1 FROM ferry_workflow_step
-    WHERE workflow_id = NEW.workflow_id AND outcome IS NULL
+    WHERE workflow_id = wid AND outcome IS NULL
     LIMIT 1 FOR SHARE SKIP LOCKED;
     IF FOUND THEN
-        RETURN NULL;
+        RETURN;
     END IF;
-    PERFORM pg_advisory_xact_lock(911000007, hashtext(NEW.workflow_id));
-    PERFORM ferry_workflow_settle(NEW.workflow_id);
-    RETURN NULL;
+    PERFORM pg_advisory_xact_lock(911000007, hashtext(wid));
+    PERFORM ferry_workflow_settle(wid);
 END
 $$;
-
-CREATE CONSTRAINT TRIGGER ferry_workflow_step_settle AFTER UPDATE OF outcome ON ferry_workflow_step
-    DEFERRABLE INITIALLY DEFERRED
-    FOR EACH ROW WHEN (OLD.outcome IS NULL AND NEW.outcome IS NOT NULL)
-    EXECUTE FUNCTION ferry_workflow_settle_step();
 
 -- The jobs of steps that ended (or ended and run again) in a statement
 -- are gathered by a row trigger, then released together by a statement
@@ -358,6 +383,7 @@ DECLARE
     jobs   bigint[];
     outs   text[];
     st     ferry_workflow_step;
+    wfs    text[];
 BEGIN
     IF coalesce(current_setting('ferry.workflow_ended', true), '') <> 'y' THEN
         RETURN NULL;
@@ -371,6 +397,9 @@ BEGIN
             SELECT * FROM gone ORDER BY workflow, job_id
         LOOP
             PERFORM pg_advisory_xact_lock_shared(911000006, hashtext(r.workflow));
+            IF wfs IS NULL OR wfs[array_upper(wfs, 1)] <> r.workflow THEN
+                wfs := wfs || r.workflow;
+            END IF;
             IF r.state IN ('completed', 'cancelled', 'discarded', 'deleted') THEN
                 jobs := jobs || r.job_id;
                 outs := outs || r.state;
@@ -384,8 +413,12 @@ BEGIN
             END IF;
         END LOOP;
         EXIT WHEN jobs IS NULL;
-        PERFORM ferry_workflow_release(jobs, outs, TG_TABLE_SCHEMA);
+        -- TG_TABLE_SCHEMA is a name, whose collation (C) would become the
+        -- function's, and its text variables': keys compared in it would miss
+        -- their indexes.
+        PERFORM ferry_workflow_release(jobs, outs, TG_TABLE_SCHEMA::text COLLATE "default");
     END LOOP;
+    PERFORM ferry_workflow_settle_check(w) FROM unnest(wfs) AS w;
     RETURN NULL;
 END
 $$;

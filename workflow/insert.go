@@ -15,6 +15,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
+
+	"github.com/ferryq/ferry/jobs"
 )
 
 // The keys of a step's job metadata that ferry sets.
@@ -124,6 +126,12 @@ type edge struct {
 	satisfied bool
 }
 
+// copyAt is the number of steps from which a *jobs.Inserter inserts a
+// workflow's jobs with COPY (jobs.Inserter.EncodeCopy and CopyTx: the
+// rows River's InsertManyFastTx writes, insert middleware included)
+// instead of River's InsertManyTx, which returns every job row.
+const copyAt = 100
+
 // insertSteps inserts the jobs of plan (in its order, so that a step's job
 // id is above its dependencies'), their steps and their edges.
 func insertSteps(ctx context.Context, tx pgx.Tx, ins Inserter, id, addedBy string, plan []planned) (map[string]int64, error) {
@@ -135,58 +143,43 @@ func insertSteps(ctx context.Context, tx pgx.Tx, ins Inserter, id, addedBy strin
 		}
 		params[k] = river.InsertManyParams{Args: p.step.Args, InsertOpts: opts}
 	}
-	res, err := ins.InsertManyTx(ctx, tx, params)
+	jobIDs, err := insertJobs(ctx, tx, ins, id, plan, params)
 	if err != nil {
-		return nil, fmt.Errorf("workflow: insert %s: %w", id, err)
-	}
-	if len(res) != len(plan) {
-		return nil, fmt.Errorf("workflow: insert %s: %d jobs inserted for %d steps", id, len(res), len(plan))
+		return nil, err
 	}
 	var (
-		n              = len(plan)
-		names          = make([]string, n)
-		jobIDs         = make([]int64, n)
-		modes          = make([]string, n)
-		ignore         = make([]bool, n)
-		waiting        = make([]int32, n)
-		added, after   = make([]*string, n), make([]*string, n)
-		depOn, depStep []string
-		depSat         []bool
-		jobs           = make(map[string]int64, n)
-		doomed         []int64
-		doomedBy       string
-		addedByPtr     *string
+		jobs     = make(map[string]int64, len(plan))
+		steps    = make([][]any, len(plan))
+		deps     [][]any
+		doomed   []int64
+		doomedBy string
+		added    *string
 	)
 	if addedBy != "" {
-		addedByPtr = &addedBy
+		added = &addedBy
 	}
 	for k, p := range plan {
-		if res[k].UniqueSkippedAsDuplicate {
-			return nil, fmt.Errorf("workflow: insert %s: step %q: its job was skipped as a duplicate by a unique key", id, p.step.Name)
-		}
-		names[k], jobIDs[k] = p.step.Name, res[k].Job.ID
-		modes[k] = cmpOr(p.step.mode, "all")
-		ignore[k], waiting[k], added[k] = p.step.IgnoreFailedDeps, int32(p.waiting), addedByPtr //nolint:gosec // at most MaxSteps
+		var after *string
 		if p.step.AfterAllAddedBy != "" {
-			after[k] = &p.step.AfterAllAddedBy
+			after = &p.step.AfterAllAddedBy
 		}
-		jobs[p.step.Name] = res[k].Job.ID
+		steps[k] = []any{id, p.step.Name, jobIDs[k], cmpOr(p.step.mode, "all"), p.step.IgnoreFailedDeps, int32(p.waiting), added, after} //nolint:gosec // at most MaxSteps
+		jobs[p.step.Name] = jobIDs[k]
 		for _, e := range p.deps {
-			depOn, depStep, depSat = append(depOn, e.on), append(depStep, p.step.Name), append(depSat, e.satisfied)
+			deps = append(deps, []any{id, e.on, p.step.Name, e.satisfied})
 		}
 		if p.doomed != "" {
-			doomed, doomedBy = append(doomed, res[k].Job.ID), p.doomed
+			doomed, doomedBy = append(doomed, jobIDs[k]), p.doomed
 		}
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO ferry_workflow_step
-    (workflow_id, name, job_id, mode, ignore_failed_deps, waiting, added_by, after_added_by)
-SELECT $1, * FROM unnest($2::text[], $3::bigint[], $4::text[], $5::boolean[], $6::integer[], $7::text[], $8::text[])`,
-		id, names, jobIDs, modes, ignore, waiting, added, after); err != nil {
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"ferry_workflow_step"},
+		[]string{"workflow_id", "name", "job_id", "mode", "ignore_failed_deps", "waiting", "added_by", "after_added_by"},
+		pgx.CopyFromRows(steps)); err != nil {
 		return nil, fmt.Errorf("workflow: insert %s: steps: %w", id, err)
 	}
-	if len(depOn) > 0 {
-		if _, err := tx.Exec(ctx, `INSERT INTO ferry_workflow_dep (workflow_id, depends_on, step, satisfied)
-SELECT $1, * FROM unnest($2::text[], $3::text[], $4::boolean[])`, id, depOn, depStep, depSat); err != nil {
+	if len(deps) > 0 {
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"ferry_workflow_dep"},
+			[]string{"workflow_id", "depends_on", "step", "satisfied"}, pgx.CopyFromRows(deps)); err != nil {
 			return nil, fmt.Errorf("workflow: insert %s: dependencies: %w", id, err)
 		}
 	}
@@ -198,6 +191,71 @@ SELECT $1, * FROM unnest($2::text[], $3::text[], $4::boolean[])`, id, depOn, dep
 		}
 	}
 	return jobs, nil
+}
+
+// insertJobs inserts the steps' jobs and returns their ids, in plan's
+// order.
+func insertJobs(ctx context.Context, tx pgx.Tx, ins Inserter, id string, plan []planned, params []river.InsertManyParams) ([]int64, error) {
+	ids := make([]int64, len(plan))
+	if ji, ok := ins.(*jobs.Inserter); ok && len(plan) >= copyAt {
+		// COPY returns no ids: the jobs are found again by the workflow's
+		// id in their metadata, among the ids taken after a mark taken
+		// first (the sequence only grows; other transactions' jobs in the
+		// range are told apart by the id).
+		var mark int64
+		if err := tx.QueryRow(ctx, `SELECT nextval(pg_get_serial_sequence('river_job', 'id'))`).Scan(&mark); err != nil {
+			return nil, fmt.Errorf("workflow: insert %s: %w", id, err)
+		}
+		rows, err := ji.EncodeCopy(ctx, time.Now(), params)
+		if err != nil {
+			return nil, fmt.Errorf("workflow: insert %s: %w", id, err)
+		}
+		var b jobs.CopyBatch
+		for _, r := range rows {
+			b.Add(r)
+		}
+		if _, err := ji.CopyTx(ctx, tx, &b); err != nil {
+			return nil, fmt.Errorf("workflow: insert %s: %w", id, err)
+		}
+		at := make(map[string]int, len(plan))
+		for k, p := range plan {
+			at[p.step.Name] = k
+		}
+		found := 0
+		q, _ := tx.Query(ctx, `SELECT id, metadata->>'ferry_step' FROM river_job
+WHERE id > $1 AND metadata->>'ferry_workflow' = $2`, mark, id)
+		var (
+			jobID int64
+			name  string
+		)
+		if _, err := pgx.ForEachRow(q, []any{&jobID, &name}, func() error {
+			if k, ok := at[name]; ok {
+				ids[k] = jobID
+				found++
+			}
+			return nil
+		}); err != nil {
+			return nil, fmt.Errorf("workflow: insert %s: %w", id, err)
+		}
+		if found != len(plan) {
+			return nil, fmt.Errorf("workflow: insert %s: %d jobs found after COPY for %d steps", id, found, len(plan))
+		}
+		return ids, nil
+	}
+	res, err := ins.InsertManyTx(ctx, tx, params)
+	if err != nil {
+		return nil, fmt.Errorf("workflow: insert %s: %w", id, err)
+	}
+	if len(res) != len(plan) {
+		return nil, fmt.Errorf("workflow: insert %s: %d jobs inserted for %d steps", id, len(res), len(plan))
+	}
+	for k, r := range res {
+		if r.UniqueSkippedAsDuplicate {
+			return nil, fmt.Errorf("workflow: insert %s: step %q: its job was skipped as a duplicate by a unique key", id, plan[k].step.Name)
+		}
+		ids[k] = r.Job.ID
+	}
+	return ids, nil
 }
 
 // stepOpts is the step's insert options: its own (or its args'), pending

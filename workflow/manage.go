@@ -185,8 +185,9 @@ RETURNING j.id`, id, step)
 	if len(retried) == 0 {
 		return 0, nil
 	}
-	if _, err := tx.Exec(ctx, `SELECT ferry_workflow_ready(workflow_id, name, job_id, current_schema())
-FROM ferry_workflow_step WHERE job_id = ANY ($1) AND waiting = 0 ORDER BY job_id`, retried); err != nil {
+	if _, err := tx.Exec(ctx, `SELECT ferry_workflow_ready(
+    array(SELECT job_id FROM ferry_workflow_step WHERE job_id = ANY ($1) AND waiting = 0 ORDER BY job_id),
+    current_schema())`, retried); err != nil {
 		return 0, fmt.Errorf("workflow: retry %s: %w", id, err)
 	}
 	return len(retried), nil

@@ -99,7 +99,7 @@ type result struct {
 
 func main() {
 	var (
-		mode     = flag.String("mode", "sweep", "all, quick, sweep, latency, throughput, failover, orphans, ticks, outbox, ordered, sealed, sealcleanup, bounded, pgbouncer, pgfailover, riverbest, otel, lean, bulkcopy, counts, scale, pickup, limits, limits-overhead or sustained")
+		mode     = flag.String("mode", "sweep", "all, quick, sweep, latency, throughput, failover, orphans, ticks, outbox, ordered, sealed, sealcleanup, bounded, pgbouncer, pgfailover, riverbest, otel, lean, bulkcopy, counts, scale, pickup, limits, limits-overhead, sustained or workflow")
 		out      = flag.String("out", "bench/results.json", "all and quick modes: where to write the results")
 		url      = flag.String("database-url", os.Getenv("TEST_DATABASE_URL"), "server to create scratch databases on")
 		cooldown = flag.Duration("cooldown", ferry.DefaultFetchCooldown, "worker fetch cooldown")
@@ -110,8 +110,8 @@ func main() {
 		dur      = flag.Duration("duration", 4*time.Second, "latency and ticks modes: how long to run")
 		plots    = flag.String("plots", "", "pickup, scale and failover modes: draw SVG pictures into this directory (pickup: a sweep of insert rates)")
 		claims   = flag.Int("claims", 5_000_000, "sealcleanup mode: expired seal claims to delete")
-		backlog  = flag.Int("backlog", 50000, "throughput, sealed and pgbouncer modes: jobs in the backlog (sealed, pgbouncer: half); outbox mode: messages for the relay")
-		trials   = flag.Int("trials", 20, "failover mode: trials of each kind; orphans and pgfailover modes: trials; ordered mode: rounds; riverbest mode: paired rounds (default 5)")
+		backlog  = flag.Int("backlog", 50000, "throughput, sealed and pgbouncer modes: jobs in the backlog (sealed, pgbouncer: half); outbox mode: messages for the relay; workflow mode: steps (default 10,000)")
+		trials   = flag.Int("trials", 20, "failover mode: trials of each kind; orphans and pgfailover modes: trials; ordered mode: rounds; riverbest and workflow modes: paired rounds (default 5)")
 		parts    = flag.Int("partitions", -1, "failover mode: partition trials (default: -trials)")
 		orphans  = flag.Int("jobs", 100, "orphans mode: running jobs of the killed worker")
 		scheds   = flag.Int("schedules", 10, "ticks mode: schedules firing every second")
@@ -119,6 +119,7 @@ func main() {
 		perKey   = flag.Int("per-key", 50, "ordered mode: messages per key")
 		queues   = flag.String("queues", "", "ordered mode: the workers' FERRY_QUEUES (default: ferry's, "+ferry.DefaultQueues+")")
 		tick     = flag.Duration("tick", time.Second, "failover and orphans modes: leader tick and standby probe (failover 0: crash trials only, at the defaults of 1.5s and 60s)")
+		fanins   = flag.Int("fanins", 100, "workflow mode: fan-in trials (a fan-in step after 1,000 dependencies)")
 		cpuProf  = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
 	)
 	flag.Parse()
@@ -172,6 +173,20 @@ func main() {
 		}
 		fmt.Fprintf(os.Stderr, "broadcast: %d signed messages at %.0f/s to %d subscriber processes: received %v, gaps %v; publish to delivery p50 %.2f ms, p99 %.2f ms, max %.2f ms\n",
 			r.Published, r.MsgsPerSec, r.Subscribers, r.Received, r.Gaps, r.P50MS, r.P99MS, r.MaxMS)
+		_ = json.NewEncoder(os.Stdout).Encode(r)
+		return
+	case "workflow":
+		steps, rounds := 10_000, 5
+		if flagSet("backlog") {
+			steps = *backlog
+		}
+		if flagSet("trials") {
+			rounds = *trials
+		}
+		r, err := workflowBench(ctx, *url, steps, rounds, *fanins)
+		if err != nil {
+			log.Fatalf("bench: workflow: %v", redact.Postgres(err.Error()))
+		}
 		_ = json.NewEncoder(os.Stdout).Encode(r)
 		return
 	case "broadcast-sub": // a subscriber process of -mode broadcast

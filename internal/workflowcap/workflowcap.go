@@ -120,6 +120,10 @@ func Clean(ctx context.Context, pool *pgxpool.Pool, keep time.Duration, batch in
     FOR UPDATE SKIP LOCKED
 ), j AS (
     DELETE FROM river_job WHERE id IN (SELECT s.job_id FROM ferry_workflow_step s JOIN w ON s.workflow_id = w.id)
+), e AS (
+    DELETE FROM ferry_workflow_dep WHERE workflow_id IN (SELECT id FROM w)
+), s AS (
+    DELETE FROM ferry_workflow_step WHERE workflow_id IN (SELECT id FROM w)
 )
 DELETE FROM ferry_workflow WHERE id IN (SELECT id FROM w)`, keep.Seconds(), batch)
 		if err != nil {
