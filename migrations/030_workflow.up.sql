@@ -403,6 +403,13 @@ BEGIN
             IF r.state IN ('completed', 'cancelled', 'discarded', 'deleted') THEN
                 jobs := jobs || r.job_id;
                 outs := outs || r.state;
+            ELSIF r.old_state = 'running' THEN
+                -- A step that was running when its workflow was cancelled
+                -- (and did not hear of it, or failed anyway) does not run
+                -- again: its retry or snooze ends here.
+                IF EXISTS (SELECT 1 FROM ferry_workflow WHERE id = r.workflow AND state = 'cancelled') THEN
+                    PERFORM ferry_workflow_cancel(ARRAY[r.job_id], 'workflow', 'workflow: cancelled', true);
+                END IF;
             ELSE
                 UPDATE ferry_workflow_step SET outcome = NULL, cancel_reason = NULL, ready_at = NULL
                 WHERE job_id = r.job_id AND outcome IS NOT NULL
@@ -423,13 +430,15 @@ BEGIN
 END
 $$;
 
--- Only a change between finished and not finished, of a workflow's job,
--- calls the row function: every other job's change costs the WHEN test,
+-- Only a change between finished and not finished, or from running to
+-- waiting again (a retry, a snooze, a rescue), of a workflow's job, calls
+-- the row function: every other job's change costs the WHEN test,
 -- and each statement one call of the statement function, which returns at
 -- once unless the row function ran.
 CREATE TRIGGER ferry_workflow_job_update AFTER UPDATE OF state ON river_job
     FOR EACH ROW
-    WHEN ((OLD.state IN ('completed', 'cancelled', 'discarded')) <> (NEW.state IN ('completed', 'cancelled', 'discarded'))
+    WHEN (((OLD.state IN ('completed', 'cancelled', 'discarded')) <> (NEW.state IN ('completed', 'cancelled', 'discarded'))
+           OR (OLD.state = 'running' AND NEW.state IN ('available', 'retryable', 'scheduled')))
           AND NEW.metadata ? 'ferry_workflow')
     EXECUTE FUNCTION ferry_workflow_job_ended();
 CREATE TRIGGER ferry_workflow_job_delete AFTER DELETE ON river_job

@@ -34,6 +34,9 @@ type stepArgs struct {
 	Fail bool `json:"fail,omitempty"`
 	// Block runs until the job's context is cancelled.
 	Block bool `json:"block,omitempty"`
+	// Stubborn runs until the harness's release channel is closed,
+	// whatever its context says, then fails.
+	Stubborn bool `json:"stubborn,omitempty"`
 	// Add are steps the job adds to its workflow at run time, each named
 	// and run as this kind; AddAfter are their dependencies.
 	Add      []string `json:"add,omitempty"`
@@ -57,6 +60,7 @@ type harness struct {
 	early    []string // steps that started before a dependency completed
 	failing  map[string]bool
 	blocking chan string
+	release  chan struct{}
 }
 
 type stepWorker struct {
@@ -86,6 +90,11 @@ WHERE s.job_id = $1 AND NOT s.ignore_failed_deps AND s.mode = 'all' AND j.state 
 		h.blocking <- job.Args.Name
 		<-ctx.Done()
 		return ctx.Err()
+	}
+	if job.Args.Stubborn {
+		h.blocking <- job.Args.Name
+		<-h.release
+		return fmt.Errorf("failed after all")
 	}
 	if fail {
 		return fmt.Errorf("told to fail")
@@ -121,7 +130,7 @@ func newHarness(t *testing.T) *harness {
 func newHarnessOn(t *testing.T, url string) *harness {
 	t.Helper()
 	pool := pgtest.PoolFor(t, url)
-	h := &harness{t: t, pool: pool, ins: mustInserter(t, pool), failing: map[string]bool{}, blocking: make(chan string, 16)}
+	h := &harness{t: t, pool: pool, ins: mustInserter(t, pool), failing: map[string]bool{}, blocking: make(chan string, 16), release: make(chan struct{})}
 	h.startClient(pool, 20, nil)
 	return h
 }

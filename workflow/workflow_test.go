@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferryq/ferry/workflow"
@@ -337,4 +338,41 @@ func TestOutput_ReadsADependencysOutput(t *testing.T) {
 
 	_, err = workflow.Output[out](ctx, h.pool, notify, "nope")
 	require.ErrorIs(t, err, workflow.ErrNotFound)
+}
+
+// TestCancelTx_RunningStepThatFailsDoesNotRunAgain: a step running when its
+// workflow is cancelled, whose worker goes on (it ignores its context, or
+// never heard of the cancel) and fails afterwards, is not retried: its
+// retry ends cancelled.
+func TestCancelTx_RunningStepThatFailsDoesNotRunAgain(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := context.Background()
+	wf := workflow.New("stubborn")
+	wf.ID = "stubborn"
+	wf.AddStep(workflow.Step{Name: "slow", Args: stepArgs{Name: "slow", Stubborn: true}, Opts: &river.InsertOpts{MaxAttempts: 5}})
+	wf.Add("after", stepArgs{Name: "after"}, workflow.After("slow"))
+	h.insert(wf)
+	require.Equal(t, "slow", <-h.blocking)
+	require.NoError(t, h.tx(func(tx pgx.Tx) error { return workflow.CancelTx(ctx, tx, "stubborn") }))
+	close(h.release)
+	require.Eventually(t, func() bool {
+		in, err := workflow.Get(ctx, h.pool, "stubborn")
+		require.NoError(t, err)
+		return stepStates(in)["slow"] == "cancelled"
+	}, 20e9, 20e6, "the failed step's retry ended cancelled")
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	require.Equal(t, 1, countOf(h.started, "slow"), "it did not run again")
+	require.NotContains(t, h.started, "after")
+}
+
+func countOf(xs []string, x string) int {
+	n := 0
+	for _, y := range xs {
+		if y == x {
+			n++
+		}
+	}
+	return n
 }

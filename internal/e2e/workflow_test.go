@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferryq/ferry/internal/base/pgtest"
+	"github.com/ferryq/ferry/internal/testkit/proctest"
 	"github.com/ferryq/ferry/workflow"
 )
 
@@ -166,4 +168,68 @@ func jobOf(t *testing.T, url, id, step string) int64 {
 	}
 	t.Fatalf("workflow %s has no step %s", id, step)
 	return 0
+}
+
+// TestWorkflow_KillWorkerMidWorkflow kills -9 the worker running a
+// workflow's first step: ferry's rescue gives the step to the next worker,
+// whose completion releases the rest (a 50-wide fan-out and its fan-in, a
+// diamond, a chain of 20). Oracle, from the rows at the end: every step
+// completed, each started after every dependency had ended (its fetch
+// after their completion), the killed step twice and no other step more
+// than once, and the workflow completed.
+func TestWorkflow_KillWorkerMidWorkflow(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t, true)
+	pool := pgtest.PoolFor(t, url)
+	ctx := context.Background()
+	leader, _ := startRescueWorker(t, url, "spare=1", true)
+	a, aID := startRescueWorker(t, url, "default=20", false)
+
+	var b strings.Builder
+	b.WriteString("id: killed\nname: killed\nsteps:\n  - {name: root, kind: test.sleep, args: {sleeps: [1h, 0s]}, max_attempts: 5}\n")
+	var fan []string
+	for i := range 50 {
+		fmt.Fprintf(&b, "  - {name: fan-%d, kind: ferry.noop, depends_on: [root]}\n", i)
+		fan = append(fan, fmt.Sprintf("fan-%d", i))
+	}
+	fmt.Fprintf(&b, "  - {name: join, kind: ferry.noop, depends_on: [%s]}\n", strings.Join(fan, ", "))
+	b.WriteString("  - {name: d1, kind: ferry.noop, depends_on: [root]}\n  - {name: d2, kind: ferry.noop, depends_on: [d1]}\n  - {name: d3, kind: ferry.noop, depends_on: [d1]}\n  - {name: d4, kind: ferry.noop, depends_on: [d2, d3]}\n")
+	prev := "join"
+	for i := range 20 {
+		fmt.Fprintf(&b, "  - {name: chain-%d, kind: ferry.noop, depends_on: [%s]}\n", i, prev)
+		prev = fmt.Sprintf("chain-%d", i)
+	}
+	path := filepath.Join(t.TempDir(), "killed.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(b.String()), 0o600))
+	_, stderr, code := enqueue(t, url, nil, "workflow", "add", "--file", path)
+	require.Zero(t, code, stderr)
+
+	root := jobOf(t, url, "killed", "root")
+	waitRescuedJob(t, pool, root, "running on A", runningOn(nil, aID))
+	bProc, _ := startRescueWorker(t, url, "default=20", false)
+	require.NoError(t, a.Kill())
+	exit, err := a.Wait(stopTimeout)
+	require.NoError(t, err)
+	require.Equal(t, 137, exit, "killed by SIGKILL")
+	waitRescue(t, aID, []*proctest.Proc{leader, bProc}, "count", 1)
+
+	in := waitWorkflow(t, url, "killed", "completed")
+	require.Len(t, in.Steps, 76)
+	for _, s := range in.Steps {
+		require.Equal(t, "completed", s.State, s.Name)
+		want := 1
+		if s.Name == "root" {
+			want = 2
+		}
+		require.Equal(t, want, s.Attempt, "%s ran %d times", s.Name, s.Attempt)
+	}
+	var early int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM ferry_workflow_dep e
+JOIN ferry_workflow_step ds ON ds.workflow_id = e.workflow_id AND ds.name = e.depends_on
+JOIN ferry_workflow_step ss ON ss.workflow_id = e.workflow_id AND ss.name = e.step
+JOIN river_job d ON d.id = ds.job_id JOIN river_job s ON s.id = ss.job_id
+WHERE e.workflow_id = 'killed' AND s.attempted_at < d.finalized_at`).Scan(&early))
+	require.Zero(t, early, "steps fetched before a dependency completed")
+	stop(t, bProc, stopTimeout)
+	stop(t, leader, stopTimeout)
 }
