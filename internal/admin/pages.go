@@ -73,6 +73,9 @@ var reservedNames = []string{"api", "events", "live.js", "logout"}
 // pageName is what a capability's page may be named: a path segment.
 var pageName = regexp.MustCompile(`^[a-z][a-z0-9-]{0,39}$`)
 
+// itemSuffix names the template of a page's item.
+const itemSuffix = "/item"
+
 // parsePages parses each page, ferry's and the capabilities' (extra),
 // with the layout. An extra page's name must be free and a path segment,
 // its title set, its data given and its template good.
@@ -94,14 +97,22 @@ func parsePages(extra []capability.Page) (map[string]*template.Template, error) 
 		case p.Title == "" || p.Data == nil:
 			return nil, fmt.Errorf("admin: page %q: a page needs a title and its data", p.Name)
 		}
-		t, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html")
-		if err == nil {
-			_, err = t.New("content").Parse(p.Template)
+		for name, text := range map[string]string{p.Name: p.Template, p.Name + itemSuffix: p.ItemTemplate} {
+			if name != p.Name && p.Item == nil {
+				continue
+			}
+			if name != p.Name && text == "" {
+				return nil, fmt.Errorf("admin: page %q: an item needs its template", p.Name)
+			}
+			t, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html")
+			if err == nil {
+				_, err = t.New("content").Parse(text)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("admin: parse page %s: %w", name, err)
+			}
+			pages[name] = t
 		}
-		if err != nil {
-			return nil, fmt.Errorf("admin: parse page %s: %w", p.Name, err)
-		}
-		pages[p.Name] = t
 	}
 	return pages, nil
 }
@@ -147,6 +158,32 @@ func (s *Server) routePages(mux *http.ServeMux) {
 		mux.HandleFunc("GET /admin/"+p.Name, func(w http.ResponseWriter, r *http.Request) {
 			v, err := call(r.Context(), p.Data)
 			s.page(w, r, p.Name, v, err)
+		})
+		if p.Item == nil {
+			continue
+		}
+		item := func(r *http.Request) (any, error) {
+			return call(r.Context(), func(ctx context.Context) (any, error) { return p.Item(ctx, r.PathValue("id")) })
+		}
+		mux.HandleFunc("GET /admin/"+p.Name+"/{id...}", func(w http.ResponseWriter, r *http.Request) {
+			v, err := item(r)
+			if errors.Is(err, capability.ErrNoItem) {
+				s.renderPage(w, r, p.Name+itemSuffix, http.StatusNotFound, "Not found: "+r.PathValue("id")+".", nil)
+				return
+			}
+			s.page(w, r, p.Name+itemSuffix, v, err)
+		})
+		mux.HandleFunc("GET /admin/api/"+p.Name+"/{id...}", func(w http.ResponseWriter, r *http.Request) {
+			v, err := item(r)
+			switch {
+			case errors.Is(err, capability.ErrNoItem):
+				writeJSON(w, http.StatusNotFound, map[string]string{"error": "not found"})
+			case err != nil:
+				s.cfg.Logger.Warn("admin: api", "name", p.Name, "error", err)
+				writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "internal error; see the worker's log"})
+			default:
+				writeJSON(w, http.StatusOK, v)
+			}
 		})
 	}
 
@@ -300,7 +337,7 @@ func (s *Server) renderStatus(w http.ResponseWriter, r *http.Request, name strin
 
 func (s *Server) renderPage(w http.ResponseWriter, r *http.Request, name string, status int, errMsg string, data any) {
 	d := pageData{
-		Page:    name,
+		Page:    strings.TrimSuffix(name, itemSuffix),
 		CSS:     template.CSS(styleCSS), //nolint:gosec // a constant from the binary
 		CSRF:    s.csrf,
 		Now:     s.now().UTC(),
@@ -494,4 +531,12 @@ func relative(d time.Duration) string {
 		return "in " + s
 	}
 	return s + " ago"
+}
+
+// writeJSON writes v as JSON with status, not to be cached.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
 }

@@ -65,20 +65,24 @@ func (a announcer) leader(ctx context.Context) error {
 const consoleWatchEvery = time.Second
 
 // sqlConsoleWatch fingerprints the stuck outbox deliveries (a partial
-// index covers them) and the named locks held now.
+// index covers them), the named locks held now, and the writes to the
+// workflows' tables (Postgres's own counters of rows written, read without
+// touching the tables: a step that ends, a workflow added or ended).
 const sqlConsoleWatch = `SELECT
     (SELECT md5(coalesce(string_agg(message_id || '/' || route, ',' ORDER BY message_id, route), ''))
        FROM ferry_outbox_delivery WHERE status = 'stuck'),
     (SELECT md5(coalesce(string_agg(name || '#' || token, ',' ORDER BY name), ''))
-       FROM ferry_lock WHERE expires_at > now())`
+       FROM ferry_lock WHERE expires_at > now()),
+    (SELECT md5(coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0)::text)
+       FROM pg_stat_user_tables WHERE relid IN ('ferry_workflow'::regclass, 'ferry_workflow_step'::regclass))`
 
 // emptyFingerprint is sqlConsoleWatch's fingerprint of nothing, the md5
 // of the empty string.
 const emptyFingerprint = "d41d8cd98f00b204e9800998ecf8427e"
 
 // console is the leader runnable "broadcast-console": the deliveries
-// that become stuck and the named locks taken and released change in many
-// places (a delivery job on any worker, the route sweep, a reset, any
+// that become stuck, the named locks taken and released and the workflows'
+// steps change in many places (a delivery job on any worker, the route sweep, a reset, any
 // process using package locks, plain SQL), so the leader compares their
 // fingerprint every second and announces a change on admin.EventsChannel,
 // once for all the consoles. Its first look compares with nothing stuck
@@ -89,16 +93,16 @@ const emptyFingerprint = "d41d8cd98f00b204e9800998ecf8427e"
 func (a announcer) console(ctx context.Context) error {
 	t := time.NewTicker(consoleWatchEvery)
 	defer t.Stop()
-	last := [2]string{emptyFingerprint, emptyFingerprint}
+	last := [3]string{emptyFingerprint, emptyFingerprint, emptyFingerprint}
 	for {
-		var now [2]string
-		if err := a.pool.QueryRow(ctx, sqlConsoleWatch).Scan(&now[0], &now[1]); err != nil {
+		var now [3]string
+		if err := a.pool.QueryRow(ctx, sqlConsoleWatch).Scan(&now[0], &now[1], &now[2]); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
 			a.logger.Debug("broadcast: console watch failed", "error", err)
 		} else {
-			for i, what := range []string{"outbox_stuck", "locks"} {
+			for i, what := range []string{"outbox_stuck", "locks", "workflows"} {
 				if now[i] != last[i] {
 					if err := a.broker.Publish(ctx, admin.EventsChannel, map[string]string{"changed": what}); err != nil && ctx.Err() == nil {
 						a.logger.Warn("broadcast: console change not announced", "changed", what, "error", err)

@@ -289,7 +289,16 @@ type Page struct {
 	Title    string
 	Template string
 	Data     func(ctx context.Context) (any, error)
+	// Item, when set, serves one item of the page's at /admin/<Name>/<id>
+	// (rendered by ItemTemplate, .Data its value) and as JSON at
+	// /admin/api/<Name>/<id>; an error that wraps ErrNoItem answers 404.
+	Item         func(ctx context.Context, id string) (any, error)
+	ItemTemplate string
 }
+
+// ErrNoItem is an item a Page does not have: its Item's error answers
+// 404.
+var ErrNoItem = errors.New("no such item")
 
 // Page records an admin console page.
 func (b *Build) Page(p Page) { b.pages = append(b.pages, p) }
