@@ -22,6 +22,7 @@ import (
 	"github.com/ferryq/ferry/internal/base/pgtest"
 	"github.com/ferryq/ferry/jobs"
 	"github.com/ferryq/ferry/outbox"
+	"github.com/ferryq/ferry/workflow"
 )
 
 type flakyArgs struct{}
@@ -177,3 +178,49 @@ func names(spans tracetest.SpanStubs) []string {
 
 func attrInt(k string, v int) attribute.KeyValue     { return attribute.Int(k, v) }
 func attrInt64(k string, v int64) attribute.KeyValue { return attribute.Int64(k, v) }
+
+// TestTracing_WorkflowOneTrace: a workflow inserted under a span is one
+// trace: every step's span is the inserting span's child, the steps
+// released by the trigger as well as the first.
+func TestTracing_WorkflowOneTrace(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.NewDatabase(t, true)
+	exporter := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exporter))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	cfg := quietConfig(url)
+	cfg.Admin.Addr = "off"
+	cfg.TracerProvider = tp
+	srv, err := ferry.New(ctx, cfg)
+	require.NoError(t, err)
+	runServer(t, srv)
+
+	pool := pgtest.PoolFor(t, url)
+	ins, err := jobs.NewInserter(pool)
+	require.NoError(t, err)
+	rctx, request := tp.Tracer("test").Start(ctx, "request")
+	wf := workflow.New("traced")
+	wf.ID = "traced"
+	wf.Add("a", jobs.NoopArgs{}).Add("b", jobs.NoopArgs{}, workflow.After("a")).Add("c", jobs.NoopArgs{}, workflow.After("b"))
+	require.NoError(t, pgx.BeginFunc(rctx, pool, func(tx pgx.Tx) error {
+		_, err := workflow.InsertTx(rctx, tx, ins, wf)
+		return err
+	}))
+	request.End()
+
+	var steps []tracetest.SpanStub
+	require.Eventually(t, func() bool {
+		steps = steps[:0]
+		for _, s := range exporter.GetSpans() {
+			if s.Name == "river.work/ferry.noop" {
+				steps = append(steps, s)
+			}
+		}
+		return len(steps) == 3
+	}, 20*time.Second, 20*time.Millisecond, "spans: %v", names(exporter.GetSpans()))
+	for _, s := range steps {
+		require.Equal(t, request.SpanContext().TraceID(), s.SpanContext.TraceID(), "a step is in the request's trace")
+		require.Equal(t, request.SpanContext().SpanID(), s.Parent.SpanID(), "a step's parent is the inserting span")
+	}
+}
