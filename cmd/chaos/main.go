@@ -84,10 +84,19 @@
 // the partitioned leader stopped leading within a tick and its timeout
 // (plus a margin of 500 ms) by its own clock; and that workers
 // exited only when stopped, killed, or declared dead after their sessions
-// ended. The fault table shows each fault's failover gap and the workers
+// ended; and that workflows run through the faults (diamonds, wide
+// fan-outs and their fan-ins, chains, steps added at run time with a
+// fan-in after them, all inserted at the window's start; a few diamonds
+// cancelled two seconds later, a step of each running) ended in the state
+// their steps imply, every step of the others completed, no step started
+// before each of its dependencies had completed or without a completed
+// dependency's output (chaos.step checks both at its start, from the
+// committed rows), and no step of a cancelled workflow was fetched after
+// the cancel committed. The fault table shows each fault's failover gap and the workers
 // declared dead after it, with the jobs rescued from them. The oracle
 // fails closed: a check whose query fails, or whose observation is empty
 // (no run, no job, no tick, no holder sampled, no worker recorded, no
+// workflow inserted or no step started, no
 // worker killed or stopped, no keyed message received, no liveness
 // session found to end, no failed registration), fails as unverified. It
 // exits 1 on any failed check. Loopback only; it stops by itself.

@@ -28,7 +28,11 @@ const oracleSchema = `
 	CREATE TABLE chaos_received (event_id text PRIMARY KEY, arrivals int NOT NULL DEFAULT 1,
 		ordering_key text, n bigint, arrived bigint GENERATED ALWAYS AS IDENTITY);
 	CREATE TABLE chaos_leader_run (id bigserial PRIMARY KEY, pid int NOT NULL, term bigint NOT NULL,
-		started_at timestamptz NOT NULL, stopped_at timestamptz);`
+		started_at timestamptz NOT NULL, stopped_at timestamptz);
+	CREATE TABLE chaos_wf_start (job_id bigint NOT NULL, workflow text NOT NULL, step text NOT NULL,
+		at timestamptz NOT NULL DEFAULT clock_timestamp());
+	CREATE TABLE chaos_wf_violation (job_id bigint NOT NULL, workflow text NOT NULL, step text NOT NULL,
+		open_deps int NOT NULL, outputs_missing int NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp());`
 
 // verdict is a check's outcome. Only verdictOK passes.
 type verdict int

@@ -478,6 +478,9 @@ outbox:
 	var abandoned keySet
 	wg.Go(func() { s.produceJobs(loadCtx, &jobKeys) })
 	wg.Go(func() { s.produceMessages(loadCtx, &messages) })
+	shapes := shapesFor(marathon < time.Minute) // -short's marathon is 30 s
+	var wfs wfRun
+	wg.Go(func() { s.produceWorkflows(loadCtx, shapes, &wfs) })
 
 	time.Sleep(steady)
 	faults := []struct {
@@ -663,6 +666,7 @@ outbox:
 		checkLost(namePartition, observeLost(ctx, s, s.cut, rows, s.exits)),
 		checkDemotion(observeDemotion(ctx, s.pool, s.cutLeader)),
 		checkExits(exitObs{exits: s.exits, exposures: exposures}),
+		checkWorkflows(shapes, observeWorkflows(ctx, s.pool, &wfs)),
 	}
 	attributeDeaths(s.faults, rows)
 	return report(os.Stdout, s.faults, checks), nil

@@ -9,6 +9,12 @@
 //     exactly when its job completed, and a second effect of one key would
 //     mean two attempts completed it; a failed attempt is retried after a
 //     second (NextRetry), so that a retry fits in the run;
+//   - kind chaos.step, a workflow's step: at its start it records itself
+//     (chaos_wf_start) and, as a violation (chaos_wf_violation), any
+//     dependency not completed in the committed rows and any completed
+//     dependency whose output it cannot read; it sleeps sleep_ms, adds the
+//     steps add names to its workflow (workflow.AddTx) in the transaction
+//     that completes it, and records its name as its output;
 //   - a leader runnable that records when this process starts and stops
 //     acting as leader (chaos_leader_run), so the oracle can check that no
 //     two processes' runnables overlap in time.
@@ -18,6 +24,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -31,6 +38,7 @@ import (
 
 	"github.com/ferryq/ferry"
 	"github.com/ferryq/ferry/jobs"
+	"github.com/ferryq/ferry/workflow"
 )
 
 // EffectArgs are the args of chaos.effect.
@@ -89,12 +97,87 @@ func (w *effectWorker) NextRetry(*river.Job[EffectArgs]) time.Time {
 	return time.Now().Add(time.Second)
 }
 
+// StepArgs are the args of chaos.step.
+type StepArgs struct {
+	SleepMS int      `json:"sleep_ms,omitempty"`
+	Add     []string `json:"add,omitempty"`
+}
+
+// Kind implements river.JobArgs.
+func (StepArgs) Kind() string { return "chaos.step" }
+
+type stepWorker struct {
+	river.WorkerDefaults[StepArgs]
+	pool func() *pgxpool.Pool
+}
+
+func (w *stepWorker) Work(ctx context.Context, job *river.Job[StepArgs]) error {
+	pool := w.pool()
+	id, step, ok := workflow.FromJob(job.JobRow)
+	if !ok {
+		return errors.New("chaos.step: not a workflow's step")
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO chaos_wf_start (job_id, workflow, step) VALUES ($1, $2, $3)`, job.ID, id, step); err != nil {
+		return err
+	}
+	var open, completed int
+	if err := pool.QueryRow(ctx, `SELECT
+    count(*) FILTER (WHERE j.state IS DISTINCT FROM 'completed' AND NOT s.ignore_failed_deps),
+    count(*) FILTER (WHERE j.state = 'completed')
+FROM ferry_workflow_dep e
+JOIN ferry_workflow_step s ON s.workflow_id = e.workflow_id AND s.name = e.step
+JOIN ferry_workflow_step d ON d.workflow_id = e.workflow_id AND d.name = e.depends_on
+LEFT JOIN river_job j ON j.id = d.job_id
+WHERE e.workflow_id = $1 AND e.step = $2`, id, step).Scan(&open, &completed); err != nil {
+		return err
+	}
+	outputs, err := workflow.Outputs(ctx, pool, job.JobRow)
+	if err != nil {
+		return err
+	}
+	if open > 0 || len(outputs) < completed {
+		if _, err := pool.Exec(ctx, `INSERT INTO chaos_wf_violation (job_id, workflow, step, open_deps, outputs_missing) VALUES ($1, $2, $3, $4, $5)`,
+			job.ID, id, step, open, completed-len(outputs)); err != nil {
+			return err
+		}
+	}
+	if job.Args.SleepMS > 0 {
+		t := time.NewTimer(time.Duration(job.Args.SleepMS) * time.Millisecond)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+	if err := river.RecordOutput(ctx, step); err != nil {
+		return err
+	}
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if len(job.Args.Add) > 0 {
+			steps := make([]workflow.Step, len(job.Args.Add))
+			for i, n := range job.Args.Add {
+				steps[i] = workflow.Step{Name: n, Args: StepArgs{SleepMS: job.Args.SleepMS}}
+			}
+			if _, err := workflow.AddTx(ctx, tx, river.ClientFromContext[pgx.Tx](ctx), job.JobRow, steps...); err != nil {
+				return err
+			}
+		}
+		_, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
+		return err
+	})
+}
+
+// NextRetry retries a failed step after a second, as chaos.effect.
+func (w *stepWorker) NextRetry(*river.Job[StepArgs]) time.Time { return time.Now().Add(time.Second) }
+
 func main() {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var srv *ferry.Server
 	w := &effectWorker{pool: func() *pgxpool.Pool { return srv.Pool() }}
+	sw := &stepWorker{pool: func() *pgxpool.Pool { return srv.Pool() }}
 	var err error
 	srv, err = ferry.New(ctx, ferry.Config{
 		Database: ferry.DatabaseConfig{URL: os.Getenv("DATABASE_URL"), SessionURL: os.Getenv("FERRY_SESSION_DATABASE_URL"), Pooler: os.Getenv("FERRY_POOLER")},
@@ -105,7 +188,8 @@ func main() {
 		ConfigFile: os.Getenv("FERRY_CONFIG"),
 		// Set by chaos -pgbouncer: job traffic through the pooler, sessions
 		// direct.
-		Kinds:  []jobs.Kind{jobs.Define[EffectArgs](w, river.QueueDefault, "chaos: a job with a once-only effect")},
+		Kinds: []jobs.Kind{jobs.Define[EffectArgs](w, river.QueueDefault, "chaos: a job with a once-only effect"),
+			jobs.Define[StepArgs](sw, river.QueueDefault, "chaos: a workflow's step that checks its dependencies")},
 		Logger: log,
 	})
 	if err != nil {
