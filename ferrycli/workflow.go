@@ -70,7 +70,7 @@ kind or a malformed field is refused with one line and nothing is written.
 It prints the workflow's id.`,
 				Flags: []cli.Flag{
 					databaseURLFlag(),
-					&cli.StringFlag{Name: "file", Aliases: []string{"f"}, Required: true, Usage: "the workflow, JSON or YAML (- for stdin)"},
+					&cli.StringFlag{Name: "file", Aliases: []string{"f"}, Usage: "the workflow, JSON or YAML (- for stdin); required"},
 					jsonFlag(),
 				},
 				Action: runWorkflowAdd,
@@ -220,6 +220,9 @@ type workflowAdded struct {
 func runWorkflowAdd(c *cli.Context) error {
 	if c.NArg() > 0 {
 		return usageErrorf("add takes no arguments, got %q", c.Args().First())
+	}
+	if c.String("file") == "" {
+		return usageErrorf("add needs --file WF.yaml or WF.json (- for stdin)")
 	}
 	b, err := readDocument("file", fileArg(c.String("file")), c.App.Reader, maxWorkflowFile)
 	if err != nil {

@@ -66,6 +66,7 @@ func TestWorkflow_CLI(t *testing.T) {
 		require.Empty(t, stdout)
 		require.Equal(t, 1, strings.Count(stderr, "\n"), "%s: one line: %q", name, stderr)
 	}
+	requireBadInput(t, url, "needs --file", "workflow", "add")
 	var n int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM ferry_workflow`).Scan(&n))
 	require.Zero(t, n)
