@@ -268,7 +268,8 @@ type lostObs struct {
 	running, long int
 	dead          bool
 	rescued       int64
-	completed     int64
+	completed     int64 // completed, or cancelled with its workflow
+	withWorkflow  int64 // of those, cancelled with its workflow
 	// exit is its exit after the fault, nil while it runs.
 	exit *workerExit
 	// evidence is, when it was not declared dead, what the logs say of it
@@ -292,9 +293,15 @@ func observeLost(ctx context.Context, s *suite, o lostObs, rows []workerRow, exi
 			o.exit = &x
 		}
 	}
-	err := s.pool.QueryRow(ctx, `SELECT count(DISTINCT j.id), count(DISTINCT j.id) FILTER (WHERE j.state = 'completed')
+	// A rescued step of a workflow cancelled meanwhile ends cancelled, as
+	// its workflow says: done, not lost.
+	err := s.pool.QueryRow(ctx, `SELECT count(DISTINCT j.id),
+			count(DISTINCT j.id) FILTER (WHERE j.state = 'completed' OR (j.state = 'cancelled'
+				AND EXISTS (SELECT 1 FROM ferry_workflow w WHERE w.id = j.metadata->>'ferry_workflow' AND w.state = 'cancelled'))),
+			count(DISTINCT j.id) FILTER (WHERE j.state = 'cancelled'
+				AND EXISTS (SELECT 1 FROM ferry_workflow w WHERE w.id = j.metadata->>'ferry_workflow' AND w.state = 'cancelled'))
 		FROM river_job j, unnest(j.errors) e
-		WHERE strpos(e->>'error', $1) > 0 AND (e->>'at')::timestamptz >= $2`, o.clientID, o.at).Scan(&o.rescued, &o.completed)
+		WHERE strpos(e->>'error', $1) > 0 AND (e->>'at')::timestamptz >= $2`, o.clientID, o.at).Scan(&o.rescued, &o.completed, &o.withWorkflow)
 	if err != nil {
 		o.err = fmt.Errorf("count jobs rescued from the worker %s: %w", o.how, err)
 	}
@@ -364,6 +371,9 @@ func checkLost(name string, o lostObs) check {
 		return newCheck(name, verdictViolated, "%s: declared dead, %d jobs rescued from it, only %d of them completed", result, o.rescued, o.completed)
 	case o.exit == nil || o.exit.code != 1 || !o.exit.declaredDead:
 		return newCheck(name, verdictViolated, "%s: declared dead, %d jobs rescued from it and completed, but %s", result, o.rescued, exit)
+	}
+	if o.withWorkflow > 0 {
+		exit = fmt.Sprintf("%d of them steps cancelled with their workflow; %s", o.withWorkflow, exit)
 	}
 	return newCheck(name, verdictOK, "%s: declared dead, %d jobs rescued from it and completed; %s", result, o.rescued, exit)
 }
