@@ -56,9 +56,7 @@ func TestTracing_OneTrace(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	url := pgtest.NewDatabase(t, true)
-	exporter := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exporter))
-	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	exporter, tp := memoryTracer(t)
 
 	got := make(chan string, 4)
 	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -186,9 +184,7 @@ func TestTracing_WorkflowOneTrace(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	url := pgtest.NewDatabase(t, true)
-	exporter := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exporter))
-	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	exporter, tp := memoryTracer(t)
 	cfg := quietConfig(url)
 	cfg.Admin.Addr = "off"
 	cfg.TracerProvider = tp
@@ -223,4 +219,14 @@ func TestTracing_WorkflowOneTrace(t *testing.T) {
 		require.Equal(t, request.SpanContext().TraceID(), s.SpanContext.TraceID(), "a step is in the request's trace")
 		require.Equal(t, request.SpanContext().SpanID(), s.Parent.SpanID(), "a step's parent is the inserting span")
 	}
+}
+
+// memoryTracer is a tracer provider whose spans an in-memory exporter
+// keeps, shut down when the test ends.
+func memoryTracer(t *testing.T) (*tracetest.InMemoryExporter, *sdktrace.TracerProvider) {
+	t.Helper()
+	exporter := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exporter))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	return exporter, tp
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -276,7 +277,7 @@ func runWorkflowList(c *cli.Context) error {
 		return usageErrorf("list takes no arguments, got %q", c.Args().First())
 	}
 	state := c.String("state")
-	if state != "" && !contains(workflow.States, state) {
+	if state != "" && !slices.Contains(workflow.States, state) {
 		return usageErrorf("--state %q: one of %s", state, strings.Join(workflow.States, ", "))
 	}
 	if c.Int("limit") < 1 {
@@ -398,13 +399,4 @@ func runWorkflowRetry(c *cli.Context) error {
 	}
 	_, err = fmt.Fprintf(out.w, "workflow %s: %d %s retried\n", id, n, plural(n, "step", "steps"))
 	return err
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }

@@ -1,6 +1,7 @@
 package workflow
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -163,7 +164,7 @@ func insertSteps(ctx context.Context, tx pgx.Tx, ins Inserter, id, addedBy strin
 		if p.step.AfterAllAddedBy != "" {
 			after = &p.step.AfterAllAddedBy
 		}
-		steps[k] = []any{id, p.step.Name, jobIDs[k], cmpOr(p.step.mode, "all"), p.step.IgnoreFailedDeps, int32(p.waiting), added, after} //nolint:gosec // at most MaxSteps
+		steps[k] = []any{id, p.step.Name, jobIDs[k], cmp.Or(p.step.mode, "all"), p.step.IgnoreFailedDeps, int32(p.waiting), added, after} //nolint:gosec // at most MaxSteps
 		jobs[p.step.Name] = jobIDs[k]
 		for _, e := range p.deps {
 			deps = append(deps, []any{id, e.on, p.step.Name, e.satisfied})
@@ -513,11 +514,4 @@ func NewID() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return fmt.Sprintf("wf_%012x%s", time.Now().UnixMilli(), hex.EncodeToString(b[:]))
-}
-
-func cmpOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"maps"
 	"slices"
 	"sync"
 	"testing"
@@ -227,10 +226,6 @@ func mustJob(t *testing.T, h *harness, id int64) *rivertype.JobRow {
 	job, err := h.ins.Client().JobGet(context.Background(), id)
 	require.NoError(t, err)
 	return job
-}
-
-func mapsKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
-	return maps.Keys(m)
 }
 
 // startedBefore requires that each of deps started before step.

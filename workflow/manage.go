@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -306,7 +307,7 @@ var States = []string{"running", "completed", "failed", "cancelled"}
 
 // List reads workflows, newest first, without their steps.
 func List(ctx context.Context, db DB, p ListParams) ([]Info, error) {
-	if p.State != "" && !contains(States, p.State) {
+	if p.State != "" && !slices.Contains(States, p.State) {
 		return nil, fmt.Errorf("workflow: list: unknown state %q (one of running, completed, failed, cancelled)", p.State)
 	}
 	if p.Limit <= 0 {
@@ -353,13 +354,4 @@ func deref(s *string, def string) string {
 		return def
 	}
 	return *s
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }

@@ -3,6 +3,7 @@ package workflow_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"testing"
 
@@ -334,7 +335,7 @@ func TestOutput_ReadsADependencysOutput(t *testing.T) {
 
 	all, err := workflow.Outputs(ctx, h.pool, notify)
 	require.NoError(t, err)
-	require.Equal(t, []string{"ship"}, slices.Collect(mapsKeys(all)))
+	require.Equal(t, []string{"ship"}, slices.Collect(maps.Keys(all)))
 
 	_, err = workflow.Output[out](ctx, h.pool, notify, "nope")
 	require.ErrorIs(t, err, workflow.ErrNotFound)
@@ -363,16 +364,6 @@ func TestCancelTx_RunningStepThatFailsDoesNotRunAgain(t *testing.T) {
 	}, 20e9, 20e6, "the failed step's retry ended cancelled")
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	require.Equal(t, 1, countOf(h.started, "slow"), "it did not run again")
+	require.Equal(t, []string{"slow"}, slices.DeleteFunc(slices.Clone(h.started), func(s string) bool { return s != "slow" }), "it did not run again")
 	require.NotContains(t, h.started, "after")
-}
-
-func countOf(xs []string, x string) int {
-	n := 0
-	for _, y := range xs {
-		if y == x {
-			n++
-		}
-	}
-	return n
 }

@@ -3,6 +3,7 @@ package workflowcap
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -30,15 +31,20 @@ var stepKey = []byte(`"ferry_workflow"`)
 // fills its batches and commits them as they fill, and takes the rest.
 // When the eager completion fails, River's completer completes the job,
 // as it would have.
+//
+// It is also where a released step's start delay is observed: the one
+// middleware of workflows, so that a job that is no step costs one
+// bytes.Contains.
 type eager struct {
 	river.MiddlewareDefaults
 	pool  *pgxpool.Pool
 	slots chan struct{}
 	done  *prometheus.CounterVec
+	delay prometheus.Histogram // nil observes nothing
 }
 
-func newEager(pool *pgxpool.Pool) *eager {
-	return &eager{pool: pool, slots: make(chan struct{}, EagerCompletions),
+func newEager(pool *pgxpool.Pool, delay prometheus.Histogram) *eager {
+	return &eager{pool: pool, slots: make(chan struct{}, EagerCompletions), delay: delay,
 		done: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ferry_workflow_step_completions_total",
 			Help: "Completions of workflow steps this process worked, by who committed them: eager (at once, in a transaction of its own) or river (River's batching completer: all eager slots were busy, or the eager one failed).",
@@ -56,6 +62,7 @@ func (e *eager) Work(ctx context.Context, job *rivertype.JobRow, doInner func(co
 	if !bytes.Contains(job.Metadata, stepKey) {
 		return doInner(ctx)
 	}
+	e.observeDelay(job)
 	if err := doInner(ctx); err != nil {
 		return err
 	}
@@ -80,4 +87,19 @@ func (e *eager) Work(ctx context.Context, job *rivertype.JobRow, doInner func(co
 	}
 	e.done.WithLabelValues("eager").Inc()
 	return nil
+}
+
+// observeDelay observes a released step's start delay: from the release
+// (the database's clock, in the releasing transaction) to its fetch
+// (attempted_at, the database's clock too), on its first attempt.
+func (e *eager) observeDelay(job *rivertype.JobRow) {
+	if e.delay == nil || job.Attempt != 1 || job.AttemptedAt == nil {
+		return
+	}
+	var m struct {
+		ReadyAt time.Time `json:"ferry_ready_at"`
+	}
+	if json.Unmarshal(job.Metadata, &m) == nil && !m.ReadyAt.IsZero() {
+		e.delay.Observe(max(0, job.AttemptedAt.Sub(m.ReadyAt).Seconds()))
+	}
 }

@@ -40,7 +40,7 @@ func TestEager_CompletesStepsAtOnceWithTheirOutput(t *testing.T) {
 	pool := pgtest.PoolFor(t, pgtest.NewDatabase(t, true))
 	ins, err := jobs.NewInserter(pool, jobs.WithSealKeys(nil), jobs.WithSchema(""))
 	require.NoError(t, err)
-	e := newEager(pool)
+	e := newEager(pool, nil)
 	workers := river.NewWorkers()
 	river.AddWorker(workers, echoWorker{})
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{

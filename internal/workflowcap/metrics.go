@@ -1,17 +1,13 @@
 package workflowcap
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/rivertype"
 
 	"github.com/ferryq/ferry/internal/metrics"
 	"github.com/ferryq/ferry/workflow"
@@ -95,30 +91,4 @@ GROUP BY 1`)
 		out = append(out, prometheus.MustNewConstMetric(stepsDesc, prometheus.GaugeValue, v, s))
 	}
 	return out, nil
-}
-
-// readyKey is how the metadata of a released step starts its stamp; a job
-// without it costs one bytes.Contains.
-var readyKey = []byte(`"` + workflow.MetadataReadyAt + `"`)
-
-type observe struct {
-	river.MiddlewareDefaults
-	delay prometheus.Histogram
-}
-
-func (c *collector) middleware() rivertype.Middleware { return &observe{delay: c.delay} }
-
-// Work observes a released step's start delay: from the release (the
-// database's clock, in the releasing transaction) to its fetch
-// (attempted_at, the database's clock too), on its first attempt.
-func (o *observe) Work(ctx context.Context, job *rivertype.JobRow, doInner func(context.Context) error) error {
-	if job.Attempt == 1 && job.AttemptedAt != nil && bytes.Contains(job.Metadata, readyKey) {
-		var m struct {
-			ReadyAt time.Time `json:"ferry_ready_at"`
-		}
-		if json.Unmarshal(job.Metadata, &m) == nil && !m.ReadyAt.IsZero() {
-			o.delay.Observe(max(0, job.AttemptedAt.Sub(m.ReadyAt).Seconds()))
-		}
-	}
-	return doInner(ctx)
 }

@@ -6,7 +6,7 @@
 //
 // Steps are released by the database (migration 030's trigger on
 // river_job), on every path that finishes a job, so nothing here runs on
-// a job's hot path but one observation of the start delay.
+// a job that is no step but one look at its metadata.
 package workflowcap
 
 import (
@@ -97,11 +97,11 @@ func (c *Capability) Build(b *capability.Build) error {
 	if err := b.Metrics.Register(m); err != nil {
 		return err
 	}
-	e := newEager(b.Pool)
+	e := newEager(b.Pool, m.delay)
 	if err := b.Metrics.Register(e.done); err != nil {
 		return err
 	}
-	b.Middleware(capability.LayerObserve, m.middleware(), e)
+	b.Middleware(capability.LayerObserve, e)
 	b.Page(page(b.Pool))
 	return nil
 }

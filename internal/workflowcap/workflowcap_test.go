@@ -2,6 +2,7 @@ package workflowcap_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"reflect"
 	"testing"
@@ -69,18 +70,20 @@ func TestCleaner_SparesSteps(t *testing.T) {
 	wf.Add("a", jobs.NoopArgs{}).Add("b", jobs.NoopArgs{}, workflow.After("a"))
 	res := insertDone(t, pool, ins, wf)
 	running := workflow.New("running")
-	running.Add("a", jobs.NoopArgs{}).Add("b", jobs.NoopArgs{}, workflow.After("a"))
+	running.Add("a", jobs.NoopArgs{})
+	running.Add("b", jobs.NoopArgs{}, workflow.After("a"), workflow.WithOpts(&river.InsertOpts{Queue: "parked"}))
 	still := insertDone(t, pool, ins, running)
 
-	// Every job completes (the trigger releases b, then ends the
-	// workflow), two days ago; the running workflow's first step too.
-	for _, id := range []int64{plain.Job.ID, res.Jobs["a"], res.Jobs["b"], still.Jobs["a"]} {
-		_, err := pool.Exec(ctx, `UPDATE river_job SET state = 'completed', finalized_at = now() - interval '2 days', attempt = 1 WHERE id = $1`, id)
-		require.NoError(t, err)
-	}
+	// River works them (the trigger releases each b, then ends the first
+	// workflow); the running workflow's b waits in a queue nobody works.
+	work(t, pool, map[int64]string{plain.Job.ID: "completed", res.Jobs["a"]: "completed", res.Jobs["b"]: "completed",
+		still.Jobs["a"]: "completed", still.Jobs["b"]: "available"})
 	in, err := workflow.Get(ctx, pool, res.ID)
 	require.NoError(t, err)
 	require.Equal(t, "completed", in.State)
+	// Two days pass for the jobs, eight for the workflow's end.
+	_, err = pool.Exec(ctx, `UPDATE river_job SET finalized_at = finalized_at - interval '2 days' WHERE finalized_at IS NOT NULL`)
+	require.NoError(t, err)
 	_, err = pool.Exec(ctx, `UPDATE ferry_workflow SET finished_at = now() - interval '8 days' WHERE id = $1`, res.ID)
 	require.NoError(t, err)
 
@@ -128,10 +131,9 @@ func TestSettle_EndsWhatTheTriggerLeft(t *testing.T) {
 	ins, err := jobs.NewInserter(pool, jobs.WithSealKeys(nil), jobs.WithSchema(""))
 	require.NoError(t, err)
 	wf := workflow.New("w")
-	wf.Add("a", jobs.NoopArgs{})
+	wf.Add("a", failArgs{})
 	res := insertDone(t, pool, ins, wf)
-	_, err = pool.Exec(ctx, `UPDATE river_job SET state = 'discarded', finalized_at = now(), attempt = 1 WHERE id = $1`, res.Jobs["a"])
-	require.NoError(t, err)
+	work(t, pool, map[int64]string{res.Jobs["a"]: "discarded"})
 	// As if the trigger had not seen its step as the last.
 	_, err = pool.Exec(ctx, `UPDATE ferry_workflow SET state = 'running', finished_at = NULL WHERE id = $1`, res.ID)
 	require.NoError(t, err)
@@ -141,4 +143,44 @@ func TestSettle_EndsWhatTheTriggerLeft(t *testing.T) {
 	in, err := workflow.Get(ctx, pool, res.ID)
 	require.NoError(t, err)
 	require.Equal(t, "failed", in.State)
+}
+
+// failArgs is a kind whose one attempt fails: its job ends discarded.
+type failArgs struct{}
+
+func (failArgs) Kind() string { return "wfcap.fail" }
+
+// InsertOpts gives it one attempt.
+func (failArgs) InsertOpts() river.InsertOpts { return river.InsertOpts{MaxAttempts: 1} }
+
+type failWorker struct{ river.WorkerDefaults[failArgs] }
+
+func (failWorker) Work(context.Context, *river.Job[failArgs]) error { return errors.New("fails") }
+
+// work runs a River client on the default queue (no-op and failing jobs)
+// until each job of want is in its state, then stops it.
+func work(t *testing.T, pool *pgxpool.Pool, want map[int64]string) {
+	t.Helper()
+	ctx := context.Background()
+	workers := river.NewWorkers()
+	river.AddWorker(workers, &jobs.NoopWorker{})
+	river.AddWorker(workers, failWorker{})
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Queues:        map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 4}},
+		Workers:       workers,
+		FetchCooldown: time.Millisecond,
+		TestOnly:      true,
+	})
+	require.NoError(t, err)
+	require.NoError(t, client.Start(ctx))
+	defer func() { require.NoError(t, client.Stop(ctx)) }()
+	require.Eventually(t, func() bool {
+		for id, state := range want {
+			j, err := client.JobGet(ctx, id)
+			if err != nil || string(j.State) != state {
+				return false
+			}
+		}
+		return true
+	}, 30*time.Second, 20*time.Millisecond, "jobs %v", want)
 }
