@@ -13,8 +13,11 @@
 -- ferry_workflow is one row per workflow; ferry_workflow_step one row per
 -- step, naming its job (river_job.id), how many of its dependencies it
 -- still waits for (waiting) and, once its job has finished, how it ended
--- (outcome); ferry_workflow_dep one row per edge, satisfied once the
--- dependency's end counts towards the step's release.
+-- (outcome); ferry_workflow_dep one row per edge, by the two steps' job
+-- ids. A dependency's end counts towards a step's release once: the
+-- trigger sees each job end once (a change from not finished to
+-- finished), and a retry that runs it again counts it as waiting again
+-- (ferry_workflow_reopen).
 --
 -- Locks. Every change to a workflow's steps holds the transaction advisory
 -- lock (911000006, hashtext(workflow id)): the trigger shared, so steps of
@@ -62,8 +65,6 @@ CREATE TABLE ferry_workflow_step (
     -- why ferry cancelled the job: a dependency failed, the workflow was
     -- cancelled, or an any_failed step had no failure to run for
     cancel_reason      text CHECK (cancel_reason IN ('dependency', 'workflow', 'not_needed')),
-    -- when its last dependency released it
-    ready_at           timestamptz,
     PRIMARY KEY (workflow_id, name)
 );
 CREATE UNIQUE INDEX ferry_workflow_step_job ON ferry_workflow_step (job_id);
@@ -71,14 +72,13 @@ CREATE INDEX ferry_workflow_step_open ON ferry_workflow_step (workflow_id) WHERE
 CREATE INDEX ferry_workflow_step_fanin ON ferry_workflow_step (workflow_id, after_added_by) WHERE after_added_by IS NOT NULL;
 
 CREATE TABLE ferry_workflow_dep (
-    workflow_id text NOT NULL,
-    depends_on  text NOT NULL,
-    step        text NOT NULL,
-    satisfied   boolean NOT NULL DEFAULT false,
-    PRIMARY KEY (workflow_id, depends_on, step),
+    -- the dependency's job and the dependent's (river_job.id of each)
+    depends_on bigint NOT NULL,
+    step       bigint NOT NULL,
+    PRIMARY KEY (depends_on, step),
     CHECK (depends_on <> step)
 );
-CREATE INDEX ferry_workflow_dep_step ON ferry_workflow_dep (workflow_id, step);
+CREATE INDEX ferry_workflow_dep_step ON ferry_workflow_dep (step);
 
 -- ready: the steps' jobs leave `pending` (for `scheduled` when one was
 -- inserted to run later), stamped with the moment (metadata
@@ -86,7 +86,7 @@ CREATE INDEX ferry_workflow_dep_step ON ferry_workflow_dep (workflow_id, step);
 -- their queues are woken as an insert wakes them.
 CREATE FUNCTION ferry_workflow_ready(jobs bigint[], tschema text) RETURNS void
 LANGUAGE plpgsql
-SET enable_hashjoin = off SET enable_mergejoin = off SET enable_bitmapscan = off SET enable_seqscan = off SET plan_cache_mode = force_custom_plan
+SET enable_hashjoin = off SET enable_mergejoin = off SET enable_bitmapscan = off SET enable_seqscan = off SET plan_cache_mode = force_custom_plan SET jit = off
 AS $$
 DECLARE
     t  timestamptz := clock_timestamp();
@@ -98,8 +98,6 @@ BEGIN
             metadata = metadata || jsonb_build_object('ferry_ready_at', t)
         WHERE id = ANY (jobs) AND state::text = 'pending'
         RETURNING id, queue
-    ), s AS (
-        UPDATE ferry_workflow_step s SET ready_at = t FROM r WHERE s.job_id = r.id
     )
     SELECT array_agg(DISTINCT queue) INTO qs FROM r;
     IF qs IS NOT NULL THEN
@@ -113,7 +111,7 @@ $$;
 -- shows; their own triggers then tell their dependents.
 CREATE FUNCTION ferry_workflow_cancel(jobs bigint[], reason text, message text, waiting_too boolean) RETURNS void
 LANGUAGE plpgsql
-SET enable_hashjoin = off SET enable_mergejoin = off SET enable_bitmapscan = off SET enable_seqscan = off SET plan_cache_mode = force_custom_plan
+SET enable_hashjoin = off SET enable_mergejoin = off SET enable_bitmapscan = off SET enable_seqscan = off SET plan_cache_mode = force_custom_plan SET jit = off
 AS $$
 BEGIN
     PERFORM 1 FROM ferry_workflow_step WHERE job_id = ANY (jobs) ORDER BY job_id FOR NO KEY UPDATE;
@@ -126,97 +124,105 @@ BEGIN
           AND (state::text = 'pending' OR (waiting_too AND state::text IN ('available', 'scheduled', 'retryable')))
         RETURNING id
     )
-    UPDATE ferry_workflow_step s SET cancel_reason = reason FROM c WHERE s.job_id = c.id;
+    UPDATE ferry_workflow_step s SET cancel_reason = reason WHERE s.job_id = ANY (ARRAY(SELECT id FROM c));
 END
 $$;
 
 -- release: the steps of jobs that ended, with their outcomes (completed,
 -- cancelled, discarded, deleted), all those of one statement at once. A
--- step's own row and the edges from it are its own; the edges its end
--- satisfies (all of them for a completion; for a failure, those of steps
--- that run anyway or run on a failure) are marked; then the open
--- dependents, locked in the order of their job ids (so that two
--- statements never wait for each other in a circle), count that many
--- fewer to wait for, and those that reach none are made ready. A failure
--- cancels every step downstream that waits for it to complete, in one
--- statement: a chain of any length is cancelled without recursion (the
--- cancelled steps' own release finds their dependents cancelled already).
+-- step's own row takes its outcome (once: the row is open only until
+-- then); the edges from it that its end counts for (all of them for a
+-- completion; for a failure, those of steps that run anyway or run on a
+-- failure) are counted per dependent; the open dependents still waiting,
+-- locked in the order of their job ids (so that two statements never
+-- wait for each other in a circle), count that many fewer to wait for,
+-- and those that reach none are made ready. A step released already
+-- (none to wait for) counts nothing more: a dependency retried after it
+-- completed does not hold back what it released. A failure cancels every
+-- step downstream that waits for it to complete, in one statement: a
+-- chain of any length is cancelled without recursion (the cancelled
+-- steps' own release finds their dependents cancelled already).
 CREATE FUNCTION ferry_workflow_release(jobs bigint[], outcomes text[], tschema text) RETURNS void
 LANGUAGE plpgsql
--- Each statement goes from the rows it names to their neighbours by
--- their keys' indexes, never by scanning the open steps or the pending
--- jobs of every workflow, which the planner picks for tables it has no
--- statistics of yet: no hash or merge join nor scan of a whole table, plans made for the arrays at
--- hand, and conditions on a step's outcome or a job's state that the
--- partial indexes of open steps and of River's fetch do not match.
-SET enable_hashjoin = off SET enable_mergejoin = off SET enable_bitmapscan = off SET enable_seqscan = off SET plan_cache_mode = force_custom_plan
+-- Plans that do not depend on the tables' statistics, which a workflow
+-- inserted and run before the next ANALYZE makes wrong by orders of
+-- magnitude: rows are found by their keys' indexes, from the arrays at
+-- hand (= ANY) or from each row before them (a LATERAL subquery kept
+-- whole by OFFSET 0), never by a scan of the open steps or the pending
+-- jobs of every workflow; conditions on a step's outcome or a job's
+-- state are written so that the partial indexes of open steps and of
+-- River's fetch do not match them.
+SET enable_hashjoin = off SET enable_mergejoin = off SET enable_bitmapscan = off SET enable_seqscan = off SET enable_material = off SET plan_cache_mode = force_custom_plan SET jit = off
 AS $$
 DECLARE
-    e_wf     text[];
-    e_name   text[];
+    o        text;
+    k        integer;
+    got      bigint[];
+    e_job    bigint[];
     e_out    text[];
-    a_wf     text[];
-    a_step   text[];
+    a_job    bigint[];
     a_n      integer[];
-    a_failed boolean[];
-    d        record;
+    a_failed bigint[];
+    r_job    bigint[];
+    r_wf     text[];
+    r_mode   text[];
+    r_wait   integer[];
+    live     text[];
     doomed   bigint[];
     cause    text;
     unneeded bigint[];
     ready    bigint[];
 BEGIN
-    WITH f AS (SELECT * FROM unnest(jobs, outcomes) AS f(job_id, outcome)),
-    u AS (
-        UPDATE ferry_workflow_step s SET outcome = f.outcome FROM f
-        WHERE s.job_id = f.job_id AND coalesce(s.outcome, '') = ''
-        RETURNING s.workflow_id, s.name, f.outcome
-    )
-    SELECT array_agg(workflow_id), array_agg(name), array_agg(outcome) INTO e_wf, e_name, e_out FROM u;
-    IF e_wf IS NULL THEN
+    FOR o IN SELECT DISTINCT x FROM unnest(outcomes) AS x LOOP
+        WITH u AS (
+            UPDATE ferry_workflow_step s SET outcome = o
+            WHERE s.job_id = ANY (ARRAY(SELECT f.j FROM unnest(jobs, outcomes) AS f(j, x) WHERE f.x = o))
+              AND coalesce(s.outcome, '') = ''
+            RETURNING s.job_id
+        )
+        SELECT array_agg(job_id) INTO got FROM u;
+        IF got IS NOT NULL THEN
+            e_job := e_job || got;
+            e_out := e_out || array_fill(o, ARRAY[cardinality(got)]);
+        END IF;
+    END LOOP;
+    IF e_job IS NULL THEN
         RETURN;
     END IF;
 
-    WITH e AS (SELECT * FROM unnest(e_wf, e_name, e_out) AS e(workflow_id, name, outcome)),
-    sat AS (
-        UPDATE ferry_workflow_dep dep SET satisfied = true
-        FROM e, ferry_workflow_step t
-        WHERE dep.workflow_id = e.workflow_id AND dep.depends_on = e.name AND NOT dep.satisfied
-          AND t.workflow_id = dep.workflow_id AND t.name = dep.step
-          AND (e.outcome = 'completed' OR t.ignore_failed_deps OR t.mode = 'any_failed')
-        RETURNING dep.workflow_id, dep.step, e.outcome <> 'completed' AS failed
-    ),
-    agg AS (SELECT workflow_id, step, count(*)::integer AS n, bool_or(failed) AS failed FROM sat GROUP BY 1, 2)
-    SELECT array_agg(workflow_id), array_agg(step), array_agg(n), array_agg(failed)
-    INTO a_wf, a_step, a_n, a_failed FROM agg;
+    WITH c AS (
+        SELECT t.job_id, e.outcome <> 'completed' AS failed
+        FROM unnest(e_job, e_out) AS e(job_id, outcome)
+        CROSS JOIN LATERAL (SELECT dep.step FROM ferry_workflow_dep dep WHERE dep.depends_on = e.job_id OFFSET 0) d
+        CROSS JOIN LATERAL (SELECT t.job_id, t.mode, t.ignore_failed_deps FROM ferry_workflow_step t
+                            WHERE t.job_id = d.step AND coalesce(t.outcome, '') = '' AND t.waiting > 0 OFFSET 0) t
+        WHERE e.outcome = 'completed' OR t.ignore_failed_deps OR t.mode = 'any_failed'
+    ), n AS (SELECT job_id, count(*)::integer AS n, bool_or(failed) AS failed FROM c GROUP BY job_id)
+    SELECT array_agg(job_id ORDER BY job_id), array_agg(n ORDER BY job_id), array_agg(job_id) FILTER (WHERE failed)
+    INTO a_job, a_n, a_failed FROM n;
 
-    IF a_wf IS NOT NULL THEN
+    IF a_job IS NOT NULL THEN
         PERFORM 1 FROM ferry_workflow_step s
-        JOIN unnest(a_wf, a_step) AS a(workflow_id, step) ON s.workflow_id = a.workflow_id AND s.name = a.step
-        WHERE coalesce(s.outcome, '') = ''
+        WHERE s.job_id = ANY (a_job) AND coalesce(s.outcome, '') = ''
         ORDER BY s.job_id
         FOR NO KEY UPDATE OF s;
-        FOR d IN
-            WITH a AS (SELECT * FROM unnest(a_wf, a_step, a_n, a_failed) AS a(workflow_id, step, n, failed)),
-            u AS (
-                UPDATE ferry_workflow_step s SET waiting = s.waiting - a.n FROM a
-                WHERE s.workflow_id = a.workflow_id AND s.name = a.step AND coalesce(s.outcome, '') = ''
-                RETURNING s.workflow_id, s.name, s.job_id, s.mode, s.waiting, a.failed
+        FOR k IN SELECT DISTINCT x FROM unnest(a_n) AS x LOOP
+            WITH u AS (
+                UPDATE ferry_workflow_step s SET waiting = greatest(s.waiting - k, 0)
+                WHERE s.job_id = ANY (ARRAY(SELECT q.j FROM unnest(a_job, a_n) AS q(j, x) WHERE q.x = k))
+                  AND coalesce(s.outcome, '') = '' AND s.waiting > 0
+                RETURNING s.workflow_id, s.job_id, s.mode, s.waiting
             )
-            SELECT u.*, w.state = 'running' AS running
-            FROM u JOIN ferry_workflow w ON w.id = u.workflow_id
-            ORDER BY u.job_id
-        LOOP
-            CONTINUE WHEN NOT d.running;
-            IF d.mode = 'any_failed' THEN
-                IF d.failed THEN
-                    ready := ready || d.job_id;
-                ELSIF d.waiting = 0 THEN
-                    unneeded := unneeded || d.job_id;
-                END IF;
-            ELSIF d.waiting = 0 THEN
-                ready := ready || d.job_id;
-            END IF;
+            SELECT r_job || array_agg(job_id), r_wf || array_agg(workflow_id), r_mode || array_agg(mode), r_wait || array_agg(waiting)
+            INTO r_job, r_wf, r_mode, r_wait FROM u;
         END LOOP;
+        SELECT array_agg(id) INTO live FROM ferry_workflow
+        WHERE id = ANY (ARRAY(SELECT DISTINCT x FROM unnest(r_wf) AS x)) AND state = 'running';
+        SELECT array_agg(r.j ORDER BY r.j) FILTER (WHERE (r.m = 'all' AND r.w = 0) OR (r.m = 'any_failed' AND r.j = ANY (coalesce(a_failed, '{}')))),
+               array_agg(r.j ORDER BY r.j) FILTER (WHERE r.m = 'any_failed' AND r.w = 0 AND NOT r.j = ANY (coalesce(a_failed, '{}')))
+        INTO ready, unneeded
+        FROM unnest(r_job, r_wf, r_mode, r_wait) AS r(j, wf, m, w)
+        WHERE r.wf = ANY (coalesce(live, '{}'));
         IF ready IS NOT NULL THEN
             PERFORM ferry_workflow_ready(ready, tschema);
         END IF;
@@ -232,18 +238,20 @@ BEGIN
 
     -- Downstream of each failure: every open step that waits for it, or
     -- for one of those, to complete.
-    WITH RECURSIVE down(workflow_id, name, job_id, why) AS (
-        SELECT t.workflow_id, t.name, t.job_id, format('dependency %s ended %s', e.name, e.outcome)
-        FROM unnest(e_wf, e_name, e_out) AS e(workflow_id, name, outcome)
-        JOIN ferry_workflow_dep dep ON dep.workflow_id = e.workflow_id AND dep.depends_on = e.name
-        JOIN ferry_workflow_step t ON t.workflow_id = dep.workflow_id AND t.name = dep.step
-        WHERE e.outcome <> 'completed' AND coalesce(t.outcome, '') = '' AND t.mode = 'all' AND NOT t.ignore_failed_deps
+    WITH RECURSIVE down(job_id, why) AS (
+        SELECT t.job_id, format('dependency %s ended %s', es.name, e.outcome)
+        FROM unnest(e_job, e_out) AS e(job_id, outcome)
+        CROSS JOIN LATERAL (SELECT es.name FROM ferry_workflow_step es WHERE es.job_id = e.job_id OFFSET 0) es
+        CROSS JOIN LATERAL (SELECT dep.step FROM ferry_workflow_dep dep WHERE dep.depends_on = e.job_id OFFSET 0) d
+        CROSS JOIN LATERAL (SELECT t.job_id FROM ferry_workflow_step t
+                            WHERE t.job_id = d.step AND coalesce(t.outcome, '') = '' AND t.mode = 'all' AND NOT t.ignore_failed_deps OFFSET 0) t
+        WHERE e.outcome <> 'completed'
       UNION
-        SELECT t.workflow_id, t.name, t.job_id, down.why
+        SELECT t.job_id, down.why
         FROM down
-        JOIN ferry_workflow_dep dep ON dep.workflow_id = down.workflow_id AND dep.depends_on = down.name
-        JOIN ferry_workflow_step t ON t.workflow_id = dep.workflow_id AND t.name = dep.step
-        WHERE coalesce(t.outcome, '') = '' AND t.mode = 'all' AND NOT t.ignore_failed_deps
+        CROSS JOIN LATERAL (SELECT dep.step FROM ferry_workflow_dep dep WHERE dep.depends_on = down.job_id OFFSET 0) d
+        CROSS JOIN LATERAL (SELECT t.job_id FROM ferry_workflow_step t
+                            WHERE t.job_id = d.step AND coalesce(t.outcome, '') = '' AND t.mode = 'all' AND NOT t.ignore_failed_deps OFFSET 0) t
     )
     SELECT array_agg(DISTINCT down.job_id), min(down.why) INTO doomed, cause FROM down;
     IF doomed IS NOT NULL THEN
@@ -254,55 +262,53 @@ $$;
 
 -- reopen: st's job runs again (a retry). The workflow runs again; the
 -- steps that were cancelled because st failed (and those cancelled
--- because they were) wait again; the edges from all of these to steps
--- that have not started count again; and those steps' counts are taken
--- afresh from their edges.
+-- because they were) wait again; and the steps among these, and those
+-- that depend on one of these, that have not been released take their
+-- counts afresh: each dependency whose end does not count for them (not
+-- ended, or failed where they need it to complete) is one to wait for.
 CREATE FUNCTION ferry_workflow_reopen(st ferry_workflow_step, was text) RETURNS void
 LANGUAGE plpgsql
-SET enable_hashjoin = off SET enable_mergejoin = off SET enable_bitmapscan = off SET enable_seqscan = off SET plan_cache_mode = force_custom_plan
+SET enable_hashjoin = off SET enable_mergejoin = off SET enable_bitmapscan = off SET enable_seqscan = off SET plan_cache_mode = force_custom_plan SET jit = off
 AS $$
 DECLARE
-    reopened text[] := ARRAY[st.name];
+    reopened bigint[] := ARRAY[st.job_id];
     jobs     bigint[];
 BEGIN
     UPDATE ferry_workflow SET state = 'running', finished_at = NULL, cancelled_at = NULL
     WHERE id = st.workflow_id AND state <> 'running';
     IF was <> 'completed' THEN
-        WITH RECURSIVE down(name, job_id) AS (
-            SELECT s.name, s.job_id
+        WITH RECURSIVE down(job_id) AS (
+            SELECT s.job_id
             FROM ferry_workflow_dep e
-            JOIN ferry_workflow_step s ON s.workflow_id = e.workflow_id AND s.name = e.step
-            WHERE e.workflow_id = st.workflow_id AND e.depends_on = st.name
+            JOIN ferry_workflow_step s ON s.job_id = e.step
+            WHERE e.depends_on = st.job_id
               AND s.outcome = 'cancelled' AND s.cancel_reason = 'dependency'
           UNION
-            SELECT s.name, s.job_id
+            SELECT s.job_id
             FROM down
-            JOIN ferry_workflow_dep e ON e.workflow_id = st.workflow_id AND e.depends_on = down.name
-            JOIN ferry_workflow_step s ON s.workflow_id = e.workflow_id AND s.name = e.step
+            JOIN ferry_workflow_dep e ON e.depends_on = down.job_id
+            JOIN ferry_workflow_step s ON s.job_id = e.step
             WHERE s.outcome = 'cancelled' AND s.cancel_reason = 'dependency'
         )
-        SELECT array_agg(job_id ORDER BY job_id), array_agg(name) INTO jobs, reopened FROM down;
+        SELECT array_agg(job_id ORDER BY job_id) INTO jobs FROM down;
         IF jobs IS NOT NULL THEN
             PERFORM 1 FROM ferry_workflow_step WHERE job_id = ANY (jobs) ORDER BY job_id FOR NO KEY UPDATE;
-            UPDATE ferry_workflow_step SET outcome = NULL, cancel_reason = NULL, ready_at = NULL
+            UPDATE ferry_workflow_step SET outcome = NULL, cancel_reason = NULL
             WHERE job_id = ANY (jobs);
-            UPDATE river_job SET state = 'pending', finalized_at = NULL
+            UPDATE river_job SET state = 'pending', finalized_at = NULL, metadata = metadata - 'ferry_ready_at'
             WHERE id = ANY (jobs) AND state = 'cancelled';
+            reopened := reopened || jobs;
         END IF;
-        reopened := coalesce(reopened, '{}') || st.name;
     END IF;
-    -- Edges from the reopened steps to steps that have not started.
-    UPDATE ferry_workflow_dep e SET satisfied = false
-    FROM ferry_workflow_step s JOIN river_job j ON j.id = s.job_id
-    WHERE e.workflow_id = st.workflow_id AND e.depends_on = ANY (reopened) AND e.satisfied
-      AND s.workflow_id = e.workflow_id AND s.name = e.step AND j.state = 'pending';
     UPDATE ferry_workflow_step s
     SET waiting = (SELECT count(*) FROM ferry_workflow_dep e
-                   WHERE e.workflow_id = s.workflow_id AND e.step = s.name AND NOT e.satisfied)
-    WHERE s.workflow_id = st.workflow_id AND coalesce(s.outcome, '') = ''
-      AND (s.name = ANY (reopened)
-           OR s.name IN (SELECT e.step FROM ferry_workflow_dep e
-                         WHERE e.workflow_id = st.workflow_id AND e.depends_on = ANY (reopened)));
+                   JOIN ferry_workflow_step d ON d.job_id = e.depends_on
+                   WHERE e.step = s.job_id
+                     AND (d.outcome IS NULL OR NOT (d.outcome = 'completed' OR s.ignore_failed_deps OR s.mode = 'any_failed')))
+    FROM river_job j
+    WHERE j.id = s.job_id AND j.state = 'pending' AND coalesce(s.outcome, '') = ''
+      AND (s.job_id = ANY (reopened)
+           OR s.job_id IN (SELECT e.step FROM ferry_workflow_dep e WHERE e.depends_on = ANY (reopened)));
 END
 $$;
 
@@ -379,9 +385,12 @@ $$;
 CREATE FUNCTION ferry_workflow_jobs_ended() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
-    r      record;
     jobs   bigint[];
     outs   text[];
+    ended_wfs   text[];
+    o_job  bigint[];
+    o_old  text[];
+    o_wf   text[];
     st     ferry_workflow_step;
     wfs    text[];
 BEGIN
@@ -390,42 +399,45 @@ BEGIN
     END IF;
     PERFORM set_config('ferry.workflow_ended', '', true);
     LOOP
-        jobs := NULL;
-        outs := NULL;
-        FOR r IN
-            WITH gone AS (DELETE FROM ferry_workflow_ended RETURNING *)
-            SELECT * FROM gone ORDER BY workflow, job_id
-        LOOP
-            PERFORM pg_advisory_xact_lock_shared(911000006, hashtext(r.workflow));
-            IF wfs IS NULL OR wfs[array_upper(wfs, 1)] <> r.workflow THEN
-                wfs := wfs || r.workflow;
-            END IF;
-            IF r.state IN ('completed', 'cancelled', 'discarded', 'deleted') THEN
-                jobs := jobs || r.job_id;
-                outs := outs || r.state;
-            ELSIF r.old_state = 'running' THEN
+        WITH gone AS (DELETE FROM ferry_workflow_ended RETURNING *)
+        SELECT array_agg(job_id ORDER BY job_id) FILTER (WHERE state IN ('completed', 'cancelled', 'discarded', 'deleted')),
+               array_agg(state ORDER BY job_id) FILTER (WHERE state IN ('completed', 'cancelled', 'discarded', 'deleted')),
+               array_agg(DISTINCT workflow ORDER BY workflow),
+               array_agg(job_id ORDER BY job_id) FILTER (WHERE state NOT IN ('completed', 'cancelled', 'discarded', 'deleted')),
+               array_agg(old_state ORDER BY job_id) FILTER (WHERE state NOT IN ('completed', 'cancelled', 'discarded', 'deleted')),
+               array_agg(workflow ORDER BY job_id) FILTER (WHERE state NOT IN ('completed', 'cancelled', 'discarded', 'deleted'))
+        INTO jobs, outs, ended_wfs, o_job, o_old, o_wf
+        FROM gone;
+        EXIT WHEN ended_wfs IS NULL;
+        -- Shared, in the order of the workflows' ids: a cancel, a retry or
+        -- an addition takes one workflow's exclusively.
+        PERFORM pg_advisory_xact_lock_shared(911000006, hashtext(w)) FROM unnest(ended_wfs) AS w;
+        wfs := wfs || ended_wfs;
+        FOR i IN 1 .. coalesce(array_length(o_job, 1), 0) LOOP
+            IF o_old[i] = 'running' THEN
                 -- A step that was running when its workflow was cancelled
                 -- (and did not hear of it, or failed anyway) does not run
                 -- again: its retry or snooze ends here.
-                IF EXISTS (SELECT 1 FROM ferry_workflow WHERE id = r.workflow AND state = 'cancelled') THEN
-                    PERFORM ferry_workflow_cancel(ARRAY[r.job_id], 'workflow', 'workflow: cancelled', true);
+                IF EXISTS (SELECT 1 FROM ferry_workflow WHERE id = o_wf[i] AND state = 'cancelled') THEN
+                    PERFORM ferry_workflow_cancel(ARRAY[o_job[i]], 'workflow', 'workflow: cancelled', true);
                 END IF;
             ELSE
-                UPDATE ferry_workflow_step SET outcome = NULL, cancel_reason = NULL, ready_at = NULL
-                WHERE job_id = r.job_id AND outcome IS NOT NULL
+                UPDATE ferry_workflow_step SET outcome = NULL, cancel_reason = NULL
+                WHERE job_id = o_job[i] AND outcome IS NOT NULL
                 RETURNING * INTO st;
                 IF FOUND THEN
-                    PERFORM ferry_workflow_reopen(st, r.old_state);
+                    PERFORM ferry_workflow_reopen(st, o_old[i]);
                 END IF;
             END IF;
         END LOOP;
-        EXIT WHEN jobs IS NULL;
-        -- TG_TABLE_SCHEMA is a name, whose collation (C) would become the
-        -- function's, and its text variables': keys compared in it would miss
-        -- their indexes.
-        PERFORM ferry_workflow_release(jobs, outs, TG_TABLE_SCHEMA::text COLLATE "default");
+        IF jobs IS NOT NULL THEN
+            -- TG_TABLE_SCHEMA is a name, whose collation (C) would become the
+            -- function's, and its text variables': keys compared in it would miss
+            -- their indexes.
+            PERFORM ferry_workflow_release(jobs, outs, TG_TABLE_SCHEMA::text COLLATE "default");
+        END IF;
     END LOOP;
-    PERFORM ferry_workflow_settle_check(w) FROM unnest(wfs) AS w;
+    PERFORM ferry_workflow_settle_check(w) FROM (SELECT DISTINCT w FROM unnest(wfs) AS w ORDER BY w) AS q;
     RETURN NULL;
 END
 $$;

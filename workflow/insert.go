@@ -122,9 +122,11 @@ type planned struct {
 	doomed  string // a dependency that failed already: the step is cancelled
 }
 
+// edge is a dependency on the step on: one of the same insert, or one
+// that exists (onJob, its job).
 type edge struct {
-	on        string
-	satisfied bool
+	on    string
+	onJob int64
 }
 
 // copyAt is the number of steps from which a *jobs.Inserter inserts a
@@ -167,7 +169,11 @@ func insertSteps(ctx context.Context, tx pgx.Tx, ins Inserter, id, addedBy strin
 		steps[k] = []any{id, p.step.Name, jobIDs[k], cmp.Or(p.step.mode, "all"), p.step.IgnoreFailedDeps, int32(p.waiting), added, after} //nolint:gosec // at most MaxSteps
 		jobs[p.step.Name] = jobIDs[k]
 		for _, e := range p.deps {
-			deps = append(deps, []any{id, e.on, p.step.Name, e.satisfied})
+			on, ok := jobs[e.on]
+			if !ok {
+				on = e.onJob
+			}
+			deps = append(deps, []any{on, jobIDs[k]})
 		}
 		if p.doomed != "" {
 			doomed, doomedBy = append(doomed, jobIDs[k]), p.doomed
@@ -180,7 +186,7 @@ func insertSteps(ctx context.Context, tx pgx.Tx, ins Inserter, id, addedBy strin
 	}
 	if len(deps) > 0 {
 		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"ferry_workflow_dep"},
-			[]string{"workflow_id", "depends_on", "step", "satisfied"}, pgx.CopyFromRows(deps)); err != nil {
+			[]string{"depends_on", "step"}, pgx.CopyFromRows(deps)); err != nil {
 			return nil, fmt.Errorf("workflow: insert %s: dependencies: %w", id, err)
 		}
 	}
@@ -400,22 +406,22 @@ WHERE workflow_id = $1 AND name = ANY ($2)`, id, named)
   UNION
     SELECT s.name, s.added_by FROM up JOIN ferry_workflow_step s ON s.workflow_id = $1 AND s.name = up.added_by
 )
-SELECT s.name FROM ferry_workflow_step s
+SELECT s.job_id FROM ferry_workflow_step s
 WHERE s.workflow_id = $1 AND s.outcome IS NULL AND s.after_added_by IN (SELECT name FROM up)
 ORDER BY s.job_id FOR NO KEY UPDATE OF s`, id, adder)
-	fanIns, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	fanIns, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	if err != nil {
 		return nil, fmt.Errorf("workflow: add to %s: %w", id, err)
 	}
 	if len(fanIns) > 0 {
 		// The fan-ins and the steps downstream of them wait for the new
 		// steps: none of these may be a new step's dependency.
-		rows, _ = tx.Query(ctx, `WITH RECURSIVE down(name) AS (
-    SELECT unnest($2::text[])
+		rows, _ = tx.Query(ctx, `WITH RECURSIVE down(job) AS (
+    SELECT unnest($1::bigint[])
   UNION
-    SELECT e.step FROM down JOIN ferry_workflow_dep e ON e.workflow_id = $1 AND e.depends_on = down.name
+    SELECT e.step FROM down JOIN ferry_workflow_dep e ON e.depends_on = down.job
 )
-SELECT name FROM down`, id, fanIns)
+SELECT s.name FROM down JOIN ferry_workflow_step s ON s.job_id = down.job`, fanIns)
 		blocked, err := pgx.CollectRows(rows, pgx.RowTo[string])
 		if err != nil {
 			return nil, fmt.Errorf("workflow: add to %s: %w", id, err)
@@ -430,16 +436,19 @@ SELECT name FROM down`, id, fanIns)
 		s := steps[i]
 		p := planned{step: s}
 		for _, d := range s.DependsOn {
-			e := edge{on: d}
-			if h, ok := have[d]; ok && h.outcome != nil {
-				switch {
-				case *h.outcome == "completed" || s.IgnoreFailedDeps:
-					e.satisfied = true
-				case p.doomed == "":
-					p.doomed = d
+			e, counted := edge{on: d}, false
+			if h, ok := have[d]; ok {
+				e.onJob = h.jobID
+				if h.outcome != nil {
+					switch {
+					case *h.outcome == "completed" || s.IgnoreFailedDeps:
+						counted = true
+					case p.doomed == "":
+						p.doomed = d
+					}
 				}
 			}
-			if !e.satisfied {
+			if !counted {
 				p.waiting++
 			}
 			p.deps = append(p.deps, e)
@@ -451,13 +460,13 @@ SELECT name FROM down`, id, fanIns)
 		return nil, err
 	}
 	if len(fanIns) > 0 {
-		newNames := slices.Sorted(maps.Keys(jobs))
-		if _, err := tx.Exec(ctx, `INSERT INTO ferry_workflow_dep (workflow_id, depends_on, step)
-SELECT $1, n, f FROM unnest($2::text[]) n, unnest($3::text[]) f`, id, newNames, fanIns); err != nil {
+		newJobs := slices.Sorted(maps.Values(jobs))
+		if _, err := tx.Exec(ctx, `INSERT INTO ferry_workflow_dep (depends_on, step)
+SELECT n, f FROM unnest($1::bigint[]) n, unnest($2::bigint[]) f`, newJobs, fanIns); err != nil {
 			return nil, fmt.Errorf("workflow: add to %s: fan-in: %w", id, err)
 		}
-		if _, err := tx.Exec(ctx, `UPDATE ferry_workflow_step SET waiting = waiting + $3
-WHERE workflow_id = $1 AND name = ANY ($2)`, id, fanIns, len(newNames)); err != nil {
+		if _, err := tx.Exec(ctx, `UPDATE ferry_workflow_step SET waiting = waiting + $2
+WHERE job_id = ANY ($1)`, fanIns, len(newJobs)); err != nil {
 			return nil, fmt.Errorf("workflow: add to %s: fan-in: %w", id, err)
 		}
 	}

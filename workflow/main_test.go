@@ -71,9 +71,8 @@ func (w *stepWorker) Work(ctx context.Context, job *river.Job[stepArgs]) error {
 	h := w.h
 	var open int
 	if err := h.pool.QueryRow(ctx, `SELECT count(*) FROM ferry_workflow_dep e
-JOIN ferry_workflow_step d ON d.workflow_id = e.workflow_id AND d.name = e.depends_on
-JOIN ferry_workflow_step s ON s.workflow_id = e.workflow_id AND s.name = e.step
-LEFT JOIN river_job j ON j.id = d.job_id
+JOIN ferry_workflow_step s ON s.job_id = e.step
+LEFT JOIN river_job j ON j.id = e.depends_on
 WHERE s.job_id = $1 AND NOT s.ignore_failed_deps AND s.mode = 'all' AND j.state IS DISTINCT FROM 'completed'`,
 		job.ID).Scan(&open); err != nil {
 		return err

@@ -62,15 +62,15 @@ WHERE s.workflow_id = $1 AND s.name = $2`, id, step).Scan(&state, &raw)
 // Outputs returns the outputs of job's dependencies that completed and
 // recorded one, by step name.
 func Outputs(ctx context.Context, db DB, job *rivertype.JobRow) (map[string]json.RawMessage, error) {
-	id, step, ok := FromJob(job)
+	_, step, ok := FromJob(job)
 	if !ok {
 		return nil, ErrNotAStep
 	}
-	rows, _ := db.Query(ctx, `SELECT e.depends_on, j.metadata->'output'
+	rows, _ := db.Query(ctx, `SELECT s.name, j.metadata->'output'
 FROM ferry_workflow_dep e
-JOIN ferry_workflow_step s ON s.workflow_id = e.workflow_id AND s.name = e.depends_on
-JOIN river_job j ON j.id = s.job_id
-WHERE e.workflow_id = $1 AND e.step = $2 AND j.state = 'completed' AND j.metadata ? 'output'`, id, step)
+JOIN ferry_workflow_step s ON s.job_id = e.depends_on
+JOIN river_job j ON j.id = e.depends_on
+WHERE e.step = $1 AND j.state = 'completed' AND j.metadata ? 'output'`, job.ID)
 	out := map[string]json.RawMessage{}
 	var (
 		name string
@@ -273,10 +273,11 @@ func Get(ctx context.Context, db DB, id string) (*Info, error) {
 	}
 	rows, _ := db.Query(ctx, `SELECT s.name, s.job_id, coalesce(j.kind, ''), coalesce(j.queue, ''),
     coalesce(j.state::text, 'deleted'), coalesce(j.attempt, 0), coalesce(j.max_attempts, 0),
-    coalesce((SELECT array_agg(e.depends_on ORDER BY e.depends_on) FROM ferry_workflow_dep e
-              WHERE e.workflow_id = s.workflow_id AND e.step = s.name), '{}'),
+    coalesce((SELECT array_agg(d.name ORDER BY d.name) FROM ferry_workflow_dep e
+              JOIN ferry_workflow_step d ON d.job_id = e.depends_on WHERE e.step = s.job_id), '{}'),
     s.waiting, s.ignore_failed_deps, coalesce(s.added_by, ''), coalesce(s.after_added_by, ''),
-    coalesce(s.cancel_reason, ''), j.created_at, s.ready_at, j.attempted_at, j.finalized_at,
+    coalesce(s.cancel_reason, ''), j.created_at,
+    CASE WHEN j.state <> 'pending' THEN (j.metadata->>'ferry_ready_at')::timestamptz END, j.attempted_at, j.finalized_at,
     coalesce(j.errors[array_upper(j.errors, 1)]->>'error', '')
 FROM ferry_workflow_step s LEFT JOIN river_job j ON j.id = s.job_id
 WHERE s.workflow_id = $1 ORDER BY s.job_id`, id)

@@ -34,7 +34,7 @@ type workflowResult struct {
 	InsertRatioRounds []float64 `json:"workflow_insert_ratio_rounds"`
 	// FanIn*: a fan-in step after 1,000 dependencies, Trials times, on a
 	// running server: from the commit that completed the last dependency
-	// (the step's release, ready_at) to the fan-in's start (its fetch,
+	// (the step's release, metadata ferry_ready_at) to the fan-in's start (its fetch,
 	// attempted_at), both on the database's clock; and from the last
 	// dependency's finalized_at (its worker's return) to the fan-in's
 	// start, which adds the completion's own commit.
@@ -235,7 +235,7 @@ func waitFanIn(ctx context.Context, pool *pgxpool.Pool, id string) (release, fro
 		time.Sleep(50 * time.Millisecond)
 	}
 	err = pool.QueryRow(ctx, `SELECT
-    extract(epoch FROM j.attempted_at - s.ready_at) * 1000,
+    extract(epoch FROM j.attempted_at - (j.metadata->>'ferry_ready_at')::timestamptz) * 1000,
     extract(epoch FROM j.attempted_at - (SELECT max(d.finalized_at) FROM ferry_workflow_step ds JOIN river_job d ON d.id = ds.job_id
                                          WHERE ds.workflow_id = s.workflow_id AND ds.name <> 'join')) * 1000
 FROM ferry_workflow_step s JOIN river_job j ON j.id = s.job_id

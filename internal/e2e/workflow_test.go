@@ -226,10 +226,9 @@ func TestWorkflow_KillWorkerMidWorkflow(t *testing.T) {
 	}
 	var early int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM ferry_workflow_dep e
-JOIN ferry_workflow_step ds ON ds.workflow_id = e.workflow_id AND ds.name = e.depends_on
-JOIN ferry_workflow_step ss ON ss.workflow_id = e.workflow_id AND ss.name = e.step
-JOIN river_job d ON d.id = ds.job_id JOIN river_job s ON s.id = ss.job_id
-WHERE e.workflow_id = 'killed' AND s.attempted_at < d.finalized_at`).Scan(&early))
+JOIN ferry_workflow_step ss ON ss.job_id = e.step
+JOIN river_job d ON d.id = e.depends_on JOIN river_job s ON s.id = e.step
+WHERE ss.workflow_id = 'killed' AND s.attempted_at < d.finalized_at`).Scan(&early))
 	require.Zero(t, early, "steps fetched before a dependency completed")
 	stop(t, bProc, stopTimeout)
 	stop(t, leader, stopTimeout)

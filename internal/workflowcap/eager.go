@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -19,6 +20,18 @@ import (
 // flight is left to River's completer.
 const EagerCompletions = 4
 
+// eagerBelow is the rate, in steps ended per eagerWindow in this process,
+// from which eager completion stands aside: River's completer commits
+// its batch on each 50 ms tick once 100 completions wait, so above this
+// rate it is as prompt as an eager commit and costs far less (one
+// statement, and one release pass of the trigger, for the whole batch;
+// measured: the layered DAG of the bench ran at 0.35 of plain jobs with
+// every step eager, 0.46 with none).
+const (
+	eagerBelow  = 10
+	eagerWindow = 50 * time.Millisecond
+)
+
 // stepKey is how the metadata of a workflow's step names its workflow.
 var stepKey = []byte(`"ferry_workflow"`)
 
@@ -27,7 +40,8 @@ var stepKey = []byte(`"ferry_workflow"`)
 // the step recorded), so that the steps that wait for it are released at
 // once: River's completer batches completions and, below 100 waiting,
 // commits them every 250 ms, which a chain of steps would pay at each
-// link. At most EagerCompletions at a time: under load River's completer
+// link. At most EagerCompletions at a time, and only while no more than
+// eagerBelow steps end per eagerWindow: under load River's completer
 // fills its batches and commits them as they fill, and takes the rest.
 // When the eager completion fails, River's completer completes the job,
 // as it would have.
@@ -41,6 +55,11 @@ type eager struct {
 	slots chan struct{}
 	done  *prometheus.CounterVec
 	delay prometheus.Histogram // nil observes nothing
+
+	mu     sync.Mutex
+	since  time.Time // the current window's start
+	now    int       // steps ended in the current window
+	before int       // and in the one before it
 }
 
 func newEager(pool *pgxpool.Pool, delay prometheus.Histogram) *eager {
@@ -66,6 +85,10 @@ func (e *eager) Work(ctx context.Context, job *rivertype.JobRow, doInner func(co
 	if err := doInner(ctx); err != nil {
 		return err
 	}
+	if e.busy(time.Now()) {
+		e.done.WithLabelValues("river").Inc()
+		return nil
+	}
 	select {
 	case e.slots <- struct{}{}:
 	default:
@@ -87,6 +110,22 @@ func (e *eager) Work(ctx context.Context, job *rivertype.JobRow, doInner func(co
 	}
 	e.done.WithLabelValues("eager").Inc()
 	return nil
+}
+
+// busy counts a step that ended at t and tells whether this process's
+// steps end too fast for eager completion to pay: more than eagerBelow
+// in this window and the one before it.
+func (e *eager) busy(t time.Time) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch d := t.Sub(e.since); {
+	case d >= 2*eagerWindow:
+		e.since, e.now, e.before = t, 0, 0
+	case d >= eagerWindow:
+		e.since, e.now, e.before = e.since.Add(eagerWindow), 0, e.now
+	}
+	e.now++
+	return e.now+e.before > eagerBelow
 }
 
 // observeDelay observes a released step's start delay: from the release

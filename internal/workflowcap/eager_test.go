@@ -80,3 +80,18 @@ func TestEager_CompletesStepsAtOnceWithTheirOutput(t *testing.T) {
 	}
 	require.Equal(t, []byte("4"), last.Output(), "and the last one too")
 }
+
+// Above eagerBelow steps per window the eager completion stands aside for
+// River's batching completer, and comes back once the rate falls.
+func TestEager_StandsAsideUnderLoad(t *testing.T) {
+	e := newEager(nil, nil)
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i := range eagerBelow {
+		require.False(t, e.busy(t0.Add(time.Duration(i)*time.Millisecond)), "step %d of a slow stream", i+1)
+	}
+	require.True(t, e.busy(t0.Add(eagerBelow*time.Millisecond)), "one more in the same window")
+	// The next window still counts the one before it.
+	require.True(t, e.busy(t0.Add(eagerWindow+time.Millisecond)))
+	// Two quiet windows later the stream is slow again.
+	require.False(t, e.busy(t0.Add(4*eagerWindow)))
+}

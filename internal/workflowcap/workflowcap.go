@@ -121,7 +121,7 @@ func Clean(ctx context.Context, pool *pgxpool.Pool, keep time.Duration, batch in
 ), j AS (
     DELETE FROM river_job WHERE id IN (SELECT s.job_id FROM ferry_workflow_step s JOIN w ON s.workflow_id = w.id)
 ), e AS (
-    DELETE FROM ferry_workflow_dep WHERE workflow_id IN (SELECT id FROM w)
+    DELETE FROM ferry_workflow_dep WHERE step IN (SELECT s.job_id FROM ferry_workflow_step s JOIN w ON s.workflow_id = w.id)
 ), s AS (
     DELETE FROM ferry_workflow_step WHERE workflow_id IN (SELECT id FROM w)
 )

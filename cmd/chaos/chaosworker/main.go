@@ -125,10 +125,9 @@ func (w *stepWorker) Work(ctx context.Context, job *river.Job[StepArgs]) error {
     count(*) FILTER (WHERE j.state IS DISTINCT FROM 'completed' AND NOT s.ignore_failed_deps),
     count(*) FILTER (WHERE j.state = 'completed')
 FROM ferry_workflow_dep e
-JOIN ferry_workflow_step s ON s.workflow_id = e.workflow_id AND s.name = e.step
-JOIN ferry_workflow_step d ON d.workflow_id = e.workflow_id AND d.name = e.depends_on
-LEFT JOIN river_job j ON j.id = d.job_id
-WHERE e.workflow_id = $1 AND e.step = $2`, id, step).Scan(&open, &completed); err != nil {
+JOIN ferry_workflow_step s ON s.job_id = e.step
+LEFT JOIN river_job j ON j.id = e.depends_on
+WHERE e.step = $1`, job.ID).Scan(&open, &completed); err != nil {
 		return err
 	}
 	outputs, err := workflow.Outputs(ctx, pool, job.JobRow)
