@@ -239,12 +239,9 @@ BEGIN
     -- Downstream of each failure: every open step that waits for it, or
     -- for one of those, to complete.
     WITH RECURSIVE down(job_id, why) AS (
-        SELECT t.job_id, format('dependency %s ended %s', es.name, e.outcome)
+        SELECT e.job_id, format('dependency %s ended %s', es.name, e.outcome)
         FROM unnest(e_job, e_out) AS e(job_id, outcome)
         CROSS JOIN LATERAL (SELECT es.name FROM ferry_workflow_step es WHERE es.job_id = e.job_id OFFSET 0) es
-        CROSS JOIN LATERAL (SELECT dep.step FROM ferry_workflow_dep dep WHERE dep.depends_on = e.job_id OFFSET 0) d
-        CROSS JOIN LATERAL (SELECT t.job_id FROM ferry_workflow_step t
-                            WHERE t.job_id = d.step AND coalesce(t.outcome, '') = '' AND t.mode = 'all' AND NOT t.ignore_failed_deps OFFSET 0) t
         WHERE e.outcome <> 'completed'
       UNION
         SELECT t.job_id, down.why
@@ -253,7 +250,8 @@ BEGIN
         CROSS JOIN LATERAL (SELECT t.job_id FROM ferry_workflow_step t
                             WHERE t.job_id = d.step AND coalesce(t.outcome, '') = '' AND t.mode = 'all' AND NOT t.ignore_failed_deps OFFSET 0) t
     )
-    SELECT array_agg(DISTINCT down.job_id), min(down.why) INTO doomed, cause FROM down;
+    SELECT array_agg(DISTINCT down.job_id), min(down.why) INTO doomed, cause
+    FROM down WHERE down.job_id <> ALL (e_job);
     IF doomed IS NOT NULL THEN
         PERFORM ferry_workflow_cancel(doomed, 'dependency', 'workflow: not run: ' || cause, false);
     END IF;
