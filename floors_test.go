@@ -19,7 +19,7 @@ var floors = []struct {
 	{"library modules", []string{"/jobs", "/outbox", "/seal", "/locks", "/broadcast", "/migrations", "/otelferry", "/workflow"}},
 	{"capabilities", []string{
 		"/election", "/periodic", "/telegram", "/internal/admin", "/internal/broadcastcap", "/internal/capability",
-		"/internal/config", "/internal/lease", "/internal/limit", "/internal/liveness", "/internal/lockcap",
+		"/internal/config", "/internal/lease", "/internal/limit", "/internal/liveness", "/internal/lockcap", "/internal/pilot",
 		"/internal/logging", "/internal/metrics", "/internal/outboxcap", "/internal/queuecap", "/internal/retention",
 		"/internal/sealcap", "/internal/settings", "/internal/tracing", "/internal/workflowcap",
 	}},

@@ -43,6 +43,7 @@ import (
 	"github.com/ferryq/ferry/internal/logging"
 	"github.com/ferryq/ferry/internal/metrics"
 	"github.com/ferryq/ferry/internal/outboxcap"
+	"github.com/ferryq/ferry/internal/pilot"
 	"github.com/ferryq/ferry/internal/queuecap"
 	"github.com/ferryq/ferry/internal/retention"
 	"github.com/ferryq/ferry/internal/sealcap"
@@ -166,7 +167,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// The capabilities record what they contribute, in order; the River
 	// clients are built from the record.
 	s.build = &capability.Build{Ctx: ctx, Pool: s.pool, Sessions: s.sessions, Schema: cfg.Database.Schema, ClientID: s.clientID, Logger: cfg.Logger,
-		Kinds: registry, Metrics: s.metrics.Registry, Gatherer: s.metrics.Registry, Elector: s.elector, Queues: queues}
+		Kinds: registry, Metrics: s.metrics.Registry, Gatherer: s.metrics.Registry, Elector: s.elector, Queues: queues, Pilot: &pilot.Pilot{}}
 	build := s.build
 	// The jobs' own middleware: the unique-key middleware makes
 	// jobs.WithUniqueKey hold on every insert through this client (the

@@ -563,13 +563,8 @@ func TestServer_RelayInserter(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(srv.Close)
 
-	cfg, err := pgxpool.ParseConfig(url)
-	require.NoError(t, err)
 	counter := &notifyCounter{}
-	cfg.ConnConfig.Tracer = counter
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool := pgtest.TracedPoolFor(t, url, counter)
 
 	// Three inserts into one queue, each in a transaction of its own
 	// (rolled back: only the statements sent count), spaced past the

@@ -37,6 +37,7 @@ func TestSettings_NamesAreTheContract(t *testing.T) {
 		"Queues.FetchPollInterval FERRY_FETCH_POLL_INTERVAL fetch-poll-interval ",
 		"Queues.JobTimeout FERRY_JOB_TIMEOUT job-timeout ",
 		"Queues.ShutdownGrace FERRY_SHUTDOWN_GRACE shutdown-grace ",
+		"Queues.PriorityAging FERRY_PRIORITY_AGING priority-aging ",
 		"Leader.Key FERRY_ELECTION_KEY election-key ",
 		"Leader.Tick FERRY_LEADER_TICK leader-tick ",
 		"Leader.TickTimeout FERRY_LEADER_TICK_TIMEOUT leader-tick-timeout ",

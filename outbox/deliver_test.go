@@ -1064,13 +1064,8 @@ func TestDeliverWorker_HandlerReadsInItsTransaction(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := deliverSetup(t)
-	cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
-	require.NoError(t, err)
 	trace := &statementTracer{}
-	cfg.ConnConfig.Tracer = trace
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool := pgtest.TracedPoolFor(t, pgtest.URL(t), trace)
 
 	var (
 		before = int64(-1)

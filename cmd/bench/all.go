@@ -175,21 +175,30 @@ type results struct {
 	// recount's count alone running so (recountFetchResult); recounting
 	// over idle (the CPU of counting, on two cores), and recounting over
 	// counting alone (what the recount adds: a lock or a wait).
-	BoundedFetchP99MS               *float64          `json:"bounded_fetch_p99_ms"`
-	BoundedFetchP99RecountingMS     *float64          `json:"bounded_fetch_p99_recounting_ms"`
-	BoundedFetchP99CountingMS       *float64          `json:"bounded_fetch_p99_counting_ms"`
-	BoundedFetchRecountRatio        *float64          `json:"bounded_fetch_p99_recount_ratio"`
-	BoundedFetchRecountVsCountRatio *float64          `json:"bounded_fetch_p99_recount_vs_count_ratio"`
-	BoundedInsertRatio              *float64          `json:"bounded_insert_ratio"`
-	BoundedBulkRatio                *float64          `json:"bounded_bulk_ratio"`
-	TriggerInsertRatio              *float64          `json:"unbounded_trigger_insert_ratio"`
-	TriggerBulkRatio                *float64          `json:"unbounded_trigger_bulk_ratio"`
-	PgBouncerWorkerRatio            *float64          `json:"pgbouncer_worker_ratio"`
-	PgBouncerLatencyP50MS           *float64          `json:"pgbouncer_latency_insert_to_start_p50_ms"`
-	PgBouncerLatencyP99MS           *float64          `json:"pgbouncer_latency_insert_to_start_p99_ms"`
-	BroadcastP99MS                  *float64          `json:"broadcast_p99_ms"`
-	BroadcastMsgsPerSec             *float64          `json:"broadcast_msgs_per_sec"`
-	Notes                           map[string]string `json:"notes"`
+	BoundedFetchP99MS               *float64 `json:"bounded_fetch_p99_ms"`
+	BoundedFetchP99RecountingMS     *float64 `json:"bounded_fetch_p99_recounting_ms"`
+	BoundedFetchP99CountingMS       *float64 `json:"bounded_fetch_p99_counting_ms"`
+	BoundedFetchRecountRatio        *float64 `json:"bounded_fetch_p99_recount_ratio"`
+	BoundedFetchRecountVsCountRatio *float64 `json:"bounded_fetch_p99_recount_vs_count_ratio"`
+	BoundedInsertRatio              *float64 `json:"bounded_insert_ratio"`
+	BoundedBulkRatio                *float64 `json:"bounded_bulk_ratio"`
+	TriggerInsertRatio              *float64 `json:"unbounded_trigger_insert_ratio"`
+	TriggerBulkRatio                *float64 `json:"unbounded_trigger_bulk_ratio"`
+	PgBouncerWorkerRatio            *float64 `json:"pgbouncer_worker_ratio"`
+	PgBouncerLatencyP50MS           *float64 `json:"pgbouncer_latency_insert_to_start_p50_ms"`
+	PgBouncerLatencyP99MS           *float64 `json:"pgbouncer_latency_insert_to_start_p99_ms"`
+	BroadcastP99MS                  *float64 `json:"broadcast_p99_ms"`
+	BroadcastMsgsPerSec             *float64 `json:"broadcast_msgs_per_sec"`
+	// Workflows (-mode workflow) and priority aging (-mode aging): full
+	// runs only.
+	WorkflowStepRatio    *float64          `json:"workflow_step_ratio"`
+	WorkflowInsertRatio  *float64          `json:"workflow_insert_ratio"`
+	WorkflowFanInP99MS   *float64          `json:"workflow_fanin_ms_p99"`
+	WorkflowFanInP50MS   *float64          `json:"workflow_fanin_ms_p50"`
+	AgingMaxWaitMS       *float64          `json:"aging_max_wait_ms"`
+	AgingOffLowStarted   *float64          `json:"aging_off_low_started"`
+	AgingThroughputRatio *float64          `json:"aging_throughput_ratio"`
+	Notes                map[string]string `json:"notes"`
 	// StepSeconds is how long each step of the run took, by the name it
 	// prints; TotalSeconds the whole run's (bench:quick's target: 180).
 	StepSeconds  map[string]float64 `json:"step_seconds"`
@@ -420,6 +429,21 @@ func runAll(ctx context.Context, serverURL, path string, quick bool) error {
 		}
 		if r.FetchP99CountsMS > 0 {
 			res.BoundedFetchRecountVsCountRatio = ptr(r.FetchP99RecountsMS / r.FetchP99CountsMS)
+		}
+	}
+	if !quick {
+		step("workflows: a 10,000-step layered DAG and its insert against plain jobs, paired rounds; fan-in after 1,000 dependencies")
+		if r, err := workflowBench(ctx, serverURL, 10_000, sz.rounds, 100); err != nil {
+			note("workflow", err)
+		} else {
+			res.WorkflowStepRatio, res.WorkflowInsertRatio = ptr(r.StepRatio), ptr(r.InsertRatio)
+			res.WorkflowFanInP99MS, res.WorkflowFanInP50MS = ptr(r.FanInP99MS), ptr(r.FanInP50MS)
+		}
+		step("priority aging: priority-4 jobs under a flood of priority-1 jobs, aging of 10 s, then off")
+		if r, err := agingBench(ctx, serverURL, 10*time.Second, 30*time.Second); err != nil {
+			note("aging", err)
+		} else {
+			res.AgingMaxWaitMS, res.AgingOffLowStarted, res.AgingThroughputRatio = ptr(r.MaxWaitMS), ptr(float64(r.OffStarted)), ptr(r.ThroughputRatio)
 		}
 	}
 	step("broadcast: 1,000 signed messages/s to 3 subscriber processes")
@@ -693,6 +717,12 @@ func tableRows(r results) []tableRow {
 		{label: "bounded fetch p99, recounting / counting alone", v: r.BoundedFetchRecountVsCountRatio, target: "≤ 1.2", key: "bounded_fetch_p99_recount_vs_count_ratio", goal: atMost(1.2)},
 		{label: "broadcast publish to delivery p99, 3 processes", v: r.BroadcastP99MS, unit: "ms", target: "≤ 5 ms", key: "broadcast_p99_ms", goal: atMost(5)},
 		{label: "broadcast rate delivered to each of 3 processes", v: r.BroadcastMsgsPerSec, unit: "msgs/s", target: "1,000/s"},
+		{label: "workflow steps/s / plain jobs/s (10,000-step layered DAG)", v: r.WorkflowStepRatio, target: "≥ 0.8", key: "workflow_step_ratio", goal: atLeast(0.8)},
+		{label: "workflow InsertTx / InsertManyFastTx (10,000 steps)", v: r.WorkflowInsertRatio, target: "≥ 0.5", key: "workflow_insert_ratio", goal: atLeast(0.5)},
+		{label: "workflow fan-in after 1,000 dependencies, release to start p99", v: r.WorkflowFanInP99MS, unit: "ms", target: "≤ 25 ms", key: "workflow_fanin_ms_p99", goal: atMost(25)},
+		{label: "priority aging 10 s: priority-4 max wait under a priority-1 flood", v: r.AgingMaxWaitMS, unit: "ms", target: "≤ 40 s", key: "aging_max_wait_ms", goal: atMost(40_000)},
+		{label: "priority aging off: priority-4 jobs that started under the flood", v: r.AgingOffLowStarted, target: "measured"},
+		{label: "priority aging: flood throughput with aging / without", v: r.AgingThroughputRatio, target: "measured"},
 		{label: "lock handover p99 (16 processes)", v: r.LockHandoverP99MS, unit: "ms", target: "≤ 10 ms", key: "lock_handover_p99_ms", goal: atMost(10)},
 		{label: "lock overlaps (fencing oracle, kills)", v: r.LockOverlaps, target: "0", key: "lock_overlaps", goal: atMost(0)},
 		{label: "lock kill -9 to the lock free (its lease's expiry), max (1 s ttl)", v: r.LockKillFreeMSMax, unit: "ms", target: "≤ ttl", key: "lock_kill_free_ms_max", goal: atMost(1000)},

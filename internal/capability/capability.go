@@ -38,6 +38,7 @@ import (
 	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/ferryq/ferry/internal/pilot"
 	"github.com/ferryq/ferry/jobs"
 )
 
@@ -137,6 +138,10 @@ type Build struct {
 	// (none: a client that only inserts, which runs no job and has no
 	// events).
 	Queues map[string]int
+	// Pilot is the River pilot of the server's working client: a
+	// capability sets its part of it (the workflows' job cleaner, the
+	// fetch of priority aging).
+	Pilot *pilot.Pilot
 
 	river, insertOnly *river.Client[pgx.Tx]
 
@@ -149,7 +154,6 @@ type Build struct {
 	pages      []Page
 	names      []string
 	onRiver    []func(*river.Client[pgx.Tx]) error
-	drivers    []func(riverdriver.Driver[pgx.Tx]) riverdriver.Driver[pgx.Tx]
 }
 
 type placed struct {
@@ -256,20 +260,13 @@ func (b *Build) FencedLeader(name string, run Runnable) {
 	b.leaders = append(b.leaders, leader{name: name, run: run, fenced: true})
 }
 
-// WrapDriver records a wrapper of the River driver of the server's
-// working client: a driver that gives River a pilot of ferry's own (the
-// workflows' job cleaner, which spares the steps of running workflows).
-// Wrappers apply in the order recorded, each around the last.
-func (b *Build) WrapDriver(wrap func(riverdriver.Driver[pgx.Tx]) riverdriver.Driver[pgx.Tx]) {
-	b.drivers = append(b.drivers, wrap)
-}
-
-// Driver is d inside the recorded wrappers.
+// Driver is d, with the server's pilot (Build.Pilot) when a capability
+// has set a part of it.
 func (b *Build) Driver(d riverdriver.Driver[pgx.Tx]) riverdriver.Driver[pgx.Tx] {
-	for _, wrap := range b.drivers {
-		d = wrap(d)
+	if b.Pilot == nil || !b.Pilot.Set() {
+		return d
 	}
-	return d
+	return pilot.NewDriver(d, b.Pilot)
 }
 
 // Ready records a readiness check of /readyz: an error says why the

@@ -4,7 +4,8 @@
 // library module that inserting services import): the capability that
 // records this worker's bound and worker count of every
 // queue it works or bounds in ferry_queue, and gives back, on the leader,
-// the admissions of transactions that rolled back.
+// the admissions of transactions that rolled back; and priority aging,
+// the order in which the worker fetches (aging.go).
 package queuecap
 
 import (
@@ -30,8 +31,8 @@ func New(sec Section) *Capability { return &Capability{sec: sec} }
 func (*Capability) Name() string { return "queues" }
 
 // Build records the bounds now (the last worker started wins, and says
-// which bounds it changed) and the recount on the leader
-// ("queue-recount").
+// which bounds it changed), the recount on the leader ("queue-recount")
+// and, with priority aging, the fetch that ages.
 func (c *Capability) Build(b *capability.Build) error {
 	changes, err := jobs.SetQueueBounds(b.Ctx, b.Pool, Bounds(c.sec, b.Queues))
 	if err != nil {
@@ -39,6 +40,9 @@ func (c *Capability) Build(b *capability.Build) error {
 	}
 	jobs.LogBoundChanges(b.Logger, changes)
 	b.Leader("queue-recount", jobs.QueueRecounter(b.Pool, RecountEvery, b.Logger))
+	if c.sec.PriorityAging > 0 && b.Pilot != nil {
+		return b.Pilot.SetGetAvailable(agingFetch(b.Pool, c.sec.PriorityAging))
+	}
 	return nil
 }
 

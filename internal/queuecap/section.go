@@ -69,7 +69,16 @@ type Section struct {
 	// before it cancels them. A cancelled job goes back to available, its
 	// interrupted attempt uncounted; it is never lost.
 	ShutdownGrace time.Duration `env:"FERRY_SHUTDOWN_GRACE" flag:"shutdown-grace" usage:"time running jobs get to finish on stop before they are cancelled (and retried)"`
+	// PriorityAging, when set, lifts a waiting job one priority level per
+	// period it has waited, up to level 1, in the order this process
+	// fetches every queue's jobs (see aging.go); 0, the default, is off:
+	// River's order, priority first.
+	PriorityAging time.Duration `env:"FERRY_PRIORITY_AGING" flag:"priority-aging" usage:"a job that has waited this long is fetched as if one priority level higher, and one more per further period (up to 1); 0 is off"`
 }
+
+// MinPriorityAging is the shortest aging period: a shorter one would
+// order the fetch by age alone.
+const MinPriorityAging = time.Second
 
 // Check returns what is wrong with a defaulted sec, one error each.
 func (sec Section) Check() error {
@@ -103,6 +112,9 @@ func (sec Section) Check() error {
 	}
 	if sec.ShutdownGrace < 0 {
 		errs = append(errs, fmt.Errorf("shutdown grace %s is negative", sec.ShutdownGrace))
+	}
+	if sec.PriorityAging != 0 && sec.PriorityAging < MinPriorityAging {
+		errs = append(errs, fmt.Errorf("priority aging %s is below %s (0 is off)", sec.PriorityAging, MinPriorityAging))
 	}
 	return errors.Join(errs...)
 }

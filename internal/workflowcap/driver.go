@@ -7,52 +7,38 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river/riverdriver"
-	"github.com/riverqueue/river/rivershared/baseservice"
-	"github.com/riverqueue/river/rivershared/riverpilot"
+
+	"github.com/ferryq/ferry/internal/pilot"
 )
 
-// Driver is a River driver that gives River a pilot of ferry's own: River's
-// standard pilot, but for its job cleaner's delete, which spares every
-// workflow step's job (the workflows' retention deletes them, a workflow
-// at a time, once it has ended).
-//
-// River plugs a pilot in through its driver (an interface River keeps
-// unexported, PluginInit and PluginPilot, River Pro's way in); the pilot
-// interface is River's internal API, so a River upgrade that changes it
-// fails to compile here, and TestPilot_RiverDeleteParamsUnchanged fails
-// when the cleaner's parameters change, so that the delete below never
+// NewDriver wraps d in a driver whose pilot's job cleaner spares every
+// workflow step's job (DeleteBefore): for a River client of its own, as
+// the tests run one; a ferry server sets the part on its one pilot.
+func NewDriver(d riverdriver.Driver[pgx.Tx], pool *pgxpool.Pool) *pilot.Driver {
+	p := &pilot.Pilot{}
+	_ = p.SetDeleteBefore(DeleteBefore(pool))
+	return pilot.NewDriver(d, p)
+}
+
+// DeleteBefore is River's job cleaner's delete, but for every workflow
+// step's job (the workflows' retention deletes them, a workflow at a
+// time, once it has ended); pool runs it. TestPilot_RiverDeleteParamsUnchanged
+// fails when the cleaner's parameters change, so that the delete never
 // silently drifts from River's.
-type Driver struct {
-	riverdriver.Driver[pgx.Tx]
-	pilot *pilot
+func DeleteBefore(pool *pgxpool.Pool) pilot.DeleteBefore {
+	return func(ctx context.Context, _ riverdriver.Executor, params *riverdriver.JobDeleteBeforeParams) (int, error) {
+		return deleteBefore(ctx, pool, params)
+	}
 }
 
-// NewDriver wraps d; pool runs the cleaner's delete.
-func NewDriver(d riverdriver.Driver[pgx.Tx], pool *pgxpool.Pool) *Driver {
-	return &Driver{Driver: d, pilot: &pilot{pool: pool}}
-}
-
-// PluginInit implements River's driver plugin.
-func (d *Driver) PluginInit(*baseservice.Archetype) {}
-
-// PluginPilot implements River's driver plugin.
-func (d *Driver) PluginPilot() riverpilot.Pilot { return d.pilot }
-
-type pilot struct {
-	riverpilot.StandardPilot
-	pool *pgxpool.Pool
-}
-
-var _ riverpilot.PilotJobDeleter = (*pilot)(nil)
-
-// JobDeleteBefore is River's cleaner's delete (River's JobDeleteBefore
-// query, riverpgxv5's dbsqlc/river_job.sql), but for workflow steps.
-func (p *pilot) JobDeleteBefore(ctx context.Context, _ riverdriver.Executor, params *riverdriver.JobDeleteBeforeParams) (int, error) {
+// deleteBefore is River's JobDeleteBefore query (riverpgxv5's
+// dbsqlc/river_job.sql), but for workflow steps.
+func deleteBefore(ctx context.Context, pool *pgxpool.Pool, params *riverdriver.JobDeleteBeforeParams) (int, error) {
 	table := "river_job"
 	if params.Schema != "" {
 		table = pgx.Identifier{params.Schema, "river_job"}.Sanitize()
 	}
-	tag, err := p.pool.Exec(ctx, `DELETE FROM `+table+` WHERE id IN (
+	tag, err := pool.Exec(ctx, `DELETE FROM `+table+` WHERE id IN (
     SELECT id FROM `+table+`
     WHERE ((state = 'cancelled' AND $1 AND finalized_at < $2::timestamptz)
         OR (state = 'completed' AND $3 AND finalized_at < $4::timestamptz)

@@ -16,9 +16,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river/riverdriver"
 
 	"github.com/ferryq/ferry/internal/base/loop"
 	"github.com/ferryq/ferry/internal/capability"
@@ -75,7 +73,9 @@ func (*Capability) Name() string { return "workflows" }
 // console's page.
 func (c *Capability) Build(b *capability.Build) error {
 	c.b = b
-	b.WrapDriver(func(d riverdriver.Driver[pgx.Tx]) riverdriver.Driver[pgx.Tx] { return NewDriver(d, b.Pool) })
+	if err := b.Pilot.SetDeleteBefore(DeleteBefore(b.Pool)); err != nil {
+		return err
+	}
 	b.Leader("workflow-settle", func(ctx context.Context) error {
 		return loop.Every(ctx, SettleEvery, func(ctx context.Context) error {
 			n, err := workflow.Settle(ctx, b.Pool)

@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
@@ -69,9 +70,23 @@ func Pool(tb testing.TB) *pgxpool.Pool {
 // PoolFor opens a pool on url, closed when the test ends.
 func PoolFor(tb testing.TB, url string) *pgxpool.Pool {
 	tb.Helper()
+	return TracedPoolFor(tb, url, nil)
+}
+
+// TracedPoolFor is PoolFor whose connections report their queries to
+// tracer (none when nil).
+func TracedPoolFor(tb testing.TB, url string, tracer pgx.QueryTracer) *pgxpool.Pool {
+	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	pool, err := pgxpool.New(ctx, url)
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		tb.Fatalf("pgtest: parse url: %v", err)
+	}
+	if tracer != nil {
+		cfg.ConnConfig.Tracer = tracer
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		tb.Fatalf("pgtest: open pool: %v", err)
 	}
