@@ -42,6 +42,11 @@ func enqueueBulk() *cli.Command {
    max_attempts  at least 1; default River's 25
    unique_key    at most one live job of this kind with this key
    tags          array of tags (3 to 255 letters, digits, _ or -)
+   debounce      {"key", "window", "max_wait"}: jobs of this kind and key
+                 collapse into one, run window after the last (and no later
+                 than max_wait, optional, after the first), with the last
+                 one's args; a run while the key's job runs is one run after
+                 it (enqueue job --debounce)
 
 Blank lines are skipped; a line is at most 128 KiB. The input is read once.
 Its lines are checked (the kinds against the database), parsed and turned
@@ -59,6 +64,8 @@ Lines with a unique_key cannot go through COPY (a duplicate would fail the
 whole COPY), so runs of such lines are inserted with River's InsertMany in the
 same transaction, --batch-size at a time, and a line whose key matches a live
 job, or an earlier line of the file, is skipped and counted as a duplicate.
+Lines with a debounce go the same way; one whose key matches a live job, or an
+earlier line, collapses into it (its args win) and is counted as a duplicate.
 
 Neither a file nor standard input is ever held in memory: a run takes
 about 50 MB, whatever the input's size.

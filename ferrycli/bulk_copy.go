@@ -79,7 +79,7 @@ func (b *bulk) insert(ctx context.Context, pool *pgxpool.Pool, r io.Reader) (bul
 	go func() {
 		defer close(parseDone)
 		defer close(chunks)
-		c := chunker{batch: b.batch, out: chunks, ctx: ctx, keys: map[string]struct{}{}}
+		c := chunker{batch: b.batch, out: chunks, ctx: ctx, keys: map[string]int{}}
 		check, parseErr = b.parseInput(ctx, r, c.add)
 		if parseErr == nil && check.invalid == 0 {
 			parseErr = c.send()
@@ -108,7 +108,9 @@ func (b *bulk) insert(ctx context.Context, pool *pgxpool.Pool, r io.Reader) (bul
 			copied = true
 			res.Duplicates += ch.dups
 			if ch.unique {
-				rs, err := b.ins.Client().InsertManyTx(ctx, tx, ch.params)
+				// The Inserter's: a debounced line that finds its key's job
+				// collapses into it.
+				rs, err := b.ins.InsertManyTx(ctx, tx, ch.params)
 				if err != nil {
 					return fmt.Errorf("bulk: insert jobs with unique keys: %w; nothing inserted", jobs.AsQueueFull(err))
 				}
@@ -193,7 +195,7 @@ type chunker struct {
 	out   chan<- bulkChunk
 	ctx   context.Context
 	cur   bulkChunk
-	keys  map[string]struct{}
+	keys  map[string]int // a key's line in cur.params
 }
 
 // add takes a parsed block's jobs.
@@ -209,11 +211,19 @@ func (c *chunker) add(blk *lineBlock) error {
 		c.cur.unique = unique
 		if unique {
 			k := p.params.Args.Kind() + "\x00" + p.uniqueKey
-			if _, seen := c.keys[k]; seen {
+			if p.debounced {
+				k = "debounce\x00" + k
+			}
+			if at, seen := c.keys[k]; seen {
+				if p.debounced {
+					// A later line of a debounce key collapses into the
+					// earlier: its args (and options) win.
+					c.cur.params[at] = p.params
+				}
 				c.cur.dups++
 				continue
 			}
-			c.keys[k] = struct{}{}
+			c.keys[k] = len(c.cur.params)
 			c.cur.params = append(c.cur.params, p.params)
 		} else {
 			c.cur.rows.Add(p.row)

@@ -28,6 +28,14 @@ type bulkLine struct {
 	MaxAttempts *int            `json:"max_attempts"`
 	UniqueKey   *string         `json:"unique_key"`
 	Tags        []string        `json:"tags"`
+	Debounce    *bulkDebounce   `json:"debounce"`
+}
+
+// bulkDebounce is a line's debounce (jobs.WithDebounce).
+type bulkDebounce struct {
+	Key     string `json:"key"`
+	Window  string `json:"window"`
+	MaxWait string `json:"max_wait"`
 }
 
 // parsedLine is a valid line: River's insert params and its unique key,
@@ -36,6 +44,7 @@ type bulkLine struct {
 type parsedLine struct {
 	params    river.InsertManyParams
 	uniqueKey string // "" when none
+	debounced bool   // uniqueKey is the line's debounce key
 	size      int    // the line's length
 	row       jobs.CopyRow
 }
@@ -108,7 +117,7 @@ func (b *bulk) parse(ctx context.Context, n int, line []byte) (parsedLine, error
 		return bad("args: %v", err)
 	}
 
-	if l.Queue == "" && l.Priority == nil && l.ScheduledAt == nil && l.MaxAttempts == nil && l.Tags == nil && l.UniqueKey == nil {
+	if l.Queue == "" && l.Priority == nil && l.ScheduledAt == nil && l.MaxAttempts == nil && l.Tags == nil && l.UniqueKey == nil && l.Debounce == nil {
 		// The common line, kind and args only, shares its kind's options
 		// (River only reads them).
 		return parsedLine{params: river.InsertManyParams{Args: args, InsertOpts: k.opts}, size: len(line)}, nil
@@ -151,6 +160,29 @@ func (b *bulk) parse(ctx context.Context, n int, line []byte) (parsedLine, error
 			return bad("unique_key is empty")
 		}
 		opts = jobs.WithUniqueKey(opts, key)
+	}
+	if d := l.Debounce; d != nil {
+		switch {
+		case l.UniqueKey != nil:
+			return bad("debounce and unique_key: give one or the other")
+		case l.ScheduledAt != nil:
+			return bad("debounce sets when the job runs: drop scheduled_at")
+		}
+		window, err := time.ParseDuration(d.Window)
+		if err != nil {
+			return bad("debounce window %q: not a duration like 30s or 5m", d.Window)
+		}
+		var maxWait time.Duration
+		if d.MaxWait != "" {
+			if maxWait, err = time.ParseDuration(d.MaxWait); err != nil {
+				return bad("debounce max_wait %q: not a duration like 30s or 5m", d.MaxWait)
+			}
+		}
+		if err := jobs.CheckDebounce(d.Key, window, maxWait); err != nil {
+			return bad("%s", strings.TrimPrefix(err.Error(), "jobs: "))
+		}
+		opts = jobs.WithDebounce(opts, d.Key, window, maxWait)
+		return parsedLine{params: river.InsertManyParams{Args: args, InsertOpts: opts}, uniqueKey: d.Key, debounced: true, size: len(line)}, nil
 	}
 	return parsedLine{params: river.InsertManyParams{Args: args, InsertOpts: opts}, uniqueKey: key, size: len(line)}, nil
 }
@@ -217,7 +249,7 @@ func unknownField(line []byte) error {
 func (l *bulkLine) fieldsSet() int {
 	n := 0
 	for _, set := range []bool{l.Kind != "", l.Args != nil, l.Queue != "", l.Priority != nil,
-		l.ScheduledAt != nil, l.MaxAttempts != nil, l.UniqueKey != nil, l.Tags != nil} {
+		l.ScheduledAt != nil, l.MaxAttempts != nil, l.UniqueKey != nil, l.Tags != nil, l.Debounce != nil} {
 		if set {
 			n++
 		}

@@ -44,7 +44,7 @@ func TestDecodeLine(t *testing.T) {
 
 func TestBulkFields(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, []string{"kind", "args", "queue", "priority", "scheduled_at", "max_attempts", "unique_key", "tags"}, bulkFields)
+	require.Equal(t, []string{"kind", "args", "queue", "priority", "scheduled_at", "max_attempts", "unique_key", "tags", "debounce"}, bulkFields)
 }
 
 // A line's args are refused with the reason ParseRaw gives, which names the

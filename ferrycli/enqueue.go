@@ -62,11 +62,18 @@ existing job instead of a new one while that job is pending, scheduled,
 available, running, retryable or completed (completed jobs are cleaned after
 24h).
 
+With --debounce KEY --debounce-window D, inserts of the same kind and key
+collapse into one job: it runs D after the last of them, with the last one's
+args (and, with --debounce-max-wait M, no later than M after the first). An
+insert while the key's job runs schedules one run after it. A collapse prints
+the job it went into.
+
 Examples:
    enqueue job ferry.noop
    enqueue job http.request --args '{"url":"http://app:8000/internal/drain","method":"POST","timeout":"2m"}'
    enqueue job http.request --args @req.json --at 2026-12-01T06:00:00+01:00 --tag nightly
-   enqueue job ferry.noop --args - < args.json`,
+   enqueue job ferry.noop --args - < args.json
+   enqueue job http.request --args @reindex.json --debounce reindex:shop-7 --debounce-window 30s --debounce-max-wait 5m`,
 		Flags: []cli.Flag{
 			databaseURLFlag(),
 			&cli.StringFlag{Name: "args", Value: "{}", Usage: "job args: JSON, @file, or - for stdin"},
@@ -76,6 +83,9 @@ Examples:
 			&cli.StringFlag{Name: "in", Usage: "run after this duration (e.g. 90s, 10m)"},
 			&cli.IntFlag{Name: "max-attempts", Usage: "attempts before the job is discarded", DefaultText: "River's 25"},
 			&cli.StringFlag{Name: "unique-key", Usage: "insert at most one live job of this kind with this key"},
+			&cli.StringFlag{Name: "debounce", Usage: "debounce by this key: inserts of this kind and key collapse into one job (with --debounce-window)"},
+			&cli.DurationFlag{Name: "debounce-window", Usage: "the job runs this long after the last insert with its --debounce key"},
+			&cli.DurationFlag{Name: "debounce-max-wait", Usage: "and no later than this after the first", DefaultText: "no bound"},
 			&cli.StringSliceFlag{Name: "tag", Usage: "tag the job (repeatable)"},
 			jsonFlag(),
 		},
@@ -115,7 +125,7 @@ func runEnqueueJob(c *cli.Context) error {
 		worked = true
 	)
 	err = withPool(c, func(ctx context.Context, pool *pgxpool.Pool) (err error) {
-		if res, err = insertJob(ctx, pool, args, opts, c.String("unique-key")); err != nil {
+		if res, err = insertJob(ctx, pool, args, opts, c.String("unique-key"), debounceOf(c)); err != nil {
 			return err
 		}
 		if c.IsSet("queue") {
@@ -135,6 +145,10 @@ func runEnqueueJob(c *cli.Context) error {
 	out := outputFrom(c)
 	if out.json {
 		return out.JSON(res)
+	}
+	if res.Duplicate && c.IsSet("debounce") {
+		_, err = fmt.Fprintf(out.w, "debounced into job %d (%s, %s, due %s)\n", res.ID, res.Kind, res.State, res.ScheduledAt.Format(time.RFC3339))
+		return err
 	}
 	if res.Duplicate {
 		_, err = fmt.Fprintf(out.w, "unique key matched existing job %d (%s, %s); nothing inserted\n", res.ID, res.Kind, res.State)
@@ -158,7 +172,7 @@ var sqlQueueWorked = fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM river_queue
 
 // insertJob checks the kind is known, fills the queue from it when unset,
 // and inserts the job in one transaction.
-func insertJob(ctx context.Context, pool *pgxpool.Pool, args jobs.RawArgs, opts *river.InsertOpts, uniqueKey string) (jobResult, error) {
+func insertJob(ctx context.Context, pool *pgxpool.Pool, args jobs.RawArgs, opts *river.InsertOpts, uniqueKey string, deb *debounceFlags) (jobResult, error) {
 	kind := args.Kind()
 	known, ok, err := jobs.Lookup(ctx, pool, kind)
 	if err != nil {
@@ -172,6 +186,9 @@ func insertJob(ctx context.Context, pool *pgxpool.Pool, args jobs.RawArgs, opts 
 	}
 	if uniqueKey != "" {
 		opts = jobs.WithUniqueKey(opts, uniqueKey)
+	}
+	if deb != nil {
+		opts = jobs.WithDebounce(opts, deb.key, deb.window, deb.maxWait)
 	}
 	ins, err := jobs.NewInserter(pool)
 	if err != nil {
@@ -267,5 +284,35 @@ func insertOpts(c *cli.Context) (*river.InsertOpts, error) {
 	if key := c.String("unique-key"); c.IsSet("unique-key") && strings.TrimSpace(key) == "" {
 		return nil, usageErrorf("--unique-key is empty")
 	}
+	if c.IsSet("debounce") || c.IsSet("debounce-window") || c.IsSet("debounce-max-wait") {
+		switch {
+		case !c.IsSet("debounce"):
+			return nil, usageErrorf("--debounce-window and --debounce-max-wait need --debounce KEY")
+		case !c.IsSet("debounce-window"):
+			return nil, usageErrorf("--debounce needs --debounce-window (how long after the last insert the job runs)")
+		case c.IsSet("unique-key"):
+			return nil, usageErrorf("--debounce and --unique-key: give one or the other")
+		case at != "" || in != "":
+			return nil, usageErrorf("--debounce sets when the job runs: drop --at and --in")
+		}
+		if err := jobs.CheckDebounce(c.String("debounce"), c.Duration("debounce-window"), c.Duration("debounce-max-wait")); err != nil {
+			return nil, usageErrorf("--debounce: %s", strings.TrimPrefix(err.Error(), "jobs: "))
+		}
+	}
 	return opts, nil
+}
+
+// debounceFlags is job's --debounce, --debounce-window and
+// --debounce-max-wait (checked by insertOpts).
+type debounceFlags struct {
+	key             string
+	window, maxWait time.Duration
+}
+
+// debounceOf returns c's debounce, or nil without --debounce.
+func debounceOf(c *cli.Context) *debounceFlags {
+	if !c.IsSet("debounce") {
+		return nil
+	}
+	return &debounceFlags{key: c.String("debounce"), window: c.Duration("debounce-window"), maxWait: c.Duration("debounce-max-wait")}
 }

@@ -36,6 +36,22 @@
 // span of the job is its child (see Middleware); this package links no
 // tracing library itself.
 //
+// # Debounce
+//
+// WithDebounce makes inserts of one kind with one key collapse into one
+// job, due a window after the last insert (and no later than an optional
+// max wait after the first), with the last insert's args; an insert while
+// the key's job runs schedules one run after it. The key is River's unique
+// key (states pending, scheduled, available, running, retryable), so
+// River's unique index decides which insert is first; InsertTx and
+// InsertManyTx then collapse the others into the job found, in the
+// caller's transaction, through the database function ferry_debounce
+// (migration 031), which also notes the run after a job that has started;
+// a trigger inserts that run in the transaction that ends the job. A COPY
+// (EncodeCopy, CopyFromTx) does not collapse: a key's second job fails
+// it, as any duplicate does (enqueue bulk sends debounced lines through
+// InsertManyTx).
+//
 // # Inserting many jobs with COPY
 //
 // For inserts of many jobs at once, EncodeCopy turns them into rows of

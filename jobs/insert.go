@@ -144,9 +144,13 @@ func (i *Inserter) InsertTx(ctx context.Context, tx pgx.Tx, args river.JobArgs, 
 	if err := CheckArgs(args); err != nil {
 		return nil, err
 	}
-	res, err := i.client.InsertTx(ctx, tx, args, opts)
+	c := &collapses{}
+	res, err := i.client.InsertTx(context.WithValue(ctx, collapsesKey{}, c), tx, args, opts)
 	if err != nil {
 		return nil, fmt.Errorf("jobs: insert %s: %w", args.Kind(), AsQueueFull(err))
+	}
+	if err := i.debounceTx(ctx, tx, c, []*rivertype.JobInsertResult{res}); err != nil {
+		return nil, err
 	}
 	return res, nil
 }
@@ -160,9 +164,13 @@ func (i *Inserter) InsertManyTx(ctx context.Context, tx pgx.Tx, params []river.I
 			return nil, err
 		}
 	}
-	res, err := i.client.InsertManyTx(ctx, tx, params)
+	c := &collapses{}
+	res, err := i.client.InsertManyTx(context.WithValue(ctx, collapsesKey{}, c), tx, params)
 	if err != nil {
 		return nil, fmt.Errorf("jobs: insert %d jobs: %w", len(params), AsQueueFull(err))
+	}
+	if err := i.debounceTx(ctx, tx, c, res); err != nil {
+		return nil, err
 	}
 	return res, nil
 }
@@ -289,6 +297,12 @@ const uniqueKeyMeta = "ferry_unique_key"
 // your own must install it too; one without it inserts the job with no
 // uniqueness at all.
 func WithUniqueKey(opts *river.InsertOpts, key string) *river.InsertOpts {
+	return withMetadata(opts, uniqueKeyMeta, key)
+}
+
+// withMetadata returns a copy of opts (or new opts) whose metadata has
+// name set to value, the caller's opts unchanged.
+func withMetadata(opts *river.InsertOpts, name string, value any) *river.InsertOpts {
 	var o river.InsertOpts
 	if opts != nil {
 		o = *opts
@@ -297,7 +311,7 @@ func WithUniqueKey(opts *river.InsertOpts, key string) *river.InsertOpts {
 	if len(o.Metadata) > 0 {
 		_ = json.Unmarshal(o.Metadata, &meta)
 	}
-	meta[uniqueKeyMeta] = key
+	meta[name] = value
 	o.Metadata, _ = json.Marshal(meta)
 	return &o
 }
@@ -309,7 +323,7 @@ func WithUniqueKey(opts *river.InsertOpts, key string) *river.InsertOpts {
 // UniqueKeyMiddleware, then, with keys, the seal's (seal.Middleware), which
 // seals what the unique key step leaves.
 func Middleware(keys *seal.Keys) []rivertype.Middleware {
-	mw := []rivertype.Middleware{traceparent.InsertMiddleware(), UniqueKeyMiddleware()}
+	mw := []rivertype.Middleware{traceparent.InsertMiddleware(), &uniqueKeyMiddleware{sealed: keys != nil}}
 	if m := seal.Middleware(keys); m != nil {
 		mw = append(mw, m)
 	}
@@ -328,13 +342,35 @@ func UniqueKeyMiddleware() rivertype.Middleware { return &uniqueKeyMiddleware{} 
 
 type uniqueKeyMiddleware struct {
 	river.MiddlewareDefaults
+	sealed bool // the client seals what it inserts: no debounce
 }
 
 var _ rivertype.JobInsertMiddleware = (*uniqueKeyMiddleware)(nil)
 
-func (*uniqueKeyMiddleware) InsertMany(ctx context.Context, params []*rivertype.JobInsertParams, doInner func(context.Context) ([]*rivertype.JobInsertResult, error)) ([]*rivertype.JobInsertResult, error) {
-	for _, p := range params {
-		if len(p.Metadata) == 0 || !bytes.Contains(p.Metadata, []byte(uniqueKeyMeta)) {
+func (m *uniqueKeyMiddleware) InsertMany(ctx context.Context, params []*rivertype.JobInsertParams, doInner func(context.Context) ([]*rivertype.JobInsertResult, error)) ([]*rivertype.JobInsertResult, error) {
+	var debounces map[int]debounce
+	for i, p := range params {
+		if len(p.Metadata) == 0 {
+			continue
+		}
+		if bytes.Contains(p.Metadata, []byte(debounceMeta)) {
+			d, ok, err := debounced(p.Metadata)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				if m.sealed {
+					return nil, errors.New("jobs: a debounced insert cannot be sealed (a collapse changes the args and the due time the seal covers)")
+				}
+				debounceParams(p, d)
+				if debounces == nil {
+					debounces = map[int]debounce{}
+				}
+				debounces[i] = d
+				continue
+			}
+		}
+		if !bytes.Contains(p.Metadata, []byte(uniqueKeyMeta)) {
 			continue
 		}
 		var meta map[string]any
@@ -354,5 +390,22 @@ func (*uniqueKeyMiddleware) InsertMany(ctx context.Context, params []*rivertype.
 	// middleware, so errors.Is(err, ErrQueueFull) holds on River's own
 	// Insert and InsertMany calls too.
 	res, err := doInner(ctx)
-	return res, AsQueueFull(err)
+	if err != nil || len(debounces) == 0 {
+		return res, AsQueueFull(err)
+	}
+	// A debounced insert that found its key's job collapses into it, in
+	// the Inserter's transaction (debounceTx).
+	c, _ := ctx.Value(collapsesKey{}).(*collapses)
+	for i, d := range debounces {
+		if i >= len(res) || !res[i].UniqueSkippedAsDuplicate {
+			continue
+		}
+		if c == nil {
+			return nil, fmt.Errorf("jobs: debounce %q: only an Inserter's InsertTx and InsertManyTx debounce", d.Key)
+		}
+		c.mu.Lock()
+		c.list = append(c.list, collapse{job: res[i].Job.ID, args: params[i].EncodedArgs, d: d})
+		c.mu.Unlock()
+	}
+	return res, nil
 }

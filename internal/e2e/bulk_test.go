@@ -203,6 +203,31 @@ func TestBulk_UniqueKeyRepeatedInFile(t *testing.T) {
 	require.Equal(t, 3, countJobs(t, pool))
 }
 
+// Lines with one debounce key collapse into one job with the last line's
+// args, within the file and into a live job of the key.
+func TestBulk_Debounce(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t, true)
+	pool := pgtest.PoolFor(t, url)
+
+	live := enqueueJSON(t, url, "ferry.noop", "--debounce", "c", "--debounce-window", "1h")
+	res := bulkJSON(t, url,
+		`{"kind":"ferry.noop","args":{"sleep":"1ms"},"debounce":{"key":"a","window":"1h"}}`,
+		`{"kind":"ferry.noop","args":{"sleep":"2ms"},"debounce":{"key":"b","window":"1h","max_wait":"2h"}}`,
+		`{"kind":"ferry.noop","args":{"sleep":"3ms"},"debounce":{"key":"a","window":"1h"}}`,
+		`{"kind":"ferry.noop"}`,
+		`{"kind":"ferry.noop","args":{"sleep":"4ms"},"debounce":{"key":"c","window":"1h"}}`,
+	)
+	require.Equal(t, bulkResult{Inserted: 3, Duplicates: 2, Seconds: res.Seconds}, res)
+	require.Equal(t, 4, countJobs(t, pool), "a, b, the plain line, and the live c")
+	var args string
+	require.NoError(t, pool.QueryRow(context.Background(),
+		`SELECT args::text FROM river_job WHERE metadata->'ferry_debounce'->>'key' = 'a'`).Scan(&args))
+	require.JSONEq(t, `{"sleep":"3ms"}`, args, "the later line's args")
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT args::text FROM river_job WHERE id = $1`, live.ID).Scan(&args))
+	require.JSONEq(t, `{"sleep":"4ms"}`, args, "collapsed into the live job")
+}
+
 func TestBulk_Empty(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewDatabase(t, true)
@@ -238,6 +263,9 @@ func TestBulk_BadInput(t *testing.T) {
 		{name: "LineTooLong", input: five(`{"kind":"ferry.noop","args":{"x":"` + strings.Repeat("a", 200<<10) + `"}}`), want: "line 3: longer than"},
 		{name: "UnknownKind", input: five(`{"kind":"no.such.kind"}`), want: `line 3: unknown job kind "no.such.kind"`},
 		{name: "KindMissing", input: five(`{"args":{}}`), want: "line 3: kind is missing"},
+		{name: "DebounceBadWindow", input: five(`{"kind":"ferry.noop","debounce":{"key":"a","window":"soon"}}`), want: `line 3: debounce window "soon": not a duration`},
+		{name: "DebounceBlankKey", input: five(`{"kind":"ferry.noop","debounce":{"key":"","window":"1s"}}`), want: "line 3: debounce key is empty"},
+		{name: "DebounceAndUniqueKey", input: five(`{"kind":"ferry.noop","unique_key":"u","debounce":{"key":"a","window":"1s"}}`), want: "line 3: debounce and unique_key"},
 		{name: "NotJSON", input: five(`kind=ferry.noop`), want: "line 3: not a JSON object"},
 		{name: "JSONArray", input: five(`["ferry.noop"]`), want: "line 3: not a JSON object: got a JSON array"},
 		{name: "CutShort", input: five(`{"kind":"ferry.noop"`), want: "line 3: not a JSON object"},

@@ -59,6 +59,12 @@ func TestEnqueue_BadInput(t *testing.T) {
 		{name: "TagTooShort", args: []string{"job", "ferry.noop", "--tag", "x"}, want: "--tag"},
 		{name: "QueueUppercase", args: []string{"job", "ferry.noop", "--queue", "Reports"}, want: "--queue"},
 		{name: "UniqueKeyBlank", args: []string{"job", "ferry.noop", "--unique-key", " "}, want: "--unique-key"},
+		{name: "DebounceWithoutWindow", args: []string{"job", "ferry.noop", "--debounce", "k"}, want: "--debounce needs --debounce-window"},
+		{name: "DebounceWindowWithoutKey", args: []string{"job", "ferry.noop", "--debounce-window", "5s"}, want: "need --debounce KEY"},
+		{name: "DebounceBlank", args: []string{"job", "ferry.noop", "--debounce", " ", "--debounce-window", "5s"}, want: "--debounce: debounce key is empty"},
+		{name: "DebounceMaxWaitUnderWindow", args: []string{"job", "ferry.noop", "--debounce", "k", "--debounce-window", "1m", "--debounce-max-wait", "5s"}, want: "max wait 5s is under the window 1m0s"},
+		{name: "DebounceAndUniqueKey", args: []string{"job", "ferry.noop", "--debounce", "k", "--debounce-window", "5s", "--unique-key", "u"}, want: "one or the other"},
+		{name: "DebounceAndIn", args: []string{"job", "ferry.noop", "--debounce", "k", "--debounce-window", "5s", "--in", "1m"}, want: "drop --at and --in"},
 		{name: "MissingKind", args: []string{"job"}, want: "exactly one KIND"},
 		{name: "TwoKinds", args: []string{"job", "ferry.noop", "http.request"}, want: "exactly one KIND"},
 		{name: "NoDatabaseURL", args: []string{"job", "ferry.noop"}, env: []string{"FERRY_LOG_FORMAT=json"}, want: "DATABASE_URL"},
@@ -164,6 +170,23 @@ func TestEnqueue_Job(t *testing.T) {
 
 		other := enqueueID(t, url, "ferry.noop", "--unique-key", "nightly-2026-12-01")
 		require.NotEqual(t, first, other, "another key is another job")
+	})
+
+	t.Run("Debounce", func(t *testing.T) {
+		t.Parallel()
+		first := enqueueJSON(t, url, "ferry.noop", "--args", `{"sleep":"1ms"}`, "--debounce", "reindex-7", "--debounce-window", "1h")
+		require.Equal(t, "scheduled", first.State)
+		require.False(t, first.Duplicate)
+
+		stdout, stderr, code := enqueue(t, url, nil, "job", "ferry.noop", "--args", `{"sleep":"2ms"}`, "--debounce", "reindex-7", "--debounce-window", "1h")
+		require.Zero(t, code, stderr)
+		require.Contains(t, oneLine(t, stdout), "debounced into job "+strconv.FormatInt(first.ID, 10))
+		var args string
+		require.NoError(t, pool.QueryRow(context.Background(), `SELECT args::text FROM river_job WHERE id = $1`, first.ID).Scan(&args))
+		require.JSONEq(t, `{"sleep":"2ms"}`, args, "the last insert's args")
+
+		other := enqueueJSON(t, url, "ferry.noop", "--debounce", "reindex-8", "--debounce-window", "1h")
+		require.NotEqual(t, first.ID, other.ID, "another key is another job")
 	})
 
 	t.Run("InOneHour", func(t *testing.T) {
