@@ -191,14 +191,20 @@ type results struct {
 	BroadcastMsgsPerSec             *float64 `json:"broadcast_msgs_per_sec"`
 	// Workflows (-mode workflow) and priority aging (-mode aging): full
 	// runs only.
-	WorkflowStepRatio    *float64          `json:"workflow_step_ratio"`
-	WorkflowInsertRatio  *float64          `json:"workflow_insert_ratio"`
-	WorkflowFanInP99MS   *float64          `json:"workflow_fanin_ms_p99"`
-	WorkflowFanInP50MS   *float64          `json:"workflow_fanin_ms_p50"`
-	AgingMaxWaitMS       *float64          `json:"aging_max_wait_ms"`
-	AgingOffLowStarted   *float64          `json:"aging_off_low_started"`
-	AgingThroughputRatio *float64          `json:"aging_throughput_ratio"`
-	Notes                map[string]string `json:"notes"`
+	WorkflowStepRatio    *float64 `json:"workflow_step_ratio"`
+	WorkflowInsertRatio  *float64 `json:"workflow_insert_ratio"`
+	WorkflowFanInP99MS   *float64 `json:"workflow_fanin_ms_p99"`
+	WorkflowFanInP50MS   *float64 `json:"workflow_fanin_ms_p50"`
+	AgingMaxWaitMS       *float64 `json:"aging_max_wait_ms"`
+	AgingOffLowStarted   *float64 `json:"aging_off_low_started"`
+	AgingThroughputRatio *float64 `json:"aging_throughput_ratio"`
+	// A rate limit of 100/s over 1,000,000 waiting jobs (-mode
+	// limits-backlog): full runs only.
+	LimitWaitWritesPerStart     *float64          `json:"limit_wait_writes_per_start"`
+	LimitWaitDBCPUPerStartMS    *float64          `json:"limit_wait_db_cpu_ms_per_start"`
+	LimitWaitDBCPURatio         *float64          `json:"limit_wait_db_cpu_ratio"`
+	LimitRateUtilizationBacklog *float64          `json:"limit_rate_utilization_backlog"`
+	Notes                       map[string]string `json:"notes"`
 	// StepSeconds is how long each step of the run took, by the name it
 	// prints; TotalSeconds the whole run's (bench:quick's target: 180).
 	StepSeconds  map[string]float64 `json:"step_seconds"`
@@ -438,6 +444,13 @@ func runAll(ctx context.Context, serverURL, path string, quick bool) error {
 		} else {
 			res.WorkflowStepRatio, res.WorkflowInsertRatio = ptr(r.StepRatio), ptr(r.InsertRatio)
 			res.WorkflowFanInP99MS, res.WorkflowFanInP50MS = ptr(r.FanInP99MS), ptr(r.FanInP50MS)
+		}
+		step("a rate limit of 100/s over 1,000,000 waiting jobs, then over 1,000")
+		if r, err := limitBacklogBench(ctx, serverURL, 1_000_000, 1000, 100, time.Minute); err != nil {
+			note("limits_backlog", err)
+		} else {
+			res.LimitWaitWritesPerStart, res.LimitWaitDBCPUPerStartMS = r.WritesPerStart, r.DBCPUPerStartMS
+			res.LimitWaitDBCPURatio, res.LimitRateUtilizationBacklog = r.DBCPURatio, ptr(r.Utilization)
 		}
 		step("priority aging: priority-4 jobs under a flood of priority-1 jobs, aging of 10 s, then off")
 		if r, err := agingBench(ctx, serverURL, 10*time.Second, 30*time.Second); err != nil {
@@ -720,6 +733,10 @@ func tableRows(r results) []tableRow {
 		{label: "workflow steps/s / plain jobs/s (10,000-step layered DAG)", v: r.WorkflowStepRatio, target: "≥ 0.8", key: "workflow_step_ratio", goal: atLeast(0.8)},
 		{label: "workflow InsertTx / InsertManyFastTx (10,000 steps)", v: r.WorkflowInsertRatio, target: "≥ 0.5", key: "workflow_insert_ratio", goal: atLeast(0.5)},
 		{label: "workflow fan-in after 1,000 dependencies, release to start p99", v: r.WorkflowFanInP99MS, unit: "ms", target: "≤ 25 ms", key: "workflow_fanin_ms_p99", goal: atMost(25)},
+		{label: "rate limit 100/s, 1,000,000 waiting: row writes per job started", v: r.LimitWaitWritesPerStart, target: "≤ 3", key: "limit_wait_writes_per_start", goal: atMost(3)},
+		{label: "rate limit 100/s, 1,000,000 waiting: database CPU per job started", v: r.LimitWaitDBCPUPerStartMS, unit: "ms", target: "measured"},
+		{label: "rate limit: database CPU per start, 1,000,000 waiting / 1,000", v: r.LimitWaitDBCPURatio, target: "≤ 1.5", key: "limit_wait_db_cpu_ratio", goal: atMost(1.5)},
+		{label: "rate limit 100/s, 1,000,000 waiting: starts / the rate", v: r.LimitRateUtilizationBacklog, target: "≥ 0.97", key: "limit_rate_utilization_backlog", goal: atLeast(0.97)},
 		{label: "priority aging 10 s: priority-4 max wait under a priority-1 flood", v: r.AgingMaxWaitMS, unit: "ms", target: "≤ 40 s", key: "aging_max_wait_ms", goal: atMost(40_000)},
 		{label: "priority aging off: priority-4 jobs that started under the flood", v: r.AgingOffLowStarted, target: "measured"},
 		{label: "priority aging: flood throughput with aging / without", v: r.AgingThroughputRatio, target: "measured"},

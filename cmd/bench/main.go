@@ -99,7 +99,7 @@ type result struct {
 
 func main() {
 	var (
-		mode     = flag.String("mode", "sweep", "all, quick, sweep, latency, throughput, failover, orphans, ticks, outbox, ordered, sealed, sealcleanup, bounded, pgbouncer, pgfailover, riverbest, otel, lean, bulkcopy, counts, scale, pickup, limits, limits-overhead, sustained, workflow or aging")
+		mode     = flag.String("mode", "sweep", "all, quick, sweep, latency, throughput, failover, orphans, ticks, outbox, ordered, sealed, sealcleanup, bounded, pgbouncer, pgfailover, riverbest, otel, lean, bulkcopy, counts, scale, pickup, limits, limits-overhead, limits-backlog, sustained, workflow or aging")
 		out      = flag.String("out", "bench/results.json", "all and quick modes: where to write the results")
 		url      = flag.String("database-url", os.Getenv("TEST_DATABASE_URL"), "server to create scratch databases on")
 		cooldown = flag.Duration("cooldown", ferry.DefaultFetchCooldown, "worker fetch cooldown")
@@ -107,10 +107,10 @@ func main() {
 		workers  = flag.Int("workers", 100, "workers in the queue")
 		insCool  = flag.Duration("insert-cooldown", jobs.InsertNotifyCooldown, "inserting client's fetch cooldown (its insert-notify limiter)")
 		rate     = flag.Int("rate", 500, "latency mode: inserts per second; ticks mode: load jobs per second")
-		dur      = flag.Duration("duration", 4*time.Second, "latency and ticks modes: how long to run; aging mode: the aging period (default 10s)")
+		dur      = flag.Duration("duration", 4*time.Second, "latency and ticks modes: how long to run; aging mode: the aging period (default 10s); limits-backlog mode: the window (default 1m)")
 		plots    = flag.String("plots", "", "pickup, scale and failover modes: draw SVG pictures into this directory (pickup: a sweep of insert rates)")
 		claims   = flag.Int("claims", 5_000_000, "sealcleanup mode: expired seal claims to delete")
-		backlog  = flag.Int("backlog", 50000, "throughput, sealed and pgbouncer modes: jobs in the backlog (sealed, pgbouncer: half); outbox mode: messages for the relay; workflow mode: steps (default 10,000)")
+		backlog  = flag.Int("backlog", 50000, "throughput, sealed and pgbouncer modes: jobs in the backlog (sealed, pgbouncer: half); outbox mode: messages for the relay; workflow mode: steps (default 10,000); limits-backlog mode: jobs waiting (default 1,000,000)")
 		trials   = flag.Int("trials", 20, "failover mode: trials of each kind; orphans and pgfailover modes: trials; ordered mode: rounds; riverbest and workflow modes: paired rounds (default 5)")
 		parts    = flag.Int("partitions", -1, "failover mode: partition trials (default: -trials)")
 		orphans  = flag.Int("jobs", 100, "orphans mode: running jobs of the killed worker")
@@ -186,6 +186,20 @@ func main() {
 		r, err := workflowBench(ctx, *url, steps, rounds, *fanins)
 		if err != nil {
 			log.Fatalf("bench: workflow: %v", redact.Postgres(err.Error()))
+		}
+		_ = json.NewEncoder(os.Stdout).Encode(r)
+		return
+	case "limits-backlog":
+		n, d := 1_000_000, time.Minute
+		if flagSet("backlog") {
+			n = *backlog
+		}
+		if flagSet("duration") {
+			d = *dur
+		}
+		r, err := limitBacklogBench(ctx, *url, n, 1000, 100, d)
+		if err != nil {
+			log.Fatalf("bench: limits-backlog: %v", redact.Postgres(err.Error()))
 		}
 		_ = json.NewEncoder(os.Stdout).Encode(r)
 		return

@@ -99,4 +99,11 @@
 // with a rate of 10/s under backlog, 0.97 to 0.98 of the rate with no one-second
 // window over 11; with kill -9s of workers mid-run, never more than 20 in
 // flight in any 50 ms sample.
+//
+// What it does not hold: a large backlog. Every waiting job is fetched,
+// decided on and snoozed again and again, so the cost grows with the jobs
+// waiting, not with the jobs started: `go run ./cmd/bench -mode
+// limits-backlog` (1,000,000 ferry.noop jobs under 100/s) started none in
+// 60 s, at 6,120 row writes a second. Deciding in the fetch (ferry's River
+// pilot owns JobGetAvailable, as priority aging does) is the way out.
 package limit

@@ -1,0 +1,179 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/ferryq/ferry/internal/testkit/fleet"
+	"github.com/ferryq/ferry/jobs"
+)
+
+// limitBacklogResult is what a rate limit costs while a backlog waits for
+// it: a `worker run` process at its defaults, one rate limit on the
+// backlog's kind, a large backlog against a small one (-mode
+// limits-backlog).
+type limitBacklogResult struct {
+	Rate    int     `json:"limit_wait_rate"`
+	Backlog int     `json:"limit_wait_backlog"`
+	Small   int     `json:"limit_wait_backlog_small"`
+	Seconds float64 `json:"limit_wait_seconds"`
+	// Starts is how many jobs started (completed, on the worker's
+	// /metrics) in the window; Utilization is Starts against the rate.
+	Starts      int     `json:"limit_wait_starts"`
+	Utilization float64 `json:"limit_rate_utilization_backlog"`
+	// WritesPerSec is the rows inserted, updated and deleted in river_job
+	// and ferry's limit tables (pg_stat_user_tables) per second of the
+	// window, and WritesPerStart per job started (null when none did).
+	WritesPerSec   float64  `json:"limit_wait_writes_per_sec"`
+	WritesPerStart *float64 `json:"limit_wait_writes_per_start"`
+	// DBCPUShare is the database's share of the machine's CPU in the
+	// window (the machine's CPU less the worker's and the bench's, over
+	// the window times the cores); DBCPUPerStartMS is its CPU per job
+	// started, with the backlog and with the small one, and DBCPURatio the
+	// one against the other (null when a run started none).
+	DBCPUShare           float64  `json:"limit_wait_db_cpu_share"`
+	DBCPUPerStartMS      *float64 `json:"limit_wait_db_cpu_ms_per_start"`
+	SmallStarts          int      `json:"limit_wait_starts_small"`
+	SmallDBCPUPerStartMS *float64 `json:"limit_wait_db_cpu_ms_per_start_small"`
+	DBCPURatio           *float64 `json:"limit_wait_db_cpu_ratio"`
+}
+
+// limitBacklogBench runs the large backlog, then the small one.
+func limitBacklogBench(ctx context.Context, serverURL string, backlog, small, rate int, dur time.Duration) (limitBacklogResult, error) {
+	r := limitBacklogResult{Rate: rate, Backlog: backlog, Small: small, Seconds: dur.Seconds()}
+	dir, bin, err := buildIntoTemp("./cmd/worker")
+	if err != nil {
+		return r, err
+	}
+	defer os.RemoveAll(dir)
+	large, err := limitBacklogRun(ctx, serverURL, bin, dir, backlog, rate, dur)
+	if err != nil {
+		return r, fmt.Errorf("%d waiting: %w", backlog, err)
+	}
+	fmt.Fprintf(os.Stderr, "limits-backlog: %d waiting under %d/s for %s: %d started (%.2f of the rate); %.0f row writes/s, the database at %.2f of the machine's CPU\n",
+		backlog, rate, dur, large.starts, float64(large.starts)/(float64(rate)*dur.Seconds()), float64(large.writes)/dur.Seconds(), large.dbShare(dur))
+	little, err := limitBacklogRun(ctx, serverURL, bin, dir, small, rate, dur)
+	if err != nil {
+		return r, fmt.Errorf("%d waiting: %w", small, err)
+	}
+	fmt.Fprintf(os.Stderr, "limits-backlog: %d waiting: %d started; %.0f row writes/s, the database at %.2f of the machine's CPU\n",
+		small, little.starts, float64(little.writes)/dur.Seconds(), little.dbShare(dur))
+	r.Starts, r.SmallStarts = large.starts, little.starts
+	r.Utilization = float64(large.starts) / (float64(rate) * dur.Seconds())
+	r.WritesPerSec, r.DBCPUShare = float64(large.writes)/dur.Seconds(), large.dbShare(dur)
+	if large.starts > 0 {
+		r.WritesPerStart = ptr(float64(large.writes) / float64(large.starts))
+		r.DBCPUPerStartMS = ptr(large.dbCPUPerStartMS())
+	}
+	if little.starts > 0 {
+		r.SmallDBCPUPerStartMS = ptr(little.dbCPUPerStartMS())
+		if r.DBCPUPerStartMS != nil {
+			r.DBCPURatio = ptr(*r.DBCPUPerStartMS / *r.SmallDBCPUPerStartMS)
+		}
+	}
+	return r, nil
+}
+
+type limitBacklogWindow struct {
+	starts int
+	writes int64
+	dbCPU  time.Duration
+}
+
+func (w limitBacklogWindow) dbCPUPerStartMS() float64 {
+	return float64(w.dbCPU.Microseconds()) / 1000 / float64(w.starts)
+}
+
+func (w limitBacklogWindow) dbShare(dur time.Duration) float64 {
+	return w.dbCPU.Seconds() / (dur.Seconds() * float64(runtime.NumCPU()))
+}
+
+// limitWrites is the rows written to river_job and ferry's limit tables
+// so far, as the statistics collector has them.
+const limitWrites = `SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0)::bigint FROM pg_stat_user_tables
+WHERE relname = 'river_job' OR relname LIKE 'ferry_limit%'`
+
+// limitBacklogRun writes n no-op jobs, starts a `worker run` at its
+// defaults with a rate limit of rate/s on them, lets it warm up 5 s, and
+// measures a window of dur: the jobs its /metrics counts completed, the
+// rows written (read from pg_stat_user_tables, which each backend brings
+// up to date at least every second while it works), and the machine's
+// CPU less the worker's and the bench's.
+func limitBacklogRun(ctx context.Context, serverURL, bin, dir string, n, rate int, dur time.Duration) (limitBacklogWindow, error) {
+	var w limitBacklogWindow
+	pool, drop, err := scratch(ctx, serverURL)
+	if err != nil {
+		return w, err
+	}
+	defer drop()
+	if err := backlogSettled(ctx, pool, n, nil); err != nil {
+		return w, err
+	}
+	cfg := filepath.Join(dir, "limits-backlog.yaml")
+	if err := os.WriteFile(cfg, fmt.Appendf(nil, "limits:\n  - {name: backlog, kind: %s, rate: %d/s}\n", jobs.NoopArgs{}.Kind(), rate), 0o600); err != nil {
+		return w, err
+	}
+	addr, err := freeAddr()
+	if err != nil {
+		return w, err
+	}
+	p, err := fleet.Start(bin, []string{"DATABASE_URL=" + pool.Config().ConnString(), "FERRY_ADMIN_ADDR=" + addr,
+		"FERRY_CONFIG=" + cfg, "FERRY_LOG_LEVEL=warn"}, nil, "run")
+	if err != nil {
+		return w, err
+	}
+	defer stopProc(p)
+	metrics := "http://" + addr + "/metrics"
+	mark := func() (starts int, writes int64, cpu cpuUse, err error) {
+		if starts, err = completedOnMetrics(ctx, metrics, jobs.NoopArgs{}.Kind()); err != nil {
+			return
+		}
+		if err = pool.QueryRow(ctx, limitWrites).Scan(&writes); err != nil {
+			return
+		}
+		cpu, err = readCPU(p.Pid())
+		if err == nil {
+			var self cpuUse
+			self, err = readCPU(0)
+			cpu.machine -= self.proc
+		}
+		return
+	}
+	if err := sleepCtx(ctx, 5*time.Second); err != nil {
+		return w, err
+	}
+	s0, w0, c0, err := mark()
+	if err != nil {
+		return w, fmt.Errorf("%w (worker: %s)", err, tail(p))
+	}
+	if err := sleepCtx(ctx, dur); err != nil {
+		return w, err
+	}
+	s1, w1, c1, err := mark()
+	if err != nil {
+		return w, fmt.Errorf("%w (worker: %s)", err, tail(p))
+	}
+	w.starts, w.writes = s1-s0, w1-w0
+	w.dbCPU = (c1.machine - c0.machine) - (c1.proc - c0.proc)
+	if w.writes == 0 {
+		return w, fmt.Errorf("nothing written in %s: the statistics did not move (worker: %s)", dur, strings.ReplaceAll(tail(p), "\n", " | "))
+	}
+	return w, nil
+}
+
+// sleepCtx sleeps d, or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
