@@ -92,11 +92,15 @@
 // before each of its dependencies had completed or without a completed
 // dependency's output (chaos.step checks both at its start, from the
 // committed rows), and no step of a cancelled workflow was fetched after
-// the cancel committed. The fault table shows each fault's failover gap and the workers
+// the cancel committed; and that debounced inserts (five keys, each
+// inserted every 50 to 250 ms through the window, a 100 ms window, each
+// run 150 ms) never ran two jobs of a key at once (chaos.debounced counts,
+// at its start, the other jobs of its key River shows running) and ran
+// each key's last committed insert. The fault table shows each fault's failover gap and the workers
 // declared dead after it, with the jobs rescued from them. The oracle
 // fails closed: a check whose query fails, or whose observation is empty
 // (no run, no job, no tick, no holder sampled, no worker recorded, no
-// workflow inserted or no step started, no
+// workflow inserted or no step started, no debounced insert or run, no
 // worker killed or stopped, no keyed message received, no liveness
 // session found to end, no failed registration), fails as unverified. It
 // exits 1 on any failed check. Loopback only; it stops by itself.

@@ -481,6 +481,8 @@ outbox:
 	shapes := shapesFor(marathon < time.Minute) // -short's marathon is 30 s
 	var wfs wfRun
 	wg.Go(func() { s.produceWorkflows(loadCtx, shapes, &wfs) })
+	var debounced dbRun
+	wg.Go(func() { s.produceDebounced(loadCtx, &debounced) })
 
 	time.Sleep(steady)
 	faults := []struct {
@@ -667,6 +669,7 @@ outbox:
 		checkDemotion(observeDemotion(ctx, s.pool, s.cutLeader)),
 		checkExits(exitObs{exits: s.exits, exposures: exposures}),
 		checkWorkflows(shapes, observeWorkflows(ctx, s.pool, &wfs)),
+		checkDebounced(observeDebounced(ctx, s.pool, &debounced)),
 	}
 	attributeDeaths(s.faults, rows)
 	return report(os.Stdout, s.faults, checks), nil

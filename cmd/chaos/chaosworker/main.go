@@ -15,6 +15,9 @@
 //     dependency whose output it cannot read; it sleeps sleep_ms, adds the
 //     steps add names to its workflow (workflow.AddTx) in the transaction
 //     that completes it, and records its name as its output;
+//   - kind chaos.debounced, inserted with a debounce key: at its start it
+//     records itself (chaos_db_run) with how many other jobs of its key
+//     River shows running, then sleeps sleep_ms;
 //   - a leader runnable that records when this process starts and stops
 //     acting as leader (chaos_leader_run), so the oracle can check that no
 //     two processes' runnables overlap in time.
@@ -57,18 +60,12 @@ type effectWorker struct {
 }
 
 func (w *effectWorker) Work(ctx context.Context, job *river.Job[EffectArgs]) error {
-	sleep := time.Duration(job.Args.SleepMS) * time.Millisecond
+	d := time.Duration(job.Args.SleepMS) * time.Millisecond
 	if !job.Args.Until.IsZero() {
-		sleep = time.Until(job.Args.Until)
+		d = time.Until(job.Args.Until)
 	}
-	if sleep > 0 {
-		t := time.NewTimer(sleep)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		}
+	if err := sleep(ctx, d); err != nil {
+		return err
 	}
 	return pgx.BeginFunc(ctx, w.pool(), func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "INSERT INTO chaos_effect (key, job_id) VALUES ($1, $2)", job.Args.Key, job.ID); err != nil {
@@ -140,14 +137,8 @@ WHERE e.step = $1`, job.ID).Scan(&open, &completed); err != nil {
 			return err
 		}
 	}
-	if job.Args.SleepMS > 0 {
-		t := time.NewTimer(time.Duration(job.Args.SleepMS) * time.Millisecond)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		}
+	if err := sleep(ctx, time.Duration(job.Args.SleepMS)*time.Millisecond); err != nil {
+		return err
 	}
 	if err := river.RecordOutput(ctx, step); err != nil {
 		return err
@@ -170,6 +161,59 @@ WHERE e.step = $1`, job.ID).Scan(&open, &completed); err != nil {
 // NextRetry retries a failed step after a second, as chaos.effect.
 func (w *stepWorker) NextRetry(*river.Job[StepArgs]) time.Time { return time.Now().Add(time.Second) }
 
+// DebouncedArgs are the args of chaos.debounced: the debounce key it was
+// inserted with, and the producer's sequence number of the insert.
+type DebouncedArgs struct {
+	Key     string `json:"key"`
+	Seq     int    `json:"seq"`
+	SleepMS int    `json:"sleep_ms,omitempty"`
+}
+
+// Kind implements river.JobArgs.
+func (DebouncedArgs) Kind() string { return "chaos.debounced" }
+
+type debouncedWorker struct {
+	river.WorkerDefaults[DebouncedArgs]
+	pool func() *pgxpool.Pool
+}
+
+// Work records its start (chaos_db_run) with the number of other jobs of
+// its key that River shows running at that moment (any is two runs at
+// once), then sleeps.
+func (w *debouncedWorker) Work(ctx context.Context, job *river.Job[DebouncedArgs]) error {
+	if _, err := w.pool().Exec(ctx, `INSERT INTO chaos_db_run (job_id, key, seq, others)
+VALUES ($1, $2, $3, (SELECT count(*) FROM river_job
+                     WHERE kind = 'chaos.debounced' AND state = 'running' AND id <> $1 AND args->>'key' = $2))`,
+		job.ID, job.Args.Key, job.Args.Seq); err != nil {
+		return err
+	}
+	if err := sleep(ctx, time.Duration(job.Args.SleepMS)*time.Millisecond); err != nil {
+		return err
+	}
+	return nil
+}
+
+// NextRetry retries a failed run after a second, as chaos.effect.
+func (w *debouncedWorker) NextRetry(*river.Job[DebouncedArgs]) time.Time {
+	return time.Now().Add(time.Second)
+}
+
+// sleep sleeps d (nothing when d <= 0), or returns the cause when ctx
+// ends first.
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
 func main() {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -177,6 +221,7 @@ func main() {
 	var srv *ferry.Server
 	w := &effectWorker{pool: func() *pgxpool.Pool { return srv.Pool() }}
 	sw := &stepWorker{pool: func() *pgxpool.Pool { return srv.Pool() }}
+	dw := &debouncedWorker{pool: func() *pgxpool.Pool { return srv.Pool() }}
 	var err error
 	srv, err = ferry.New(ctx, ferry.Config{
 		Database: ferry.DatabaseConfig{URL: os.Getenv("DATABASE_URL"), SessionURL: os.Getenv("FERRY_SESSION_DATABASE_URL"), Pooler: os.Getenv("FERRY_POOLER")},
@@ -188,7 +233,8 @@ func main() {
 		// Set by chaos -pgbouncer: job traffic through the pooler, sessions
 		// direct.
 		Kinds: []jobs.Kind{jobs.Define[EffectArgs](w, river.QueueDefault, "chaos: a job with a once-only effect"),
-			jobs.Define[StepArgs](sw, river.QueueDefault, "chaos: a workflow's step that checks its dependencies")},
+			jobs.Define[StepArgs](sw, river.QueueDefault, "chaos: a workflow's step that checks its dependencies"),
+			jobs.Define[DebouncedArgs](dw, river.QueueDefault, "chaos: a debounced job that records its runs")},
 		Logger: log,
 	})
 	if err != nil {
