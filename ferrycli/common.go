@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -178,6 +179,13 @@ func databaseURLFlag() cli.Flag {
 	}
 }
 
+// globalDatabaseURLFlag is --database-url before the command: it reads no
+// variable, so that one given before the command is told from DATABASE_URL
+// (databaseURL).
+func globalDatabaseURLFlag() cli.Flag {
+	return &cli.StringFlag{Name: "database-url", Usage: "Postgres connection string, for every command (default: DATABASE_URL)"}
+}
+
 func electionKeyFlag() cli.Flag {
 	return &cli.Int64Flag{Name: "election-key", Usage: "advisory lock key of the leader election", DefaultText: "911000001, or FERRY_SCHEMA's own", EnvVars: []string{"FERRY_ELECTION_KEY"}}
 }
@@ -225,8 +233,19 @@ func needSession(what string) error {
 	return nil
 }
 
+// databaseURL is --database-url as given to the command, or before it
+// (enqueue --database-url URL jobs list: the app's flag, which reads no
+// variable), or DATABASE_URL.
 func databaseURL(c *cli.Context) (string, error) {
-	u := c.String("database-url")
+	u := c.String("database-url") // given to the command, or DATABASE_URL
+	if u == os.Getenv("DATABASE_URL") {
+		for _, ctx := range c.Lineage()[1:] {
+			if slices.Contains(ctx.LocalFlagNames(), "database-url") {
+				u = ctx.String("database-url")
+				break
+			}
+		}
+	}
 	if u == "" {
 		return "", usageErrorf("no database: set DATABASE_URL or --database-url")
 	}

@@ -26,7 +26,7 @@ func enqueueDead() *cli.Command {
 			&cli.StringSliceFlag{Name: "kind", Usage: "every dead letter of this kind (repeatable)"},
 			&cli.StringSliceFlag{Name: "queue", Usage: "every dead letter in this queue (repeatable)"},
 			&cli.BoolFlag{Name: "all", Usage: "every dead letter"},
-			&cli.BoolFlag{Name: "yes", Aliases: []string{"y"}, Usage: "do not ask for confirmation (required when stdin is not a terminal)"},
+			&cli.BoolFlag{Name: "yes", Aliases: []string{"y"}, Usage: "do not ask to confirm a filter's matches (required for a filter when stdin is not a terminal)"},
 			jsonFlag(),
 		}
 	}
@@ -46,9 +46,9 @@ metadata. Dead letters stay in river_job, with every attempt's error, until
 River's job cleaner removes them (after 7 days by default).
 
 retry and discard take job ids, or a filter: --kind and --queue (combined
-with AND), or --all. They print how many jobs match and, on a terminal, ask
-before doing anything unless --yes is given; when stdin is not a terminal
-(scripts, CI) --yes is required.
+with AND), or --all. Named ids are acted on at once. A filter's matches are
+counted and, on a terminal, confirmed before anything is done unless --yes is
+given; when stdin is not a terminal (scripts, CI), a filter needs --yes.
 
 Examples:
    enqueue dead list --since 24h
@@ -136,7 +136,9 @@ func runDead(c *cli.Context, verb, done string) error {
 			return usageErrorf("--queue: %v", err)
 		}
 	}
-	yes := c.Bool("yes")
+	// Job ids named one by one are the operator's choice already: only a
+	// filter, whose matches the operator has not seen, is confirmed.
+	yes := c.Bool("yes") || ids != nil
 	if !yes && !isTerminal(c.App.Reader) {
 		return usageErrorf("refusing without --yes when not on a terminal")
 	}

@@ -38,6 +38,8 @@ Examples:
    enqueue dead retry --kind http.request --yes
 
 Each command has its own manual: enqueue COMMAND --help (enqueue jobs list --help).`
+	// --database-url before the command, too.
+	app.Flags = []cli.Flag{globalDatabaseURLFlag()}
 	app.Commands = []*cli.Command{enqueueJob(), enqueueBulk(), enqueueJobs(), enqueueDead(), enqueueOutbox(), enqueueSchedule(), enqueueLeader(), enqueueWorkers(), enqueueQueues(), enqueueLimits(), enqueueBroadcast(), enqueueLock(), enqueueWorkflow(), versionCommand()}
 	return app
 }

@@ -665,7 +665,8 @@ func runJobsAction(c *cli.Context, a jobAction) error {
 		rows := make([][]string, 0, len(results))
 		for _, r := range results {
 			res := a.done
-			if r.State != "" {
+			if r.State != "" && r.State != a.done {
+				// retried (available); not cancelled (cancelled)
 				res += " (" + r.State + ")"
 			}
 			if r.Note != "" {

@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -108,6 +109,27 @@ func enqueueJSON(t *testing.T, url string, args ...string) enqueued {
 	var e enqueued
 	require.NoError(t, json.Unmarshal([]byte(stdout), &e), "not JSON: %q", stdout)
 	return e
+}
+
+// --database-url is read before the command as after it, and wins over
+// DATABASE_URL either way.
+func TestEnqueue_DatabaseURLBeforeTheCommand(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t, true)
+	id := enqueueID(t, url, "ferry.noop")
+	wrong := "postgres://nobody@127.0.0.1:1/none?connect_timeout=2"
+	for _, c := range []struct {
+		env  []string
+		args []string
+	}{
+		{[]string{"FERRY_LOG_FORMAT=json"}, []string{"--database-url", url, "jobs", "list", "--json"}},
+		{env(wrong), []string{"--database-url", url, "jobs", "list", "--json"}},
+		{env(wrong), []string{"jobs", "list", "--database-url", url, "--json"}},
+	} {
+		stdout, stderr, code := proctest.Run(t, bins(t).enqueue, c.env, nil, c.args...)
+		require.Zero(t, code, "%v: %s", c.args, stderr)
+		require.Contains(t, stdout, fmt.Sprintf(`"id": %d,`, id), "%v", c.args)
+	}
 }
 
 func TestEnqueue_Job(t *testing.T) {

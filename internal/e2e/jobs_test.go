@@ -286,7 +286,7 @@ func TestJobs_Actions(t *testing.T) {
 		stdout, stderr, code := enqueue(t, url, nil, "jobs", "cancel", strconv.FormatInt(scheduled, 10), strconv.FormatInt(done, 10))
 		require.Equal(t, 1, code, "a completed job cannot be cancelled")
 		require.Equal(t, "enqueue: 1 of 2 jobs not cancelled", oneLine(t, stderr))
-		require.Regexp(t, fmt.Sprintf(`(?m)^%d\s+cancelled \(cancelled\)$`, scheduled), stdout)
+		require.Regexp(t, fmt.Sprintf(`(?m)^%d\s+cancelled$`, scheduled), stdout, "the state is not said twice")
 		require.Regexp(t, fmt.Sprintf(`(?m)^%d\s+failed: already completed: not cancelled$`, done), stdout)
 		require.Equal(t, "cancelled", getJob(t, pool, scheduled).State)
 		require.Equal(t, "completed", getJob(t, pool, done).State)
@@ -407,6 +407,22 @@ func TestDead(t *testing.T) {
 		require.False(t, j.Finalized)
 	})
 
+	// Named ids need no --yes, on a terminal or not (the help's own
+	// example); a filter does.
+	t.Run("RetryByIDWithoutYes", func(t *testing.T) {
+		t.Parallel()
+		url, pool, ids := setup(t)
+
+		stdout, stderr, code := enqueue(t, url, nil, "dead", "retry", strconv.FormatInt(ids[0], 10))
+		require.Zero(t, code, stderr)
+		require.Equal(t, "retried 1 dead letter", oneLine(t, stdout))
+		require.Equal(t, "available", states(t, pool, ids)[0])
+		stdout, stderr, code = enqueue(t, url, nil, "dead", "discard", strconv.FormatInt(ids[2], 10))
+		require.Zero(t, code, stderr)
+		require.Equal(t, "discarded 1 dead letter", oneLine(t, stdout))
+		require.Equal(t, "gone", states(t, pool, ids)[2])
+	})
+
 	t.Run("RetryByKind", func(t *testing.T) {
 		t.Parallel()
 		url, pool, ids := setup(t)
@@ -470,7 +486,6 @@ func TestDead(t *testing.T) {
 
 		for _, verb := range []string{"retry", "discard"} {
 			// Not a terminal (tests' stdin never is) and no --yes.
-			requireBadInput(t, url, "refusing without --yes when not on a terminal", "dead", verb, id)
 			requireBadInput(t, url, "refusing without --yes when not on a terminal", "dead", verb, "--all")
 			requireBadInput(t, url, "refusing without --yes when not on a terminal", "dead", verb, "--kind", "ferry.noop", "--json")
 			requireBadInput(t, url, "give job ids, --kind, --queue or --all", "dead", verb, "--yes")
