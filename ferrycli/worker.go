@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"reflect"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -122,12 +124,11 @@ func settingFlag(s settings.Setting) cli.Flag {
 		return &cli.BoolFlag{Name: name, Aliases: aliases, Usage: s.Usage, EnvVars: env}
 	case reflect.Int, reflect.Int64:
 		if s.Type == reflect.TypeFor[time.Duration]() {
-			f := &cli.DurationFlag{Name: name, Aliases: aliases, Usage: s.Usage, EnvVars: env}
+			v := new(durationValue)
 			if d, err := time.ParseDuration(words); err == nil {
-				f.Value, words = d, ""
+				*v, words = durationValue(d), ""
 			}
-			f.DefaultText = words
-			return f
+			return &cli.GenericFlag{Name: name, Aliases: aliases, Usage: s.Usage, EnvVars: env, Value: v, DefaultText: words}
 		}
 		n, err := strconv.ParseInt(words, 10, 64)
 		if err == nil {
@@ -146,6 +147,24 @@ func settingFlag(s settings.Setting) cli.Flag {
 	}
 	return f
 }
+
+// durationValue is a duration flag's value, whose error says what a
+// duration is (River's and urfave's say "parse error").
+type durationValue time.Duration
+
+func (d *durationValue) Set(s string) error {
+	v, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil {
+		return fmt.Errorf("not a duration such as 90s, 1m30s or 1h (of at most %dh)", math.MaxInt64/int64(time.Hour))
+	}
+	*d = durationValue(v)
+	return nil
+}
+
+func (d *durationValue) String() string { return time.Duration(*d).String() }
+
+// Get is the flag's value, a time.Duration (flag.Getter).
+func (d *durationValue) Get() any { return time.Duration(*d) }
 
 // WorkerConfig returns the ferry.Config that the flags of WorkerFlags give,
 // as c parsed them (from the command line or the environment), with its

@@ -158,3 +158,28 @@ func TestWorker_BadConfigCheckedBeforeConnecting(t *testing.T) {
 	require.Contains(t, oneLine(t, stderr), "without FERRY_ADMIN_TOKEN")
 	require.NotContains(t, stderr, "s3cretpw")
 }
+
+// A 0 for a setting whose zero would mean its default, and a duration out
+// of range, are refused with the reason, before connecting.
+func TestWorker_ZeroAndOutOfRangeRefused(t *testing.T) {
+	t.Parallel()
+	url := fmt.Sprintf("postgres://ferry:ferry@127.0.0.1:%d/ferry?sslmode=disable", freePort(t))
+	for _, c := range []struct {
+		args []string
+		env  []string
+		want string
+	}{
+		{args: []string{"--leader-tick", "0s"}, want: "--leader-tick 0s: must be above 0 (unset, it is 1.5s)"},
+		{args: []string{"--rescue-interval", "0s"}, want: "--rescue-interval 0s: must be above 0 (unset, it is 1s)"},
+		{args: []string{"--fetch-poll-interval", "0s"}, want: "--fetch-poll-interval 0s: must be above 0 (unset, it is 100ms)"},
+		{args: []string{"--outbox-max-attempts", "0"}, want: "--outbox-max-attempts 0: must not be 0 (unset, it is the config file's, else 24)"},
+		{env: []string{"FERRY_LEADER_TICK=0s"}, want: "--leader-tick 0s: must be above 0"},
+		{args: []string{"--leader-tick", "9999999h"}, want: `invalid value "9999999h" for flag -leader-tick: not a duration such as 90s, 1m30s or 1h (of at most 2562047h)`},
+		{env: []string{"FERRY_LEADER_TICK=5x"}, want: "not a duration such as 90s"},
+	} {
+		stdout, stderr, code := runWorker(t, env(url, c.env...), 15*time.Second, append([]string{"run"}, c.args...)...)
+		require.Equal(t, 2, code, "%v %v: %s", c.args, c.env, stderr)
+		require.Empty(t, stdout)
+		require.Contains(t, oneLine(t, stderr), c.want)
+	}
+}

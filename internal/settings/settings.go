@@ -170,7 +170,7 @@ func (s Setting) SetText(cfg any, text string) error {
 		if err != nil {
 			return fmt.Errorf("%s: %q is not a duration such as 90s or 1h", s.name(), text)
 		}
-		s.setInt(f, int64(d))
+		return s.setInt(f, int64(d))
 	case f.Kind() == reflect.Pointer && strings.TrimSpace(text) == "":
 		f.SetZero()
 	case f.Kind() == reflect.Pointer:
@@ -198,7 +198,7 @@ func (s Setting) SetText(cfg any, text string) error {
 		if err != nil {
 			return fmt.Errorf("%s: %q is not a whole number", s.name(), text)
 		}
-		s.setInt(f, n)
+		return s.setInt(f, n)
 	}
 	return nil
 }
@@ -211,11 +211,11 @@ func (s Setting) SetValue(cfg any, v any) error {
 	case string:
 		return s.SetText(cfg, x)
 	case time.Duration:
-		s.setInt(f, int64(x))
+		return s.setInt(f, int64(x))
 	case int:
-		s.setInt(f, int64(x))
+		return s.setInt(f, int64(x))
 	case int64:
-		s.setInt(f, x)
+		return s.setInt(f, x)
 	case bool:
 		f.SetBool(x)
 	default:
@@ -224,11 +224,21 @@ func (s Setting) SetValue(cfg any, v any) error {
 	return nil
 }
 
-func (s Setting) setInt(f reflect.Value, n int64) {
-	if n == 0 && s.KeepZero {
+// setInt sets f to n: -1 for a 0 given to a zero:"keep" setting. A 0 given
+// to a setting whose zero is a default other than 0 is refused: taken, it
+// would be that default, not what was asked.
+func (s Setting) setInt(f reflect.Value, n int64) error {
+	switch {
+	case n == 0 && s.KeepZero:
 		n = -1
+	case n == 0 && s.Default != "":
+		if f.Type() == durationType {
+			return fmt.Errorf("%s 0s: must be above 0 (unset, it is %s)", s.name(), s.Default)
+		}
+		return fmt.Errorf("%s 0: must not be 0 (unset, it is %s)", s.name(), s.Default)
 	}
 	f.SetInt(n)
+	return nil
 }
 
 // name is how an error names the setting: its flag, else its path.

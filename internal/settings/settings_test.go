@@ -148,3 +148,21 @@ func TestOf_RefusesABadDeclaration(t *testing.T) {
 	require.PanicsWithValue(t, "settings: A: cannot parse a []string", func() { Of(unparsable{}) })
 	require.Panics(t, func() { Of(&config{}) }, "not a struct")
 }
+
+// A 0 given to a setting whose zero means a default other than 0 is
+// refused, naming that default; a 0 where the default is 0 is that, and a
+// keep-zero setting's 0 is -1.
+func TestSetting_ZeroOfADefaultRefused(t *testing.T) {
+	t.Parallel()
+	byPath := map[string]Setting{}
+	for _, s := range Of(config{Section: section{Every: time.Second}}) {
+		byPath[s.Path] = s
+	}
+	var c config
+	require.EqualError(t, byPath["Section.Every"].SetText(&c, "0s"), "--every 0s: must be above 0 (unset, it is 1s)")
+	require.EqualError(t, byPath["Section.Every"].SetValue(&c, time.Duration(0)), "--every 0s: must be above 0 (unset, it is 1s)")
+	require.EqualError(t, byPath["Section.Count"].SetText(&c, "0"), "--count 0: must not be 0 (unset, it is the tick's)")
+	require.NoError(t, byPath["Big"].SetText(&c, "0"), "its default is 0")
+	require.NoError(t, byPath["Section.Keep"].SetText(&c, "0"))
+	require.Equal(t, config{Section: section{Keep: -1}}, c, "nothing refused was set")
+}
