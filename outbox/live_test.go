@@ -103,7 +103,7 @@ func TestRelay_WaitingForRoute(t *testing.T) {
 
 	stats, err := Stats(ctx, b.pool)
 	require.NoError(t, err)
-	require.Equal(t, []Stat{{Topic: "op.new", Route: "", Status: "waiting for a route", Count: 1}}, stats)
+	require.Equal(t, []Stat{{Topic: "op.new", Route: "", Status: "waiting for a route", Count: 1, Of: StatMessages}}, stats)
 	list, err := List(ctx, b.pool, ListFilter{Status: "waiting"})
 	require.NoError(t, err)
 	require.Len(t, list, 1)

@@ -14,14 +14,22 @@ type Querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
-// Stat is a count of messages (Route "") or deliveries by topic, route and
-// status.
+// Stat is a count of messages by topic and status (Of StatMessages, no
+// Route), or of deliveries by topic, route and status (Of
+// StatDeliveries).
 type Stat struct {
 	Topic  string `json:"topic"`
-	Route  string `json:"route"`
+	Route  string `json:"route,omitempty"`
 	Status string `json:"status"`
 	Count  int64  `json:"count"`
+	Of     string `json:"of"`
 }
+
+// What a Stat counts.
+const (
+	StatMessages   = "messages"
+	StatDeliveries = "deliveries"
+)
 
 // StatusWaiting is the state Stats reports for a pending message whose
 // topic no live worker routes, while it waits for one (its last_error is
@@ -58,16 +66,16 @@ const sqlWaitState = `CASE WHEN d.status = 'pending' AND d.job_id IS NULL AND o.
 func Stats(ctx context.Context, q Querier) ([]Stat, error) {
 	rows, err := q.Query(ctx, `WITH live AS (`+sqlLive+`)
 		SELECT topic, '' AS route,
-		       CASE WHEN status = 'pending' AND route_wait_since IS NOT NULL THEN $1 ELSE status END AS status, count(*)
+		       CASE WHEN status = 'pending' AND route_wait_since IS NOT NULL THEN $1 ELSE status END AS status, count(*), $2 AS of
 		FROM ferry_outbox GROUP BY 1, 2, 3
 		UNION ALL
 		SELECT o.topic, d.route,
 		       coalesce(`+sqlWaitState+`,
 		         CASE WHEN d.status = 'pending' AND NOT EXISTS (SELECT 1 FROM live WHERE live.route = d.route) THEN $1 ELSE d.status END),
-		       count(*)
+		       count(*), $3
 		FROM ferry_outbox_delivery d JOIN ferry_outbox o ON o.id = d.message_id
 		GROUP BY 1, 2, 3
-		ORDER BY 1, 2, 3`, StatusWaiting)
+		ORDER BY 1, 2, 3`, StatusWaiting, StatMessages, StatDeliveries)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: stats: %w", err)
 	}

@@ -314,8 +314,8 @@ func TestOrdered_StuckBlocksItsKey(t *testing.T) {
 
 	stats, err := Stats(ctx, b.pool)
 	require.NoError(t, err)
-	require.Contains(t, stats, Stat{Topic: "account.changed", Route: "ledger", Status: StatusBlocked, Count: 2})
-	require.Contains(t, stats, Stat{Topic: "account.changed", Route: "ledger", Status: "stuck", Count: 1})
+	require.Contains(t, stats, Stat{Topic: "account.changed", Route: "ledger", Status: StatusBlocked, Count: 2, Of: StatDeliveries})
+	require.Contains(t, stats, Stat{Topic: "account.changed", Route: "ledger", Status: "stuck", Count: 1, Of: StatDeliveries})
 	blocked, err := List(ctx, b.pool, ListFilter{Status: StatusBlocked})
 	require.NoError(t, err)
 	require.Len(t, blocked, 2)
@@ -404,7 +404,7 @@ func TestOrdered_RelayAndRelease(t *testing.T) {
 	require.Zero(t, count(t, b.pool, `SELECT count(*) FROM river_job WHERE kind = 'outbox.deliver' AND priority <> 2`), "delivery jobs go in at priority 2")
 	stats, err := Stats(ctx, b.pool)
 	require.NoError(t, err)
-	require.Contains(t, stats, Stat{Topic: "account.changed", Route: "ledger", Status: StatusTurn, Count: 15})
+	require.Contains(t, stats, Stat{Topic: "account.changed", Route: "ledger", Status: StatusTurn, Count: 15, Of: StatDeliveries})
 
 	// k1's first delivery, worked without River (no client in the
 	// context) and without going on with its chain: delivered, its
@@ -705,7 +705,7 @@ func TestOrdered_ResetInOrder(t *testing.T) {
 	}, got)
 	stats, err := Stats(ctx, b.pool)
 	require.NoError(t, err)
-	require.Contains(t, stats, Stat{Topic: "account.changed", Route: "ledger", Status: StatusTurn, Count: 2})
+	require.Contains(t, stats, Stat{Topic: "account.changed", Route: "ledger", Status: StatusTurn, Count: 2, Of: StatDeliveries})
 }
 
 // TestOrdered_ChainedJob: a delivery job, its own message delivered, goes

@@ -102,7 +102,7 @@ func (c *fakeConsole) Schedules(context.Context) ([]periodic.Row, error) {
 func (c *fakeConsole) Outbox(context.Context) (OutboxView, error) {
 	c.calls.Add(1)
 	return OutboxView{
-		Stats: []outbox.Stat{{Topic: "order.placed", Status: "stuck", Count: 1}, {Topic: "order.placed", Route: "billing", Status: "stuck", Count: 1}},
+		Stats: []outbox.Stat{{Topic: "order.placed", Status: "stuck", Count: 1, Of: outbox.StatMessages}, {Topic: "order.placed", Route: "billing", Status: "stuck", Count: 1, Of: outbox.StatDeliveries}},
 		Stuck: c.stuck,
 	}, c.fail
 }

@@ -431,9 +431,11 @@ func TestOutbox_WebhookTimesOutAfterCommit(t *testing.T) {
 	require.Zero(t, code, stderr)
 	var stats []outbox.Stat
 	require.NoError(t, json.Unmarshal([]byte(stdout), &stats), stdout)
+	require.NotContains(t, stdout, `"route": ""`, "a row of messages has no route, and says what it counts")
+	require.Contains(t, stdout, `"of": "messages"`)
 	require.ElementsMatch(t, []outbox.Stat{
-		{Topic: "order.placed", Route: "", Status: "delivered", Count: 1},
-		{Topic: "order.placed", Route: "hook", Status: "delivered", Count: 1},
+		{Topic: "order.placed", Route: "", Status: "delivered", Count: 1, Of: outbox.StatMessages},
+		{Topic: "order.placed", Route: "hook", Status: "delivered", Count: 1, Of: outbox.StatDeliveries},
 	}, stats)
 
 	stop(t, worker, stopTimeout)

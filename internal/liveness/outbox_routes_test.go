@@ -167,7 +167,7 @@ func TestRelay_RoutesOfLiveWorkers(t *testing.T) {
 	require.Empty(t, live)
 	stats, err := outbox.Stats(ctx, pool)
 	require.NoError(t, err)
-	require.Contains(t, stats, outbox.Stat{Topic: "audit.logged", Route: "audit", Status: outbox.StatusWaiting, Count: 1},
+	require.Contains(t, stats, outbox.Stat{Topic: "audit.logged", Route: "audit", Status: outbox.StatusWaiting, Count: 1, Of: outbox.StatDeliveries},
 		"a pending delivery whose route no live worker has waits, visibly")
 	later := b.add(t, "audit.logged", `{}`)
 	placedLater := b.add(t, "order.placed", `{}`)
@@ -230,7 +230,7 @@ func TestRouteSweeper(t *testing.T) {
 	require.Equal(t, "available", d.JobState)
 	stats, err := outbox.Stats(ctx, pool)
 	require.NoError(t, err)
-	require.Contains(t, stats, outbox.Stat{Topic: "audit.logged", Route: "audit", Status: outbox.StatusWaiting, Count: 1})
+	require.Contains(t, stats, outbox.Stat{Topic: "audit.logged", Route: "audit", Status: outbox.StatusWaiting, Count: 1, Of: outbox.StatDeliveries})
 	w, _ = sweep(sweeper)
 	require.Zero(t, w, "marked once")
 
