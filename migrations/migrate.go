@@ -127,12 +127,17 @@ type BehindError struct {
 	Pending []Status
 }
 
+// Error names how many migrations are pending and the first of them (the
+// list is in Pending, and `worker migrate list` shows it).
 func (e *BehindError) Error() string {
-	names := make([]string, 0, len(e.Pending))
-	for _, p := range e.Pending {
-		names = append(names, fmt.Sprintf("%s/%03d", p.Line, p.Version))
+	if len(e.Pending) == 0 {
+		return ErrSchemaBehind.Error()
 	}
-	return fmt.Sprintf("%s: %d pending migration(s) (%s)", ErrSchemaBehind, len(e.Pending), strings.Join(names, ", "))
+	first := e.Pending[0]
+	if len(e.Pending) == 1 {
+		return fmt.Sprintf("%s: 1 pending migration, %s/%03d %s", ErrSchemaBehind, first.Line, first.Version, first.Name)
+	}
+	return fmt.Sprintf("%s: %d pending migrations, the first %s/%03d %s", ErrSchemaBehind, len(e.Pending), first.Line, first.Version, first.Name)
 }
 
 func (e *BehindError) Unwrap() error { return ErrSchemaBehind }

@@ -2,6 +2,7 @@ package migrations_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -32,7 +33,14 @@ func TestMigrator_UpDownUp(t *testing.T) {
 	m, err := migrations.New(pool, nil)
 	require.NoError(t, err)
 
-	require.ErrorIs(t, m.Check(ctx), migrations.ErrSchemaBehind)
+	err = m.Check(ctx)
+	require.ErrorIs(t, err, migrations.ErrSchemaBehind)
+	var behind *migrations.BehindError
+	require.ErrorAs(t, err, &behind)
+	// One short line: the count and the first, not the whole list.
+	require.Equal(t, fmt.Sprintf("database schema is behind this build: %d pending migrations, the first river/001 %s",
+		len(behind.Pending), behind.Pending[0].Name), err.Error())
+	require.Greater(t, len(behind.Pending), 30)
 
 	applied, err := m.Up(ctx)
 	require.NoError(t, err)
