@@ -41,8 +41,14 @@ func (c *Cluster) URL(db string) string {
 // Addr is the cluster's host:port.
 func (c *Cluster) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(c.Port)) }
 
+// asPostgres is args run as the postgres user, from the root directory:
+// the user may not be allowed into the test's working directory (a clone
+// under a home of mode 700), and psql then warns that it could not change
+// to it.
 func asPostgres(args ...string) *exec.Cmd {
-	return exec.Command("runuser", append([]string{"-u", "postgres", "--"}, args...)...)
+	cmd := exec.Command("runuser", append([]string{"-u", "postgres", "--"}, args...)...)
+	cmd.Dir = "/"
+	return cmd
 }
 
 // prepare finds the binaries and makes a directory the postgres user owns,
@@ -162,13 +168,18 @@ func (c *Cluster) waitSync(timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	var last string
 	for {
-		out, err := asPostgres(filepath.Join(c.Bin, "psql"), "-h", "127.0.0.1", "-p", strconv.Itoa(c.Port), "-U", "postgres", "-d", "postgres", "-Atc", q).CombinedOutput()
+		// The answer is standard output alone; a warning goes with the
+		// error.
+		cmd := asPostgres(filepath.Join(c.Bin, "psql"), "-h", "127.0.0.1", "-p", strconv.Itoa(c.Port), "-U", "postgres", "-d", "postgres", "-Atc", q)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
 		last = strings.TrimSpace(string(out))
 		if err == nil && last == "sync" {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("pgcluster: the standby is not synchronous after %s (pg_stat_replication: %q)", timeout, last)
+			return fmt.Errorf("pgcluster: the standby is not synchronous after %s (pg_stat_replication: %q; %s)", timeout, last, strings.TrimSpace(stderr.String()))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

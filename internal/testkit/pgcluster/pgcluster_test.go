@@ -2,6 +2,7 @@ package pgcluster_test
 
 import (
 	"context"
+	"os"
 	"testing"
 	"time"
 
@@ -49,4 +50,18 @@ func TestReplicated_Failover(t *testing.T) {
 	require.Equal(t, 1, n, "the acknowledged commit survived the failover")
 	_, err = conn.Exec(ctx, "INSERT INTO acked VALUES (2)")
 	require.NoError(t, err, "the new primary takes writes")
+}
+
+// TestStartReplicated_FromADirectoryPostgresCannotEnter: a test whose
+// working directory the postgres user may not enter (a clone under a home
+// of mode 700) still gets its replicated pair: the commands run as postgres
+// start elsewhere, and only their standard output is read.
+func TestStartReplicated_FromADirectoryPostgresCannotEnter(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.Chmod(dir, 0o700))
+	t.Chdir(dir)
+	primary, standby, err := pgcluster.StartReplicated()
+	require.NoError(t, err)
+	t.Cleanup(primary.Stop)
+	t.Cleanup(standby.Stop)
 }
