@@ -1,6 +1,7 @@
 package ferry_test
 
 import (
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -26,7 +27,7 @@ var floors = []struct {
 	{"root", []string{""}},
 	{"ferrycli", []string{"/ferrycli"}},
 	{"commands and tools", []string{
-		"/cmd/", "/examples/", "/deploy", "/internal/e2e", "/internal/browsertest", "/internal/testkit/",
+		"/cmd/", "/tools/", "/examples/", "/deploy", "/internal/e2e", "/internal/browsertest", "/internal/testkit/",
 		// the test helpers of the base module, which migrate the databases
 		// they make
 		"/internal/base/scratchdb", "/internal/base/pgtest", "/internal/base/logtest",
@@ -75,4 +76,17 @@ func TestFloors_DataFlowsDownhill(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestCmd_HoldsTheShippedBinaries: cmd/ is the two binaries a user builds
+// (go build -o bin/ ./cmd/...); the bench and the chaos suite live in
+// tools/, where nobody builds them by accident.
+func TestCmd_HoldsTheShippedBinaries(t *testing.T) {
+	entries, err := os.ReadDir("cmd")
+	require.NoError(t, err)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	require.Equal(t, []string{"enqueue", "worker"}, names)
 }

@@ -185,7 +185,7 @@
 // grace before the connection is cut that a cancel request takes: a check
 // that waited that second was demoted a second late.) TestElector_Partition and the chaos
 // suite cut a leader off with a TCP proxy that blackholes both ways
-// (internal/testkit/netproxy); `go run ./cmd/bench -mode failover`
+// (internal/testkit/netproxy); `go run ./tools/bench -mode failover`
 // measures it (partition_demotion_ms_max).
 //
 // # Poolers

@@ -155,7 +155,7 @@
 // admitted after a0 and could be given back twice.
 //
 // The recount's cost to writers is its count of the bounded queues' jobs
-// in the counted states, a read; cmd/bench -mode bounded measures fetch
+// in the counted states, a read; tools/bench -mode bounded measures fetch
 // latency with and without recounts running.
 //
 // The triggers are on river_job only while some queue has a bound
@@ -170,7 +170,7 @@
 // the queue's row of ferry_queue, updated under its lock. That lock is held
 // until the inserting transaction commits, so inserts into one bounded
 // queue took turns on their commits: 0.23 of the unbounded throughput for
-// single-job transactions from 8 goroutines (cmd/bench -mode bounded);
+// single-job transactions from 8 goroutines (tools/bench -mode bounded);
 // 0.68 with the sequences, whose inserters never wait; 0.85 to 0.86 since a
 // statement whose jobs go to one queue (each single insert, each chunk of
 // a bulk insert) costs one query over its rows and the queue's counters.

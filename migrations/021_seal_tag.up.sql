@@ -4,7 +4,7 @@
 -- job (insert, fetch, completion) as one more entry of its own, unique to
 -- the job: a sealed worker spent a fifth more Postgres CPU per job than an
 -- unsealed one, and the index grew by an entry a job. River indexes no
--- tags. Five rounds of 50,000 no-op jobs each way (`go run ./cmd/bench
+-- tags. Five rounds of 50,000 no-op jobs each way (`go run ./tools/bench
 -- -mode sealed`, medians of the rounds): sealed_worker_ratio 0.71 and 0.82
 -- with the seal in metadata, 0.90 to 0.97 in five runs with it in a tag
 -- (median 0.92), in the same hours; 0.76 and 0.93 with 200,000 jobs.

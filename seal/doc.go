@@ -167,7 +167,7 @@
 // it. The first form deleted 10,000 claims a statement, found by a scan
 // from the start of the table: each batch read again the rows the ones
 // before had deleted, dead until a vacuum, so that a pass over millions
-// of claims cost the square of them (cmd/bench -mode sealcleanup measures
+// of claims cost the square of them (tools/bench -mode sealcleanup measures
 // the time per 100,000 claims deleted, first batches against last).
 //
 // The first form of this design claimed at start, in an autocommitted
@@ -179,7 +179,7 @@
 //
 // # Cost
 //
-// Measured with `go run ./cmd/bench -mode sealed` (5 rounds, medians of the
+// Measured with `go run ./tools/bench -mode sealed` (5 rounds, medians of the
 // rounds' ratios, on a shared 2-core machine whose runs swing by 0.05): a
 // worker with keys works 0.90 to 0.97 as many no-op jobs per second as one
 // without with a backlog of 50,000 (sealed_worker_ratio, target 0.9; five

@@ -28,7 +28,7 @@
 // a little longer than the job ran, never shorter (a stopping Server
 // waits for the releases, Wait). Without the batches, a global limit no
 // job ever reached cut a worker's no-op throughput to 0.014 of its rate on
-// this project's machine; with them, to about 0.67 (`go run ./cmd/bench
+// this project's machine; with them, to about 0.67 (`go run ./tools/bench
 // -mode limits-overhead`; River #1145 reports half for River Pro's).
 //
 // A job that may start takes its slot or token and runs; its slot is
@@ -93,7 +93,7 @@
 //
 // # Measured
 //
-// `go run ./cmd/bench -mode limits` runs four `worker run` processes whose
+// `go run ./tools/bench -mode limits` runs four `worker run` processes whose
 // limited jobs are HTTP calls to a receiver that counts them in flight:
 // with a concurrency of 20 and jobs of 5 s, 0.99 of the ideal throughput;
 // with a rate of 10/s under backlog, 0.97 to 0.98 of the rate with no one-second
@@ -102,7 +102,7 @@
 //
 // What it does not hold: a large backlog. Every waiting job is fetched,
 // decided on and snoozed again and again, so the cost grows with the jobs
-// waiting, not with the jobs started: `go run ./cmd/bench -mode
+// waiting, not with the jobs started: `go run ./tools/bench -mode
 // limits-backlog` (1,000,000 ferry.noop jobs under 100/s) started none in
 // 60 s, at 6,120 row writes a second. Deciding in the fetch (ferry's River
 // pilot owns JobGetAvailable, as priority aging does) is the way out.

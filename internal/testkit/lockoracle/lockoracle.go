@@ -3,7 +3,7 @@
 // holder is killed (kill -9) and its Postgres sessions terminated
 // (pg_terminate_backend), and every write they made under the lock is
 // checked afterwards. The locks test runs a small one; the bench harness
-// (go run ./cmd/bench -mode locks) the large one.
+// (go run ./tools/bench -mode locks) the large one.
 //
 // # The oracle
 //

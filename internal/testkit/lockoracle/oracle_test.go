@@ -19,7 +19,7 @@ import (
 // no write fenced by an
 // older token commits after a newer one, and the lock is taken again after
 // every kill (its ttl frees it). The bench runs the same with 16 processes
-// and 10,000 acquisitions (go run ./cmd/bench -mode locks).
+// and 10,000 acquisitions (go run ./tools/bench -mode locks).
 func TestFencingOracle(t *testing.T) {
 	t.Parallel()
 	bin := proctest.Build(t, "./internal/testkit/lockoracle/contender")["./internal/testkit/lockoracle/contender"]

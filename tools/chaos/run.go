@@ -34,7 +34,7 @@ import (
 const (
 	hookSecret = "chaos-hook-secret"
 	// workerPkg is the suite's worker, built for each run.
-	workerPkg = "./cmd/chaos/chaosworker"
+	workerPkg = "./tools/chaos/chaosworker"
 
 	// leaderTick is the chaos worker's leader tick (chaosworker sets it),
 	// which is also its liveness heartbeat.

@@ -105,9 +105,9 @@
 // session found to end, no failed registration), fails as unverified. It
 // exits 1 on any failed check. Loopback only; it stops by itself.
 //
-//	go run ./cmd/chaos           # the full run, 12 minutes (the marathon jobs')
-//	go run ./cmd/chaos -short    # what CI runs
-//	go run ./cmd/chaos -short -pgbouncer  # the same, job traffic through PgBouncer
+//	go run ./tools/chaos           # the full run, 12 minutes (the marathon jobs')
+//	go run ./tools/chaos -short    # what CI runs
+//	go run ./tools/chaos -short -pgbouncer  # the same, job traffic through PgBouncer
 //
 // With -pgbouncer, a PgBouncer in transaction mode (Debian's, started for
 // the run) stands in front of the run's database: the workers run with

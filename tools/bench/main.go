@@ -8,25 +8,25 @@
 // throughput from a backlog. ferry's fetch defaults (README, "Tuning") rest
 // on its figures.
 //
-//	go run ./cmd/bench -mode sweep
-//	go run ./cmd/bench -mode latency -cooldown 1ms -poll 100ms -rate 500
-//	go run ./cmd/bench -mode orphans -trials 20   # kill -9 of a worker running 100 jobs
-//	go run ./cmd/bench -mode broadcast -duration 10s  # 1,000 signed messages/s to 3 subscriber processes
-//	go run ./cmd/bench -mode locks -lock-procs 16 -lock-acquisitions 10000 # fencing oracle with kills
-//	go run ./cmd/bench -mode pgbouncer -backlog 40000 # worker through PgBouncer (transaction mode) against direct
-//	go run ./cmd/bench -mode failover -trials 3 -partitions 100 -tick 1s # 100 network partitions of the leader
-//	go run ./cmd/bench -mode pgfailover -trials 5 # Postgres primary crashed, synchronous standby promoted
-//	go run ./cmd/bench -mode riverbest -backlog 50000 # ferry's defaults against bare River at River's own bench settings
-//	go run ./cmd/bench -mode otel -backlog 50000 # worker with every job traced (OTLP/HTTP to loopback) against without
-//	go run ./cmd/bench -mode ordered -keys 1000 -per-key 50 -trials 3 # ordered outbox delivery against unordered: 3 workers, a kill -9, a failing receiver
-//	go run ./cmd/bench -mode ordered -trials 3 -queues default=1000,outbox=20 # the same with 20 route workers per process
-//	go run ./cmd/bench -mode sealcleanup -claims 5000000 # the leader's cleanup of 5M expired seal claims: ms per 100,000 deleted, first and last
-//	go run ./cmd/bench -mode lean # a service importing jobs and outbox: modules and binary size against River alone
-//	go run ./cmd/bench -mode bulkcopy -backlog 1000000 # enqueue bulk (file and pipe) against a plain COPY, peak RSS
-//	go run ./cmd/bench -mode counts -backlog 5000000 # enqueue, console, River UI and /metrics counts with 5M finished jobs
-//	go run ./cmd/bench -mode scale -backlog 50000 -plots docs/bench # throughput and pickup with 0, 1M and 5M finished jobs, three paired rounds
-//	go run ./cmd/bench -mode sustained -backlog 50000 -duration 10m # half the maximum for 10 minutes: p99 drift, dead tuples (vacuumed as autovacuum would where the server's is off)
-//	go run ./cmd/bench -mode pickup -rate 500 -duration 10s -plots docs/bench # insert to start after a warm-up; a sweep of rates
+//	go run ./tools/bench -mode sweep
+//	go run ./tools/bench -mode latency -cooldown 1ms -poll 100ms -rate 500
+//	go run ./tools/bench -mode orphans -trials 20   # kill -9 of a worker running 100 jobs
+//	go run ./tools/bench -mode broadcast -duration 10s  # 1,000 signed messages/s to 3 subscriber processes
+//	go run ./tools/bench -mode locks -lock-procs 16 -lock-acquisitions 10000 # fencing oracle with kills
+//	go run ./tools/bench -mode pgbouncer -backlog 40000 # worker through PgBouncer (transaction mode) against direct
+//	go run ./tools/bench -mode failover -trials 3 -partitions 100 -tick 1s # 100 network partitions of the leader
+//	go run ./tools/bench -mode pgfailover -trials 5 # Postgres primary crashed, synchronous standby promoted
+//	go run ./tools/bench -mode riverbest -backlog 50000 # ferry's defaults against bare River at River's own bench settings
+//	go run ./tools/bench -mode otel -backlog 50000 # worker with every job traced (OTLP/HTTP to loopback) against without
+//	go run ./tools/bench -mode ordered -keys 1000 -per-key 50 -trials 3 # ordered outbox delivery against unordered: 3 workers, a kill -9, a failing receiver
+//	go run ./tools/bench -mode ordered -trials 3 -queues default=1000,outbox=20 # the same with 20 route workers per process
+//	go run ./tools/bench -mode sealcleanup -claims 5000000 # the leader's cleanup of 5M expired seal claims: ms per 100,000 deleted, first and last
+//	go run ./tools/bench -mode lean # a service importing jobs and outbox: modules and binary size against River alone
+//	go run ./tools/bench -mode bulkcopy -backlog 1000000 # enqueue bulk (file and pipe) against a plain COPY, peak RSS
+//	go run ./tools/bench -mode counts -backlog 5000000 # enqueue, console, River UI and /metrics counts with 5M finished jobs
+//	go run ./tools/bench -mode scale -backlog 50000 -plots docs/bench # throughput and pickup with 0, 1M and 5M finished jobs, three paired rounds
+//	go run ./tools/bench -mode sustained -backlog 50000 -duration 10m # half the maximum for 10 minutes: p99 drift, dead tuples (vacuumed as autovacuum would where the server's is off)
+//	go run ./tools/bench -mode pickup -rate 500 -duration 10s -plots docs/bench # insert to start after a warm-up; a sweep of rates
 package main
 
 import (

@@ -1,4 +1,4 @@
-// Command chaosworker is the chaos suite's worker (cmd/chaos builds and runs
+// Command chaosworker is the chaos suite's worker (tools/chaos builds and runs
 // it): ferry's own worker stack, plus what the suite's oracle needs to see
 // from inside.
 //
