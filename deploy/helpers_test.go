@@ -244,14 +244,20 @@ func requireEnvDeclared(t *testing.T, where string, c command, env map[string]st
 // FERRY_SHUTDOWN_GRACE, else the flag's default.
 func shutdownGrace(t *testing.T, run command, env map[string]string) time.Duration {
 	t.Helper()
-	f, ok := run.flagForEnv(t, "FERRY_SHUTDOWN_GRACE").(*cli.DurationFlag)
+	// A duration setting's flag is a GenericFlag whose value gets a
+	// time.Duration (ferrycli's durationValue).
+	f, ok := run.flagForEnv(t, "FERRY_SHUTDOWN_GRACE").(*cli.GenericFlag)
 	require.True(t, ok, "FERRY_SHUTDOWN_GRACE is not a duration flag")
+	getter, ok := f.Value.(interface{ Get() any })
+	require.True(t, ok, "FERRY_SHUTDOWN_GRACE's flag value has no Get")
+	def, ok := getter.Get().(time.Duration)
+	require.True(t, ok, "FERRY_SHUTDOWN_GRACE's flag value is not a duration")
 	if v, set := env["FERRY_SHUTDOWN_GRACE"]; set {
 		d, err := time.ParseDuration(v)
 		require.NoError(t, err, "FERRY_SHUTDOWN_GRACE")
 		return d
 	}
-	return f.Value
+	return def
 }
 
 // repoRoot is the module's root, the parent of this package's directory.
