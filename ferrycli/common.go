@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/urfave/cli/v2"
@@ -170,6 +171,14 @@ func newApp(name, usage string) *cli.App {
 }
 
 // Flags shared by several commands.
+
+// durationFlag is a duration flag whose error on a bad value says what a
+// duration is (urfave's DurationFlag says "parse error"); c.Duration reads
+// it as it reads a DurationFlag.
+func durationFlag(name, usage string, value time.Duration, defaultText string) cli.Flag {
+	v := durationValue(value)
+	return &cli.GenericFlag{Name: name, Usage: usage, Value: &v, DefaultText: defaultText}
+}
 
 func databaseURLFlag() cli.Flag {
 	return &cli.StringFlag{

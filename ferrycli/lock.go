@@ -90,8 +90,8 @@ Examples:
    enqueue lock run deploy:db --ttl 2m --wait 10m -- ./migrate.sh`,
 		Flags: []cli.Flag{
 			databaseURLFlag(),
-			&cli.DurationFlag{Name: "ttl", Value: locks.DefaultTTL, Usage: "how long the lock outlives its holder's last renewal (1s to 10m)"},
-			&cli.DurationFlag{Name: "wait", Value: 0, Usage: "how long to wait for a held lock (0: try once)"},
+			durationFlag("ttl", "how long the lock outlives its holder's last renewal (1s to 10m)", locks.DefaultTTL, ""),
+			durationFlag("wait", "how long to wait for a held lock (0: try once)", 0, ""),
 		},
 		Action: runLock,
 	}

@@ -37,7 +37,7 @@ Examples:
    enqueue workers --json`,
 		Flags: []cli.Flag{
 			databaseURLFlag(),
-			&cli.DurationFlag{Name: "since", Value: time.Hour, Usage: "also list the workers that died or stopped within this long"},
+			durationFlag("since", "also list the workers that died or stopped within this long", time.Hour, ""),
 			jsonFlag(),
 		},
 		Action: runWorkers,
