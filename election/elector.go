@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river/rivershared/startstop"
 
+	"github.com/ferryq/ferry/internal/base/loop"
 	"github.com/ferryq/ferry/internal/base/redact"
 	"github.com/ferryq/ferry/internal/lease"
 )
@@ -420,7 +421,7 @@ func (e *Elector) run(ctx context.Context) {
 		// The wait failed or the term could not be recorded: back off, so a
 		// persistent failure cannot spin.
 		e.standby(nil)
-		if !sleep(ctx, retry) {
+		if loop.Sleep(ctx, retry) != nil {
 			return
 		}
 		retry = min(retry*2, e.cfg.Probe)
@@ -917,7 +918,7 @@ func (e *Elector) startRunnables(term int64, fenced bool) *supervisor {
 					return
 				}
 				s.log.Error("election: runnable failed; restarting", "runnable", r.name, "error", err, "backoff", backoff)
-				if !sleep(ctx, backoff) {
+				if loop.Sleep(ctx, backoff) != nil {
 					return
 				}
 				backoff = min(backoff*2, 30*time.Second)
@@ -953,18 +954,6 @@ func (s *supervisor) stop(cause error, wait time.Duration) error {
 // comes that much later than Tick + TickTimeout after the loss.
 func Demoted(ctx context.Context) bool {
 	return errors.Is(context.Cause(ctx), errDemoted)
-}
-
-// sleep waits d, or until ctx is done; it reports whether the full d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 func runSafely(ctx context.Context, fn Runnable) (err error) {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ferryq/ferry/internal/base/loop"
 	"github.com/ferryq/ferry/internal/testkit/fleet"
 	"github.com/ferryq/ferry/jobs"
 )
@@ -144,14 +145,14 @@ func limitBacklogRun(ctx context.Context, serverURL, bin, dir string, n, rate in
 		}
 		return
 	}
-	if err := sleepCtx(ctx, 5*time.Second); err != nil {
+	if err := loop.Sleep(ctx, 5*time.Second); err != nil {
 		return w, err
 	}
 	s0, w0, c0, err := mark()
 	if err != nil {
 		return w, fmt.Errorf("%w (worker: %s)", err, tail(p))
 	}
-	if err := sleepCtx(ctx, dur); err != nil {
+	if err := loop.Sleep(ctx, dur); err != nil {
 		return w, err
 	}
 	s1, w1, c1, err := mark()
@@ -164,16 +165,4 @@ func limitBacklogRun(ctx context.Context, serverURL, bin, dir string, n, rate in
 		return w, fmt.Errorf("nothing written in %s: the statistics did not move (worker: %s)", dur, strings.ReplaceAll(tail(p), "\n", " | "))
 	}
 	return w, nil
-}
-
-// sleepCtx sleeps d, or until ctx ends.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

@@ -1,5 +1,6 @@
 // Package loop is the loop of ferry's periodic leader runnables: one pass
-// now and one every interval, until the leader's term ends.
+// now and one every interval, until the leader's term ends; and the wait
+// it is made of (Sleep), for any loop that waits on a context.
 package loop
 
 import (
@@ -19,12 +20,24 @@ func Every(ctx context.Context, every time.Duration, once func(context.Context) 
 			}
 			return err
 		}
-		t := time.NewTimer(every)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if Sleep(ctx, every) != nil {
 			return nil
-		case <-t.C:
 		}
+	}
+}
+
+// Sleep waits d (nothing when d <= 0) and returns nil, or returns ctx's
+// cause as soon as ctx ends.
+func Sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-t.C:
+		return nil
 	}
 }

@@ -40,6 +40,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/ferryq/ferry"
+	"github.com/ferryq/ferry/internal/base/loop"
 	"github.com/ferryq/ferry/jobs"
 	"github.com/ferryq/ferry/workflow"
 )
@@ -64,7 +65,7 @@ func (w *effectWorker) Work(ctx context.Context, job *river.Job[EffectArgs]) err
 	if !job.Args.Until.IsZero() {
 		d = time.Until(job.Args.Until)
 	}
-	if err := sleep(ctx, d); err != nil {
+	if err := loop.Sleep(ctx, d); err != nil {
 		return err
 	}
 	return pgx.BeginFunc(ctx, w.pool(), func(tx pgx.Tx) error {
@@ -137,7 +138,7 @@ WHERE e.step = $1`, job.ID).Scan(&open, &completed); err != nil {
 			return err
 		}
 	}
-	if err := sleep(ctx, time.Duration(job.Args.SleepMS)*time.Millisecond); err != nil {
+	if err := loop.Sleep(ctx, time.Duration(job.Args.SleepMS)*time.Millisecond); err != nil {
 		return err
 	}
 	if err := river.RecordOutput(ctx, step); err != nil {
@@ -187,7 +188,7 @@ VALUES ($1, $2, $3, (SELECT count(*) FROM river_job
 		job.ID, job.Args.Key, job.Args.Seq); err != nil {
 		return err
 	}
-	if err := sleep(ctx, time.Duration(job.Args.SleepMS)*time.Millisecond); err != nil {
+	if err := loop.Sleep(ctx, time.Duration(job.Args.SleepMS)*time.Millisecond); err != nil {
 		return err
 	}
 	return nil
@@ -196,22 +197,6 @@ VALUES ($1, $2, $3, (SELECT count(*) FROM river_job
 // NextRetry retries a failed run after a second, as chaos.effect.
 func (w *debouncedWorker) NextRetry(*river.Job[DebouncedArgs]) time.Time {
 	return time.Now().Add(time.Second)
-}
-
-// sleep sleeps d (nothing when d <= 0), or returns the cause when ctx
-// ends first.
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
 }
 
 func main() {
