@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -122,9 +121,9 @@ type collapse struct {
 }
 
 // collapses gathers, in an Inserter's insert, the debounced inserts that
-// found their key's job.
+// found their key's job (River runs the insert middleware in the
+// inserting goroutine).
 type collapses struct {
-	mu   sync.Mutex
 	list []collapse
 }
 
@@ -136,8 +135,6 @@ type collapsesKey struct{}
 // transaction committed between River's check and this one) is an
 // error: the caller may insert again.
 func (i *Inserter) debounceTx(ctx context.Context, tx pgx.Tx, c *collapses, results []*rivertype.JobInsertResult) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	for _, col := range c.list {
 		var what string
 		err := tx.QueryRow(ctx, `SELECT ferry_debounce($1, $2::jsonb, make_interval(secs => $3::float8 / 1000), make_interval(secs => $4::float8 / 1000))`,

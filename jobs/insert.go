@@ -403,9 +403,7 @@ func (m *uniqueKeyMiddleware) InsertMany(ctx context.Context, params []*rivertyp
 		if c == nil {
 			return nil, fmt.Errorf("jobs: debounce %q: only an Inserter's InsertTx and InsertManyTx debounce", d.Key)
 		}
-		c.mu.Lock()
 		c.list = append(c.list, collapse{job: res[i].Job.ID, args: params[i].EncodedArgs, d: d})
-		c.mu.Unlock()
 	}
 	return res, nil
 }

@@ -14,18 +14,22 @@
 --   completer, a cancel, a rescue that discards it, a delete). Two runs of
 --   a key never overlap, and none is lost.
 
+-- The due time of a run whose first insert was at first: win after now,
+-- and no later than max_wait after first (a max_wait of 0 is none).
+CREATE FUNCTION ferry_debounce_due(first timestamptz, win interval, max_wait interval) RETURNS timestamptz
+LANGUAGE sql STABLE AS $$
+    SELECT CASE WHEN max_wait > interval '0' THEN least(now() + win, first + max_wait) ELSE now() + win END
+$$;
+
 CREATE FUNCTION ferry_debounce(job bigint, new_args jsonb, win interval, max_wait interval) RETURNS text
 LANGUAGE plpgsql AS $$
-DECLARE
-    q text;
 BEGIN
     UPDATE river_job j
     SET args = new_args,
-        scheduled_at = CASE WHEN max_wait > interval '0' THEN least(now() + win, j.created_at + max_wait) ELSE now() + win END,
-        state = CASE WHEN (CASE WHEN max_wait > interval '0' THEN least(now() + win, j.created_at + max_wait) ELSE now() + win END) > now()
+        scheduled_at = ferry_debounce_due(j.created_at, win, max_wait),
+        state = CASE WHEN ferry_debounce_due(j.created_at, win, max_wait) > now()
                      THEN 'scheduled'::river_job_state ELSE 'available'::river_job_state END
-    WHERE j.id = job AND j.state IN ('scheduled', 'available') AND j.attempt = 0
-    RETURNING j.queue INTO q;
+    WHERE j.id = job AND j.state IN ('scheduled', 'available') AND j.attempt = 0;
     IF FOUND THEN
         RETURN 'collapsed';
     END IF;
@@ -33,9 +37,7 @@ BEGIN
     SET metadata = jsonb_set(j.metadata, '{ferry_debounce_next}', jsonb_build_object(
             'args', new_args,
             'first', coalesce(j.metadata->'ferry_debounce_next'->'first', to_jsonb(now())),
-            'due', to_jsonb(CASE WHEN max_wait > interval '0'
-                                 THEN least(now() + win, coalesce((j.metadata->'ferry_debounce_next'->>'first')::timestamptz, now()) + max_wait)
-                                 ELSE now() + win END)))
+            'due', to_jsonb(ferry_debounce_due(coalesce((j.metadata->'ferry_debounce_next'->>'first')::timestamptz, now()), win, max_wait))))
     WHERE j.id = job AND j.state IN ('running', 'retryable', 'scheduled', 'available');
     IF FOUND THEN
         RETURN 'after';

@@ -20,25 +20,19 @@ func NewDriver(d riverdriver.Driver[pgx.Tx], pool *pgxpool.Pool) *pilot.Driver {
 	return pilot.NewDriver(d, p)
 }
 
-// DeleteBefore is River's job cleaner's delete, but for every workflow
-// step's job (the workflows' retention deletes them, a workflow at a
-// time, once it has ended); pool runs it. TestPilot_RiverDeleteParamsUnchanged
-// fails when the cleaner's parameters change, so that the delete never
-// silently drifts from River's.
+// DeleteBefore is River's job cleaner's delete (River's JobDeleteBefore
+// query, riverpgxv5's dbsqlc/river_job.sql), but for every workflow step's
+// job (the workflows' retention deletes them, a workflow at a time, once
+// it has ended); pool runs it. TestPilot_RiverDeleteParamsUnchanged fails
+// when the cleaner's parameters change, so that the delete never silently
+// drifts from River's.
 func DeleteBefore(pool *pgxpool.Pool) pilot.DeleteBefore {
 	return func(ctx context.Context, _ riverdriver.Executor, params *riverdriver.JobDeleteBeforeParams) (int, error) {
-		return deleteBefore(ctx, pool, params)
-	}
-}
-
-// deleteBefore is River's JobDeleteBefore query (riverpgxv5's
-// dbsqlc/river_job.sql), but for workflow steps.
-func deleteBefore(ctx context.Context, pool *pgxpool.Pool, params *riverdriver.JobDeleteBeforeParams) (int, error) {
-	table := "river_job"
-	if params.Schema != "" {
-		table = pgx.Identifier{params.Schema, "river_job"}.Sanitize()
-	}
-	tag, err := pool.Exec(ctx, `DELETE FROM `+table+` WHERE id IN (
+		table := "river_job"
+		if params.Schema != "" {
+			table = pgx.Identifier{params.Schema, "river_job"}.Sanitize()
+		}
+		tag, err := pool.Exec(ctx, `DELETE FROM `+table+` WHERE id IN (
     SELECT id FROM `+table+`
     WHERE ((state = 'cancelled' AND $1 AND finalized_at < $2::timestamptz)
         OR (state = 'completed' AND $3 AND finalized_at < $4::timestamptz)
@@ -49,11 +43,12 @@ func deleteBefore(ctx context.Context, pool *pgxpool.Pool, params *riverdriver.J
     ORDER BY id
     LIMIT $9::bigint
 )`, params.CancelledDoDelete, params.CancelledFinalizedAtHorizon,
-		params.CompletedDoDelete, params.CompletedFinalizedAtHorizon,
-		params.DiscardedDoDelete, params.DiscardedFinalizedAtHorizon,
-		params.QueuesExcluded, params.QueuesIncluded, params.Max)
-	if err != nil {
-		return 0, fmt.Errorf("ferry: job cleaner: %w", err)
+			params.CompletedDoDelete, params.CompletedFinalizedAtHorizon,
+			params.DiscardedDoDelete, params.DiscardedFinalizedAtHorizon,
+			params.QueuesExcluded, params.QueuesIncluded, params.Max)
+		if err != nil {
+			return 0, fmt.Errorf("ferry: job cleaner: %w", err)
+		}
+		return int(tag.RowsAffected()), nil
 	}
-	return int(tag.RowsAffected()), nil
 }
