@@ -76,6 +76,14 @@ func TestJobsRescue_RiverLeader(t *testing.T) {
 	waitJobState(t, pool, orphan, "running", 10*time.Second)
 	waitRiverLeader(t, pool, aID)
 	require.NoError(t, a.Kill())
+	// The operator rescues a dead worker's job: Postgres has ended the
+	// killed worker's sessions (while one is still connected, the rescue
+	// rightly refuses; CI saw it a few milliseconds after the kill).
+	require.Eventually(t, func() bool {
+		return count(t, pool, `SELECT count(*) FROM pg_stat_activity a JOIN ferry_worker w
+			ON a.datname = current_database() AND right(a.application_name, length(w.session_tag)) = w.session_tag
+			WHERE w.client_id = $1`, aID) == 0
+	}, 10*time.Second, 10*time.Millisecond, "the killed worker's sessions end")
 
 	// No other River client runs: River's leadership stays A's until
 	// someone resigns it.
