@@ -58,24 +58,38 @@ func TestAdminConsole_LiveLeader(t *testing.T) {
 		return err == nil && n == 1
 	})
 
-	// Leadership moves: w1's lock session is killed, w1 demotes itself,
-	// and w2, trying the lock every 250 ms, takes it. w1 tries again at
-	// once when its next tick finds the lock lost, and gets there first
-	// when that tick comes within w2's 250 ms (about one time in five):
-	// then w1's new session is killed too, until w2 leads.
+	// Leadership moves: w1's lock session is killed, w1 demotes itself at
+	// its next tick and tries the lock again at once, while w2 tries it
+	// every 250 ms. The kill comes just after one of w1's ticks (its lock
+	// session's query_start moves), so w2 tries about 750 ms before w1
+	// finds the lock lost. (Killing at a fixed cadence can lock onto w1's
+	// ticks: a 5 s wait is five of w1's 1 s ticks, each kill then landed
+	// just before w1's tick, and w1 won every time.) A few rounds cover a
+	// machine too slow for one.
+	leaderSession := func() (pid int, tick time.Time, err error) {
+		err = pool.QueryRow(ctx, `SELECT pid, query_start FROM pg_stat_activity
+			WHERE datname = current_database() AND application_name LIKE 'ferry-leader:%:' || $1::text`, fmt.Sprint(w1.Pid())).Scan(&pid, &tick)
+		return pid, tick, err
+	}
 	moved := false
-	for range 8 {
-		var killed int
-		require.NoError(t, pool.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-			WHERE datname = current_database() AND application_name LIKE 'ferry-leader:%:' || $1::text`, fmt.Sprint(w1.Pid())).Scan(&killed))
+	for range 5 {
+		_, before, err := leaderSession()
+		require.NoError(t, err, "w1's lock session")
+		var backend int
+		waitFor(t, "a tick of w1", func() bool {
+			var tick time.Time
+			backend, tick, err = leaderSession()
+			return err == nil && tick.After(before)
+		})
+		var killed bool
+		require.NoError(t, pool.QueryRow(ctx, `SELECT pg_terminate_backend($1)`, backend).Scan(&killed))
+		require.True(t, killed, "w1's lock session %d was killed", backend)
 		if _, err := w2.WaitForLineFunc(5*time.Second, logtest.Logged("election: failover acquired")); err == nil {
 			moved = true
 			break
 		}
-		t.Logf("w2 did not take the lock after %d of w1's lock sessions were killed; again", killed)
-		if killed == 0 {
-			time.Sleep(250 * time.Millisecond) // w1 between lock sessions
-		}
+		t.Log("w2 did not take the lock after w1's lock session was killed; again")
+		waitFor(t, "w1 leading again", func() bool { _, _, err := leaderSession(); return err == nil })
 	}
 	require.True(t, moved, "w2 never took the lock from w1")
 
