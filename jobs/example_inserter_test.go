@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
 	"github.com/ferryq/ferry/jobs"
@@ -17,11 +16,7 @@ import (
 // it leaves nothing behind.
 func ExampleInserter_InsertTx() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, exampleDatabaseURL())
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer pool.Close()
+	pool := examplePool()
 
 	ins, err := jobs.NewInserter(pool)
 	if err != nil {

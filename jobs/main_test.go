@@ -88,13 +88,6 @@ func (b *clientBundle) run(t *testing.T, args river.JobArgs) (*river.Event, *riv
 	}
 }
 
-// exampleDatabaseURL is this package's test database, for runnable examples,
-// which get no *testing.T.
-func exampleDatabaseURL() string { return pgtest.URL(exampleTB{}) }
-
-// exampleTB is just enough of a testing.TB for pgtest.URL.
-type exampleTB struct{ testing.TB }
-
-func (exampleTB) Helper() {}
-
-func (exampleTB) Fatalf(format string, args ...any) { panic(fmt.Sprintf(format, args...)) }
+// examplePool stands for the service's own pool in runnable examples
+// (which get no *testing.T): here, on this package's test database.
+func examplePool() *pgxpool.Pool { return pgtest.ExamplePool() }

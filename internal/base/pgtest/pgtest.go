@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -58,6 +59,50 @@ func URL(tb testing.TB) string {
 		tb.Fatalf("pgtest: %v", pkgErr)
 	}
 	return pkgURL
+}
+
+// ExampleURL is URL for runnable examples, which get no testing.TB: when
+// the database cannot be made it panics with the reason, in one line, and
+// the example fails.
+func ExampleURL() string {
+	return URL(&exampleTB{})
+}
+
+var (
+	examplePoolMu sync.Mutex
+	examplePool   *pgxpool.Pool
+)
+
+// ExamplePool is a pool on this test package's database for runnable
+// examples (ExampleURL): one per package, closed by Main after the tests.
+func ExamplePool() *pgxpool.Pool {
+	examplePoolMu.Lock()
+	defer examplePoolMu.Unlock()
+	if examplePool == nil {
+		tb := &exampleTB{}
+		examplePool = PoolFor(tb, ExampleURL())
+		AtExit(tb.cleanup)
+	}
+	return examplePool
+}
+
+// exampleTB is just enough of a testing.TB for URL and PoolFor: it panics
+// where a test would fail, and keeps its cleanups for cleanup.
+type exampleTB struct {
+	testing.TB
+	cleanups []func()
+}
+
+func (*exampleTB) Helper() {}
+
+func (*exampleTB) Fatalf(format string, args ...any) { panic(fmt.Sprintf(format, args...)) }
+
+func (tb *exampleTB) Cleanup(fn func()) { tb.cleanups = append(tb.cleanups, fn) }
+
+func (tb *exampleTB) cleanup() {
+	for _, fn := range slices.Backward(tb.cleanups) {
+		fn()
+	}
 }
 
 // Pool returns a pool on this test package's database, closed when the test
