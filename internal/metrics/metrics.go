@@ -26,7 +26,7 @@ import (
 
 // Metrics is one process's registry and the collectors ferry feeds.
 type Metrics struct {
-	Registry *prometheus.Registry
+	Registry *Registry
 
 	jobDuration *prometheus.HistogramVec
 	queueFull   *prometheus.CounterVec
@@ -39,7 +39,7 @@ func New(pool *pgxpool.Pool, version string, logger *slog.Logger) *Metrics {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	reg := prometheus.NewRegistry()
+	reg := NewRegistry()
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
