@@ -93,7 +93,7 @@ func RouteWorkers(r outbox.Route, outboxWorkers int) int {
 type Config struct {
 	// ConfigFile is the YAML file of schedules, queues, limits, outbox
 	// routes and Telegram bots; "" for none.
-	ConfigFile string `env:"FERRY_CONFIG" flag:"config" usage:"YAML file of schedules, outbox routes and Telegram bots (see README)"`
+	ConfigFile string `env:"FERRY_CONFIG" flag:"config" usage:"YAML file of schedules, queues, limits, outbox routes and Telegram bots (docs/configuration.md)"`
 	// Database is where ferry's and River's tables live, and how to reach
 	// them.
 	Database DatabaseConfig

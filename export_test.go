@@ -5,6 +5,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
+
+	"github.com/ferryq/ferry/internal/metrics"
 )
 
 // RelayInserterForTest returns the River client the relay inserts its
@@ -24,3 +26,6 @@ type funcService struct {
 
 func (f funcService) Start(ctx context.Context) error { return f.start(ctx) }
 func (f funcService) Stop()                           { f.stop() }
+
+// MetricsForTest returns the server's Prometheus registry.
+func (s *Server) MetricsForTest() *metrics.Registry { return s.metrics.Registry }

@@ -32,11 +32,11 @@ import (
 
 // File is the YAML document.
 type File struct {
-	Schedules []ScheduleEntry `yaml:"schedules"`
-	Queues    []QueueEntry    `yaml:"queues"`
-	Outbox    OutboxSection   `yaml:"outbox"`
-	Telegram  TelegramSection `yaml:"telegram"`
-	Limits    []LimitEntry    `yaml:"limits"`
+	Schedules []ScheduleEntry `yaml:"schedules" doc:"schedules the leader ticks, each tick a River job"`
+	Queues    []QueueEntry    `yaml:"queues" doc:"queues' worker counts in this process and their bounds"`
+	Outbox    OutboxSection   `yaml:"outbox" doc:"the outbox's deliveries and webhook routes"`
+	Telegram  TelegramSection `yaml:"telegram" doc:"Telegram bots whose updates the leader long-polls"`
+	Limits    []LimitEntry    `yaml:"limits" doc:"concurrency and rate limits on the jobs of a kind or a queue, across every worker"`
 }
 
 // LimitEntry is one `limits:` item: a concurrency limit, a rate limit or
@@ -44,26 +44,26 @@ type File struct {
 // per value of a top-level field of the jobs' args (package
 // internal/limit).
 type LimitEntry struct {
-	Name        string `yaml:"name"`
-	Kind        string `yaml:"kind"`
-	Queue       string `yaml:"queue"`
-	Key         string `yaml:"key"`
-	Concurrency int    `yaml:"concurrency"`
-	Rate        string `yaml:"rate"`
-	Burst       int    `yaml:"burst"`
+	Name        string `yaml:"name" default:"kind:KIND or queue:QUEUE, then /KEY" doc:"the limit's name, as enqueue limits and the metrics show it"`
+	Kind        string `yaml:"kind" doc:"the job kind limited (give kind or queue)"`
+	Queue       string `yaml:"queue" doc:"the queue limited (give kind or queue)"`
+	Key         string `yaml:"key" doc:"a top-level field of the jobs' args: the limit holds per value of it"`
+	Concurrency int    `yaml:"concurrency" doc:"the most such jobs running at once (give concurrency, rate or both)"`
+	Rate        string `yaml:"rate" doc:"the most such jobs started per period: N/s, N/m or N/h"`
+	Burst       int    `yaml:"burst" default:"1" doc:"starts a rate lets through at once after a quiet period"`
 }
 
 // TelegramSection is the `telegram:` section.
 type TelegramSection struct {
-	Bots []BotEntry `yaml:"bots"`
+	Bots []BotEntry `yaml:"bots" doc:"the bots"`
 }
 
 // BotEntry is one `telegram.bots` item.
 type BotEntry struct {
-	Name           string   `yaml:"name"`
-	TokenEnv       string   `yaml:"token_env"`
-	AllowedUpdates []string `yaml:"allowed_updates"`
-	Timeout        string   `yaml:"timeout"`
+	Name           string   `yaml:"name" doc:"the bot's name, unique; its updates are outbox messages of topic telegram.NAME"`
+	TokenEnv       string   `yaml:"token_env" doc:"the environment variable that holds the bot's token (unset: the bot stays off)"`
+	AllowedUpdates []string `yaml:"allowed_updates" default:"Telegram's" doc:"the update types to receive (Telegram's allowed_updates)"`
+	Timeout        string   `yaml:"timeout" type:"duration" default:"25s" doc:"the long poll's timeout, between 1s and 50s"`
 }
 
 // Bot is a configured bot, as the Telegram capability takes it. Token is
@@ -73,33 +73,33 @@ type Bot = telegram.Bot
 
 // OutboxSection is the `outbox:` section.
 type OutboxSection struct {
-	MaxAttempts int          `yaml:"max_attempts"`
-	Routes      []RouteEntry `yaml:"routes"`
+	MaxAttempts int          `yaml:"max_attempts" default:"24" doc:"attempts of each delivery before it is stuck, between 1 and 1000"`
+	Routes      []RouteEntry `yaml:"routes" doc:"webhooks, each delivering a topic's messages"`
 }
 
 // RouteEntry is one `outbox.routes` item: a webhook for a topic.
 type RouteEntry struct {
-	Topic     string            `yaml:"topic"`
-	Name      string            `yaml:"name"`
-	URL       string            `yaml:"url"`
-	SecretEnv string            `yaml:"secret_env"`
-	Timeout   string            `yaml:"timeout"`
-	Headers   map[string]string `yaml:"headers"`
+	Topic     string            `yaml:"topic" doc:"the topic whose messages the route delivers"`
+	Name      string            `yaml:"name" doc:"the route's name, unique: its deliveries' route"`
+	URL       string            `yaml:"url" doc:"the URL each message is POSTed to"`
+	SecretEnv string            `yaml:"secret_env" doc:"the environment variable that holds the signing secrets (whsec_… or raw, space-separated)"`
+	Timeout   string            `yaml:"timeout" type:"duration" default:"10s" doc:"each request's timeout"`
+	Headers   map[string]string `yaml:"headers" doc:"headers added to each request"`
 	// Workers, when set, is how many workers deliver the route in each
 	// process (outbox.Route.Workers), over the outbox count of FERRY_QUEUES.
-	Workers int `yaml:"workers"`
+	Workers int `yaml:"workers" default:"the outbox queue's workers" doc:"workers delivering the route in each process"`
 }
 
 // QueueEntry is one `queues:` item: a queue's worker count in this
 // process and its bound.
 type QueueEntry struct {
-	Name string `yaml:"name"`
+	Name string `yaml:"name" doc:"the queue"`
 	// Workers, when set, is the queue's worker count in this process, over
 	// FERRY_QUEUES'; a queue with workers is worked by this process.
-	Workers int `yaml:"workers"`
+	Workers int `yaml:"workers" default:"FERRY_QUEUES'" doc:"the queue's worker count in this process, over FERRY_QUEUES'"`
 	// MaxLength, when set, is the queue's bound, over
 	// FERRY_QUEUE_MAX_LENGTH; 0 is unbounded.
-	MaxLength *int64 `yaml:"max_length"`
+	MaxLength *int64 `yaml:"max_length" default:"FERRY_QUEUE_MAX_LENGTH" doc:"the queue's bound, over FERRY_QUEUE_MAX_LENGTH; 0 is unbounded"`
 }
 
 // Queue is a configured queue: Workers 0 leaves the worker count (and
@@ -124,17 +124,17 @@ type Loaded struct {
 // ScheduleEntry is one `schedules:` item (keys as in DESIGN.md, "Config
 // file").
 type ScheduleEntry struct {
-	ID      string         `yaml:"id"`
-	Name    string         `yaml:"name"`
-	Every   string         `yaml:"every"`
-	Cron    string         `yaml:"cron"`
-	Zone    string         `yaml:"zone"`
-	Kind    string         `yaml:"kind"`
-	Args    map[string]any `yaml:"args"`
-	Queue   string         `yaml:"queue"`
-	CatchUp string         `yaml:"catch_up"`
-	Misfire string         `yaml:"misfire"`
-	Overlap string         `yaml:"overlap"`
+	ID      string         `yaml:"id" doc:"the schedule's stable id, the key of its ticks"`
+	Name    string         `yaml:"name" default:"the id" doc:"what monitors match; keep it stable"`
+	Every   string         `yaml:"every" type:"duration" doc:"an interval aligned to the Unix epoch in UTC, such as 15m (give every or cron)"`
+	Cron    string         `yaml:"cron" doc:"a 5-field cron expression or @hourly … @yearly (give every or cron)"`
+	Zone    string         `yaml:"zone" default:"UTC" doc:"the IANA zone of cron"`
+	Kind    string         `yaml:"kind" doc:"the job kind each tick enqueues, a kind this worker runs"`
+	Args    map[string]any `yaml:"args" default:"{}" doc:"the job's args"`
+	Queue   string         `yaml:"queue" default:"the kind's" doc:"the job's queue"`
+	CatchUp string         `yaml:"catch_up" default:"last" doc:"after downtime: last enqueues the latest missed tick if within misfire, none records every missed tick as skipped"`
+	Misfire string         `yaml:"misfire" type:"duration" default:"one interval" doc:"how old the latest missed tick may be for catch_up last to still enqueue it"`
+	Overlap string         `yaml:"overlap" default:"skip" doc:"while the previous tick's job is unfinished: skip records the tick as skipped, allow enqueues it anyway"`
 }
 
 // FieldError is a problem with one field of one entry of the file:
