@@ -11,7 +11,7 @@ import (
 
 // floors are the floors of the house, lowest first, each by the path
 // prefixes of its packages (below github.com/ferryq/ferry). A package
-// imports only packages of its own floor or lower (README, "Layout").
+// imports only packages of its own floor or lower (docs/development.md, "Layout").
 var floors = []struct {
 	name     string
 	prefixes []string

@@ -15,7 +15,7 @@ import (
 
 // TestSettings_NamesAreTheContract: the environment variables, flags and
 // config-file keys that Config's fields declare are the ones operators
-// set (README, DESIGN.md), each once. A renamed, lost or added one fails
+// set (docs/configuration.md, DESIGN.md), each once. A renamed, lost or added one fails
 // here first: change this list only with the docs.
 func TestSettings_NamesAreTheContract(t *testing.T) {
 	t.Parallel()

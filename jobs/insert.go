@@ -35,7 +35,7 @@ type DBTX interface {
 // cooldown. A job inserted inside that window waits for the next
 // notification (or the workers' poll); with the workers' own fetch
 // cooldown (ferry's default is 1 ms too) it sets pickup: at 5 ms each,
-// p50 4.5 ms at 500 jobs/s, at 1 ms each 1.6 ms (README, "Tuning").
+// p50 4.5 ms at 500 jobs/s, at 1 ms each 1.6 ms (docs/tuning.md).
 const InsertNotifyCooldown = river.FetchCooldownMin
 
 // MaxArgsBytes is the largest args document ferry accepts at insert.
@@ -119,7 +119,7 @@ func NewInserter(pool *pgxpool.Pool, opts ...InserterOption) (*Inserter, error) 
 		// An inserting client NOTIFYs workers at most once per FetchCooldown
 		// per queue. River's default (100 ms) leaves jobs inserted in between
 		// waiting for the workers' poll: pickup p99 ~94 ms measured, against
-		// ~6 ms with 1 ms (README, "Tuning").
+		// ~6 ms with 1 ms (docs/tuning.md).
 		FetchCooldown: InsertNotifyCooldown,
 		Middleware:    mw,
 		Schema:        s,

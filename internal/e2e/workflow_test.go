@@ -19,7 +19,7 @@ import (
 	"github.com/ferryq/ferry/workflow"
 )
 
-// orderYAML is the README's order: charge and reserve in parallel, then
+// orderYAML is docs/workflows.md's order: charge and reserve in parallel, then
 // ship, then notify; reserve fails (a 404 cancels an http.request) until
 // the test lets it succeed.
 const orderYAML = `id: order-1234

@@ -782,7 +782,7 @@ func TestFence_ThroughPgBouncer(t *testing.T) {
 		} else {
 			// PgBouncer sets only what the client sent: a client with no
 			// application_name keeps the last one its server session had
-			// (documented in the README's Poolers).
+			// (documented in docs/deploying.md, "Poolers").
 			pc.ConnConfig.RuntimeParams["application_name"] = "some-service"
 		}
 		pool, err := pgxpool.NewWithConfig(ctx, pc)

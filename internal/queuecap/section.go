@@ -15,19 +15,19 @@ import (
 	"github.com/ferryq/ferry/jobs"
 )
 
-// Defaults. The fetch settings were chosen from measurements (README,
-// "Tuning"): River's own defaults (100 ms cooldown, 1 s poll) cap each
+// Defaults. The fetch settings were chosen from measurements
+// (docs/tuning.md): River's own defaults (100 ms cooldown, 1 s poll) cap each
 // queue at about MaxWorkers jobs per 100 ms and put pickup p99 near
 // 100 ms.
 const (
-	// DefaultWorkers are the queues a worker works by default: see the
-	// README's "Tuning" for the measurement behind 1,000.
+	// DefaultWorkers are the queues a worker works by default: see
+	// docs/tuning.md for the measurement behind 1,000.
 	DefaultWorkers = "default=1000,outbox=50"
 	// DefaultFetchCooldown is River's least (river.FetchCooldownMin): with
 	// the inserters' 1 ms notifications (jobs.InsertNotifyCooldown), pickup
 	// at 500 jobs/s measured p50 1.5 to 1.6 ms and p99 5.7 to 6.0 ms
 	// against 4.5 ms and 9.1 to 9.4 ms at 5 ms, and a backlog ran no slower
-	// (README, "Tuning"). It bounds a replica's fetches of a queue at 1,000
+	// (docs/tuning.md). It bounds a replica's fetches of a queue at 1,000
 	// a second while inserts notify or, under a backlog, workers free up
 	// (200 at 5 ms); idle, the poll's 10 a second.
 	DefaultFetchCooldown     = river.FetchCooldownMin

@@ -5,7 +5,7 @@
 // modes measure one thing. -mode sweep
 // measures River worker settings on this machine: pickup latency (insert to
 // start) for jobs inserted at a steady rate by a separate client, and
-// throughput from a backlog. ferry's fetch defaults (README, "Tuning") rest
+// throughput from a backlog. ferry's fetch defaults (docs/tuning.md) rest
 // on its figures.
 //
 //	go run ./tools/bench -mode sweep
