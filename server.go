@@ -633,8 +633,6 @@ func (s *Server) stopRiver() {
 	stopCtx, cancel := context.WithTimeout(context.Background(), s.cfg.Queues.ShutdownGrace+hardStopBudget)
 	defer cancel()
 	err := s.river.Stop(stopCtx)
-	// The slots of the jobs that ended go back before the process does.
-	s.limits.Limiter().Wait()
 	if err != nil {
 		log.Error("ferry: jobs still running after the grace period and their cancellation; River's rescuer will retry them", "error", err)
 		return
@@ -652,7 +650,6 @@ func (s *Server) cancelRiver() {
 	stopCtx, cancel := context.WithTimeout(context.Background(), hardStopBudget)
 	defer cancel()
 	err := s.river.StopAndCancel(stopCtx)
-	s.limits.Limiter().Wait()
 	if err != nil {
 		log.Error("ferry: jobs still running after their cancellation", "error", err)
 		return

@@ -100,6 +100,40 @@ func TestDebounce_Collapses(t *testing.T) {
 	require.InDelta(t, 3600, got[0].InS, 30, "due a window after the last insert")
 }
 
+// A debounced job parked behind a limit (it came due, and its kind is
+// limited: migration 032) has not run: an insert of its key collapses
+// into it, as into one scheduled.
+func TestDebounce_CollapsesIntoAParkedJob(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	ins, err := jobs.NewInserter(pool, jobs.WithSealKeys(nil))
+	require.NoError(t, err)
+	kind := uniqueKind("debounce_parked")
+	_, err = pool.Exec(ctx, `INSERT INTO ferry_limit (name, kind, concurrency) VALUES ($1, $1, 1)`, kind)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `SELECT setval('ferry_limit_on', 1, true)`)
+	require.NoError(t, err)
+	opts := jobs.WithDebounce(&river.InsertOpts{Queue: insertQueue}, "user:42", time.Hour)
+
+	first, err := debounceInsert(t, pool, ins, kind, `{"n":1}`, opts)
+	require.NoError(t, err)
+	// It comes due: River's scheduler makes it available, and the park
+	// takes it.
+	_, err = pool.Exec(ctx, `UPDATE river_job SET state = 'available', scheduled_at = now() WHERE id = $1`, first.Job.ID)
+	require.NoError(t, err)
+	require.Equal(t, "pending", jobsOf(t, pool, kind)[0].State, "parked behind the limit")
+
+	res, err := debounceInsert(t, pool, ins, kind, `{"n":2}`, opts)
+	require.NoError(t, err)
+	require.True(t, res.UniqueSkippedAsDuplicate, "collapsed into the parked job")
+	require.Equal(t, first.Job.ID, res.Job.ID)
+	got := jobsOf(t, pool, kind)
+	require.Len(t, got, 1)
+	require.JSONEq(t, `{"n":2}`, got[0].Args)
+	require.Equal(t, "scheduled", got[0].State, "due a window after the last insert again")
+}
+
 // With max_wait, a run is due no later than max_wait after its first
 // insert, however long the inserts go on.
 func TestDebounce_MaxWait(t *testing.T) {

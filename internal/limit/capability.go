@@ -2,11 +2,10 @@ package limit
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
-
-	"github.com/riverqueue/river"
 
 	"github.com/ferryq/ferry/internal/capability"
 )
@@ -37,36 +36,41 @@ func (*Capability) Name() string { return "limits" }
 // (Limiter.Wait) after River has stopped.
 func (c *Capability) Limiter() *Limiter { return c.limiter }
 
-// Build records the limits' middleware (after the seal verifier, in the
-// admit layer: a job over its limit is held before the metrics and traces
-// see it), their registration before River fetches (the sweep wakes the
-// jobs of limits no worker has registered), the loop that follows River's
-// snoozes on a worker that works queues, the sweep on the leader
-// ("limits"), and ferry_limit_in_use and ferry_limit_waiting.
+// Build records the limits' claim on the server's River pilot (before
+// River's fetch: the jobs parked behind limits), their middleware (after
+// the seal verifier, in the admit layer: a job claimed ahead of its rate
+// turn waits for it before the metrics and traces see it), their
+// registration before River fetches, the loop that marks them seen on a
+// worker that works queues, the sweep on the leader ("limits"), and
+// ferry_limit_in_use and ferry_limit_waiting.
 func (c *Capability) Build(b *capability.Build) error {
 	l, err := New(Config{Pool: b.Pool, Limits: c.limits, Schema: b.Schema, Lead: c.lead, Logger: b.Logger})
 	if err != nil {
 		return err
 	}
 	c.limiter = l
-	b.Around(capability.Step(l.Register))
+	b.Around(capability.Step(l.Start))
 	if len(c.limits) == 0 {
 		return nil
 	}
 	b.Middleware(capability.LayerAdmit, l.Middleware())
-	if len(b.Queues) > 0 { // a River client that works no queue has no events
-		b.Service(&follower{limiter: l, build: b, logger: b.Logger})
+	if len(b.Queues) > 0 { // a River client that works no queue claims nothing
+		if b.Pilot == nil {
+			return errors.New("limits: the server has no River pilot to claim parked jobs with")
+		}
+		if err := b.Pilot.SetClaim(l.Claim); err != nil {
+			return err
+		}
+		b.Service(&follower{limiter: l, logger: b.Logger})
 	}
 	b.Leader("limits", l.Sweeper())
 	return b.Metrics.Register(NewLimitCollector(b.Pool, b.Logger))
 }
 
 // follower runs the limiter's per-worker loop (Limiter.Run) beside the
-// River client: it marks this worker's limits seen and wakes the jobs
-// handed a slot while River was writing their snooze.
+// River client: it marks this worker's limits seen.
 type follower struct {
 	limiter *Limiter
-	build   *capability.Build
 	logger  *slog.Logger
 
 	cancel context.CancelFunc
@@ -75,12 +79,8 @@ type follower struct {
 
 func (f *follower) Start(ctx context.Context) error {
 	ctx, f.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	events, unsubscribe := f.build.River().SubscribeConfig(&river.SubscribeConfig{
-		Kinds: []river.EventKind{river.EventKindJobSnoozed}, ChanSize: 10_000,
-	})
 	f.wg.Go(func() {
-		defer unsubscribe()
-		if err := f.limiter.Run(ctx, events); err != nil {
+		if err := f.limiter.Run(ctx); err != nil {
 			f.logger.Error("limits: stopped", "error", err)
 		}
 	})

@@ -1,6 +1,7 @@
 package limit
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -20,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferryq/ferry/internal/base/pgtest"
+	"github.com/ferryq/ferry/internal/pilot"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -138,30 +140,31 @@ type harness struct {
 }
 
 // newHarness starts n River clients on one database, each with a Limiter
-// of its own (as n worker processes would have), limits registered, and
-// the first one's sweep running when sweep is set.
-func newHarness(t *testing.T, n int, limits []Limit, sweep bool, cfg Config) *harness {
+// of its own claiming through the client's pilot (as n worker processes
+// would have), limits registered, and the first one's sweep running when
+// sweep is set. poll is the clients' fetch poll interval (20 ms when 0).
+func newHarness(t *testing.T, n int, limits []Limit, sweep bool, poll time.Duration) *harness {
 	t.Helper()
 	h := &harness{pool: pgtest.PoolFor(t, pgtest.NewDatabase(t, true)), rec: newRecorder()}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })
+	poll = cmp.Or(poll, 20*time.Millisecond)
 	for i := range n {
-		c := cfg
-		c.Pool, c.Limits, c.Lead = h.pool, limits, 20*time.Millisecond
-		l, err := New(c)
+		l, err := New(Config{Pool: h.pool, Limits: limits, Lead: 20 * time.Millisecond})
 		require.NoError(t, err)
-		t.Cleanup(l.Wait) // after the client stopped (cleanups run last first)
 		require.NoError(t, l.Register(ctx))
 		if sweep && i == 0 {
 			wg.Go(func() { _ = l.Sweeper()(ctx) })
 		}
+		p := &pilot.Pilot{}
+		require.NoError(t, p.SetClaim(l.Claim))
 		workers := river.NewWorkers()
 		river.AddWorker(workers, &testWorker{rec: h.rec})
-		client, err := river.NewClient(riverpgxv5.New(h.pool), &river.Config{
+		client, err := river.NewClient(pilot.NewDriver(riverpgxv5.New(h.pool), p), &river.Config{
 			ID:                fmt.Sprintf("limit-test-%d", i),
 			FetchCooldown:     5 * time.Millisecond,
-			FetchPollInterval: 20 * time.Millisecond,
+			FetchPollInterval: poll,
 			Logger:            slog.New(slog.DiscardHandler),
 			Middleware:        []rivertype.Middleware{l.Middleware()},
 			Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 20}},
@@ -169,9 +172,7 @@ func newHarness(t *testing.T, n int, limits []Limit, sweep bool, cfg Config) *ha
 			Workers:           workers,
 		})
 		require.NoError(t, err)
-		events, unsubscribe := client.Subscribe(river.EventKindJobSnoozed)
-		t.Cleanup(unsubscribe)
-		wg.Go(func() { _ = l.Run(ctx, events) })
+		wg.Go(func() { _ = l.Run(ctx) })
 		require.NoError(t, client.Start(ctx))
 		t.Cleanup(func() {
 			sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -214,16 +215,17 @@ func (h *harness) waitCompleted(t *testing.T, ids []int64, within time.Duration)
 	return rows
 }
 
-func snoozes(t *testing.T, j *rivertype.JobRow) int {
+// gateOf is the gate a job was parked behind (0: none).
+func gateOf(t *testing.T, j *rivertype.JobRow) int64 {
 	var md struct {
-		Snoozes int `json:"snoozes"`
+		Gate int64 `json:"ferry_gate"`
 	}
 	require.NoError(t, json.Unmarshal(j.Metadata, &md))
-	return md.Snoozes
+	return md.Gate
 }
 
 func TestConcurrency_NeverExceededAcrossWorkers(t *testing.T) {
-	h := newHarness(t, 3, []Limit{{Kind: "limit.test", Concurrency: 3}}, true, Config{})
+	h := newHarness(t, 3, []Limit{{Kind: "limit.test", Concurrency: 3}}, true, 0)
 	args := make([]testArgs, 45)
 	for i := range args {
 		args[i] = testArgs{SleepMS: 60}
@@ -233,26 +235,19 @@ func TestConcurrency_NeverExceededAcrossWorkers(t *testing.T) {
 	h.rec.mu.Lock()
 	defer h.rec.mu.Unlock()
 	assert.Equal(t, 3, h.rec.maxTotal, "at most 3 at once across three clients of 20 workers each, and the limit used")
-	waited := 0
 	for _, j := range rows {
 		assert.Equal(t, 1, j.Attempt, "job %d: waiting burns no attempt", j.ID)
 		assert.Empty(t, j.Errors, "job %d", j.ID)
-		if snoozes(t, j) > 0 {
-			waited++
-		}
+		assert.NotZero(t, gateOf(t, j), "job %d was parked behind its gate and claimed from it", j.ID)
+		assert.NotContains(t, string(j.Metadata), "snoozes", "job %d never snoozed", j.ID)
 	}
-	assert.Positive(t, waited, "jobs over the limit waited (snoozed)")
-	// Releases are made in the background, just after the job.
-	require.Eventually(t, func() bool {
-		var slots, waits int
-		require.NoError(t, h.pool.QueryRow(context.Background(),
-			`SELECT (SELECT count(*) FROM ferry_limit_slot), (SELECT count(*) FROM ferry_limit_wait)`).Scan(&slots, &waits))
-		return slots == 0 && waits == 0
-	}, 10*time.Second, 10*time.Millisecond, "every slot given back, nobody left waiting")
+	var parked int
+	require.NoError(t, h.pool.QueryRow(context.Background(), `SELECT count(*) FROM river_job WHERE state = 'pending'`).Scan(&parked))
+	assert.Zero(t, parked)
 }
 
 func TestConcurrency_PerKey(t *testing.T) {
-	h := newHarness(t, 2, []Limit{{Kind: "limit.test", KeyField: "tenant", Concurrency: 1}}, true, Config{})
+	h := newHarness(t, 2, []Limit{{Kind: "limit.test", KeyField: "tenant", Concurrency: 1}}, true, 0)
 	var args []testArgs
 	for i := range 16 {
 		args = append(args, testArgs{SleepMS: 50, Tenant: []string{"acme", "globex"}[i%2]})
@@ -265,10 +260,10 @@ func TestConcurrency_PerKey(t *testing.T) {
 	assert.Equal(t, 2, h.rec.maxTotal, "one key's limit never holds back the other's")
 }
 
-// With a backstop of an hour and no sweep, a waiting job can only start
-// because the job before it handed its slot on.
-func TestConcurrency_WaitingJobWokenByRelease(t *testing.T) {
-	h := newHarness(t, 2, []Limit{{Kind: "limit.test", Concurrency: 1}}, false, Config{Backstop: time.Hour})
+// With a poll of a minute and no sweep, a parked job can only start
+// because the job before it ended and its end woke the queue.
+func TestConcurrency_EndWakesTheQueue(t *testing.T) {
+	h := newHarness(t, 2, []Limit{{Kind: "limit.test", Concurrency: 1}}, false, time.Minute)
 	ids := h.insert(t, testArgs{SleepMS: 300}, testArgs{SleepMS: 10}, testArgs{SleepMS: 10})
 	rows := h.waitCompleted(t, ids, 30*time.Second)
 	for _, j := range rows {
@@ -277,24 +272,39 @@ func TestConcurrency_WaitingJobWokenByRelease(t *testing.T) {
 	assert.Equal(t, 1, h.rec.maxTotal)
 }
 
-// A slot whose holder no longer runs (its release was lost: the process
-// was killed, and ferry's rescue settled the job) is taken back by the
-// next job that asks.
-func TestConcurrency_StaleSlotTakenBack(t *testing.T) {
-	h := newHarness(t, 1, []Limit{{Name: "one", Kind: "limit.test", Concurrency: 1}}, false, Config{Backstop: time.Hour})
+// A parked job is not written while it waits: its row version stays the
+// same while the clients fetch every 20 ms and the limit is full.
+func TestConcurrency_ParkedJobsAreNotWritten(t *testing.T) {
+	h := newHarness(t, 2, []Limit{{Kind: "limit.test", Concurrency: 1}}, true, 0)
 	ctx := context.Background()
-	// A job of another kind, finished: the holder whose release never came.
-	res, err := h.clients[0].Insert(ctx, testArgs{}, &river.InsertOpts{Queue: "elsewhere"})
-	require.NoError(t, err)
-	_, err = h.clients[0].JobCancel(ctx, res.Job.ID)
-	require.NoError(t, err)
-	_, err = h.pool.Exec(ctx, `INSERT INTO ferry_limit_slot (limit_name, key, job_id, started) VALUES ('one', '', $1, true)`, res.Job.ID)
-	require.NoError(t, err)
-	h.waitCompleted(t, h.insert(t, testArgs{SleepMS: 10}), 30*time.Second)
+	args := make([]testArgs, 50)
+	for i := range args {
+		args[i] = testArgs{SleepMS: 3000}
+	}
+	h.insert(t, args...)
+	versions := func() map[int64]string {
+		rows, err := h.pool.Query(ctx, `SELECT id, xmin::text || ctid::text FROM river_job WHERE state = 'pending'`)
+		require.NoError(t, err)
+		out := map[int64]string{}
+		for rows.Next() {
+			var id int64
+			var v string
+			require.NoError(t, rows.Scan(&id, &v))
+			out[id] = v
+		}
+		require.NoError(t, rows.Err())
+		return out
+	}
+	require.Eventually(t, func() bool { return len(versions()) == 49 }, 10*time.Second, 10*time.Millisecond, "one runs, 49 parked")
+	before := versions()
+	time.Sleep(time.Second)
+	after := versions()
+	require.Len(t, after, 49)
+	assert.Equal(t, before, after, "no parked job was written while it waited")
 }
 
 func TestRate_NoWindowOverTheRate(t *testing.T) {
-	h := newHarness(t, 3, []Limit{{Kind: "limit.test", Rate: Rate{Count: 20, Period: time.Second, Burst: 1}}}, true, Config{})
+	h := newHarness(t, 3, []Limit{{Kind: "limit.test", Rate: Rate{Count: 20, Period: time.Second, Burst: 1}}}, true, 0)
 	args := make([]testArgs, 50)
 	ids := h.insert(t, args...)
 	rows := h.waitCompleted(t, ids, time.Minute)
@@ -307,8 +317,9 @@ func TestRate_NoWindowOverTheRate(t *testing.T) {
 	slices.SortFunc(starts, func(a, b time.Time) int { return a.Compare(b) })
 	require.Len(t, starts, len(ids))
 	// In any window of w, at most burst + rate*w start. The starts are
-	// taken in this process after the database granted them, a few
-	// milliseconds later; the window is shortened by that much slack.
+	// taken in this process after their turn, a few milliseconds later
+	// (and the turns are on the database's clock); the window is
+	// shortened by that much slack.
 	for _, w := range []time.Duration{time.Second, 500 * time.Millisecond} {
 		most := 1 + int(20*w.Seconds())
 		for i := range starts {
@@ -323,8 +334,34 @@ func TestRate_NoWindowOverTheRate(t *testing.T) {
 	assert.GreaterOrEqual(t, starts[len(starts)-1].Sub(starts[0]), 49*50*time.Millisecond-100*time.Millisecond)
 }
 
+// The claim's plan follows the generic cell rate algorithm: after a quiet
+// spell, burst jobs at once, then one an interval, within the lead; and a
+// concurrency limit of the same gate caps it.
+func TestPlan_Turns(t *testing.T) {
+	rate := &Limit{Name: "r", Rate: Rate{Count: 10, Period: time.Second, Burst: 3}}
+	conc := &Limit{Name: "c", Concurrency: 4}
+	limits := map[string]*Limit{"r": rate, "c": conc}
+	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	g := gate{id: 1, parts: []part{{name: "r"}}}
+	st := map[part]*partState{{name: "r"}: {}}
+	var turns []time.Duration
+	n := plan([]gate{g}, st, limits, now, 250*time.Millisecond, 100, func(_ int, at time.Time) { turns = append(turns, at.Sub(now)) }, 100)
+	assert.Equal(t, []int{5}, n)
+	ms := time.Millisecond
+	assert.Equal(t, []time.Duration{0, 0, 0, 100 * ms, 200 * ms}, turns, "three at once, then one each 100 ms up to the lead")
+	assert.Equal(t, now.Add(500*ms), st[part{name: "r"}].tat, "tat: the last turn plus an interval, ahead by burst-1 intervals")
+
+	// The same gate under a concurrency of 4 with 2 running: 2.
+	g2 := gate{id: 2, parts: []part{{name: "c"}, {name: "r"}}}
+	st2 := map[part]*partState{{name: "r"}: {}, {name: "c"}: {running: 2}}
+	assert.Equal(t, []int{2}, plan([]gate{g2}, st2, limits, now, 250*time.Millisecond, 100, nil))
+	assert.Equal(t, 2, st2[part{name: "c"}].running, "sizing spends a copy")
+	// At most maxJobs in all.
+	assert.Equal(t, []int{1}, plan([]gate{g2}, st2, limits, now, 250*time.Millisecond, 1, nil))
+}
+
 func TestList_ShowsUseAndWaiting(t *testing.T) {
-	h := newHarness(t, 1, []Limit{{Name: "tenants", Kind: "limit.test", KeyField: "tenant", Concurrency: 1}}, false, Config{Backstop: time.Hour})
+	h := newHarness(t, 1, []Limit{{Name: "tenants", Kind: "limit.test", KeyField: "tenant", Concurrency: 1}}, false, 0)
 	ids := h.insert(t, testArgs{SleepMS: 2000, Tenant: "acme"})
 	require.Eventually(t, func() bool {
 		h.rec.mu.Lock()
@@ -351,100 +388,58 @@ func TestList_ShowsUseAndWaiting(t *testing.T) {
 	}, 10*time.Second, 10*time.Millisecond)
 }
 
-// In one batch, the slots handed to waiting jobs are taken before anyone
-// else of the batch asks: a job without one is refused when they fill the
-// limit, whatever the order of the batch.
-func TestFlush_HandedSlotsCountFirst(t *testing.T) {
+// A limit that no worker has marked seen for ten minutes is gone from
+// every config: the sweep frees the jobs parked behind it, which park
+// again behind the limits left (or none), so that removing a limit never
+// strands its jobs. A limit registered anew parks the jobs that became
+// available before it.
+func TestSweep_GoneAndNewLimits(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.PoolFor(t, pgtest.NewDatabase(t, true))
-	l, err := New(Config{Pool: pool, Limits: []Limit{{Name: "three", Kind: "limit.test", Concurrency: 3}}})
-	require.NoError(t, err)
-	require.NoError(t, l.Register(ctx))
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
 	require.NoError(t, err)
-	res, err := client.InsertMany(ctx, []river.InsertManyParams{{Args: testArgs{}}, {Args: testArgs{}}, {Args: testArgs{}}, {Args: testArgs{}}})
+	state := func(id int64) (string, int64) {
+		var st string
+		var gate int64
+		require.NoError(t, pool.QueryRow(ctx, `SELECT state, coalesce((metadata->>'ferry_gate')::bigint, 0) FROM river_job WHERE id = $1`, id).Scan(&st, &gate))
+		return st, gate
+	}
+	early, err := client.Insert(ctx, testArgs{}, nil)
 	require.NoError(t, err)
-	var ids []int64
-	for _, r := range res {
-		ids = append(ids, r.Job.ID)
-	}
-	// Three jobs, available, were handed the three slots.
-	_, err = pool.Exec(ctx, `INSERT INTO ferry_limit_slot (limit_name, key, job_id, started) SELECT 'three', '', id, false FROM unnest($1::bigint[]) AS id`, ids[1:])
-	require.NoError(t, err)
-	tg := l.targets(&rivertype.JobRow{Kind: "limit.test", EncodedArgs: []byte("{}")})
-	batch := []*request{{jobID: ids[0], attempt: 1, ts: tg}}
-	for _, id := range ids[1:] {
-		batch = append(batch, &request{jobID: id, attempt: 1, ts: tg})
-	}
-	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return l.flush(ctx, tx, batch) }))
-	assert.False(t, batch[0].out.start, "the newcomer, first in the batch, finds the limit full")
-	assert.True(t, batch[0].out.parked)
-	for _, r := range batch[1:] {
-		assert.True(t, r.out.start, "job %d holds a handed slot", r.jobID)
-	}
-}
+	assert.Equal(t, rivertype.JobStateAvailable, early.Job.State, "no limit yet")
 
-// A limit that no worker has marked seen for ten minutes is gone from
-// every config: the sweep wakes the jobs that wait for it and drops its
-// slots, so that removing a limit never strands its jobs.
-func TestSweep_GoneLimitWakesItsJobs(t *testing.T) {
-	ctx := context.Background()
-	pool := pgtest.PoolFor(t, pgtest.NewDatabase(t, true))
 	l, err := New(Config{Pool: pool, Limits: []Limit{{Name: "kept", Kind: "limit.test", Concurrency: 1}}})
 	require.NoError(t, err)
 	require.NoError(t, l.Register(ctx))
-	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
+	_, err = pool.Exec(ctx, `INSERT INTO ferry_limit (name, queue, concurrency) VALUES ('removed', 'default', 1)`)
 	require.NoError(t, err)
-	hour := time.Now().Add(time.Hour)
-	res, err := client.InsertMany(ctx, []river.InsertManyParams{
-		{Args: testArgs{}, InsertOpts: &river.InsertOpts{ScheduledAt: hour}},
-		{Args: testArgs{}, InsertOpts: &river.InsertOpts{ScheduledAt: hour}},
-	})
+	both, err := client.Insert(ctx, testArgs{}, nil)
 	require.NoError(t, err)
-	gone, kept := res[0].Job.ID, res[1].Job.ID
-	_, err = pool.Exec(ctx, `INSERT INTO ferry_limit (name, kind, concurrency, seen_at) VALUES ('removed', 'limit.test', 1, now() - interval '11 minutes')`)
+	other, err := client.Insert(ctx, otherArgs{}, nil)
 	require.NoError(t, err)
-	_, err = pool.Exec(ctx, `INSERT INTO ferry_limit_wait (limit_name, key, job_id) VALUES ('removed', '', $1), ('kept', '', $2)`, gone, kept)
-	require.NoError(t, err)
-	// The kept limit's only slot was handed to a job that is available
-	// (about to be fetched), so that its waiting job stays; that job holds
-	// a slot of the removed limit too.
-	res2, err := client.Insert(ctx, testArgs{}, nil)
-	require.NoError(t, err)
-	_, err = pool.Exec(ctx, `INSERT INTO ferry_limit_slot (limit_name, key, job_id, started) VALUES ('kept', '', $1, false), ('removed', '', $1, false)`, res2.Job.ID)
-	require.NoError(t, err)
+	st, bothGate := state(both.Job.ID)
+	assert.Equal(t, "pending", st, "parked behind kept and removed")
+	st, otherGate := state(other.Job.ID)
+	assert.Equal(t, "pending", st, "parked behind removed")
+	assert.NotEqual(t, bothGate, otherGate)
 
+	_, err = pool.Exec(ctx, `UPDATE ferry_limit SET seen_at = now() - interval '11 minutes' WHERE name = 'removed'`)
+	require.NoError(t, err)
 	require.NoError(t, l.Sweep(ctx))
-	var state string
-	require.NoError(t, pool.QueryRow(ctx, `SELECT state FROM river_job WHERE id = $1`, gone).Scan(&state))
-	assert.Equal(t, "available", state, "the gone limit's job runs")
-	require.NoError(t, pool.QueryRow(ctx, `SELECT state FROM river_job WHERE id = $1`, kept).Scan(&state))
-	assert.Equal(t, "scheduled", state, "the kept limit's job waits on")
-	var waits, removedSlots int
-	require.NoError(t, pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM ferry_limit_wait), (SELECT count(*) FROM ferry_limit_slot WHERE limit_name = 'removed')`).Scan(&waits, &removedSlots))
-	assert.Equal(t, 1, waits)
-	assert.Zero(t, removedSlots)
+	st, gate := state(both.Job.ID)
+	assert.Equal(t, "pending", st, "parked again, behind kept alone")
+	assert.NotEqual(t, bothGate, gate)
+	var parts string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT parts::text FROM ferry_limit_gate WHERE id = $1`, gate).Scan(&parts))
+	assert.JSONEq(t, `[["kept", ""]]`, parts)
+	st, gate = state(other.Job.ID)
+	assert.Equal(t, "available", st, "under no limit now: River fetches it")
+	assert.Zero(t, gate)
+	st, gate = state(early.Job.ID)
+	assert.Equal(t, "pending", st, "the job available before kept was registered is parked behind it")
+	assert.NotZero(t, gate)
 }
 
-// A rate turn further than River's scheduler interval: the job comes back
-// an interval early (River's scheduler may make it available up to an
-// interval late) and snoozes the rest, which River leaves available to be
-// fetched at its time.
-func TestDecide_LongRateWaitComesBackEarly(t *testing.T) {
-	l, err := New(Config{Limits: []Limit{{Name: "slow", Kind: "k", Rate: Rate{Count: 1, Period: time.Minute, Burst: 1}}}, Lead: 100 * time.Millisecond})
-	require.NoError(t, err)
-	tg := target{lim: &l.limits[0]}
-	now := time.Now()
-	tat := now.Add(20 * time.Second) // the next start allowed in 20 s
-	rates := map[string]*rateState{tg.lockName(): {tat: &tat, now: now, due: map[int64]*time.Time{}}}
-	_, out, due := l.decide(&request{jobID: 1, ts: []target{tg}}, nil, rates)
-	require.NotNil(t, due)
-	assert.Equal(t, tat, *due)
-	assert.Equal(t, 20*time.Second-100*time.Millisecond-riverSchedulerInterval, out.snooze)
+type otherArgs struct{}
 
-	// Back 3 s before its turn: the rest, at once.
-	rates[tg.lockName()].now = tat.Add(-3 * time.Second)
-	rates[tg.lockName()].due[1] = due
-	_, out, _ = l.decide(&request{jobID: 1, ts: []target{tg}}, nil, rates)
-	assert.Equal(t, 3*time.Second-100*time.Millisecond, out.snooze)
-}
+func (otherArgs) Kind() string { return "limit.other" }

@@ -16,9 +16,9 @@ type Status struct {
 	Limit
 	// SeenAt is when a worker last marked the limit seen.
 	SeenAt time.Time
-	// Running is how many of the limit's slots are held (concurrency),
-	// Tokens how much of its burst is spent (rate), Waiting how many jobs
-	// wait for it: totals over its keys.
+	// Running is how many of the limit's jobs run (its slots held, for a
+	// concurrency), Tokens how much of its burst is spent (rate), Waiting
+	// how many jobs are parked behind it: totals over its keys.
 	Running int
 	Tokens  int
 	Waiting int
@@ -40,18 +40,25 @@ const (
     coalesce(concurrency, 0), coalesce(rate_count, 0), coalesce(rate_period, interval '0'), coalesce(burst, 0), seen_at
 FROM ferry_limit WHERE seen_at > now() - make_interval(secs => $1) ORDER BY name`
 
-	// sqlListUse counts, per limit and key, the slots held by jobs that
-	// hold them (as sqlSlots counts), the jobs waiting, and how far the
-	// rate's tat lies ahead (in seconds).
-	sqlListUse = `WITH slots AS (
-    SELECT limit_name, key, count(*) AS n FROM ferry_limit_slot s
-    WHERE EXISTS (SELECT 1 FROM river_job j WHERE j.id = s.job_id AND ` + slotHeld + `)
+	// sqlListUse counts, per limit and key, the jobs running through its
+	// gates and the jobs parked behind them, and how far the rate's tat
+	// lies ahead (in seconds).
+	sqlListUse = `WITH jobs AS (
+    SELECT gate, sum(running) AS running, sum(waiting) AS waiting FROM (
+        SELECT (metadata->>'ferry_gate')::bigint AS gate, 1 AS running, 0 AS waiting
+        FROM river_job WHERE state = 'running' AND metadata ? 'ferry_gate'
+        UNION ALL
+        SELECT (metadata->>'ferry_gate')::bigint, 0, 1
+        FROM river_job WHERE state = 'pending' AND metadata ? 'ferry_gate') j
+    GROUP BY 1),
+parts AS (
+    SELECT gp.limit_name, gp.key, sum(jobs.running)::bigint AS running, sum(jobs.waiting)::bigint AS waiting
+    FROM ferry_limit_gate_part gp JOIN jobs ON jobs.gate = gp.gate_id
     GROUP BY 1, 2),
-waits AS (SELECT limit_name, key, count(*) AS n FROM ferry_limit_wait GROUP BY 1, 2),
 rates AS (SELECT limit_name, key, extract(epoch FROM tat - clock_timestamp())::float8 AS ahead
     FROM ferry_limit_rate WHERE tat > clock_timestamp())
-SELECT limit_name, key, coalesce(slots.n, 0), coalesce(waits.n, 0), coalesce(rates.ahead, 0)
-FROM slots FULL JOIN waits USING (limit_name, key) FULL JOIN rates USING (limit_name, key)`
+SELECT limit_name, key, coalesce(parts.running, 0), coalesce(parts.waiting, 0), coalesce(rates.ahead, 0)
+FROM parts FULL JOIN rates USING (limit_name, key)`
 )
 
 // Querier is what List reads through: a pool, a connection or a

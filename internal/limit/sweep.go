@@ -3,18 +3,21 @@ package limit
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/ferryq/ferry/internal/base/loop"
 )
 
 // seenEvery is how often a worker marks its limits seen in ferry_limit;
 // goneAfter is how long after the last mark a limit counts as removed
-// from every worker's config: its waiting jobs are woken and its slots
-// dropped, and past forgetAfter its row is deleted.
+// from every worker's config: no job parks behind it (the park reads the
+// same ten minutes, migration 032) and the jobs parked behind it are
+// freed; past forgetAfter its row is deleted.
 const (
 	seenEvery   = time.Minute
 	goneAfter   = 10 * time.Minute
@@ -27,71 +30,68 @@ SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], 
     now()
 ON CONFLICT (name) DO UPDATE SET kind = excluded.kind, queue = excluded.queue, key_field = excluded.key_field,
     concurrency = excluded.concurrency, rate_count = excluded.rate_count, rate_period = excluded.rate_period,
-    burst = excluded.burst, seen_at = now()`
+    burst = excluded.burst, seen_at = now(),
+    registered_at = CASE WHEN l.seen_at < now() - make_interval(secs => $9) THEN now() ELSE l.registered_at END`
 
-	// sqlWaitingKeys lists the keys of concurrency limits ($1, with their
-	// concurrencies $2) that have jobs waiting and a slot free: a slot
-	// freed without a release (a killed worker's job, once rescued; a
-	// waiting job deleted), for the sweep to hand on. It runs after
-	// sqlDropStaleSlots, so it counts the slots as they are; one gone stale
-	// since is found by the hand-over itself.
-	sqlWaitingKeys = `SELECT w.limit_name, w.key
-FROM (SELECT DISTINCT limit_name, key FROM ferry_limit_wait WHERE limit_name = ANY($1::text[])) AS w
-JOIN unnest($1::text[], $2::int[]) AS c(name, n) ON c.name = w.limit_name
-WHERE (SELECT count(*) FROM ferry_limit_slot s WHERE s.limit_name = w.limit_name AND s.key = w.key) < c.n`
+	// sqlParkWaiting parks the jobs left available under a limit
+	// registered in the last minute (those that became available before
+	// a worker registered it): made available again, the park takes them.
+	// At most 10,000 a pass of each limit.
+	sqlParkWaiting = `UPDATE river_job SET state = 'available'
+WHERE state = 'available' AND id IN (
+    SELECT j.id FROM ferry_limit l
+    CROSS JOIN LATERAL (
+        SELECT j.id FROM river_job j
+        WHERE j.state = 'available' AND (j.kind = l.kind OR j.queue = l.queue)
+        LIMIT 10000) j
+    WHERE l.registered_at > now() - interval '1 minute' AND l.seen_at > now() - make_interval(secs => $1))`
 
-	// sqlWakeReserved makes available the jobs that were handed a slot
-	// before River wrote their snooze: those of $1, or all when $1 is NULL.
-	sqlWakeReserved = `WITH woken AS (
-    UPDATE river_job j SET state = 'available', scheduled_at = now()
-    FROM ferry_limit_slot s
-    WHERE s.job_id = j.id AND NOT s.started AND ($1::bigint[] IS NULL OR j.id = ANY($1::bigint[]))
-      AND ` + snoozed + `
-    RETURNING j.queue)
-SELECT DISTINCT queue FROM woken`
+	// sqlGoneGates lists the gates with a limit that no worker enforces
+	// any more (marked seen more than $1 seconds ago).
+	sqlGoneGates = `SELECT g.id FROM ferry_limit_gate g
+WHERE EXISTS (SELECT 1 FROM jsonb_array_elements(g.parts) p
+    WHERE NOT EXISTS (SELECT 1 FROM ferry_limit l WHERE l.name = p->>0 AND l.seen_at > now() - make_interval(secs => $1)))`
 
-	// sqlDropGoneWaits forgets the places of jobs that will not run
-	// (finished, deleted) and of the limits removed from every config,
-	// whose jobs are made available to run without them.
-	sqlDropGoneWaits = `WITH gone AS (
-    DELETE FROM ferry_limit_wait w
-    WHERE NOT EXISTS (SELECT 1 FROM river_job j WHERE j.id = w.job_id
-            AND j.state IN ('available', 'scheduled', 'running', 'retryable', 'pending'))
-       OR NOT EXISTS (SELECT 1 FROM ferry_limit l WHERE l.name = w.limit_name
-            AND l.seen_at > now() - make_interval(secs => $1))
-    RETURNING w.job_id),
-woken AS (
-    UPDATE river_job j SET state = 'available', scheduled_at = now()
-    FROM gone WHERE j.id = gone.job_id
-      AND ` + snoozed + `
-    RETURNING j.queue)
-SELECT DISTINCT queue FROM woken`
+	// sqlFreeGone makes available again up to 10,000 of the jobs parked
+	// behind the gates $1: the park puts them behind the limits left, if
+	// any.
+	sqlFreeGone = `UPDATE river_job SET state = 'available', metadata = metadata - 'ferry_gate'
+WHERE state = 'pending' AND metadata ? 'ferry_gate' AND id IN (SELECT j.id FROM river_job j
+    WHERE j.state = 'pending' AND j.metadata ? 'ferry_gate' AND (j.metadata->>'ferry_gate')::bigint = ANY($1::bigint[])
+    LIMIT 10000)`
 
-	// sqlDropStaleSlots forgets the slots no job holds any more (a killed
-	// worker's job, once rescued, of a key no job has asked for since).
-	sqlDropStaleSlots = `DELETE FROM ferry_limit_slot s
-WHERE NOT EXISTS (SELECT 1 FROM river_job j WHERE j.id = s.job_id AND ` + slotHeld + `)`
+	// sqlReactivate marks active the gates with jobs parked that a claim
+	// marked drained while their park was not yet committed, and returns
+	// their queues.
+	sqlReactivate = `UPDATE ferry_limit_gate g SET active = true
+WHERE NOT g.active AND EXISTS (SELECT 1 FROM river_job j WHERE j.state = 'pending' AND j.metadata ? 'ferry_gate'
+    AND (j.metadata->>'ferry_gate')::bigint = g.id)
+RETURNING g.queue`
 
-	sqlDropGoneSlots = `DELETE FROM ferry_limit_slot s
-WHERE NOT EXISTS (SELECT 1 FROM ferry_limit l WHERE l.name = s.limit_name AND l.seen_at > now() - make_interval(secs => $1))`
+	// sqlDropGates forgets the gates idle for a day (no job parked behind
+	// them nor running through them); a job of one that comes back parks
+	// behind a new one.
+	sqlDropGates = `DELETE FROM ferry_limit_gate g
+WHERE NOT g.active AND g.created_at < now() - interval '1 day'
+  AND NOT EXISTS (SELECT 1 FROM river_job j WHERE j.state = 'pending' AND j.metadata ? 'ferry_gate'
+    AND (j.metadata->>'ferry_gate')::bigint = g.id)
+  AND NOT EXISTS (SELECT 1 FROM river_job j WHERE j.state = 'running' AND j.metadata ? 'ferry_gate'
+    AND (j.metadata->>'ferry_gate')::bigint = g.id)`
 
 	// sqlDropFullBuckets forgets the rate rows that say nothing: a bucket
 	// whose tat has passed is full, as if it had no row.
-	sqlDropFullBuckets = `DELETE FROM ferry_limit_rate r
-WHERE r.tat < now() AND (r.queued_until IS NULL OR r.queued_until < now())
-  AND NOT EXISTS (SELECT 1 FROM ferry_limit_wait w WHERE w.limit_name = r.limit_name AND w.key = r.key)`
-
-	// sqlGhostQueues lists the rate keys whose queue end lies ahead with
-	// nobody left in the queue (the jobs were deleted): a new job must not
-	// wait behind them.
-	sqlGhostQueues = `SELECT limit_name, key FROM ferry_limit_rate r WHERE queued_until > now()
-  AND NOT EXISTS (SELECT 1 FROM ferry_limit_wait w WHERE w.limit_name = r.limit_name AND w.key = r.key)`
-
-	sqlClearGhostQueue = `UPDATE ferry_limit_rate r SET queued_until = NULL
-WHERE limit_name = $1 AND key = $2
-  AND NOT EXISTS (SELECT 1 FROM ferry_limit_wait w WHERE w.limit_name = r.limit_name AND w.key = r.key)`
+	sqlDropFullBuckets = `DELETE FROM ferry_limit_rate WHERE tat < now()`
 
 	sqlForget = `DELETE FROM ferry_limit WHERE seen_at < now() - make_interval(secs => $1)`
+
+	// ferry_limit_on says whether some worker enforces a limit (migration
+	// 032): a registration turns it on, the sweep off once no limit was
+	// seen for goneAfter; both under one lock, so that the sweep's check
+	// sees a registration that took it first.
+	sqlLimitsOnLock = `SELECT pg_advisory_xact_lock(hashtextextended('ferry.limit on', 0))`
+	sqlLimitsOn     = `SELECT setval('ferry_limit_on', 1, true)`
+	sqlLimitsOff    = `SELECT setval('ferry_limit_on', 1, false) WHERE pg_sequence_last_value('ferry_limit_on') IS NOT NULL
+  AND NOT EXISTS (SELECT 1 FROM ferry_limit WHERE seen_at > now() - make_interval(secs => $1))`
 )
 
 // Register writes the limits into ferry_limit (or marks them seen), where
@@ -128,97 +128,78 @@ func (l *Limiter) Register(ctx context.Context) error {
 			periods[i] = &p
 		}
 	}
-	if _, err := l.pool.Exec(ctx, sqlRegister, names, kinds, queues, fields, conc, counts, periods, bursts); err != nil {
+	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, sqlLimitsOnLock); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, sqlRegister, names, kinds, queues, fields, conc, counts, periods, bursts, goneAfter.Seconds()); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, sqlLimitsOn)
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("limits: register: %w", err)
 	}
 	return nil
 }
 
-// Run, on every worker until ctx ends, marks this worker's limits seen
-// every minute, and follows River's snooze events (events, from the
-// client's Subscribe(river.EventKindJobSnoozed)): a job of this process
-// that was handed a slot while River had yet to write its snooze would
-// sleep until its backstop; once the snooze is written, Run wakes it (in
-// batches). The leader's sweep does the same for events that were
-// dropped, a second later.
-func (l *Limiter) Run(ctx context.Context, events <-chan *river.Event) error {
+// sqlParkAvailable parks up to 10,000 of the jobs available under the
+// kinds ($1) or queues ($2) of this worker's limits: made available again,
+// the park takes them. The outer state test is what Postgres checks again
+// on a row changed since the subquery read it: a job a worker claimed
+// meanwhile (running) is left alone, not parked from under its worker.
+// The sweep's updates below test their state the same way.
+const sqlParkAvailable = `UPDATE river_job SET state = 'available'
+WHERE state = 'available' AND id IN (SELECT id FROM river_job WHERE state = 'available' AND (kind = ANY($1::text[]) OR queue = ANY($2::text[])) LIMIT 10000)`
+
+// Start registers the limits and parks the jobs already available under
+// them (inserted while no worker had registered them: the first start,
+// or after every worker was down ten minutes), before River fetches: a
+// job available under a limit would be fetched past it.
+func (l *Limiter) Start(ctx context.Context) error {
 	if len(l.limits) == 0 {
 		return nil
 	}
-	seen := time.NewTicker(seenEvery)
-	defer seen.Stop()
+	if err := l.Register(ctx); err != nil {
+		return err
+	}
+	var kinds, queues []string
+	for _, lim := range l.limits {
+		if lim.Kind != "" {
+			kinds = append(kinds, lim.Kind)
+		} else {
+			queues = append(queues, lim.Queue)
+		}
+	}
+	var parked int64
 	for {
-		var ids []int64
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-seen.C:
-			if err := l.Register(ctx); err != nil && ctx.Err() == nil {
-				l.logger.Warn("limits: cannot mark this worker's limits seen; retrying at the next interval", "error", err)
-			}
-			l.forgetParked(time.Now().Add(-l.backstop))
-			continue
-		case ev, ok := <-events:
-			if !ok {
-				events = nil
-				continue
-			}
-			ids = l.parkedSnoozed(ids, ev)
-		}
-		for more := true; more; {
-			select {
-			case ev, ok := <-events:
-				if !ok {
-					events, more = nil, false
-					break
-				}
-				ids = l.parkedSnoozed(ids, ev)
-			default:
-				more = false
-			}
-		}
-		if len(ids) > 0 {
-			if err := l.wake(ctx, ids); err != nil && ctx.Err() == nil {
-				l.logger.Warn("limits: cannot wake jobs handed a slot; the sweep will", "error", err)
-			}
-		}
-	}
-}
-
-// parkedSnoozed adds ev's job to ids if it is parked here.
-func (l *Limiter) parkedSnoozed(ids []int64, ev *river.Event) []int64 {
-	if ev == nil || ev.Job == nil {
-		return ids
-	}
-	if _, ok := l.parked.LoadAndDelete(ev.Job.ID); ok {
-		ids = append(ids, ev.Job.ID)
-	}
-	return ids
-}
-
-// forgetParked drops the parked jobs whose snooze event never came (River
-// drops events when its buffer is full).
-func (l *Limiter) forgetParked(before time.Time) {
-	l.parked.Range(func(k, v any) bool {
-		if v.(time.Time).Before(before) {
-			l.parked.Delete(k)
-		}
-		return true
-	})
-}
-
-// wake makes available those of ids that were handed a slot.
-func (l *Limiter) wake(ctx context.Context, ids []int64) error {
-	return pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, sqlWakeReserved, ids)
+		tag, err := l.pool.Exec(ctx, sqlParkAvailable, kinds, queues)
 		if err != nil {
-			return err
+			return fmt.Errorf("limits: park the jobs waiting under them: %w", err)
 		}
-		queues, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			return err
+		parked += tag.RowsAffected()
+		if tag.RowsAffected() == 0 {
+			break
 		}
-		return l.notify(ctx, tx, queues)
+	}
+	if parked > 0 {
+		l.logger.Info("limits: parked the jobs waiting under them", "jobs", parked)
+	}
+	return nil
+}
+
+// Run, on every worker until ctx ends, marks this worker's limits seen
+// every minute.
+func (l *Limiter) Run(ctx context.Context) error {
+	if len(l.limits) == 0 {
+		return nil
+	}
+	return loop.Every(ctx, seenEvery, func(ctx context.Context) error {
+		if err := l.Register(ctx); err != nil && ctx.Err() == nil {
+			l.logger.Warn("limits: cannot mark this worker's limits seen; retrying at the next interval", "error", err)
+		}
+		return nil
 	})
 }
 
@@ -229,47 +210,33 @@ func (l *Limiter) Sweeper() func(context.Context) error {
 	return func(ctx context.Context) error { return loop.Every(ctx, l.sweep, l.Sweep) }
 }
 
-// Sweep is one pass of what no job's own start or end does: it hands the
-// slots freed without a release (a killed worker's jobs, once rescued; a
-// waiting job deleted) to waiting jobs, wakes the jobs handed a slot
-// before River wrote their snooze, forgets the places of jobs that will
-// not run and the limits that no worker enforces any more (their jobs run
-// at once), and drops the rate rows that say nothing. Each step is a short
-// statement or a transaction per key under that key's lock.
+// Sweep is one pass of what no claim does: it parks the jobs that became
+// available under a limit before a worker registered it, frees the jobs
+// parked behind limits that no worker enforces any more, marks active the
+// gates a claim marked drained while a job was parking in them (and wakes
+// their queues), and forgets old gates, full rate buckets and old limits.
 func (l *Limiter) Sweep(ctx context.Context) error {
 	gone := goneAfter.Seconds()
-	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
-		var queues []string
-		for _, step := range []struct {
-			what string
-			sql  string
-			args []any
-		}{
-			{"wake jobs handed a slot", sqlWakeReserved, []any{nil}},
-			{"drop the places of gone jobs and limits", sqlDropGoneWaits, []any{gone}},
-		} {
-			rows, err := tx.Query(ctx, step.sql, step.args...)
-			if err != nil {
-				return fmt.Errorf("%s: %w", step.what, err)
-			}
-			qs, err := pgx.CollectRows(rows, pgx.RowTo[string])
-			if err != nil {
-				return fmt.Errorf("%s: %w", step.what, err)
-			}
-			queues = append(queues, qs...)
-		}
-		return l.notify(ctx, tx, queues)
-	})
+	rows, err := l.pool.Query(ctx, sqlGoneGates, gone)
 	if err != nil {
-		return err
+		return fmt.Errorf("list the gates of gone limits: %w", err)
+	}
+	goneGates, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return fmt.Errorf("list the gates of gone limits: %w", err)
+	}
+	if len(goneGates) > 0 {
+		if _, err := l.pool.Exec(ctx, sqlFreeGone, goneGates); err != nil {
+			return fmt.Errorf("free the jobs of gone limits: %w", err)
+		}
 	}
 	for _, step := range []struct {
 		what string
 		sql  string
 		args []any
 	}{
-		{"drop the slots of gone limits", sqlDropGoneSlots, []any{gone}},
-		{"drop stale slots", sqlDropStaleSlots, nil},
+		{"park the jobs of new limits", sqlParkWaiting, []any{gone}},
+		{"forget idle gates", sqlDropGates, nil},
 		{"drop full buckets", sqlDropFullBuckets, nil},
 		{"forget old limits", sqlForget, []any{forgetAfter.Seconds()}},
 	} {
@@ -277,73 +244,47 @@ func (l *Limiter) Sweep(ctx context.Context) error {
 			return fmt.Errorf("%s: %w", step.what, err)
 		}
 	}
-
-	// Free slots to the waiting, key by key under each key's lock.
-	byName := map[string]*Limit{}
-	var (
-		concurrent []string
-		capacity   []int32
-	)
-	for i := range l.limits {
-		lim := &l.limits[i]
-		byName[lim.Name] = lim
-		if lim.Concurrency > 0 {
-			concurrent, capacity = append(concurrent, lim.Name), append(capacity, int32(lim.Concurrency))
-		}
-	}
-	keys, err := l.keys(ctx, sqlWaitingKeys, concurrent, capacity)
-	if err != nil {
-		return fmt.Errorf("list waiting keys: %w", err)
-	}
-	for _, k := range keys {
-		t := target{lim: byName[k[0]], key: k[1]}
-		err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, sqlLock, []string{t.lockName()}); err != nil {
-				return err
-			}
-			queues, err := l.handOver(ctx, tx, t, []int64{}, []int32{})
-			if err != nil {
-				return err
-			}
-			return l.notify(ctx, tx, queues)
-		})
-		if err != nil {
-			return fmt.Errorf("hand over %s %q: %w", t.lim.Name, t.key, err)
-		}
-	}
-
-	ghosts, err := l.keys(ctx, sqlGhostQueues)
-	if err != nil {
-		return fmt.Errorf("list ghost queues: %w", err)
-	}
-	for _, k := range ghosts {
-		lim := byName[k[0]]
-		if lim == nil {
-			continue
-		}
-		t := target{lim: lim, key: k[1]}
-		err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, sqlLock, []string{t.lockName()}); err != nil {
-				return err
-			}
-			_, err := tx.Exec(ctx, sqlClearGhostQueue, t.lim.Name, t.key)
+	err = pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, sqlLimitsOnLock); err != nil {
 			return err
-		})
-		if err != nil {
-			return fmt.Errorf("clear the queue of %s %q: %w", t.lim.Name, t.key, err)
 		}
+		_, err := tx.Exec(ctx, sqlLimitsOff, gone)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("turn the park off: %w", err)
 	}
-	return nil
+	return pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, sqlReactivate)
+		if err != nil {
+			return fmt.Errorf("mark gates active: %w", err)
+		}
+		queues, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return fmt.Errorf("mark gates active: %w", err)
+		}
+		return l.notify(ctx, tx, queues)
+	})
 }
 
-func (l *Limiter) keys(ctx context.Context, sql string, args ...any) ([][2]string, error) {
-	rows, err := l.pool.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, err
+// notify sends River's insert notification for each queue in tx, so that
+// the workers of a queue whose gate was marked active claim now rather
+// than at their next poll.
+func (l *Limiter) notify(ctx context.Context, tx pgx.Tx, queues []string) error {
+	slices.Sort(queues)
+	queues = slices.Compact(queues)
+	if len(queues) == 0 {
+		return nil
 	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) ([2]string, error) {
-		var k [2]string
-		err := row.Scan(&k[0], &k[1])
-		return k, err
+	payloads := make([]string, len(queues))
+	for i, q := range queues {
+		payloads[i] = fmt.Sprintf(`{"queue": %q}`, q)
+	}
+	err := riverpgxv5.New(nil).UnwrapExecutor(tx).NotifyMany(ctx, &riverdriver.NotifyManyParams{
+		Payload: payloads, Schema: l.schema, Topic: "river_insert",
 	})
+	if err != nil {
+		return fmt.Errorf("notify the queues of woken gates: %w", err)
+	}
+	return nil
 }

@@ -69,7 +69,7 @@ func agingFetch(pool *pgxpool.Pool, period time.Duration) pilot.GetAvailable {
 // database's), $4 jobs to claim, $5 the claiming client, $6 how many
 // clients attempted_by keeps, $7 the period in seconds. The claim
 // (SET ... attempted_by) is River's JobGetAvailable's.
-const agingSQL = `
+var agingSQL = `
 WITH candidates AS (
     SELECT c.id, p.priority, c.scheduled_at
     FROM (VALUES (1), (2), (3), (4)) AS p(priority)
@@ -97,17 +97,7 @@ locked_jobs AS (
 ),
 claimed AS (
     UPDATE %s
-    SET
-        state = 'running',
-        attempt = river_job.attempt + 1,
-        attempted_at = coalesce($3::timestamptz, now()),
-        attempted_by = array_append(
-            CASE WHEN array_length(river_job.attempted_by, 1) >= $6::int
-            THEN river_job.attempted_by[array_length(river_job.attempted_by, 1) + 2 - $6::int:]
-            ELSE river_job.attempted_by
-            END,
-            $5::text
-        )
+    SET ` + pilot.ClaimSet("coalesce($3::timestamptz, now())", "$5", "$6") + `
     FROM locked_jobs
     WHERE river_job.id = locked_jobs.id
     RETURNING river_job.id

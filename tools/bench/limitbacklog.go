@@ -57,15 +57,17 @@ func limitBacklogBench(ctx context.Context, serverURL string, backlog, small, ra
 		return r, fmt.Errorf("%d waiting: %w", backlog, err)
 	}
 	fmt.Fprintf(os.Stderr, "limits-backlog: %d waiting under %d/s for %s: %d started (%.2f of the rate); %.0f row writes/s, the database at %.2f of the machine's CPU\n",
-		backlog, rate, dur, large.starts, float64(large.starts)/(float64(rate)*dur.Seconds()), float64(large.writes)/dur.Seconds(), large.dbShare(dur))
-	little, err := limitBacklogRun(ctx, serverURL, bin, dir, small, rate, dur)
+		backlog, rate, dur, large.starts, float64(large.starts)/(float64(rate)*large.elapsed.Seconds()), float64(large.writes)/dur.Seconds(), large.dbShare(dur))
+	// The small backlog holds at least small jobs waiting to the window's
+	// end: small, plus what the rate starts in the warm-up and the window.
+	little, err := limitBacklogRun(ctx, serverURL, bin, dir, small+rate*int((dur+15*time.Second).Seconds()), rate, dur)
 	if err != nil {
 		return r, fmt.Errorf("%d waiting: %w", small, err)
 	}
 	fmt.Fprintf(os.Stderr, "limits-backlog: %d waiting: %d started; %.0f row writes/s, the database at %.2f of the machine's CPU\n",
 		small, little.starts, float64(little.writes)/dur.Seconds(), little.dbShare(dur))
 	r.Starts, r.SmallStarts = large.starts, little.starts
-	r.Utilization = float64(large.starts) / (float64(rate) * dur.Seconds())
+	r.Utilization = float64(large.starts) / (float64(rate) * large.elapsed.Seconds())
 	r.WritesPerSec, r.DBCPUShare = float64(large.writes)/dur.Seconds(), large.dbShare(dur)
 	if large.starts > 0 {
 		r.WritesPerStart = ptr(float64(large.writes) / float64(large.starts))
@@ -81,7 +83,8 @@ func limitBacklogBench(ctx context.Context, serverURL string, backlog, small, ra
 }
 
 type limitBacklogWindow struct {
-	starts int
+	elapsed time.Duration // between the two reads of the starts
+	starts  int
 	writes int64
 	dbCPU  time.Duration
 }
@@ -100,7 +103,8 @@ const limitWrites = `SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0):
 WHERE relname = 'river_job' OR relname LIKE 'ferry_limit%'`
 
 // limitBacklogRun writes n no-op jobs, starts a `worker run` at its
-// defaults with a rate limit of rate/s on them, lets it warm up 5 s, and
+// defaults with a rate limit of rate/s on them (it parks them behind the
+// limit as it starts), lets it warm up 5 s after its first start, and
 // measures a window of dur: the jobs its /metrics counts completed, the
 // rows written (read from pg_stat_user_tables, which each backend brings
 // up to date at least every second while it works), and the machine's
@@ -112,8 +116,23 @@ func limitBacklogRun(ctx context.Context, serverURL, bin, dir string, n, rate in
 		return w, err
 	}
 	defer drop()
+	// The limit is registered as a running worker registers it, before
+	// the backlog is written: each job parks behind it as it is inserted,
+	// as jobs inserted while ferry runs do.
+	if _, err := pool.Exec(ctx, `INSERT INTO ferry_limit (name, kind, rate_count, rate_period, burst) VALUES ('backlog', $1, $2, '1 second', 1)`,
+		jobs.NoopArgs{}.Kind(), rate); err != nil {
+		return w, err
+	}
+	if _, err := pool.Exec(ctx, `SELECT setval('ferry_limit_on', 1, true)`); err != nil {
+		return w, err
+	}
 	if err := backlogSettled(ctx, pool, n, nil); err != nil {
 		return w, err
+	}
+	// Settled as a backlog that built up over time is: vacuumed and
+	// analysed, not vacuumed by autovacuum in the measured window.
+	if _, err := pool.Exec(ctx, `VACUUM (ANALYZE) river_job`); err != nil {
+		return w, fmt.Errorf("vacuum the backlog: %w", err)
 	}
 	cfg := filepath.Join(dir, "limits-backlog.yaml")
 	if err := os.WriteFile(cfg, fmt.Appendf(nil, "limits:\n  - {name: backlog, kind: %s, rate: %d/s}\n", jobs.NoopArgs{}.Kind(), rate), 0o600); err != nil {
@@ -130,10 +149,12 @@ func limitBacklogRun(ctx context.Context, serverURL, bin, dir string, n, rate in
 	}
 	defer stopProc(p)
 	metrics := "http://" + addr + "/metrics"
+	var at [2]time.Time
 	mark := func() (starts int, writes int64, cpu cpuUse, err error) {
 		if starts, err = completedOnMetrics(ctx, metrics, jobs.NoopArgs{}.Kind()); err != nil {
 			return
 		}
+		at[0], at[1] = at[1], time.Now()
 		if err = pool.QueryRow(ctx, limitWrites).Scan(&writes); err != nil {
 			return
 		}
@@ -144,6 +165,19 @@ func limitBacklogRun(ctx context.Context, serverURL, bin, dir string, n, rate in
 			cpu.machine -= self.proc
 		}
 		return
+	}
+	// The worker parks the backlog behind the limit before it starts
+	// (its first start under the limit): wait for its first completion,
+	// then warm up.
+	for deadline := time.Now().Add(5 * time.Minute); ; {
+		if _, _, _, err := mark(); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			return w, fmt.Errorf("the worker completed no job in 5 minutes: %w (worker: %s)", err, tail(p))
+		}
+		if err := loop.Sleep(ctx, time.Second); err != nil {
+			return w, err
+		}
 	}
 	if err := loop.Sleep(ctx, 5*time.Second); err != nil {
 		return w, err
@@ -159,7 +193,7 @@ func limitBacklogRun(ctx context.Context, serverURL, bin, dir string, n, rate in
 	if err != nil {
 		return w, fmt.Errorf("%w (worker: %s)", err, tail(p))
 	}
-	w.starts, w.writes = s1-s0, w1-w0
+	w.starts, w.writes, w.elapsed = s1-s0, w1-w0, at[1].Sub(at[0])
 	w.dbCPU = (c1.machine - c0.machine) - (c1.proc - c0.proc)
 	if w.writes == 0 {
 		return w, fmt.Errorf("nothing written in %s: the statistics did not move (worker: %s)", dur, strings.ReplaceAll(tail(p), "\n", " | "))

@@ -207,11 +207,11 @@ func limitRun(ctx context.Context, serverURL, bin, dir, limitYAML string, n, hol
 		return nil, errors.New("every job completed before the kills: too small a load")
 	}
 	var waited int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE (metadata->>'snoozes')::int > 0`).Scan(&waited); err != nil {
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE metadata ? 'ferry_gate' AND attempted_at > created_at + interval '1 second'`).Scan(&waited); err != nil {
 		return nil, err
 	}
 	if waited == 0 {
-		return nil, errors.New("no job waited for the limit: it was never reached")
+		return nil, errors.New("no job waited a second behind the limit: it was never reached")
 	}
 	stopSampling()
 	recv.mu.Lock()

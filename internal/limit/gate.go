@@ -1,0 +1,409 @@
+package limit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river/riverdriver"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/ferryq/ferry/internal/pilot"
+)
+
+// part is one limit of a gate with the gate's key of it.
+type part struct {
+	name, key string
+}
+
+// lockName names the part's advisory lock (a space never occurs in a
+// limit's name, so no two parts share one).
+func (p part) lockName() string { return "ferry.limit " + p.name + " " + p.key }
+
+// gate is a gate of ferry_limit_gate as a claim reads it.
+type gate struct {
+	id    int64
+	parts []part
+}
+
+var (
+	// sqlActiveGates lists the gates of a queue that may have jobs parked.
+	sqlActiveGates = `SELECT id, parts FROM ferry_limit_gate WHERE queue = $1 AND active`
+
+	// sqlTryLock takes, of the parts' locks ($1, names sorted), those no
+	// other claim holds, and returns them; a part locked elsewhere is being
+	// claimed from by another worker, which leaves it as it found it.
+	sqlTryLock = `SELECT n FROM unnest($1::text[]) AS n WHERE pg_try_advisory_xact_lock(hashtextextended(n, 0))`
+
+	// sqlPartState reads, once the locks are held (a statement of its own,
+	// so that it sees every claim committed before them), the clock, and
+	// for each part ($1 names, $2 keys) its running jobs over every gate it
+	// is part of and its rate's tat.
+	sqlPartState = `SELECT p.name, p.key, clock_timestamp(),
+    (SELECT count(*) FROM ferry_limit_gate_part gp
+        JOIN river_job j ON (j.metadata->>'ferry_gate')::bigint = gp.gate_id
+            AND j.state = 'running' AND j.metadata ? 'ferry_gate'
+        WHERE gp.limit_name = p.name AND gp.key = p.key),
+    (SELECT r.tat FROM ferry_limit_rate r WHERE r.limit_name = p.name AND r.key = p.key)
+FROM unnest($1::text[], $2::text[]) AS p(name, key)`
+
+	// sqlClaim claims up to $2[i] parked jobs of gate $1[i] (of kinds $3,
+	// or any when NULL) that are due (a job snoozed briefly is available
+	// later, and parks at once), in River's fetch order, as River's fetch claims
+	// ($4 the client, $5 how many clients attempted_by keeps), and returns
+	// them in the gates' order, then River's.
+	sqlClaim = `WITH want AS (
+    SELECT * FROM unnest($1::bigint[], $2::int[]) WITH ORDINALITY AS w(gate, n, ord)
+),
+locked AS (
+    SELECT c.id, w.ord, c.priority, c.scheduled_at
+    FROM want w
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.priority, j.scheduled_at FROM river_job j
+        WHERE j.state = 'pending' AND j.metadata ? 'ferry_gate'
+          AND (j.metadata->>'ferry_gate')::bigint = w.gate
+          AND j.scheduled_at <= now()
+          AND ($3::text[] IS NULL OR j.kind = ANY($3::text[]))
+        ORDER BY j.priority, j.scheduled_at, j.id
+        LIMIT w.n
+        FOR UPDATE SKIP LOCKED
+    ) c
+),
+claimed AS (
+    UPDATE river_job
+    SET ` + pilot.ClaimSet("now()", "$4", "$5") + `
+    FROM locked
+    WHERE river_job.id = locked.id
+    RETURNING river_job.id, locked.ord, locked.priority, locked.scheduled_at
+)
+SELECT id, ord FROM claimed ORDER BY ord, priority, scheduled_at, id`
+
+	sqlSaveTat = `INSERT INTO ferry_limit_rate (limit_name, key, tat)
+SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[])
+ON CONFLICT (limit_name, key) DO UPDATE SET tat = excluded.tat`
+
+	// sqlDrained marks inactive the gates ($1) a claim found no job
+	// parked in. A job parked meanwhile by a transaction not yet committed
+	// finds its gate active, or the sweep marks it so.
+	sqlDrained = `UPDATE ferry_limit_gate g SET active = false
+WHERE g.id = ANY($1::bigint[]) AND g.active AND NOT EXISTS (
+    SELECT 1 FROM river_job j WHERE j.state = 'pending' AND j.metadata ? 'ferry_gate'
+      AND (j.metadata->>'ferry_gate')::bigint = g.id)`
+)
+
+// applies reports whether some limit of l may apply to jobs of queue: a
+// limit of the queue's, or of any kind.
+func (l *Limiter) applies(queue string) bool {
+	return len(l.byQueue[queue]) > 0 || len(l.byKind) > 0
+}
+
+// Claim is the pilot's claim before River's fetch (pilot.Claim): it takes
+// the jobs parked behind this queue's gates that every limit of their
+// gate lets start now (or, for a rate, within the lead), as many as the
+// fetch asks for, in one transaction. A job claimed ahead of its rate turn
+// waits for it in the Middleware.
+func (l *Limiter) Claim(ctx context.Context, exec riverdriver.Executor, params *riverdriver.JobGetAvailableParams) ([]*rivertype.JobRow, error) {
+	if !l.applies(params.Queue) {
+		return nil, nil
+	}
+	var claimed []int64
+	var turns []time.Time
+	var offset time.Duration // database clock minus this process's
+	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+		var err error
+		claimed, turns, offset, err = l.claim(ctx, tx, params)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("limits: claim parked jobs of queue %q: %w", params.Queue, err)
+	}
+	if len(claimed) == 0 {
+		return nil, nil
+	}
+	for i, id := range claimed {
+		if !turns[i].IsZero() {
+			l.turns.Store(id, turns[i].Add(-offset))
+		}
+	}
+	rows, err := exec.JobGetByIDMany(ctx, &riverdriver.JobGetByIDManyParams{ID: claimed, Schema: params.Schema})
+	if err != nil {
+		// Claimed and committed: ferry's rescue does not take a live
+		// worker's jobs, so River must have them. Try once more.
+		rows, err = exec.JobGetByIDMany(context.WithoutCancel(ctx), &riverdriver.JobGetByIDManyParams{ID: claimed, Schema: params.Schema})
+		if err != nil {
+			return nil, fmt.Errorf("limits: read %d claimed jobs: %w", len(claimed), err)
+		}
+	}
+	return rows, nil
+}
+
+// claim is Claim's transaction. It returns the claimed jobs, each one's
+// rate turn on the database's clock (zero: now), and the database's clock
+// minus this process's.
+func (l *Limiter) claim(ctx context.Context, tx pgx.Tx, params *riverdriver.JobGetAvailableParams) ([]int64, []time.Time, time.Duration, error) {
+	rows, err := tx.Query(ctx, sqlActiveGates, params.Queue)
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("read gates: %w", err)
+	}
+	gates, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (gate, error) {
+		var g gate
+		var raw [][2]string
+		if err := row.Scan(&g.id, &raw); err != nil {
+			return g, err
+		}
+		for _, p := range raw {
+			g.parts = append(g.parts, part{name: p[0], key: p[1]})
+		}
+		return g, nil
+	})
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("read gates: %w", err)
+	}
+	// A gate with a limit this worker does not enforce is left to the
+	// workers that do (the sweep frees it once no worker does).
+	gates = slices.DeleteFunc(gates, func(g gate) bool {
+		return slices.ContainsFunc(g.parts, func(p part) bool { return l.byName[p.name] == nil })
+	})
+	if len(gates) == 0 {
+		return nil, nil, 0, nil
+	}
+	names := map[string]part{}
+	for _, g := range gates {
+		for _, p := range g.parts {
+			names[p.lockName()] = p
+		}
+	}
+	lockNames := slices.Sorted(func(yield func(string) bool) {
+		for n := range names {
+			if !yield(n) {
+				return
+			}
+		}
+	})
+	rows, err = tx.Query(ctx, sqlTryLock, lockNames)
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("lock limits: %w", err)
+	}
+	locked, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("lock limits: %w", err)
+	}
+	held := map[part]bool{}
+	for _, n := range locked {
+		held[names[n]] = true
+	}
+	gates = slices.DeleteFunc(gates, func(g gate) bool {
+		return slices.ContainsFunc(g.parts, func(p part) bool { return !held[p] })
+	})
+	if len(gates) == 0 {
+		return nil, nil, 0, nil
+	}
+	// Start at a random gate: the limits' room is shared in turn, not
+	// always first to the same gates.
+	start := rand.IntN(len(gates)) //nolint:gosec // an order, not a secret
+	gates = append(gates[start:], gates[:start]...)
+
+	st, now, offset, err := l.readState(ctx, tx, held)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	want := plan(gates, st, l.byName, now, l.lead, params.MaxToLock, nil)
+	var ids []int64
+	var ns []int32
+	for i, g := range gates {
+		if want[i] > 0 {
+			ids, ns = append(ids, g.id), append(ns, int32(want[i])) //nolint:gosec // at most MaxToLock
+		}
+	}
+	if len(ids) == 0 {
+		return nil, nil, offset, nil
+	}
+	rows, err = tx.Query(ctx, sqlClaim, ids, ns, params.Kind, params.ClientID,
+		int32(min(params.MaxAttemptedBy, math.MaxInt32))) //nolint:gosec // bounded
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("claim: %w", err)
+	}
+	type claimedJob struct {
+		id  int64
+		ord int64
+	}
+	got, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (claimedJob, error) {
+		var c claimedJob
+		return c, row.Scan(&c.id, &c.ord)
+	})
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("claim: %w", err)
+	}
+	// The turns of the jobs claimed, as many as each gate gave.
+	gotBy := make([]int, len(gates))
+	var drained []int64
+	pos := 0
+	for i, g := range gates {
+		if want[i] == 0 {
+			continue
+		}
+		pos++
+		n := 0
+		for _, c := range got {
+			if c.ord == int64(pos) {
+				n++
+			}
+		}
+		gotBy[i] = n
+		if n < want[i] {
+			drained = append(drained, g.id)
+		}
+	}
+	var turns []time.Time
+	plan(gates, st, l.byName, now, l.lead, params.MaxToLock, func(_ int, turn time.Time) {
+		turns = append(turns, turn)
+	}, gotBy...)
+	if err := l.saveTats(ctx, tx, st); err != nil {
+		return nil, nil, 0, err
+	}
+	if len(drained) > 0 {
+		if _, err := tx.Exec(ctx, sqlDrained, drained); err != nil {
+			return nil, nil, 0, fmt.Errorf("mark drained gates: %w", err)
+		}
+	}
+	out := make([]int64, len(got))
+	for i, c := range got {
+		out[i] = c.id
+		if !turns[i].After(now) {
+			turns[i] = time.Time{}
+		}
+	}
+	return out, turns, offset, nil
+}
+
+// partState is one part's room as a claim finds it and spends it.
+type partState struct {
+	running int
+	tat     time.Time // zero: no rate row (a full bucket)
+	changed bool      // tat moved: saved at the end of the claim
+}
+
+// readState reads the parts' state (sqlPartState) and the database's clock.
+func (l *Limiter) readState(ctx context.Context, tx pgx.Tx, held map[part]bool) (map[part]*partState, time.Time, time.Duration, error) {
+	var names, keys []string
+	for p := range held {
+		names, keys = append(names, p.name), append(keys, p.key)
+	}
+	before := time.Now()
+	rows, err := tx.Query(ctx, sqlPartState, names, keys)
+	if err != nil {
+		return nil, time.Time{}, 0, fmt.Errorf("read limits' use: %w", err)
+	}
+	st := map[part]*partState{}
+	var now time.Time
+	for rows.Next() {
+		var p part
+		var s partState
+		var tat *time.Time
+		if err := rows.Scan(&p.name, &p.key, &now, &s.running, &tat); err != nil {
+			rows.Close()
+			return nil, time.Time{}, 0, fmt.Errorf("read limits' use: %w", err)
+		}
+		if tat != nil {
+			s.tat = *tat
+		}
+		st[p] = &s
+	}
+	if err := rows.Err(); err != nil {
+		return nil, time.Time{}, 0, fmt.Errorf("read limits' use: %w", err)
+	}
+	if now.IsZero() {
+		return nil, time.Time{}, 0, errors.New("read limits' use: no clock")
+	}
+	// The clock was read somewhere between before and now: its middle.
+	local := before.Add(time.Since(before) / 2)
+	return st, now, now.Sub(local), nil
+}
+
+// plan spends the parts' room (st) on the gates in order, job by job: a
+// gate's next job may start when each of its concurrency limits has a
+// slot free and each of its rates has a turn within lead of now (the
+// generic cell rate algorithm: at the later of now and tat - (burst-1) *
+// interval; tat moves to the later of tat and the turn, plus an
+// interval). It returns how many jobs each gate may start, at most max in
+// all; with caps, at most caps[i] of gate i, and each job's turn is given
+// to turn, in order. The first call (no caps) sizes the claim on copies of
+// the state; the second spends the state on the jobs claimed.
+func plan(gates []gate, st map[part]*partState, limits map[string]*Limit, now time.Time, lead time.Duration, maxJobs int, turn func(gateIdx int, t time.Time), caps ...int) []int {
+	if caps == nil {
+		cp := make(map[part]*partState, len(st))
+		for p, s := range st {
+			c := *s
+			cp[p] = &c
+		}
+		st = cp
+	}
+	out := make([]int, len(gates))
+	total := 0
+	for i, g := range gates {
+		for total < maxJobs && (caps == nil || out[i] < caps[i]) {
+			at := now
+			ok := true
+			for _, p := range g.parts {
+				lim, s := limits[p.name], st[p]
+				if lim.Concurrency > 0 && s.running >= lim.Concurrency {
+					ok = false
+					break
+				}
+				if !lim.Rate.IsZero() {
+					earliest := s.tat.Add(-lim.Rate.tolerance())
+					if earliest.After(at) {
+						at = earliest
+					}
+				}
+			}
+			if !ok || at.After(now.Add(lead)) {
+				break
+			}
+			for _, p := range g.parts {
+				lim, s := limits[p.name], st[p]
+				s.running++
+				if !lim.Rate.IsZero() {
+					s.tat = latest(s.tat, at).Add(lim.Rate.Interval())
+					s.changed = true
+				}
+			}
+			if turn != nil {
+				turn(i, at)
+			}
+			out[i]++
+			total++
+		}
+	}
+	return out
+}
+
+// saveTats writes the tats the claim moved.
+func (l *Limiter) saveTats(ctx context.Context, tx pgx.Tx, st map[part]*partState) error {
+	var names, keys []string
+	var tats []time.Time
+	for p, s := range st {
+		if s.changed {
+			names, keys, tats = append(names, p.name), append(keys, p.key), append(tats, s.tat)
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, sqlSaveTat, names, keys, tats); err != nil {
+		return fmt.Errorf("save rate state: %w", err)
+	}
+	return nil
+}
+
+func latest(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
