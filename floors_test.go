@@ -22,7 +22,7 @@ var floors = []struct {
 		"/election", "/periodic", "/telegram", "/internal/admin", "/internal/broadcastcap", "/internal/capability",
 		"/internal/config", "/internal/lease", "/internal/limit", "/internal/liveness", "/internal/lockcap", "/internal/pilot",
 		"/internal/logging", "/internal/metrics", "/internal/outboxcap", "/internal/queuecap", "/internal/retention",
-		"/internal/sealcap", "/internal/settings", "/internal/tracing", "/internal/workflowcap",
+		"/internal/refdoc", "/internal/sealcap", "/internal/settings", "/internal/tracing", "/internal/workflowcap",
 	}},
 	{"root", []string{""}},
 	{"ferrycli", []string{"/ferrycli"}},

@@ -3,7 +3,7 @@
 // settings of ferry.Config's fields (internal/settings), the config file's
 // entries (their yaml, doc and default tags), the urfave/cli apps of
 // `enqueue` and `worker`, and the metrics a server registers. The root
-// package's docs_test.go writes the pages with -update (`go tool task
+// package's reference_test.go writes the pages with -update (`go tool task
 // docs`) and fails when a committed page differs from what the code
 // declares.
 package refdoc
