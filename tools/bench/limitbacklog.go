@@ -85,8 +85,8 @@ func limitBacklogBench(ctx context.Context, serverURL string, backlog, small, ra
 type limitBacklogWindow struct {
 	elapsed time.Duration // between the two reads of the starts
 	starts  int
-	writes int64
-	dbCPU  time.Duration
+	writes  int64
+	dbCPU   time.Duration
 }
 
 func (w limitBacklogWindow) dbCPUPerStartMS() float64 {
