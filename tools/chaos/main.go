@@ -96,13 +96,18 @@
 // inserted every 50 to 250 ms through the window, a 100 ms window, each
 // run 150 ms) never ran two jobs of a key at once (chaos.debounced counts,
 // at its start, the other jobs of its key River shows running) and ran
-// each key's last committed insert. The fault table shows each fault's failover gap and the workers
-// declared dead after it, with the jobs rescued from them. The oracle
-// fails closed: a check whose query fails, or whose observation is empty
-// (no run, no job, no tick, no holder sampled, no worker recorded, no
-// workflow inserted or no step started, no debounced insert or run, no
-// worker killed or stopped, no keyed message received, no liveness
-// session found to end, no failed registration), fails as unverified. It
+// each key's last committed insert; and that jobs under a concurrency
+// limit of 2 per tenant (three tenants, each inserting three jobs of
+// 300 ms every 0.9 s) never started while their tenant had 2 running
+// (chaos.limited counts them at its start, a killed worker's among them
+// until rescued) and all completed. The fault table shows each fault's
+// failover gap and the workers declared dead after it, with the jobs
+// rescued from them. The oracle fails closed: a check whose query fails,
+// or whose observation is empty (no run, no job, no tick, no holder
+// sampled, no worker recorded, no workflow inserted or no step started,
+// no debounced or limited insert or run, no worker killed or stopped, no
+// keyed message received, no liveness session found to end, no failed
+// registration), fails as unverified. It
 // exits 1 on any failed check. Loopback only; it stops by itself.
 //
 //	go run ./tools/chaos           # the full run, 12 minutes (the marathon jobs')

@@ -67,6 +67,8 @@ func TestOracle_FailsClosed(t *testing.T) {
 		{"TicksNoTick", checkTicks(tickObs{from: at(0.5), to: at(10)}), "0 ticks observed of 10"},
 		{"TicksEmptyWindow", checkTicks(tickObs{from: at(0.5), to: at(0.9)}), "an empty window"},
 		{"TicksQueryError", checkTicks(tickObs{from: at(0), to: at(10), ticks: 11, err: errQuery}), "query failed: connection refused"},
+		{"LimitedNoRun", checkLimited(limitedObs{committed: 9}), "9 limited jobs committed, 0 runs"},
+		{"LimitedQueryError", checkLimited(limitedObs{committed: 9, runs: 9, err: errQuery}), "query failed: connection refused"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -580,6 +582,16 @@ func TestCheckDemotion(t *testing.T) {
 	requireVerdict(t, checkDemotion(alone), verdictUnverified, "no leader run began")
 	requireVerdict(t, checkDemotion(demotionObs{}), verdictUnverified, "no leader was cut off")
 	requireVerdict(t, checkDemotion(demotionObs{pid: 3, at: at(20), err: errors.New("no rows")}), verdictUnverified, "no rows")
+}
+
+func TestCheckLimited(t *testing.T) {
+	t.Parallel()
+	requireVerdict(t, checkLimited(limitedObs{committed: 9, jobs: 9, completed: 9, runs: 10, most: 1}), verdictOK,
+		"9 limited jobs on 3 tenants, all completed in 10 runs; a start saw at most 1 others of its tenant running (concurrency 2)")
+	requireVerdict(t, checkLimited(limitedObs{committed: 9, jobs: 9, completed: 9, runs: 10, most: 2, over: []string{"job 4 of tenant-0 beside 2 others"}}),
+		verdictViolated, "starts beyond the concurrency of 2: [job 4 of tenant-0 beside 2 others]")
+	requireVerdict(t, checkLimited(limitedObs{committed: 9, jobs: 9, completed: 8, runs: 8, most: 1}), verdictViolated,
+		"9 limited jobs committed, 9 in river_job, 8 completed: some never ran")
 }
 
 func TestCheckTerms(t *testing.T) {

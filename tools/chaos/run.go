@@ -432,10 +432,12 @@ func run(ctx context.Context, serverURL string, steady, marathon time.Duration, 
 	s.cfgFile = filepath.Join(dir, "ferry.yaml")
 	cfg := fmt.Sprintf(`schedules:
   - {id: chaos-tick, name: Chaos tick, every: 1s, kind: ferry.noop, overlap: allow}
+limits:
+  - {name: chaos-tenants, kind: chaos.limited, key: tenant, concurrency: %d}
 outbox:
   routes:
     - {topic: chaos.event, name: receiver, url: "http://%s/hook", secret_env: CHAOS_HOOK_SECRET, timeout: 5s}
-`, ln.Addr())
+`, limitedConcurrency, ln.Addr())
 	if err := os.WriteFile(s.cfgFile, []byte(cfg), 0o600); err != nil {
 		return false, err
 	}
@@ -483,6 +485,8 @@ outbox:
 	wg.Go(func() { s.produceWorkflows(loadCtx, shapes, &wfs) })
 	var debounced dbRun
 	wg.Go(func() { s.produceDebounced(loadCtx, &debounced) })
+	var limited atomic.Int64
+	wg.Go(func() { s.produceLimited(loadCtx, &limited) })
 
 	time.Sleep(steady)
 	faults := []struct {
@@ -670,6 +674,7 @@ outbox:
 		checkExits(exitObs{exits: s.exits, exposures: exposures}),
 		checkWorkflows(shapes, observeWorkflows(ctx, s.pool, &wfs)),
 		checkDebounced(observeDebounced(ctx, s.pool, &debounced)),
+		checkLimited(observeLimited(ctx, s.pool, limited.Load())),
 	}
 	attributeDeaths(s.faults, rows)
 	return report(os.Stdout, s.faults, checks), nil

@@ -18,6 +18,10 @@
 //   - kind chaos.debounced, inserted with a debounce key: at its start it
 //     records itself (chaos_db_run) with how many other jobs of its key
 //     River shows running, then sleeps sleep_ms;
+//   - kind chaos.limited, under a concurrency limit per tenant (the
+//     suite's FERRY_CONFIG): at its start it records itself
+//     (chaos_limit_run) with how many other jobs of its tenant River shows
+//     running, then sleeps sleep_ms;
 //   - a leader runnable that records when this process starts and stops
 //     acting as leader (chaos_leader_run), so the oracle can check that no
 //     two processes' runnables overlap in time.
@@ -199,6 +203,40 @@ func (w *debouncedWorker) NextRetry(*river.Job[DebouncedArgs]) time.Time {
 	return time.Now().Add(time.Second)
 }
 
+// LimitedArgs are the args of chaos.limited: its tenant (the limit's key)
+// and how long it runs.
+type LimitedArgs struct {
+	Tenant  string `json:"tenant"`
+	SleepMS int    `json:"sleep_ms,omitempty"`
+}
+
+// Kind implements river.JobArgs.
+func (LimitedArgs) Kind() string { return "chaos.limited" }
+
+type limitedWorker struct {
+	river.WorkerDefaults[LimitedArgs]
+	pool func() *pgxpool.Pool
+}
+
+// Work records its start (chaos_limit_run) with the number of other jobs
+// of its tenant that River shows running at that moment (a killed
+// worker's count until ferry's rescue settles them, as the limit counts
+// them), then sleeps.
+func (w *limitedWorker) Work(ctx context.Context, job *river.Job[LimitedArgs]) error {
+	if _, err := w.pool().Exec(ctx, `INSERT INTO chaos_limit_run (job_id, tenant, others)
+VALUES ($1, $2, (SELECT count(*) FROM river_job
+                 WHERE kind = 'chaos.limited' AND state = 'running' AND id <> $1 AND args->>'tenant' = $2))`,
+		job.ID, job.Args.Tenant); err != nil {
+		return err
+	}
+	return loop.Sleep(ctx, time.Duration(job.Args.SleepMS)*time.Millisecond)
+}
+
+// NextRetry retries a failed run after a second, as chaos.effect.
+func (w *limitedWorker) NextRetry(*river.Job[LimitedArgs]) time.Time {
+	return time.Now().Add(time.Second)
+}
+
 func main() {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -207,6 +245,7 @@ func main() {
 	w := &effectWorker{pool: func() *pgxpool.Pool { return srv.Pool() }}
 	sw := &stepWorker{pool: func() *pgxpool.Pool { return srv.Pool() }}
 	dw := &debouncedWorker{pool: func() *pgxpool.Pool { return srv.Pool() }}
+	lw := &limitedWorker{pool: func() *pgxpool.Pool { return srv.Pool() }}
 	var err error
 	srv, err = ferry.New(ctx, ferry.Config{
 		Database: ferry.DatabaseConfig{URL: os.Getenv("DATABASE_URL"), SessionURL: os.Getenv("FERRY_SESSION_DATABASE_URL"), Pooler: os.Getenv("FERRY_POOLER")},
@@ -219,7 +258,8 @@ func main() {
 		// direct.
 		Kinds: []jobs.Kind{jobs.Define[EffectArgs](w, river.QueueDefault, "chaos: a job with a once-only effect"),
 			jobs.Define[StepArgs](sw, river.QueueDefault, "chaos: a workflow's step that checks its dependencies"),
-			jobs.Define[DebouncedArgs](dw, river.QueueDefault, "chaos: a debounced job that records its runs")},
+			jobs.Define[DebouncedArgs](dw, river.QueueDefault, "chaos: a debounced job that records its runs"),
+			jobs.Define[LimitedArgs](lw, river.QueueDefault, "chaos: a job under a concurrency limit per tenant that records its runs")},
 		Logger: log,
 	})
 	if err != nil {
