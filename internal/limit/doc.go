@@ -26,9 +26,9 @@
 // read of it.
 //
 // The workers take parked jobs through ferry's River pilot, before River's
-// own fetch (Claim, pilot.SetClaim): in one short transaction, it reads
-// the queue's active gates, takes a transaction advisory lock per limit
-// and key (pg_try_advisory_xact_lock: a key another worker is claiming
+// own fetch (Claim, pilot.SetClaim): it reads the queue's active gates
+// (a queue with none parked costs a fetch that one query), then, in one
+// short transaction, takes a transaction advisory lock per limit and key (pg_try_advisory_xact_lock: a key another worker is claiming
 // from is left to it), reads in a statement of its own (so that it sees
 // every claim committed before the locks) the running jobs of each
 // concurrency limit (an index of the running gated jobs) and each rate's
@@ -92,6 +92,6 @@
 // window over 11; with kill -9s of workers mid-run, never more than 20 in
 // flight in any 50 ms sample. A global limit no job reaches
 // costs a worker's no-op throughput a claim per fetch (`go run
-// ./tools/bench -mode limits-overhead`: 0.72 of the same worker without
+// ./tools/bench -mode limits-overhead`: 0.73 of the same worker without
 // limits).
 package limit

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -107,19 +108,34 @@ func (l *Limiter) applies(queue string) bool {
 // gate lets start now (or, for a rate, within the lead), as many as the
 // fetch asks for, in one transaction. A job claimed ahead of its rate turn
 // waits for it in the Middleware.
+//
+// Its round trips: the queue's active gates (and no more when none has
+// jobs parked); BEGIN, the locks and the limits' use, pipelined (each
+// statement of a transaction reads a snapshot of its own, taken once the
+// one before it ended, so the use read sees every claim committed before
+// the locks); the claim; the rate state, the gates found drained and
+// COMMIT, pipelined; then River's read of the claimed rows.
 func (l *Limiter) Claim(ctx context.Context, exec riverdriver.Executor, params *riverdriver.JobGetAvailableParams) ([]*rivertype.JobRow, error) {
 	if !l.applies(params.Queue) {
 		return nil, nil
 	}
-	var claimed []int64
-	var turns []time.Time
-	var offset time.Duration // database clock minus this process's
-	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
-		var err error
-		claimed, turns, offset, err = l.claim(ctx, tx, params)
-		return err
-	})
+	gates, err := l.activeGates(ctx, params.Queue)
 	if err != nil {
+		return nil, fmt.Errorf("limits: claim parked jobs of queue %q: %w", params.Queue, err)
+	}
+	if len(gates) == 0 {
+		return nil, nil
+	}
+	conn, err := l.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("limits: claim parked jobs of queue %q: %w", params.Queue, err)
+	}
+	// A connection released inside a transaction (a failed claim whose
+	// ROLLBACK failed too) is closed by the pool, not reused.
+	defer conn.Release()
+	claimed, turns, offset, err := l.claim(ctx, conn.Conn(), gates, params)
+	if err != nil {
+		_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
 		return nil, fmt.Errorf("limits: claim parked jobs of queue %q: %w", params.Queue, err)
 	}
 	if len(claimed) == 0 {
@@ -142,13 +158,13 @@ func (l *Limiter) Claim(ctx context.Context, exec riverdriver.Executor, params *
 	return rows, nil
 }
 
-// claim is Claim's transaction. It returns the claimed jobs, each one's
-// rate turn on the database's clock (zero: now), and the database's clock
-// minus this process's.
-func (l *Limiter) claim(ctx context.Context, tx pgx.Tx, params *riverdriver.JobGetAvailableParams) ([]int64, []time.Time, time.Duration, error) {
-	rows, err := tx.Query(ctx, sqlActiveGates, params.Queue)
+// activeGates reads the queue's active gates, less those with a limit
+// this worker does not enforce (left to the workers that do; the sweep
+// frees them once no worker does).
+func (l *Limiter) activeGates(ctx context.Context, queue string) ([]gate, error) {
+	rows, err := l.pool.Query(ctx, sqlActiveGates, queue)
 	if err != nil {
-		return nil, nil, 0, fmt.Errorf("read gates: %w", err)
+		return nil, fmt.Errorf("read gates: %w", err)
 	}
 	gates, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (gate, error) {
 		var g gate
@@ -162,55 +178,52 @@ func (l *Limiter) claim(ctx context.Context, tx pgx.Tx, params *riverdriver.JobG
 		return g, nil
 	})
 	if err != nil {
-		return nil, nil, 0, fmt.Errorf("read gates: %w", err)
+		return nil, fmt.Errorf("read gates: %w", err)
 	}
-	// A gate with a limit this worker does not enforce is left to the
-	// workers that do (the sweep frees it once no worker does).
-	gates = slices.DeleteFunc(gates, func(g gate) bool {
+	return slices.DeleteFunc(gates, func(g gate) bool {
 		return slices.ContainsFunc(g.parts, func(p part) bool { return l.byName[p.name] == nil })
-	})
-	if len(gates) == 0 {
-		return nil, nil, 0, nil
-	}
-	names := map[string]part{}
+	}), nil
+}
+
+// claim is Claim's transaction on conn, which it begins and, when it
+// returns no error, commits. It returns the claimed jobs, each one's rate
+// turn on the database's clock (zero: now), and the database's clock
+// minus this process's.
+func (l *Limiter) claim(ctx context.Context, conn *pgx.Conn, gates []gate, params *riverdriver.JobGetAvailableParams) ([]int64, []time.Time, time.Duration, error) {
+	byLock := map[string]part{}
 	for _, g := range gates {
 		for _, p := range g.parts {
-			names[p.lockName()] = p
+			byLock[p.lockName()] = p
 		}
 	}
-	lockNames := slices.Sorted(func(yield func(string) bool) {
-		for n := range names {
-			if !yield(n) {
-				return
-			}
-		}
-	})
-	rows, err = tx.Query(ctx, sqlTryLock, lockNames)
+	lockNames := slices.Sorted(maps.Keys(byLock))
+	names, keys := make([]string, len(lockNames)), make([]string, len(lockNames))
+	for i, n := range lockNames {
+		names[i], keys[i] = byLock[n].name, byLock[n].key
+	}
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(sqlTryLock, lockNames)
+	b.Queue(sqlPartState, names, keys)
+	before := time.Now()
+	br := conn.SendBatch(ctx, b)
+	held, st, now, err := readLocksAndState(br, byLock)
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
 	if err != nil {
-		return nil, nil, 0, fmt.Errorf("lock limits: %w", err)
+		return nil, nil, 0, err
 	}
-	locked, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, nil, 0, fmt.Errorf("lock limits: %w", err)
-	}
-	held := map[part]bool{}
-	for _, n := range locked {
-		held[names[n]] = true
-	}
+	// The clock was read somewhere between before and now: its middle.
+	offset := now.Sub(before.Add(time.Since(before) / 2))
 	gates = slices.DeleteFunc(gates, func(g gate) bool {
 		return slices.ContainsFunc(g.parts, func(p part) bool { return !held[p] })
 	})
-	if len(gates) == 0 {
-		return nil, nil, 0, nil
-	}
 	// Start at a random gate: the limits' room is shared in turn, not
 	// always first to the same gates.
-	start := rand.IntN(len(gates)) //nolint:gosec // an order, not a secret
-	gates = append(gates[start:], gates[:start]...)
-
-	st, now, offset, err := l.readState(ctx, tx, held)
-	if err != nil {
-		return nil, nil, 0, err
+	if len(gates) > 1 {
+		start := rand.IntN(len(gates)) //nolint:gosec // an order, not a secret
+		gates = append(gates[start:], gates[:start]...)
 	}
 	want := plan(gates, st, l.byName, now, l.lead, params.MaxToLock, nil)
 	var ids []int64
@@ -220,42 +233,36 @@ func (l *Limiter) claim(ctx context.Context, tx pgx.Tx, params *riverdriver.JobG
 			ids, ns = append(ids, g.id), append(ns, int32(want[i])) //nolint:gosec // at most MaxToLock
 		}
 	}
-	if len(ids) == 0 {
-		return nil, nil, offset, nil
+	var got []claimedJob
+	if len(ids) > 0 {
+		rows, err := conn.Query(ctx, sqlClaim, ids, ns, params.Kind, params.ClientID,
+			int32(min(params.MaxAttemptedBy, math.MaxInt32))) //nolint:gosec // bounded
+		if err != nil {
+			return nil, nil, 0, fmt.Errorf("claim: %w", err)
+		}
+		if got, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (claimedJob, error) {
+			var c claimedJob
+			return c, row.Scan(&c.id, &c.ord)
+		}); err != nil {
+			return nil, nil, 0, fmt.Errorf("claim: %w", err)
+		}
 	}
-	rows, err = tx.Query(ctx, sqlClaim, ids, ns, params.Kind, params.ClientID,
-		int32(min(params.MaxAttemptedBy, math.MaxInt32))) //nolint:gosec // bounded
-	if err != nil {
-		return nil, nil, 0, fmt.Errorf("claim: %w", err)
-	}
-	type claimedJob struct {
-		id  int64
-		ord int64
-	}
-	got, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (claimedJob, error) {
-		var c claimedJob
-		return c, row.Scan(&c.id, &c.ord)
-	})
-	if err != nil {
-		return nil, nil, 0, fmt.Errorf("claim: %w", err)
-	}
-	// The turns of the jobs claimed, as many as each gate gave.
+	// The turns of the jobs claimed, as many as each gate gave; the gates
+	// that gave fewer than asked may be drained.
 	gotBy := make([]int, len(gates))
 	var drained []int64
-	pos := 0
+	pos := int64(0)
 	for i, g := range gates {
 		if want[i] == 0 {
 			continue
 		}
 		pos++
-		n := 0
 		for _, c := range got {
-			if c.ord == int64(pos) {
-				n++
+			if c.ord == pos {
+				gotBy[i]++
 			}
 		}
-		gotBy[i] = n
-		if n < want[i] {
+		if gotBy[i] < want[i] {
 			drained = append(drained, g.id)
 		}
 	}
@@ -263,13 +270,19 @@ func (l *Limiter) claim(ctx context.Context, tx pgx.Tx, params *riverdriver.JobG
 	plan(gates, st, l.byName, now, l.lead, params.MaxToLock, func(_ int, turn time.Time) {
 		turns = append(turns, turn)
 	}, gotBy...)
-	if err := l.saveTats(ctx, tx, st); err != nil {
-		return nil, nil, 0, err
+	if len(turns) != len(got) {
+		return nil, nil, 0, fmt.Errorf("claim: %d jobs claimed, %d turns planned", len(got), len(turns))
+	}
+	end := &pgx.Batch{}
+	if n, k, t := changedTats(st); len(n) > 0 {
+		end.Queue(sqlSaveTat, n, k, t)
 	}
 	if len(drained) > 0 {
-		if _, err := tx.Exec(ctx, sqlDrained, drained); err != nil {
-			return nil, nil, 0, fmt.Errorf("mark drained gates: %w", err)
-		}
+		end.Queue(sqlDrained, drained)
+	}
+	end.Queue("COMMIT")
+	if err := conn.SendBatch(ctx, end).Close(); err != nil {
+		return nil, nil, 0, fmt.Errorf("save the limits' state and commit: %w", err)
 	}
 	out := make([]int64, len(got))
 	for i, c := range got {
@@ -281,23 +294,35 @@ func (l *Limiter) claim(ctx context.Context, tx pgx.Tx, params *riverdriver.JobG
 	return out, turns, offset, nil
 }
 
-// partState is one part's room as a claim finds it and spends it.
-type partState struct {
-	running int
-	tat     time.Time // zero: no rate row (a full bucket)
-	changed bool      // tat moved: saved at the end of the claim
+// claimedJob is a job of sqlClaim: its id and its gate's place in the
+// claim (1-based, among the gates asked of).
+type claimedJob struct {
+	id  int64
+	ord int64
 }
 
-// readState reads the parts' state (sqlPartState) and the database's clock.
-func (l *Limiter) readState(ctx context.Context, tx pgx.Tx, held map[part]bool) (map[part]*partState, time.Time, time.Duration, error) {
-	var names, keys []string
-	for p := range held {
-		names, keys = append(names, p.name), append(keys, p.key)
+// readLocksAndState reads the results of BEGIN, sqlTryLock and
+// sqlPartState from br: the parts locked, every part's state, and the
+// database's clock.
+func readLocksAndState(br pgx.BatchResults, byLock map[string]part) (map[part]bool, map[part]*partState, time.Time, error) {
+	if _, err := br.Exec(); err != nil {
+		return nil, nil, time.Time{}, fmt.Errorf("begin: %w", err)
 	}
-	before := time.Now()
-	rows, err := tx.Query(ctx, sqlPartState, names, keys)
+	rows, err := br.Query()
 	if err != nil {
-		return nil, time.Time{}, 0, fmt.Errorf("read limits' use: %w", err)
+		return nil, nil, time.Time{}, fmt.Errorf("lock limits: %w", err)
+	}
+	locked, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, nil, time.Time{}, fmt.Errorf("lock limits: %w", err)
+	}
+	held := map[part]bool{}
+	for _, n := range locked {
+		held[byLock[n]] = true
+	}
+	rows, err = br.Query()
+	if err != nil {
+		return nil, nil, time.Time{}, fmt.Errorf("read limits' use: %w", err)
 	}
 	st := map[part]*partState{}
 	var now time.Time
@@ -307,7 +332,7 @@ func (l *Limiter) readState(ctx context.Context, tx pgx.Tx, held map[part]bool) 
 		var tat *time.Time
 		if err := rows.Scan(&p.name, &p.key, &now, &s.running, &tat); err != nil {
 			rows.Close()
-			return nil, time.Time{}, 0, fmt.Errorf("read limits' use: %w", err)
+			return nil, nil, time.Time{}, fmt.Errorf("read limits' use: %w", err)
 		}
 		if tat != nil {
 			s.tat = *tat
@@ -315,14 +340,19 @@ func (l *Limiter) readState(ctx context.Context, tx pgx.Tx, held map[part]bool) 
 		st[p] = &s
 	}
 	if err := rows.Err(); err != nil {
-		return nil, time.Time{}, 0, fmt.Errorf("read limits' use: %w", err)
+		return nil, nil, time.Time{}, fmt.Errorf("read limits' use: %w", err)
 	}
 	if now.IsZero() {
-		return nil, time.Time{}, 0, errors.New("read limits' use: no clock")
+		return nil, nil, time.Time{}, errors.New("read limits' use: no clock")
 	}
-	// The clock was read somewhere between before and now: its middle.
-	local := before.Add(time.Since(before) / 2)
-	return st, now, now.Sub(local), nil
+	return held, st, now, nil
+}
+
+// partState is one part's room as a claim finds it and spends it.
+type partState struct {
+	running int
+	tat     time.Time // zero: no rate row (a full bucket)
+	changed bool      // tat moved: saved at the end of the claim
 }
 
 // plan spends the parts' room (st) on the gates in order, job by job: a
@@ -383,22 +413,14 @@ func plan(gates []gate, st map[part]*partState, limits map[string]*Limit, now ti
 	return out
 }
 
-// saveTats writes the tats the claim moved.
-func (l *Limiter) saveTats(ctx context.Context, tx pgx.Tx, st map[part]*partState) error {
-	var names, keys []string
-	var tats []time.Time
+// changedTats lists the parts whose tat the claim moved, for sqlSaveTat.
+func changedTats(st map[part]*partState) (names, keys []string, tats []time.Time) {
 	for p, s := range st {
 		if s.changed {
 			names, keys, tats = append(names, p.name), append(keys, p.key), append(tats, s.tat)
 		}
 	}
-	if len(names) == 0 {
-		return nil
-	}
-	if _, err := tx.Exec(ctx, sqlSaveTat, names, keys, tats); err != nil {
-		return fmt.Errorf("save rate state: %w", err)
-	}
-	return nil
+	return names, keys, tats
 }
 
 func latest(a, b time.Time) time.Time {
