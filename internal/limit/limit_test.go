@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -22,6 +23,8 @@ import (
 
 	"github.com/ferryq/ferry/internal/base/pgtest"
 	"github.com/ferryq/ferry/internal/pilot"
+	"github.com/ferryq/ferry/jobs"
+	"github.com/ferryq/ferry/workflow"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -79,6 +82,8 @@ func TestKeyOf(t *testing.T) {
 type testArgs struct {
 	SleepMS int    `json:"sleep_ms"`
 	Tenant  string `json:"tenant,omitempty"`
+	// FailFirst fails the job's first attempt (after its sleep).
+	FailFirst bool `json:"fail_first,omitempty"`
 }
 
 func (testArgs) Kind() string { return "limit.test" }
@@ -127,11 +132,17 @@ func (w *testWorker) Work(ctx context.Context, job *river.Job[testArgs]) error {
 	defer w.rec.end(job.Args.Tenant, job.ID)
 	select {
 	case <-time.After(time.Duration(job.Args.SleepMS) * time.Millisecond):
-		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	if job.Args.FailFirst && job.Attempt == 1 {
+		return errors.New("the first attempt fails")
+	}
+	return nil
 }
+
+// NextRetry retries a failed job at once: it becomes available, and parks.
+func (w *testWorker) NextRetry(*river.Job[testArgs]) time.Time { return time.Now() }
 
 type harness struct {
 	pool    *pgxpool.Pool
@@ -270,6 +281,75 @@ func TestConcurrency_EndWakesTheQueue(t *testing.T) {
 		assert.Equal(t, 1, j.Attempt)
 	}
 	assert.Equal(t, 1, h.rec.maxTotal)
+}
+
+// A job that fails is retried as a job under its limit: made available
+// for its retry, it parks again and waits its turn; the limit holds
+// across the retries.
+func TestConcurrency_RetryParksAgain(t *testing.T) {
+	h := newHarness(t, 2, []Limit{{Kind: "limit.test", Concurrency: 2}}, true, 0)
+	args := make([]testArgs, 12)
+	for i := range args {
+		args[i] = testArgs{SleepMS: 50, FailFirst: i%2 == 0}
+	}
+	rows := h.waitCompleted(t, h.insert(t, args...), time.Minute)
+	for i, j := range rows {
+		assert.Equal(t, 1+map[bool]int{true: 1}[args[i].FailFirst], j.Attempt, "job %d", j.ID)
+		assert.NotZero(t, gateOf(t, j), "job %d", j.ID)
+	}
+	h.rec.mu.Lock()
+	defer h.rec.mu.Unlock()
+	assert.Equal(t, 2, h.rec.maxTotal, "at most 2 at once, retries included")
+}
+
+// A job made available with its time still ahead (River's short snooze
+// leaves a job available, due later) parks at once, and is claimed only
+// when due.
+func TestClaim_WaitsForScheduledAt(t *testing.T) {
+	h := newHarness(t, 1, []Limit{{Kind: "limit.test", Concurrency: 5}}, false, 0)
+	ctx := context.Background()
+	var id int64
+	require.NoError(t, h.pool.QueryRow(ctx, `INSERT INTO river_job (args, kind, max_attempts, queue, state, scheduled_at)
+		VALUES ('{}', 'limit.test', 25, 'default', 'available', now() + interval '1500 milliseconds') RETURNING id`).Scan(&id))
+	var state string
+	require.NoError(t, h.pool.QueryRow(ctx, `SELECT state FROM river_job WHERE id = $1`, id).Scan(&state))
+	require.Equal(t, "pending", state, "parked at once")
+	time.Sleep(time.Second)
+	require.NoError(t, h.pool.QueryRow(ctx, `SELECT state FROM river_job WHERE id = $1`, id).Scan(&state))
+	assert.Equal(t, "pending", state, "not claimed before it is due")
+	rows := h.waitCompleted(t, []int64{id}, 10*time.Second)
+	assert.False(t, rows[0].AttemptedAt.Before(rows[0].ScheduledAt), "claimed at or after its time")
+}
+
+// A workflow's steps under a limit: a step released by its dependencies
+// parks behind the limit like any job, and the workflow completes with
+// the limit held.
+func TestConcurrency_WorkflowSteps(t *testing.T) {
+	h := newHarness(t, 2, []Limit{{Kind: "limit.test", Concurrency: 1}}, true, 0)
+	ctx := context.Background()
+	ins, err := jobs.NewInserter(h.pool, jobs.WithSealKeys(nil))
+	require.NoError(t, err)
+	wf := workflow.New("limited")
+	for _, name := range []string{"a", "b", "c"} {
+		wf.Add(name, testArgs{SleepMS: 100})
+	}
+	wf.Add("d", testArgs{SleepMS: 50}, workflow.After("a", "b", "c"))
+	var res *workflow.Result
+	require.NoError(t, pgx.BeginFunc(ctx, h.pool, func(tx pgx.Tx) error {
+		res, err = workflow.InsertTx(ctx, tx, ins, wf)
+		return err
+	}))
+	var ids []int64
+	for _, id := range res.Jobs {
+		ids = append(ids, id)
+	}
+	rows := h.waitCompleted(t, ids, 30*time.Second)
+	for _, j := range rows {
+		assert.NotZero(t, gateOf(t, j), "step job %d was parked behind the limit", j.ID)
+	}
+	h.rec.mu.Lock()
+	defer h.rec.mu.Unlock()
+	assert.Equal(t, 1, h.rec.maxTotal, "one step at a time")
 }
 
 // A parked job is not written while it waits: its row version stays the
