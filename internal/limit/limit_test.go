@@ -226,6 +226,18 @@ func (h *harness) waitCompleted(t *testing.T, ids []int64, within time.Duration)
 	return rows
 }
 
+// requireGatedAtMost: every job of rows was parked behind its gate and
+// claimed from it, and at most most ran at once.
+func (h *harness) requireGatedAtMost(t *testing.T, rows []*rivertype.JobRow, most int) {
+	t.Helper()
+	for _, j := range rows {
+		assert.NotZero(t, gateOf(t, j), "job %d was parked behind its gate", j.ID)
+	}
+	h.rec.mu.Lock()
+	defer h.rec.mu.Unlock()
+	assert.Equal(t, most, h.rec.maxTotal, "at most %d at once, and the limit used", most)
+}
+
 // gateOf is the gate a job was parked behind (0: none).
 func gateOf(t *testing.T, j *rivertype.JobRow) int64 {
 	var md struct {
@@ -295,11 +307,8 @@ func TestConcurrency_RetryParksAgain(t *testing.T) {
 	rows := h.waitCompleted(t, h.insert(t, args...), time.Minute)
 	for i, j := range rows {
 		assert.Equal(t, 1+map[bool]int{true: 1}[args[i].FailFirst], j.Attempt, "job %d", j.ID)
-		assert.NotZero(t, gateOf(t, j), "job %d", j.ID)
 	}
-	h.rec.mu.Lock()
-	defer h.rec.mu.Unlock()
-	assert.Equal(t, 2, h.rec.maxTotal, "at most 2 at once, retries included")
+	h.requireGatedAtMost(t, rows, 2)
 }
 
 // A job made available with its time still ahead (River's short snooze
@@ -343,13 +352,7 @@ func TestConcurrency_WorkflowSteps(t *testing.T) {
 	for _, id := range res.Jobs {
 		ids = append(ids, id)
 	}
-	rows := h.waitCompleted(t, ids, 30*time.Second)
-	for _, j := range rows {
-		assert.NotZero(t, gateOf(t, j), "step job %d was parked behind the limit", j.ID)
-	}
-	h.rec.mu.Lock()
-	defer h.rec.mu.Unlock()
-	assert.Equal(t, 1, h.rec.maxTotal, "one step at a time")
+	h.requireGatedAtMost(t, h.waitCompleted(t, ids, 30*time.Second), 1)
 }
 
 // A parked job is not written while it waits: its row version stays the
