@@ -25,6 +25,7 @@
 //	go run ./tools/bench -mode bulkcopy -backlog 1000000 # enqueue bulk (file and pipe) against a plain COPY, peak RSS
 //	go run ./tools/bench -mode counts -backlog 5000000 # enqueue, console, River UI and /metrics counts with 5M finished jobs
 //	go run ./tools/bench -mode scale -backlog 50000 -plots docs/bench # throughput and pickup with 0, 1M and 5M finished jobs, three paired rounds
+//	go run ./tools/bench -mode scaling # Postgres CPU and WAL per job, outbox message and workflow step; a worker's connections
 //	go run ./tools/bench -mode sustained -backlog 50000 -duration 10m # half the maximum for 10 minutes: p99 drift, dead tuples (vacuumed as autovacuum would where the server's is off)
 //	go run ./tools/bench -mode pickup -rate 500 -duration 10s -plots docs/bench # insert to start after a warm-up; a sweep of rates
 package main
@@ -99,7 +100,7 @@ type result struct {
 
 func main() {
 	var (
-		mode     = flag.String("mode", "sweep", "all, quick, sweep, latency, throughput, failover, orphans, ticks, outbox, ordered, sealed, sealcleanup, bounded, pgbouncer, pgfailover, riverbest, otel, lean, bulkcopy, counts, scale, pickup, limits, limits-overhead, limits-backlog, sustained, workflow or aging")
+		mode     = flag.String("mode", "sweep", "all, quick, sweep, latency, throughput, failover, orphans, ticks, outbox, ordered, sealed, sealcleanup, bounded, pgbouncer, pgfailover, riverbest, otel, lean, bulkcopy, counts, scale, scaling, pickup, limits, limits-overhead, limits-backlog, sustained, workflow or aging")
 		out      = flag.String("out", "bench/results.json", "all and quick modes: where to write the results")
 		url      = flag.String("database-url", os.Getenv("TEST_DATABASE_URL"), "server to create scratch databases on")
 		cooldown = flag.Duration("cooldown", ferry.DefaultFetchCooldown, "worker fetch cooldown")
@@ -110,7 +111,7 @@ func main() {
 		dur      = flag.Duration("duration", 4*time.Second, "latency and ticks modes: how long to run; aging mode: the aging period (default 10s); limits-backlog mode: the window (default 1m)")
 		plots    = flag.String("plots", "", "pickup, scale and failover modes: draw SVG pictures into this directory (pickup: a sweep of insert rates)")
 		claims   = flag.Int("claims", 5_000_000, "sealcleanup mode: expired seal claims to delete")
-		backlog  = flag.Int("backlog", 50000, "throughput, sealed and pgbouncer modes: jobs in the backlog (sealed, pgbouncer: half); outbox mode: messages for the relay; workflow mode: steps (default 10,000); limits-backlog mode: jobs waiting (default 1,000,000)")
+		backlog  = flag.Int("backlog", 50000, "throughput, sealed and pgbouncer modes: jobs in the backlog (sealed, pgbouncer: half); scaling mode: jobs (default 200,000); outbox mode: messages for the relay; workflow mode: steps (default 10,000); limits-backlog mode: jobs waiting (default 1,000,000)")
 		trials   = flag.Int("trials", 20, "failover mode: trials of each kind; orphans and pgfailover modes: trials; ordered mode: rounds; riverbest and workflow modes: paired rounds (default 5)")
 		parts    = flag.Int("partitions", -1, "failover mode: partition trials (default: -trials)")
 		orphans  = flag.Int("jobs", 100, "orphans mode: running jobs of the killed worker")
@@ -288,6 +289,17 @@ func main() {
 			}
 		}
 		_ = json.NewEncoder(os.Stdout).Encode(map[string]float64{"latency_insert_to_start_p50_ms": p50, "latency_insert_to_start_p99_ms": p99, "latency_insert_to_start_cold_p99_ms": cold})
+		return
+	case "scaling":
+		n, msgs, steps := 200_000, 50_000, 20_000
+		if flagSet("backlog") {
+			n = *backlog
+		}
+		r, err := scalingBench(ctx, *url, n, msgs, steps)
+		if err != nil {
+			log.Fatalf("bench: scaling: %v", redact.Postgres(err.Error()))
+		}
+		_ = json.NewEncoder(os.Stdout).Encode(r)
 		return
 	case "scale":
 		r, err := scaleBench(ctx, *url, []int{0, 1_000_000, 5_000_000}, *backlog, *rate, *dur)
