@@ -15,11 +15,6 @@ import (
 // Everything else lives in docs/.
 const readmeMaxLines = 300
 
-// generatedPages are the references written from the code by their own
-// generators. Until each exists, links to it are allowed to dangle; this
-// list shrinks to nothing once they are all in the tree.
-var generatedPages = []string{"docs/configuration.md", "docs/cli.md", "docs/metrics.md", "docs/scaling.md"}
-
 var (
 	// docFence is a fenced code block; docInlineCode a code span. Links are not
 	// looked for in either (Go's generics read like links: Define[A](w)).
@@ -71,9 +66,6 @@ func TestDocs_LinksResolve(t *testing.T) {
 				path = filepath.Join(filepath.Dir(page), file)
 			}
 			if _, err := os.Stat(path); err != nil {
-				if isGenerated(path) {
-					continue // written by its generator; see generatedPages
-				}
 				t.Errorf("%s links %s: %s does not exist", page, target, path)
 				continue
 			}
@@ -82,15 +74,6 @@ func TestDocs_LinksResolve(t *testing.T) {
 			}
 		}
 	}
-}
-
-func isGenerated(path string) bool {
-	for _, g := range generatedPages {
-		if filepath.Clean(path) == filepath.Clean(g) {
-			return true
-		}
-	}
-	return false
 }
 
 // hasAnchor reports whether the Markdown file at path has a heading whose
