@@ -526,3 +526,40 @@ func TestSweep_GoneAndNewLimits(t *testing.T) {
 type otherArgs struct{}
 
 func (otherArgs) Kind() string { return "limit.other" }
+
+// A job that a worker claims while the sweep parks the jobs left
+// available is left running: Postgres checks a row changed under an
+// UPDATE against its WHERE again, and the sweep's tests the state there,
+// not only in the subquery that found the job (which saw it available).
+func TestSweep_NeverParksAClaimedJob(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.PoolFor(t, pgtest.NewDatabase(t, true))
+	var id int64
+	require.NoError(t, pool.QueryRow(ctx, `INSERT INTO river_job (args, kind, max_attempts, queue, state)
+		VALUES ('{}', 'limit.test', 25, 'default', 'available') RETURNING id`).Scan(&id))
+	l, err := New(Config{Pool: pool, Limits: []Limit{{Name: "late", Kind: "limit.test", Concurrency: 1}}})
+	require.NoError(t, err)
+	require.NoError(t, l.Register(ctx)) // registered after the job became available
+
+	// A worker's fetch claims the job and has not committed yet.
+	claim, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = claim.Rollback(ctx) }()
+	_, err = claim.Exec(ctx, `UPDATE river_job SET state = 'running', attempt = 1, attempted_at = now() WHERE id = $1`, id)
+	require.NoError(t, err)
+
+	swept := make(chan error, 1)
+	go func() { swept <- l.Sweep(ctx) }()
+	require.Eventually(t, func() bool {
+		var waiting bool
+		require.NoError(t, pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'UPDATE river_job%')`).Scan(&waiting))
+		return waiting
+	}, 10*time.Second, 10*time.Millisecond, "the sweep waits for the claim's row")
+	require.NoError(t, claim.Commit(ctx))
+	require.NoError(t, <-swept)
+
+	var state string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT state FROM river_job WHERE id = $1`, id).Scan(&state))
+	assert.Equal(t, "running", state, "the claimed job still runs in its worker's name")
+}
