@@ -44,14 +44,15 @@ var (
 	// sqlPartState reads, once the locks are held (a statement of its own,
 	// so that it sees every claim committed before them), the clock, and
 	// for each part ($1 names, $2 keys) its running jobs over every gate it
-	// is part of and its rate's tat.
+	// is part of, when $3 says it has a concurrency (they are counted at
+	// each claim, so only where they matter), and its rate's tat.
 	sqlPartState = `SELECT p.name, p.key, clock_timestamp(),
-    (SELECT count(*) FROM ferry_limit_gate_part gp
+    CASE WHEN p.counted THEN (SELECT count(*) FROM ferry_limit_gate_part gp
         JOIN river_job j ON (j.metadata->>'ferry_gate')::bigint = gp.gate_id
             AND j.state = 'running' AND j.metadata ? 'ferry_gate'
-        WHERE gp.limit_name = p.name AND gp.key = p.key),
+        WHERE gp.limit_name = p.name AND gp.key = p.key) ELSE 0 END,
     (SELECT r.tat FROM ferry_limit_rate r WHERE r.limit_name = p.name AND r.key = p.key)
-FROM unnest($1::text[], $2::text[]) AS p(name, key)`
+FROM unnest($1::text[], $2::text[], $3::boolean[]) AS p(name, key, counted)`
 
 	// sqlClaim claims up to $2[i] parked jobs of gate $1[i] (of kinds $3,
 	// or any when NULL) that are due (a job snoozed briefly is available
@@ -198,13 +199,15 @@ func (l *Limiter) claim(ctx context.Context, conn *pgx.Conn, gates []gate, param
 	}
 	lockNames := slices.Sorted(maps.Keys(byLock))
 	names, keys := make([]string, len(lockNames)), make([]string, len(lockNames))
+	counted := make([]bool, len(lockNames))
 	for i, n := range lockNames {
 		names[i], keys[i] = byLock[n].name, byLock[n].key
+		counted[i] = l.byName[names[i]].Concurrency > 0
 	}
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	b.Queue(sqlTryLock, lockNames)
-	b.Queue(sqlPartState, names, keys)
+	b.Queue(sqlPartState, names, keys, counted)
 	before := time.Now()
 	br := conn.SendBatch(ctx, b)
 	held, st, now, err := readLocksAndState(br, byLock)
