@@ -15,9 +15,8 @@ import (
 // leader, and their metrics. Without limits it contributes nothing but
 // the Limiter, which then does nothing.
 type Capability struct {
-	limits  []Limit
-	lead    time.Duration
-	limiter *Limiter
+	limits []Limit
+	lead   time.Duration
 }
 
 // NewCapability checks limits (the config file's `limits:`) and returns
@@ -32,10 +31,6 @@ func NewCapability(limits []Limit, lead time.Duration) (*Capability, error) {
 // Name is "limits".
 func (*Capability) Name() string { return "limits" }
 
-// Limiter is the capability's Limiter, once built: the server waits on it
-// (Limiter.Wait) after River has stopped.
-func (c *Capability) Limiter() *Limiter { return c.limiter }
-
 // Build records the limits' claim on the server's River pilot (before
 // River's fetch: the jobs parked behind limits), their middleware (after
 // the seal verifier, in the admit layer: a job claimed ahead of its rate
@@ -48,7 +43,6 @@ func (c *Capability) Build(b *capability.Build) error {
 	if err != nil {
 		return err
 	}
-	c.limiter = l
 	b.Around(capability.Step(l.Start))
 	if len(c.limits) == 0 {
 		return nil

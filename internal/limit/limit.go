@@ -1,16 +1,12 @@
 package limit
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/tidwall/gjson"
 )
 
 // Limit is one entry of the config file's limits: section.
@@ -129,28 +125,4 @@ func (l Limit) Check() (field string, err error) {
 		return "burst", errors.New("a burst needs a rate")
 	}
 	return "", nil
-}
-
-// maxKeyLen bounds a key as stored: a longer value is cut and suffixed
-// with a hash of the whole, so that two long values stay apart.
-const maxKeyLen = 128
-
-// KeyOf returns the value of the top-level field of args (a JSON object;
-// field a plain name, as Check allows) as a limit key: a string as it is,
-// any other JSON value as written, and "" when the field is missing,
-// null, or args is not an object. It reads only as far as the field.
-func KeyOf(args []byte, field string) string {
-	v := gjson.GetBytes(args, field)
-	if !v.Exists() || v.Type == gjson.Null {
-		return ""
-	}
-	key := v.Raw
-	if v.Type == gjson.String {
-		key = v.Str
-	}
-	if len(key) > maxKeyLen {
-		sum := sha256.Sum256([]byte(key))
-		key = strings.ToValidUTF8(key[:maxKeyLen-17], "") + "~" + hex.EncodeToString(sum[:8])
-	}
-	return key
 }
