@@ -231,9 +231,11 @@ func (l *Limiter) claim(ctx context.Context, conn *pgx.Conn, gates []gate, param
 	want := plan(gates, st, l.byName, now, l.lead, params.MaxToLock, nil)
 	var ids []int64
 	var ns []int32
+	var asked []int // the index in gates of each gate asked of, in order
 	for i, g := range gates {
 		if want[i] > 0 {
 			ids, ns = append(ids, g.id), append(ns, int32(want[i])) //nolint:gosec // at most MaxToLock
+			asked = append(asked, i)
 		}
 	}
 	var got []claimedJob
@@ -253,20 +255,13 @@ func (l *Limiter) claim(ctx context.Context, conn *pgx.Conn, gates []gate, param
 	// The turns of the jobs claimed, as many as each gate gave; the gates
 	// that gave fewer than asked may be drained.
 	gotBy := make([]int, len(gates))
+	for _, c := range got {
+		gotBy[asked[c.ord-1]]++
+	}
 	var drained []int64
-	pos := int64(0)
-	for i, g := range gates {
-		if want[i] == 0 {
-			continue
-		}
-		pos++
-		for _, c := range got {
-			if c.ord == pos {
-				gotBy[i]++
-			}
-		}
+	for _, i := range asked {
 		if gotBy[i] < want[i] {
-			drained = append(drained, g.id)
+			drained = append(drained, gates[i].id)
 		}
 	}
 	var turns []time.Time

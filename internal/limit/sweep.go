@@ -33,10 +33,15 @@ ON CONFLICT (name) DO UPDATE SET kind = excluded.kind, queue = excluded.queue, k
     burst = excluded.burst, seen_at = now(),
     registered_at = CASE WHEN l.seen_at < now() - make_interval(secs => $9) THEN now() ELSE l.registered_at END`
 
-	// sqlParkWaiting parks the jobs left available under a limit
-	// registered in the last minute (those that became available before
-	// a worker registered it): made available again, the park takes them.
-	// At most 10,000 a pass of each limit.
+	// sqlParkWaiting parks the jobs left available under the limits named
+	// $2 (a worker's, as it starts) or, when $2 is NULL, under those
+	// registered in the last minute (the sweep's): jobs that became
+	// available before a worker registered the limit. Made available
+	// again, the park takes them. At most 10,000 a pass of each limit. The
+	// outer state test is what Postgres checks again on a row changed
+	// since the subquery read it: a job a worker claimed meanwhile
+	// (running) is left alone, not parked from under its worker. The
+	// sweep's other updates test their state the same way.
 	sqlParkWaiting = `UPDATE river_job SET state = 'available'
 WHERE state = 'available' AND id IN (
     SELECT j.id FROM ferry_limit l
@@ -44,7 +49,9 @@ WHERE state = 'available' AND id IN (
         SELECT j.id FROM river_job j
         WHERE j.state = 'available' AND (j.kind = l.kind OR j.queue = l.queue)
         LIMIT 10000) j
-    WHERE l.registered_at > now() - interval '1 minute' AND l.seen_at > now() - make_interval(secs => $1))`
+    WHERE l.seen_at > now() - make_interval(secs => $1)
+      AND CASE WHEN $2::text[] IS NULL THEN l.registered_at > now() - interval '1 minute'
+               ELSE l.name = ANY($2::text[]) END)`
 
 	// sqlGoneGates lists the gates with a limit that no worker enforces
 	// any more (marked seen more than $1 seconds ago).
@@ -144,15 +151,6 @@ func (l *Limiter) Register(ctx context.Context) error {
 	return nil
 }
 
-// sqlParkAvailable parks up to 10,000 of the jobs available under the
-// kinds ($1) or queues ($2) of this worker's limits: made available again,
-// the park takes them. The outer state test is what Postgres checks again
-// on a row changed since the subquery read it: a job a worker claimed
-// meanwhile (running) is left alone, not parked from under its worker.
-// The sweep's updates below test their state the same way.
-const sqlParkAvailable = `UPDATE river_job SET state = 'available'
-WHERE state = 'available' AND id IN (SELECT id FROM river_job WHERE state = 'available' AND (kind = ANY($1::text[]) OR queue = ANY($2::text[])) LIMIT 10000)`
-
 // Start registers the limits and parks the jobs already available under
 // them (inserted while no worker had registered them: the first start,
 // or after every worker was down ten minutes), before River fetches: a
@@ -164,17 +162,13 @@ func (l *Limiter) Start(ctx context.Context) error {
 	if err := l.Register(ctx); err != nil {
 		return err
 	}
-	var kinds, queues []string
-	for _, lim := range l.limits {
-		if lim.Kind != "" {
-			kinds = append(kinds, lim.Kind)
-		} else {
-			queues = append(queues, lim.Queue)
-		}
+	names := make([]string, len(l.limits))
+	for i, lim := range l.limits {
+		names[i] = lim.Name
 	}
 	var parked int64
 	for {
-		tag, err := l.pool.Exec(ctx, sqlParkAvailable, kinds, queues)
+		tag, err := l.pool.Exec(ctx, sqlParkWaiting, goneAfter.Seconds(), names)
 		if err != nil {
 			return fmt.Errorf("limits: park the jobs waiting under them: %w", err)
 		}
@@ -235,7 +229,7 @@ func (l *Limiter) Sweep(ctx context.Context) error {
 		sql  string
 		args []any
 	}{
-		{"park the jobs of new limits", sqlParkWaiting, []any{gone}},
+		{"park the jobs of new limits", sqlParkWaiting, []any{gone, nil}},
 		{"forget idle gates", sqlDropGates, nil},
 		{"drop full buckets", sqlDropFullBuckets, nil},
 		{"forget old limits", sqlForget, []any{forgetAfter.Seconds()}},
