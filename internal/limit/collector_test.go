@@ -4,8 +4,11 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/riverqueue/river/riverdriver"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ferryq/ferry/internal/base/pgtest"
@@ -15,16 +18,23 @@ func TestLimitCollector(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.PoolFor(t, pgtest.NewDatabase(t, true))
 	ctx := context.Background()
-	// Three jobs of acme park behind both limits; two of them run
-	// (claimed); an idle rate limit reads 0 in use.
-	_, err := pool.Exec(ctx, `
-		INSERT INTO ferry_limit (name, kind, key_field, concurrency) VALUES ('per-tenant', 'email.send', 'tenant_id', 2);
-		INSERT INTO ferry_limit (name, queue, rate_count, rate_period, burst) VALUES ('api', 'default', 10, '1 second', 1);
-		SELECT setval('ferry_limit_on', 1, true);
-		INSERT INTO river_job (id, args, kind, max_attempts, queue, state)
-		SELECT i, '{"tenant_id": "acme"}', 'email.send', 25, 'default', 'available' FROM generate_series(1, 3) i;
-		UPDATE river_job SET state = 'running', attempt = 1, attempted_at = now() WHERE id IN (1, 2);`)
+	// Three jobs of acme park behind both limits; a worker's claim takes
+	// two (the concurrency); a rate limit that leaves no token spent (its
+	// tat already past when read) reads 0 in use.
+	l, err := New(Config{Pool: pool, Limits: []Limit{
+		{Name: "per-tenant", Kind: "email.send", KeyField: "tenant_id", Concurrency: 2},
+		{Name: "api", Queue: "default", Rate: Rate{Count: MaxRateCount, Period: time.Second, Burst: 1}},
+	}})
 	require.NoError(t, err)
+	require.NoError(t, l.Register(ctx))
+	_, err = pool.Exec(ctx, `INSERT INTO river_job (args, kind, max_attempts, queue, state)
+		SELECT '{"tenant_id": "acme"}', 'email.send', 25, 'default', 'available' FROM generate_series(1, 3)`)
+	require.NoError(t, err)
+	claimed, err := l.Claim(ctx, riverpgxv5.New(pool).GetExecutor(), &riverdriver.JobGetAvailableParams{
+		ClientID: "collector-test", MaxAttemptedBy: 100, MaxToLock: 10, Queue: "default",
+	})
+	require.NoError(t, err)
+	require.Len(t, claimed, 2)
 	want := `
 # HELP ferry_limit_in_use Use of a limit now, per key with any use or waiting job (the busiest 100): slots held for a concurrency limit, tokens spent for a rate-only limit (read at scrape time, cached 2s).
 # TYPE ferry_limit_in_use gauge

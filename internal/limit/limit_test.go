@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/assert"
@@ -555,12 +556,16 @@ func TestSweep_NeverParksAClaimedJob(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, l.Register(ctx)) // registered after the job became available
 
-	// A worker's fetch claims the job and has not committed yet.
+	// A worker's fetch (River's, the job being available) claims the job
+	// and has not committed yet.
 	claim, err := pool.Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = claim.Rollback(ctx) }()
-	_, err = claim.Exec(ctx, `UPDATE river_job SET state = 'running', attempt = 1, attempted_at = now() WHERE id = $1`, id)
+	res, err := riverpgxv5.New(nil).UnwrapExecutor(claim).JobGetAvailable(ctx, &riverdriver.JobGetAvailableParams{
+		ClientID: "worker", MaxAttemptedBy: 100, MaxToLock: 1, Queue: "default",
+	})
 	require.NoError(t, err)
+	require.Len(t, res.Jobs, 1, "River's fetch claims the job left available")
 
 	swept := make(chan error, 1)
 	go func() { swept <- l.Sweep(ctx) }()
