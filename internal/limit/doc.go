@@ -91,7 +91,8 @@
 // with a rate of 10/s under backlog, 1.00 of the rate with no one-second
 // window over 11; with kill -9s of workers mid-run, never more than 20 in
 // flight in any 50 ms sample. A global limit no job reaches
-// costs a worker's no-op throughput a claim per fetch (`go run
-// ./tools/bench -mode limits-overhead`: 0.73 of the same worker without
-// limits).
+// costs a worker's no-op throughput a claim per fetch and a trigger per
+// end (`go run ./tools/bench -mode limits-overhead`: 0.91 of the same
+// worker without limits, over jobs inserted while the limit was
+// registered).
 package limit

@@ -704,7 +704,7 @@ func tableRows(r results) []tableRow {
 		{label: "concurrency limit 20, jobs of 5 s, 4 workers: utilization", v: r.LimitConcurrencyUtil, target: "≥ 0.85", key: "limit_concurrency_utilization", goal: atLeast(0.85)},
 		{label: "rate limit 10/s under backlog, 4 workers, a kill: utilization", v: r.LimitRateUtil, target: "≥ 0.95", key: "limit_rate_utilization", goal: atLeast(0.95)},
 		{label: "limit violations (50 ms samples over the concurrency, kills; 1 s windows over rate + burst)", v: r.LimitViolations, target: "0", key: "limit_violations", goal: atMost(0)},
-		{label: "no-op jobs under a global concurrency limit never reached / none", v: r.LimitThroughputRatio, target: "> 0.5 (River #1145: half)", key: "limit_throughput_ratio", goal: above(0.5)},
+		{label: "no-op jobs under a global concurrency limit never reached / none", v: r.LimitThroughputRatio, target: "≥ 0.9 (River #1145: half)", key: "limit_throughput_ratio", goal: atLeast(0.9)},
 		{label: "tick lag to insert p99", v: r.TickLagInsertP99MS, unit: "ms", target: "≤ 50 ms", key: "tick_lag_insert_p99_ms", goal: atMost(50)},
 		{label: "tick lag to start p99", v: r.TickLagStartP99MS, unit: "ms", target: "≤ 100 ms", key: "tick_lag_start_p99_ms", goal: atMost(100)},
 		{label: "graceful failover median", v: r.FailoverGracefulMSMedian, unit: "ms", target: "≤ 1 s", key: "failover_graceful_ms_median", goal: atMost(1000)},

@@ -18,6 +18,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/ferryq/ferry"
+	"github.com/ferryq/ferry/internal/limit"
 	"github.com/ferryq/ferry/internal/testkit/fleet"
 	"github.com/ferryq/ferry/jobs"
 )
@@ -331,10 +332,22 @@ func limitOverhead(ctx context.Context, serverURL string, n, rounds int) (unlimi
 	if err := os.WriteFile(cfg, []byte("limits:\n  - {kind: ferry.noop, concurrency: 100000}\n"), 0o600); err != nil {
 		return 0, 0, 0, err
 	}
+	// The limit is registered before the backlog is written, as a running
+	// worker's is: each job parks behind it as it is inserted (an insert's
+	// cost, measured by -mode counts), and the rounds measure what a
+	// worker pays for the limit as it works. (A limit first registered
+	// over a backlog parks it once, as the worker starts.)
+	register := func(ctx context.Context, pool *pgxpool.Pool) error {
+		l, err := limit.New(limit.Config{Pool: pool, Limits: []limit.Limit{{Kind: jobs.NoopArgs{}.Kind(), Concurrency: 100000}}})
+		if err != nil {
+			return err
+		}
+		return l.Register(ctx)
+	}
 	p, err := pairedRounds(rounds,
 		func() (float64, error) { return ferryThroughput(ctx, serverURL, n, nil, false) },
 		func() (float64, error) {
-			return ferryThroughput(ctx, serverURL, n, nil, false, func(c *ferry.Config) { c.ConfigFile = cfg })
+			return ferryThroughputAfter(ctx, serverURL, n, register, nil, false, func(c *ferry.Config) { c.ConfigFile = cfg })
 		})
 	return p.Base, p.Other, p.Ratio(), err
 }

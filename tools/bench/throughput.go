@@ -301,6 +301,13 @@ func scratchRiver(ctx context.Context, serverURL string, riverSchema bool) (*pgx
 // mode (FERRY_POOLER=transaction). tune, if any, changes the worker's
 // configuration last.
 func ferryThroughput(ctx context.Context, serverURL string, n int, keys *seal.Keys, pooled bool, tune ...func(*ferry.Config)) (float64, error) {
+	return ferryThroughputAfter(ctx, serverURL, n, nil, keys, pooled, tune...)
+}
+
+// ferryThroughputAfter is ferryThroughput whose before, if not nil, runs on
+// the scratch database before the backlog is written (as a running
+// worker's registrations are there before the jobs it works).
+func ferryThroughputAfter(ctx context.Context, serverURL string, n int, before func(context.Context, *pgxpool.Pool) error, keys *seal.Keys, pooled bool, tune ...func(*ferry.Config)) (float64, error) {
 	pool, drop, err := scratch(ctx, serverURL)
 	if err != nil {
 		return 0, err
@@ -311,6 +318,11 @@ func ferryThroughput(ctx context.Context, serverURL string, n int, keys *seal.Ke
 		return 0, err
 	}
 	defer stopBouncer()
+	if before != nil {
+		if err := before(ctx, pool); err != nil {
+			return 0, err
+		}
+	}
 	if keys != nil {
 		// As in a deployment with seals, whose first worker with keys put
 		// the claim trigger on: the backlog is claimed as it is written.
