@@ -37,6 +37,17 @@ type File struct {
 	Outbox    OutboxSection   `yaml:"outbox" doc:"the outbox's deliveries and webhook routes"`
 	Telegram  TelegramSection `yaml:"telegram" doc:"Telegram bots whose updates the leader long-polls"`
 	Limits    []LimitEntry    `yaml:"limits" doc:"concurrency and rate limits on the jobs of a kind or a queue, across every worker"`
+	Fairness  []FairnessEntry `yaml:"fairness" doc:"queues whose keys share them by weight, across every worker"`
+}
+
+// FairnessEntry is one `fairness:` item: a queue whose jobs start, while
+// it is saturated, in proportion to the weights of their keys' values
+// (package internal/limit).
+type FairnessEntry struct {
+	Queue         string             `yaml:"queue" doc:"the queue shared"`
+	Key           string             `yaml:"key" doc:"a top-level field of the jobs' args: each value of it gets its share"`
+	Weights       map[string]float64 `yaml:"weights" type:"map of value to number" default:"{}" doc:"the weights of some values of the key, between 0.001 and 1000000"`
+	DefaultWeight *float64           `yaml:"default_weight" type:"number" default:"1" doc:"the weight of every other value"`
 }
 
 // LimitEntry is one `limits:` item: a concurrency limit, a rate limit or
@@ -234,6 +245,11 @@ func Parse(b []byte, kinds Kinds) (Loaded, error) {
 	if err != nil {
 		return Loaded{}, err
 	}
+	fair, err := f.fairness()
+	if err != nil {
+		return Loaded{}, err
+	}
+	limits = append(limits, fair...)
 	return Loaded{Schedules: schedules, Queues: queues, Routes: routes, OutboxMaxAttempts: f.Outbox.MaxAttempts, Bots: bots, Limits: limits}, nil
 }
 
@@ -275,6 +291,35 @@ func (f File) limits(kinds Kinds) ([]limit.Limit, error) {
 			return nil, fieldErrorf(where, "name", "already used by limits[%d]", j)
 		}
 		seen[l.Name] = i
+		out = append(out, l)
+	}
+	return out, nil
+}
+
+// fairness reads the `fairness:` entries as limit.Limits with Fair set.
+func (f File) fairness() ([]limit.Limit, error) {
+	out := make([]limit.Limit, 0, len(f.Fairness))
+	seen := map[string]int{}
+	for i, e := range f.Fairness {
+		where := fmt.Sprintf("fairness[%d] (queue %q)", i, e.Queue)
+		if err := jobs.ValidateQueueName(e.Queue); err != nil {
+			return nil, &FieldError{Entry: where, Field: "queue", Err: err}
+		}
+		if j, dup := seen[e.Queue]; dup {
+			return nil, fieldErrorf(where, "queue", "already shared by fairness[%d]", j)
+		}
+		seen[e.Queue] = i
+		l := limit.Limit{Name: limit.FairName(e.Queue), Queue: e.Queue, KeyField: e.Key,
+			Fair: &limit.Fairness{Weights: e.Weights, DefaultWeight: 1}}
+		if w := e.DefaultWeight; w != nil {
+			if *w < limit.MinWeight || *w > limit.MaxWeight {
+				return nil, fieldErrorf(where, "default_weight", "%v %s", *w, limit.WeightRange)
+			}
+			l.Fair.DefaultWeight = *w
+		}
+		if field, err := l.Check(); err != nil {
+			return nil, &FieldError{Entry: where, Field: field, Err: err}
+		}
 		out = append(out, l)
 	}
 	return out, nil

@@ -361,6 +361,37 @@ func TestParse_Limits(t *testing.T) {
 	}, loaded.Limits)
 }
 
+func TestParse_Fairness(t *testing.T) {
+	t.Parallel()
+	loaded, err := Parse([]byte(`fairness:
+  - {queue: reports, key: tenant_id, weights: {acme: 7, "42": 2}, default_weight: 0.5}
+  - {queue: mail, key: account}
+`), registry(t))
+	require.NoError(t, err)
+	require.Equal(t, []limit.Limit{
+		{Name: "fair:reports", Queue: "reports", KeyField: "tenant_id", Fair: &limit.Fairness{Weights: map[string]float64{"acme": 7, "42": 2}, DefaultWeight: 0.5}},
+		{Name: "fair:mail", Queue: "mail", KeyField: "account", Fair: &limit.Fairness{DefaultWeight: 1}},
+	}, loaded.Limits)
+}
+
+func TestParse_FairnessErrors(t *testing.T) {
+	t.Parallel()
+	for doc, want := range map[string]string{
+		"fairness:\n  - {key: t}\n":                                   `fairness[0] (queue ""): queue: queue "": a name is 1 to 64 lowercase letters and digits, separated by single _ or -`,
+		"fairness:\n  - {queue: q}\n":                                 `fairness[0] (queue "q"): key: give the field of the jobs' args whose values share the queue`,
+		"fairness:\n  - {queue: q, key: a.b}\n":                       `fairness[0] (queue "q"): key: "a.b" is not a field name (a letter or _, then letters, digits or _)`,
+		"fairness:\n  - {queue: q, key: t, weights: {x: 0}}\n":        `fairness[0] (queue "q"): weights: "x": 0 is not between 0.001 and 1000000`,
+		"fairness:\n  - {queue: q, key: t, default_weight: 0}\n":      `fairness[0] (queue "q"): default_weight: 0 is not between 0.001 and 1000000`,
+		"fairness:\n  - {queue: q, key: t}\n  - {queue: q, key: u}\n": `fairness[1] (queue "q"): queue: already shared by fairness[0]`,
+		"fairness:\n  - {queue: q, key: t, weight: {x: 1}}\n":         `line 2: unknown key weight`,
+		"limits:\n  - {name: 'fair:q', queue: q, concurrency: 1}\n":   `limits[0] (name "fair:q"): name: "fair:q": fair: names a queue's fairness`,
+	} {
+		_, err := Parse([]byte(doc), registry(t))
+		require.Error(t, err, doc)
+		assert.Equal(t, want, err.Error(), doc)
+	}
+}
+
 func TestParse_LimitErrors(t *testing.T) {
 	t.Parallel()
 	for doc, want := range map[string]string{

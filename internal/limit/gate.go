@@ -108,24 +108,46 @@ func (l *Limiter) applies(queue string) bool {
 // the jobs parked behind this queue's gates that every limit of their
 // gate lets start now (or, for a rate, within the lead), as many as the
 // fetch asks for, in one transaction. A job claimed ahead of its rate turn
-// waits for it in the Middleware.
+// waits for it in the Middleware. In a fair queue the gates are served by
+// their keys' weights (fairQueue).
 //
 // Its round trips: the queue's active gates (and no more when none has
 // jobs parked); BEGIN, the locks and the limits' use, pipelined (each
 // statement of a transaction reads a snapshot of its own, taken once the
 // one before it ended, so the use read sees every claim committed before
-// the locks); the claim; the rate state, the gates found drained and
-// COMMIT, pipelined; then River's read of the claimed rows.
+// the locks; none of the three when no gate has a concurrency or a rate);
+// the claim; the rate state, the gates found drained and COMMIT,
+// pipelined; then River's read of the claimed rows.
 func (l *Limiter) Claim(ctx context.Context, exec riverdriver.Executor, params *riverdriver.JobGetAvailableParams) ([]*rivertype.JobRow, error) {
 	if !l.applies(params.Queue) {
 		return nil, nil
 	}
-	gates, err := l.activeGates(ctx, params.Queue)
-	if err != nil {
+	var (
+		gates   []gate
+		strides []stride
+		taken   []*fairGate
+		err     error
+	)
+	fq := l.fair[params.Queue]
+	if fq != nil {
+		fq.mu.Lock()
+		defer fq.mu.Unlock()
+		if err := fq.refresh(ctx, l.pool, l.enforces); err != nil {
+			return nil, fmt.Errorf("limits: claim parked jobs of queue %q: %w", params.Queue, err)
+		}
+		taken = fq.take(params.MaxToLock)
+		for _, g := range taken {
+			gates, strides = append(gates, g.gate), append(strides, stride{g.weight, g.pass})
+		}
+	} else if gates, err = l.activeGates(ctx, params.Queue); err != nil {
 		return nil, fmt.Errorf("limits: claim parked jobs of queue %q: %w", params.Queue, err)
 	}
 	if len(gates) == 0 {
 		return nil, nil
+	}
+	var outcomes []gateOutcome
+	if fq != nil {
+		defer func() { fq.settle(taken, outcomes) }()
 	}
 	conn, err := l.pool.Acquire(ctx)
 	if err != nil {
@@ -134,29 +156,35 @@ func (l *Limiter) Claim(ctx context.Context, exec riverdriver.Executor, params *
 	// A connection released inside a transaction (a failed claim whose
 	// ROLLBACK failed too) is closed by the pool, not reused.
 	defer conn.Release()
-	claimed, turns, offset, err := l.claim(ctx, conn.Conn(), gates, params)
+	c, err := l.claim(ctx, conn.Conn(), gates, strides, fq, params)
 	if err != nil {
 		_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
 		return nil, fmt.Errorf("limits: claim parked jobs of queue %q: %w", params.Queue, err)
 	}
-	if len(claimed) == 0 {
+	outcomes = c.outcomes
+	if len(c.ids) == 0 {
 		return nil, nil
 	}
-	for i, id := range claimed {
-		if !turns[i].IsZero() {
-			l.turns.Store(id, turns[i].Add(-offset))
+	for i, id := range c.ids {
+		if !c.turns[i].IsZero() {
+			l.turns.Store(id, c.turns[i].Add(-c.offset))
 		}
 	}
-	rows, err := exec.JobGetByIDMany(ctx, &riverdriver.JobGetByIDManyParams{ID: claimed, Schema: params.Schema})
+	rows, err := exec.JobGetByIDMany(ctx, &riverdriver.JobGetByIDManyParams{ID: c.ids, Schema: params.Schema})
 	if err != nil {
 		// Claimed and committed: ferry's rescue does not take a live
 		// worker's jobs, so River must have them. Try once more.
-		rows, err = exec.JobGetByIDMany(context.WithoutCancel(ctx), &riverdriver.JobGetByIDManyParams{ID: claimed, Schema: params.Schema})
+		rows, err = exec.JobGetByIDMany(context.WithoutCancel(ctx), &riverdriver.JobGetByIDManyParams{ID: c.ids, Schema: params.Schema})
 		if err != nil {
-			return nil, fmt.Errorf("limits: read %d claimed jobs: %w", len(claimed), err)
+			return nil, fmt.Errorf("limits: read %d claimed jobs: %w", len(c.ids), err)
 		}
 	}
 	return rows, nil
+}
+
+// enforces reports whether this worker enforces every limit of g.
+func (l *Limiter) enforces(g gate) bool {
+	return !slices.ContainsFunc(g.parts, func(p part) bool { return l.byName[p.name] == nil })
 }
 
 // activeGates reads the queue's active gates, less those with a limit
@@ -181,20 +209,31 @@ func (l *Limiter) activeGates(ctx context.Context, queue string) ([]gate, error)
 	if err != nil {
 		return nil, fmt.Errorf("read gates: %w", err)
 	}
-	return slices.DeleteFunc(gates, func(g gate) bool {
-		return slices.ContainsFunc(g.parts, func(p part) bool { return l.byName[p.name] == nil })
-	}), nil
+	return slices.DeleteFunc(gates, func(g gate) bool { return !l.enforces(g) }), nil
+}
+
+// claimResult is what a claim took: the jobs, each one's rate turn on the
+// database's clock (zero: now), the database's clock minus this
+// process's, and what it did with each gate it was given.
+type claimResult struct {
+	ids      []int64
+	turns    []time.Time
+	offset   time.Duration
+	outcomes []gateOutcome
 }
 
 // claim is Claim's transaction on conn, which it begins and, when it
-// returns no error, commits. It returns the claimed jobs, each one's rate
-// turn on the database's clock (zero: now), and the database's clock
-// minus this process's.
-func (l *Limiter) claim(ctx context.Context, conn *pgx.Conn, gates []gate, params *riverdriver.JobGetAvailableParams) ([]int64, []time.Time, time.Duration, error) {
+// returns no error, commits. strides, when not nil, are the gates' in a
+// fair queue (fq): the room is spent on the gates by stride, not in turn.
+func (l *Limiter) claim(ctx context.Context, conn *pgx.Conn, gates []gate, strides []stride, fq *fairQueue, params *riverdriver.JobGetAvailableParams) (claimResult, error) {
+	res := claimResult{outcomes: make([]gateOutcome, len(gates))}
+	// The parts with a room to lock and read: a fairness has none.
 	byLock := map[string]part{}
 	for _, g := range gates {
 		for _, p := range g.parts {
-			byLock[p.lockName()] = p
+			if l.byName[p.name].counted() {
+				byLock[p.lockName()] = p
+			}
 		}
 	}
 	lockNames := slices.Sorted(maps.Keys(byLock))
@@ -204,38 +243,62 @@ func (l *Limiter) claim(ctx context.Context, conn *pgx.Conn, gates []gate, param
 		names[i], keys[i] = byLock[n].name, byLock[n].key
 		counted[i] = l.byName[names[i]].Concurrency > 0
 	}
-	b := &pgx.Batch{}
-	b.Queue("BEGIN")
-	b.Queue(sqlTryLock, lockNames)
-	b.Queue(sqlPartState, names, keys, counted)
-	before := time.Now()
-	br := conn.SendBatch(ctx, b)
-	held, st, now, err := readLocksAndState(br, byLock)
-	if cerr := br.Close(); err == nil {
-		err = cerr
+	// Without a room to read, the claim is one statement and needs no
+	// transaction: each job is claimed once by SKIP LOCKED.
+	tx := len(lockNames) > 0
+	now := time.Now()
+	held := map[part]bool{}
+	st := map[part]*partState{}
+	if tx {
+		b := &pgx.Batch{}
+		b.Queue("BEGIN")
+		b.Queue(sqlTryLock, lockNames)
+		b.Queue(sqlPartState, names, keys, counted)
+		before := time.Now()
+		br := conn.SendBatch(ctx, b)
+		var err error
+		held, st, now, err = readLocksAndState(br, byLock)
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return res, err
+		}
+		// The clock was read somewhere between before and now: its middle.
+		res.offset = now.Sub(before.Add(time.Since(before) / 2))
 	}
-	if err != nil {
-		return nil, nil, 0, err
+	// The gates to plan for (their indexes in gates): those whose locks
+	// this claim holds. A gate with a part locked elsewhere is left as it
+	// is, for the claim that holds it.
+	var idx []int
+	for i, g := range gates {
+		if !slices.ContainsFunc(g.parts, func(p part) bool { return l.byName[p.name].counted() && !held[p] }) {
+			idx = append(idx, i)
+		}
 	}
-	// The clock was read somewhere between before and now: its middle.
-	offset := now.Sub(before.Add(time.Since(before) / 2))
-	gates = slices.DeleteFunc(gates, func(g gate) bool {
-		return slices.ContainsFunc(g.parts, func(p part) bool { return !held[p] })
-	})
-	// Start at a random gate: the limits' room is shared in turn, not
-	// always first to the same gates.
-	if len(gates) > 1 {
-		start := rand.IntN(len(gates)) //nolint:gosec // an order, not a secret
-		gates = append(gates[start:], gates[:start]...)
+	// Not fair: start at a random gate, so that the limits' room is shared
+	// in turn, not always first to the same gates.
+	if strides == nil && len(idx) > 1 {
+		start := rand.IntN(len(idx)) //nolint:gosec // an order, not a secret
+		idx = append(idx[start:], idx[:start]...)
 	}
-	want := plan(gates, st, l.byName, now, l.lead, params.MaxToLock, nil)
+	planned := make([]gate, len(idx))
+	var w []stride
+	for j, i := range idx {
+		planned[j] = gates[i]
+		if strides != nil {
+			w = append(w, strides[i])
+		}
+	}
+	want, blocked := plan(planned, w, st, l.byName, now, l.lead, params.MaxToLock, nil)
 	var ids []int64
 	var ns []int32
-	var asked []int // the index in gates of each gate asked of, in order
-	for i, g := range gates {
-		if want[i] > 0 {
-			ids, ns = append(ids, g.id), append(ns, int32(want[i])) //nolint:gosec // at most MaxToLock
-			asked = append(asked, i)
+	var asked []int // the index in planned of each gate asked of, in order
+	for j, g := range planned {
+		res.outcomes[idx[j]].blocked = blocked[j]
+		if want[j] > 0 {
+			ids, ns = append(ids, g.id), append(ns, int32(want[j])) //nolint:gosec // at most MaxToLock
+			asked = append(asked, j)
 		}
 	}
 	var got []claimedJob
@@ -243,33 +306,47 @@ func (l *Limiter) claim(ctx context.Context, conn *pgx.Conn, gates []gate, param
 		rows, err := conn.Query(ctx, sqlClaim, ids, ns, params.Kind, params.ClientID,
 			int32(min(params.MaxAttemptedBy, math.MaxInt32))) //nolint:gosec // bounded
 		if err != nil {
-			return nil, nil, 0, fmt.Errorf("claim: %w", err)
+			return res, fmt.Errorf("claim: %w", err)
 		}
 		if got, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (claimedJob, error) {
 			var c claimedJob
 			return c, row.Scan(&c.id, &c.ord)
 		}); err != nil {
-			return nil, nil, 0, fmt.Errorf("claim: %w", err)
+			return res, fmt.Errorf("claim: %w", err)
 		}
 	}
 	// The turns of the jobs claimed, as many as each gate gave; the gates
 	// that gave fewer than asked may be drained.
-	gotBy := make([]int, len(gates))
+	gotBy := make([]int, len(planned))
 	for _, c := range got {
 		gotBy[asked[c.ord-1]]++
 	}
 	var drained []int64
-	for _, i := range asked {
-		if gotBy[i] < want[i] {
-			drained = append(drained, gates[i].id)
+	for _, j := range asked {
+		o := &res.outcomes[idx[j]]
+		o.got = gotBy[j]
+		if gotBy[j] < want[j] {
+			drained = append(drained, planned[j].id)
+			o.drained = true
 		}
 	}
-	var turns []time.Time
-	plan(gates, st, l.byName, now, l.lead, params.MaxToLock, func(_ int, turn time.Time) {
-		turns = append(turns, turn)
+	turnsBy := make([][]time.Time, len(planned))
+	plan(planned, w, st, l.byName, now, l.lead, params.MaxToLock, func(j int, turn time.Time) {
+		turnsBy[j] = append(turnsBy[j], turn)
 	}, gotBy...)
-	if len(turns) != len(got) {
-		return nil, nil, 0, fmt.Errorf("claim: %d jobs claimed, %d turns planned", len(got), len(turns))
+	// The jobs come gate by gate, in the order asked.
+	next := make([]int, len(planned))
+	for _, c := range got {
+		j := asked[c.ord-1]
+		if next[j] >= len(turnsBy[j]) {
+			return res, fmt.Errorf("claim: more jobs claimed from gate %d than turns planned", planned[j].id)
+		}
+		turn := turnsBy[j][next[j]]
+		next[j]++
+		if !turn.After(now) {
+			turn = time.Time{}
+		}
+		res.ids, res.turns = append(res.ids, c.id), append(res.turns, turn)
 	}
 	end := &pgx.Batch{}
 	if n, k, t := changedTats(st); len(n) > 0 {
@@ -278,18 +355,20 @@ func (l *Limiter) claim(ctx context.Context, conn *pgx.Conn, gates []gate, param
 	if len(drained) > 0 {
 		end.Queue(sqlDrained, drained)
 	}
-	end.Queue("COMMIT")
-	if err := conn.SendBatch(ctx, end).Close(); err != nil {
-		return nil, nil, 0, fmt.Errorf("save the limits' state and commit: %w", err)
+	if tx {
+		end.Queue("COMMIT")
 	}
-	out := make([]int64, len(got))
-	for i, c := range got {
-		out[i] = c.id
-		if !turns[i].After(now) {
-			turns[i] = time.Time{}
+	if end.Len() > 0 {
+		if err := conn.SendBatch(ctx, end).Close(); err != nil {
+			return res, fmt.Errorf("save the limits' state and commit: %w", err)
 		}
 	}
-	return out, turns, offset, nil
+	if fq != nil {
+		for i, o := range res.outcomes {
+			fq.started[gates[i].id] += int64(o.got)
+		}
+	}
+	return res, nil
 }
 
 // claimedJob is a job of sqlClaim: its id and its gate's place in the
@@ -353,16 +432,20 @@ type partState struct {
 	changed bool      // tat moved: saved at the end of the claim
 }
 
-// plan spends the parts' room (st) on the gates in order, job by job: a
-// gate's next job may start when each of its concurrency limits has a
-// slot free and each of its rates has a turn within lead of now (the
-// generic cell rate algorithm: at the later of now and tat - (burst-1) *
-// interval; tat moves to the later of tat and the turn, plus an
-// interval). It returns how many jobs each gate may start, at most max in
-// all; with caps, at most caps[i] of gate i, and each job's turn is given
-// to turn, in order. The first call (no caps) sizes the claim on copies of
-// the state; the second spends the state on the jobs claimed.
-func plan(gates []gate, st map[part]*partState, limits map[string]*Limit, now time.Time, lead time.Duration, maxJobs int, turn func(gateIdx int, t time.Time), caps ...int) []int {
+// plan spends the parts' room (st) on the gates, job by job: a gate's
+// next job may start when each of its concurrency limits has a slot free
+// and each of its rates has a turn within lead of now (the generic cell
+// rate algorithm: at the later of now and tat - (burst-1) * interval; tat
+// moves to the later of tat and the turn, plus an interval). Without
+// weights the gates are served in order, each as far as its limits let
+// it; with weights (a fair queue's, gates in order of pass) by stride: the
+// next job goes to the gate of the lowest pass, which then grows by
+// 1/weight. It returns how many jobs each gate may start, at most max in
+// all, and which gates' limits had no room for one more; with caps, at
+// most caps[i] of gate i, and each job's turn is given to turn. The first
+// call (no caps) sizes the claim on copies of the state; the second
+// spends the state on the jobs claimed.
+func plan(gates []gate, strides []stride, st map[part]*partState, limits map[string]*Limit, now time.Time, lead time.Duration, maxJobs int, turn func(gateIdx int, t time.Time), caps ...int) (out []int, blocked []bool) {
 	if caps == nil {
 		cp := make(map[part]*partState, len(st))
 		for p, s := range st {
@@ -371,45 +454,93 @@ func plan(gates []gate, st map[part]*partState, limits map[string]*Limit, now ti
 		}
 		st = cp
 	}
-	out := make([]int, len(gates))
+	out, blocked = make([]int, len(gates)), make([]bool, len(gates))
+	// room says whether gate i may start one more job, and when.
+	room := func(i int) (time.Time, bool) {
+		at := now
+		for _, p := range gates[i].parts {
+			lim := limits[p.name]
+			if !lim.counted() {
+				continue
+			}
+			s := st[p]
+			if lim.Concurrency > 0 && s.running >= lim.Concurrency {
+				return at, false
+			}
+			if !lim.Rate.IsZero() {
+				if earliest := s.tat.Add(-lim.Rate.tolerance()); earliest.After(at) {
+					at = earliest
+				}
+			}
+		}
+		return at, !at.After(now.Add(lead))
+	}
+	take := func(i int, at time.Time) {
+		for _, p := range gates[i].parts {
+			lim := limits[p.name]
+			if !lim.counted() {
+				continue
+			}
+			s := st[p]
+			s.running++
+			if !lim.Rate.IsZero() {
+				s.tat = latest(s.tat, at).Add(lim.Rate.Interval())
+				s.changed = true
+			}
+		}
+		if turn != nil {
+			turn(i, at)
+		}
+		out[i]++
+	}
+	capped := func(i int) bool { return caps != nil && out[i] >= caps[i] }
 	total := 0
-	for i, g := range gates {
-		for total < maxJobs && (caps == nil || out[i] < caps[i]) {
-			at := now
-			ok := true
-			for _, p := range g.parts {
-				lim, s := limits[p.name], st[p]
-				if lim.Concurrency > 0 && s.running >= lim.Concurrency {
-					ok = false
+	if strides == nil {
+		for i := range gates {
+			for total < maxJobs && !capped(i) {
+				at, ok := room(i)
+				if !ok {
+					blocked[i] = out[i] == 0
 					break
 				}
-				if !lim.Rate.IsZero() {
-					earliest := s.tat.Add(-lim.Rate.tolerance())
-					if earliest.After(at) {
-						at = earliest
-					}
-				}
+				take(i, at)
+				total++
 			}
-			if !ok || at.After(now.Add(lead)) {
-				break
-			}
-			for _, p := range g.parts {
-				lim, s := limits[p.name], st[p]
-				s.running++
-				if !lim.Rate.IsZero() {
-					s.tat = latest(s.tat, at).Add(lim.Rate.Interval())
-					s.changed = true
-				}
-			}
-			if turn != nil {
-				turn(i, at)
-			}
-			out[i]++
-			total++
 		}
+		return out, blocked
 	}
-	return out
+	// Stride: pass[i] is how far gate i has been served.
+	pass := make([]float64, len(gates))
+	open := make([]bool, len(gates))
+	for i := range gates {
+		pass[i], open[i] = strides[i].pass, !capped(i)
+	}
+	for total < maxJobs {
+		best := -1
+		for i := range gates { // a claim's gates are few (at most maxJobs)
+			if open[i] && (best < 0 || pass[i] < pass[best]) {
+				best = i
+			}
+		}
+		if best < 0 {
+			break
+		}
+		at, ok := room(best)
+		if !ok {
+			blocked[best] = out[best] == 0
+			open[best] = false
+			continue
+		}
+		take(best, at)
+		total++
+		pass[best] += 1 / strides[best].weight
+		open[best] = !capped(best)
+	}
+	return out, blocked
 }
+
+// stride is a fair queue's gate's weight and pass, as plan reads them.
+type stride struct{ weight, pass float64 }
 
 // changedTats lists the parts whose tat the claim moved, for sqlSaveTat.
 func changedTats(st map[part]*partState) (names, keys []string, tats []time.Time) {

@@ -1,9 +1,12 @@
 package limit
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -28,7 +31,51 @@ type Limit struct {
 	// Rate, when set, is how many of the limit's jobs may start per period
 	// across every worker.
 	Rate Rate
+	// Fair, when set, makes the entry a queue's fairness (the config
+	// file's fairness:), not a limit: Queue and KeyField, no Concurrency
+	// nor Rate, named FairName(Queue). The queue's jobs park behind a gate
+	// per key, and the workers serve the keys in proportion to their
+	// weights.
+	Fair *Fairness
 }
+
+// Fairness is a queue's weights: each value of the key field starts jobs
+// in proportion to its weight while the queue is saturated.
+type Fairness struct {
+	// Weights are the weights of some keys' values; every other key has
+	// DefaultWeight (1 when 0).
+	Weights       map[string]float64
+	DefaultWeight float64
+}
+
+// Weight is key's weight.
+func (f *Fairness) Weight(key string) float64 {
+	if w, ok := f.Weights[key]; ok {
+		return w
+	}
+	return f.Default()
+}
+
+// Default is the weight of the keys Weights does not name.
+func (f *Fairness) Default() float64 { return cmp.Or(f.DefaultWeight, 1) }
+
+// FairName is the name of queue's fairness in ferry_limit (no limit's
+// name may begin with "fair:").
+func FairName(queue string) string { return "fair:" + queue }
+
+// MaxWeight bounds a fairness's weights (and MinWeight from below: the
+// ratio of two weights stays within what a start's share can show).
+const (
+	MinWeight = 0.001
+	MaxWeight = 1_000_000
+)
+
+// WeightRange says what a weight may be, for errors.
+const WeightRange = "is not between 0.001 and 1000000"
+
+// counted reports whether the limit has a room to lock and read: a
+// concurrency or a rate (a fairness has neither).
+func (l *Limit) counted() bool { return l.Concurrency > 0 || !l.Rate.IsZero() }
 
 // Rate is Count starts per Period, with Burst of them at once after a
 // quiet spell (at least 1): in any window of length w, at most
@@ -115,6 +162,10 @@ func (l Limit) Check() (field string, err error) {
 		return "name", fmt.Errorf("%q: use 1 to 128 letters, digits and _.:/-", l.Name)
 	case l.KeyField != "" && !fieldRE.MatchString(l.KeyField):
 		return "key", fmt.Errorf("%q is not a field name (a letter or _, then letters, digits or _)", l.KeyField)
+	case l.Fair != nil:
+		return l.checkFair()
+	case strings.HasPrefix(l.Name, "fair:"):
+		return "name", fmt.Errorf("%q: fair: names a queue's fairness", l.Name)
 	case l.Concurrency == 0 && l.Rate.IsZero():
 		return "concurrency, rate", errors.New("give one or both")
 	case l.Concurrency < 0 || l.Concurrency > MaxConcurrency:
@@ -126,3 +177,27 @@ func (l Limit) Check() (field string, err error) {
 	}
 	return "", nil
 }
+
+// checkFair is Check of a fairness.
+func (l Limit) checkFair() (field string, err error) {
+	switch {
+	case l.Queue == "":
+		return "queue", errors.New("give the queue")
+	case l.KeyField == "":
+		return "key", errors.New("give the field of the jobs' args whose values share the queue")
+	case l.Name != FairName(l.Queue):
+		return "name", fmt.Errorf("%q: a fairness is named %q", l.Name, FairName(l.Queue))
+	case l.Concurrency != 0 || !l.Rate.IsZero():
+		return "concurrency, rate", errors.New("a fairness has neither: give them in limits:")
+	case l.Fair.DefaultWeight != 0 && !weightOK(l.Fair.DefaultWeight):
+		return "default_weight", fmt.Errorf("%v %s", l.Fair.DefaultWeight, WeightRange)
+	}
+	for _, k := range slices.Sorted(maps.Keys(l.Fair.Weights)) {
+		if w := l.Fair.Weights[k]; !weightOK(w) {
+			return "weights", fmt.Errorf("%q: %v %s", k, w, WeightRange)
+		}
+	}
+	return "", nil
+}
+
+func weightOK(w float64) bool { return w >= MinWeight && w <= MaxWeight }

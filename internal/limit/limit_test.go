@@ -110,6 +110,7 @@ type recorder struct {
 	running   map[string]int
 	max       map[string]int
 	starts    []time.Time
+	tenants   []string // each start's tenant, in order
 	total     int
 	maxTotal  int
 	completed map[int64]bool
@@ -127,6 +128,7 @@ func (r *recorder) begin(tenant string) {
 	r.total++
 	r.maxTotal = max(r.maxTotal, r.total)
 	r.starts = append(r.starts, time.Now())
+	r.tenants = append(r.tenants, tenant)
 }
 
 func (r *recorder) end(tenant string, id int64) {
@@ -443,7 +445,7 @@ func TestPlan_Turns(t *testing.T) {
 	g := gate{id: 1, parts: []part{{name: "r"}}}
 	st := map[part]*partState{{name: "r"}: {}}
 	var turns []time.Duration
-	n := plan([]gate{g}, st, limits, now, 250*time.Millisecond, 100, func(_ int, at time.Time) { turns = append(turns, at.Sub(now)) }, 100)
+	n, _ := plan([]gate{g}, nil, st, limits, now, 250*time.Millisecond, 100, func(_ int, at time.Time) { turns = append(turns, at.Sub(now)) }, 100)
 	assert.Equal(t, []int{5}, n)
 	ms := time.Millisecond
 	assert.Equal(t, []time.Duration{0, 0, 0, 100 * ms, 200 * ms}, turns, "three at once, then one each 100 ms up to the lead")
@@ -452,10 +454,12 @@ func TestPlan_Turns(t *testing.T) {
 	// The same gate under a concurrency of 4 with 2 running: 2.
 	g2 := gate{id: 2, parts: []part{{name: "c"}, {name: "r"}}}
 	st2 := map[part]*partState{{name: "r"}: {}, {name: "c"}: {running: 2}}
-	assert.Equal(t, []int{2}, plan([]gate{g2}, st2, limits, now, 250*time.Millisecond, 100, nil))
+	n2, _ := plan([]gate{g2}, nil, st2, limits, now, 250*time.Millisecond, 100, nil)
+	assert.Equal(t, []int{2}, n2)
 	assert.Equal(t, 2, st2[part{name: "c"}].running, "sizing spends a copy")
 	// At most maxJobs in all.
-	assert.Equal(t, []int{1}, plan([]gate{g2}, st2, limits, now, 250*time.Millisecond, 1, nil))
+	n3, _ := plan([]gate{g2}, nil, st2, limits, now, 250*time.Millisecond, 1, nil)
+	assert.Equal(t, []int{1}, n3)
 }
 
 func TestList_ShowsUseAndWaiting(t *testing.T) {

@@ -53,10 +53,12 @@ type Limiter struct {
 	byName  map[string]*Limit
 	byKind  map[string][]*Limit
 	byQueue map[string][]*Limit
-	schema  string
-	lead    time.Duration
-	sweep   time.Duration
-	logger  *slog.Logger
+	// fair holds the fair queues' gates, by queue.
+	fair   map[string]*fairQueue
+	schema string
+	lead   time.Duration
+	sweep  time.Duration
+	logger *slog.Logger
 
 	// turns holds the rate turns of the jobs this process claimed ahead
 	// of their turn: job id to the local time it may start.
@@ -69,6 +71,7 @@ func New(cfg Config) (*Limiter, error) {
 	l := &Limiter{
 		pool: cfg.Pool, schema: cfg.Schema,
 		byName: map[string]*Limit{}, byKind: map[string][]*Limit{}, byQueue: map[string][]*Limit{},
+		fair:   map[string]*fairQueue{},
 		lead:   time.Duration(float64(cmp.Or(cfg.Lead, DefaultLead)) * leadFactor),
 		sweep:  cmp.Or(cfg.SweepInterval, DefaultSweepInterval),
 		logger: cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)),
@@ -88,9 +91,16 @@ func New(cfg Config) (*Limiter, error) {
 	for i := range l.limits {
 		lim := &l.limits[i]
 		l.byName[lim.Name] = lim
-		if lim.Kind != "" {
+		switch {
+		case lim.Fair != nil:
+			if l.fair[lim.Queue] != nil {
+				return nil, fmt.Errorf("limit %q: queue: a second fairness for queue %q", lim.Name, lim.Queue)
+			}
+			l.fair[lim.Queue] = newFairQueue(lim)
+			l.byQueue[lim.Queue] = append(l.byQueue[lim.Queue], lim)
+		case lim.Kind != "":
 			l.byKind[lim.Kind] = append(l.byKind[lim.Kind], lim)
-		} else {
+		default:
 			l.byQueue[lim.Queue] = append(l.byQueue[lim.Queue], lim)
 		}
 	}

@@ -38,19 +38,23 @@ type KeyStatus struct {
 const (
 	sqlListLimits = `SELECT name, coalesce(kind, ''), coalesce(queue, ''), coalesce(key_field, ''),
     coalesce(concurrency, 0), coalesce(rate_count, 0), coalesce(rate_period, interval '0'), coalesce(burst, 0), seen_at
-FROM ferry_limit WHERE seen_at > now() - make_interval(secs => $1) ORDER BY name`
+FROM ferry_limit WHERE seen_at > now() - make_interval(secs => $1) AND NOT fair ORDER BY name`
 
-	// sqlListUse counts, per limit and key, the jobs running through its
-	// gates and the jobs parked behind them, and how far the rate's tat
-	// lies ahead (in seconds).
-	sqlListUse = `WITH jobs AS (
+	// sqlGateJobs counts the jobs running through each gate and those
+	// parked behind it.
+	sqlGateJobs = `WITH jobs AS (
     SELECT gate, sum(running) AS running, sum(waiting) AS waiting FROM (
         SELECT (metadata->>'ferry_gate')::bigint AS gate, 1 AS running, 0 AS waiting
         FROM river_job WHERE state = 'running' AND metadata ? 'ferry_gate'
         UNION ALL
         SELECT (metadata->>'ferry_gate')::bigint, 0, 1
         FROM river_job WHERE state = 'pending' AND metadata ? 'ferry_gate') j
-    GROUP BY 1),
+    GROUP BY 1)`
+
+	// sqlListUse counts, per limit and key, the jobs running through its
+	// gates and the jobs parked behind them, and how far the rate's tat
+	// lies ahead (in seconds).
+	sqlListUse = sqlGateJobs + `,
 parts AS (
     SELECT gp.limit_name, gp.key, sum(jobs.running)::bigint AS running, sum(jobs.waiting)::bigint AS waiting
     FROM ferry_limit_gate_part gp JOIN jobs ON jobs.gate = gp.gate_id
@@ -125,6 +129,105 @@ func List(ctx context.Context, q Querier) ([]Status, error) {
 	for i := range out {
 		slices.SortFunc(out[i].Keys, func(a, b KeyStatus) int {
 			if c := (b.Running + b.Tokens + b.Waiting) - (a.Running + a.Tokens + a.Waiting); c != 0 {
+				return c
+			}
+			return cmp.Compare(a.Key, b.Key)
+		})
+	}
+	return out, nil
+}
+
+// FairStatus is a queue's fairness as the workers registered it, with its
+// keys now.
+type FairStatus struct {
+	Queue    string
+	KeyField string
+	Fairness
+	// SeenAt is when a worker last marked the fairness seen.
+	SeenAt time.Time
+	// Running and Waiting are totals over the keys.
+	Running int
+	Waiting int
+	// Keys are the keys with a gate, the most waiting first.
+	Keys []FairKeyStatus
+}
+
+// FairKeyStatus is one key of a fair queue: its weight, its jobs running
+// and parked, and the jobs started from it since its gate was made (a
+// key idle for a day starts again from 0).
+type FairKeyStatus struct {
+	Key     string
+	Weight  float64
+	Running int
+	Waiting int
+	Started int64
+}
+
+const (
+	sqlListFair = `SELECT queue, key_field, coalesce(weights, '{}'), coalesce(default_weight, 1), seen_at
+FROM ferry_limit WHERE seen_at > now() - make_interval(secs => $1) AND fair ORDER BY queue`
+
+	// sqlFairUse reads, per fairness and key, the jobs running and parked
+	// and the jobs started.
+	sqlFairUse = sqlGateJobs + `
+SELECT gp.limit_name, gp.key, coalesce(sum(jobs.running), 0)::bigint, coalesce(sum(jobs.waiting), 0)::bigint,
+    sum(g.started)::bigint
+FROM ferry_limit_gate_part gp
+JOIN ferry_limit l ON l.name = gp.limit_name AND l.fair
+JOIN ferry_limit_gate g ON g.id = gp.gate_id
+LEFT JOIN jobs ON jobs.gate = gp.gate_id
+GROUP BY 1, 2`
+)
+
+// ListFair returns the fair queues that some worker serves (their
+// fairness marked seen in the last ten minutes), by queue, with their
+// keys now.
+func ListFair(ctx context.Context, q Querier) ([]FairStatus, error) {
+	rows, err := q.Query(ctx, sqlListFair, goneAfter.Seconds())
+	if err != nil {
+		return nil, fmt.Errorf("fairness: list: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (FairStatus, error) {
+		var s FairStatus
+		err := row.Scan(&s.Queue, &s.KeyField, &s.Weights, &s.DefaultWeight, &s.SeenAt)
+		return s, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("fairness: list: %w", err)
+	}
+	byName := map[string]*FairStatus{}
+	for i := range out {
+		byName[FairName(out[i].Queue)] = &out[i]
+	}
+	rows, err = q.Query(ctx, sqlFairUse)
+	if err != nil {
+		return nil, fmt.Errorf("fairness: read keys: %w", err)
+	}
+	type use struct {
+		name string
+		k    FairKeyStatus
+	}
+	uses, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (use, error) {
+		var u use
+		err := row.Scan(&u.name, &u.k.Key, &u.k.Running, &u.k.Waiting, &u.k.Started)
+		return u, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("fairness: read keys: %w", err)
+	}
+	for _, u := range uses {
+		s := byName[u.name]
+		if s == nil {
+			continue
+		}
+		u.k.Weight = s.Weight(u.k.Key)
+		s.Keys = append(s.Keys, u.k)
+		s.Running += u.k.Running
+		s.Waiting += u.k.Waiting
+	}
+	for i := range out {
+		slices.SortFunc(out[i].Keys, func(a, b FairKeyStatus) int {
+			if c := (b.Waiting + b.Running) - (a.Waiting + a.Running); c != 0 {
 				return c
 			}
 			return cmp.Compare(a.Key, b.Key)

@@ -25,12 +25,14 @@ const (
 )
 
 const (
-	sqlRegister = `INSERT INTO ferry_limit AS l (name, kind, queue, key_field, concurrency, rate_count, rate_period, burst, seen_at)
-SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::int[], $7::interval[], $8::int[]),
-    now()
+	sqlRegister = `INSERT INTO ferry_limit AS l (name, kind, queue, key_field, concurrency, rate_count, rate_period, burst,
+    fair, weights, default_weight, seen_at)
+SELECT *, now() FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::int[], $7::interval[], $8::int[],
+    $10::boolean[], $11::jsonb[], $12::float8[])
 ON CONFLICT (name) DO UPDATE SET kind = excluded.kind, queue = excluded.queue, key_field = excluded.key_field,
     concurrency = excluded.concurrency, rate_count = excluded.rate_count, rate_period = excluded.rate_period,
-    burst = excluded.burst, seen_at = now(),
+    burst = excluded.burst, fair = excluded.fair, weights = excluded.weights,
+    default_weight = excluded.default_weight, seen_at = now(),
     registered_at = CASE WHEN l.seen_at < now() - make_interval(secs => $9) THEN now() ELSE l.registered_at END`
 
 	// sqlParkWaiting parks the jobs left available under the limits named
@@ -113,6 +115,9 @@ func (l *Limiter) Register(ctx context.Context) error {
 		names, kinds, queues, fields = make([]string, n), make([]*string, n), make([]*string, n), make([]*string, n)
 		conc, counts, bursts         = make([]*int32, n), make([]*int32, n), make([]*int32, n)
 		periods                      = make([]*time.Duration, n)
+		fair                         = make([]bool, n)
+		weights                      = make([]map[string]float64, n)
+		defaults                     = make([]*float64, n)
 	)
 	opt := func(s string) *string {
 		if s == "" {
@@ -134,12 +139,21 @@ func (l *Limiter) Register(ctx context.Context) error {
 			p := lim.Rate.Period
 			periods[i] = &p
 		}
+		if lim.Fair != nil {
+			fair[i], weights[i] = true, lim.Fair.Weights
+			if weights[i] == nil {
+				weights[i] = map[string]float64{}
+			}
+			d := lim.Fair.Default()
+			defaults[i] = &d
+		}
 	}
 	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, sqlLimitsOnLock); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, sqlRegister, names, kinds, queues, fields, conc, counts, periods, bursts, goneAfter.Seconds()); err != nil {
+		if _, err := tx.Exec(ctx, sqlRegister, names, kinds, queues, fields, conc, counts, periods, bursts, goneAfter.Seconds(),
+			fair, weights, defaults); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, sqlLimitsOn)
@@ -184,12 +198,23 @@ func (l *Limiter) Start(ctx context.Context) error {
 }
 
 // Run, on every worker until ctx ends, marks this worker's limits seen
-// every minute.
+// every minute and adds the jobs it started from each fair queue's gates
+// to their counts every startedFlush.
 func (l *Limiter) Run(ctx context.Context) error {
 	if len(l.limits) == 0 {
 		return nil
 	}
-	return loop.Every(ctx, seenEvery, func(ctx context.Context) error {
+	seen := time.Now()
+	return loop.Every(ctx, startedFlush, func(ctx context.Context) error {
+		for _, fq := range l.fair {
+			if err := fq.flush(ctx, l.pool); err != nil && ctx.Err() == nil {
+				l.logger.Warn("limits: cannot count a fair queue's starts; counting on", "error", err)
+			}
+		}
+		if time.Since(seen) < seenEvery {
+			return nil
+		}
+		seen = time.Now()
 		if err := l.Register(ctx); err != nil && ctx.Err() == nil {
 			l.logger.Warn("limits: cannot mark this worker's limits seen; retrying at the next interval", "error", err)
 		}
