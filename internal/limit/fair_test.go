@@ -60,7 +60,7 @@ func TestFair_QuietKeyNotStarvedByAFlood(t *testing.T) {
 		flood = append(flood, testArgs{SleepMS: 5, Tenant: "flood"})
 	}
 	h.insert(t, flood...)
-	require.Eventually(t, func() bool { return len(h.firstStarts(1 << 30)) > 0 && h.startedCount() >= 100 }, time.Minute, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return len(h.firstStarts(1<<30)) > 0 && h.startedCount() >= 100 }, time.Minute, 10*time.Millisecond)
 	before := h.startedCount()
 	quiet := h.insert(t, testArgs{SleepMS: 5, Tenant: "quiet"})
 	h.waitCompleted(t, quiet, time.Minute)
