@@ -42,6 +42,34 @@
 // row writes per start, and the database's CPU per start 1.4 times that
 // with 1,000 waiting.
 //
+// # Fairness
+//
+// A queue's fairness (the config file's fairness:) is a Limit with Fair
+// set, registered as a row of ferry_limit named fair:<queue>, keyed by
+// the field whose values share the queue, with no concurrency or rate:
+// the park puts every job of the queue behind a gate that names its key
+// (and its limits, if any), and the claim serves a fair queue's gates by
+// stride scheduling. Each gate has a pass that grows by 1/weight with
+// each job claimed from it; a claim takes the gates of the lowest passes
+// (at most as many as the fetch asks jobs for) and gives each next job to
+// the one of the lowest pass that its limits let start (a gate whose
+// limits have no room waits a turn: its pass grows as if it had started
+// one). A gate that becomes active joins at the lowest pass the worker
+// knows, so a key back from a quiet spell is served at once, with no
+// credit for the spell. Neither the lock nor the use read is needed for a
+// fairness (it has no room to count): a claim from gates with no limit is
+// one statement, outside a transaction.
+//
+// The passes are each worker's own, in memory (fairQueue): each worker
+// serves the keys in proportion to their weights, so the workers together
+// do too, and nothing is written per claim to keep them. A worker reads a
+// fair queue's active gates whole every two seconds and, in between, those
+// activated since its last read (ferry_limit_gate.activated, from a
+// sequence, set as a gate is made or made active again: migration 033),
+// so a fetch reads few rows however many keys the queue has. Each worker
+// adds the jobs it claimed from each gate to the gate's started count
+// every five seconds: ListFair, `enqueue queues` and the console read it.
+//
 // # Concurrency
 //
 // A concurrency limit's slots in use are its running jobs: those claimed
