@@ -200,11 +200,18 @@ type results struct {
 	AgingThroughputRatio *float64 `json:"aging_throughput_ratio"`
 	// A rate limit of 100/s over 1,000,000 waiting jobs (-mode
 	// limits-backlog): full runs only.
-	LimitWaitWritesPerStart     *float64          `json:"limit_wait_writes_per_start"`
-	LimitWaitDBCPUPerStartMS    *float64          `json:"limit_wait_db_cpu_ms_per_start"`
-	LimitWaitDBCPURatio         *float64          `json:"limit_wait_db_cpu_ratio"`
-	LimitRateUtilizationBacklog *float64          `json:"limit_rate_utilization_backlog"`
-	Notes                       map[string]string `json:"notes"`
+	LimitWaitWritesPerStart     *float64 `json:"limit_wait_writes_per_start"`
+	LimitWaitDBCPUPerStartMS    *float64 `json:"limit_wait_db_cpu_ms_per_start"`
+	LimitWaitDBCPURatio         *float64 `json:"limit_wait_db_cpu_ratio"`
+	LimitRateUtilizationBacklog *float64 `json:"limit_rate_utilization_backlog"`
+	// Weighted fairness across a queue's keys (-mode fairness): full
+	// runs only.
+	FairShareErrorMax      *float64          `json:"fair_share_error_max"`
+	FairQuietPickupP99MS   *float64          `json:"fair_quiet_key_pickup_p99_ms"`
+	FairQuietBaselineP99MS *float64          `json:"fair_quiet_baseline_p99_ms"`
+	FairQuietPickupRatio   *float64          `json:"fair_quiet_key_pickup_ratio"`
+	FairFetchRatio         *float64          `json:"fair_fetch_ratio"`
+	Notes                  map[string]string `json:"notes"`
 	// StepSeconds is how long each step of the run took, by the name it
 	// prints; TotalSeconds the whole run's (bench:quick's target: 180).
 	StepSeconds  map[string]float64 `json:"step_seconds"`
@@ -452,6 +459,17 @@ func runAll(ctx context.Context, serverURL, path string, quick bool) error {
 			res.LimitWaitWritesPerStart, res.LimitWaitDBCPUPerStartMS = r.WritesPerStart, r.DBCPUPerStartMS
 			res.LimitWaitDBCPURatio, res.LimitRateUtilizationBacklog = r.DBCPURatio, ptr(r.Utilization)
 		}
+		step("weighted fairness: shares of keys 1:2:7; a quiet key under a 500,000-job flood; no-op jobs over 10,000 keys with it / without")
+		var latP99 float64
+		if res.LatencyInsertToStartP99MS != nil {
+			latP99 = *res.LatencyInsertToStartP99MS
+		}
+		if r, err := fairnessBench(ctx, serverURL, fairnessFull, latP99); err != nil {
+			note("fairness", err)
+		} else {
+			res.FairShareErrorMax, res.FairFetchRatio = ptr(r.ShareErrorMax), ptr(r.FetchRatio)
+			res.FairQuietPickupP99MS, res.FairQuietBaselineP99MS, res.FairQuietPickupRatio = ptr(r.QuietP99), ptr(r.BaseP99), ptr(r.QuietRatio)
+		}
 		step("priority aging: priority-4 jobs under a flood of priority-1 jobs, aging of 10 s, then off")
 		if r, err := agingBench(ctx, serverURL, 10*time.Second, 30*time.Second); err != nil {
 			note("aging", err)
@@ -577,6 +595,15 @@ type goal struct {
 func atMost(limit float64) *goal  { return &goal{"≤", limit} }
 func atLeast(limit float64) *goal { return &goal{"≥", limit} }
 func above(limit float64) *goal   { return &goal{">", limit} }
+
+// twiceAtMost is at most twice base: no figure meets it while base is
+// not measured.
+func twiceAtMost(base *float64) *goal {
+	if base == nil {
+		return atMost(math.Inf(-1))
+	}
+	return atMost(2 * *base)
+}
 
 func (g goal) met(v float64) bool {
 	switch g.op {
@@ -705,6 +732,10 @@ func tableRows(r results) []tableRow {
 		{label: "rate limit 10/s under backlog, 4 workers, a kill: utilization", v: r.LimitRateUtil, target: "≥ 0.95", key: "limit_rate_utilization", goal: atLeast(0.95)},
 		{label: "limit violations (50 ms samples over the concurrency, kills; 1 s windows over rate + burst)", v: r.LimitViolations, target: "0", key: "limit_violations", goal: atMost(0)},
 		{label: "no-op jobs under a global concurrency limit never reached / none", v: r.LimitThroughputRatio, target: "≥ 0.9 (River #1145: half)", key: "limit_throughput_ratio", goal: atLeast(0.9)},
+		{label: "fairness 1:2:7, 100,000 jobs each, 30 s: largest relative error of a key's share", v: r.FairShareErrorMax, target: "≤ 0.05", key: "fair_share_error_max", goal: atMost(0.05)},
+		{label: "fairness: a quiet key's insert to start p99 (5/s) under another's 500,000-job flood", v: r.FairQuietPickupP99MS, unit: "ms", target: "≤ 2 × the same without flood or fairness", key: "fair_quiet_key_pickup_p99_ms", goal: twiceAtMost(r.FairQuietBaselineP99MS)},
+		{label: "fairness: the quiet key's p99 without flood or fairness (5/s)", v: r.FairQuietBaselineP99MS, unit: "ms"},
+		{label: "fairness: no-op jobs over 10,000 keys with fairness / without", v: r.FairFetchRatio, target: "≥ 0.85", key: "fair_fetch_ratio", goal: atLeast(0.85)},
 		{label: "tick lag to insert p99", v: r.TickLagInsertP99MS, unit: "ms", target: "≤ 50 ms", key: "tick_lag_insert_p99_ms", goal: atMost(50)},
 		{label: "tick lag to start p99", v: r.TickLagStartP99MS, unit: "ms", target: "≤ 100 ms", key: "tick_lag_start_p99_ms", goal: atMost(100)},
 		{label: "graceful failover median", v: r.FailoverGracefulMSMedian, unit: "ms", target: "≤ 1 s", key: "failover_graceful_ms_median", goal: atMost(1000)},
@@ -870,6 +901,12 @@ func latencyOn(ctx context.Context, pool *pgxpool.Pool, cfg ferry.Config, rate i
 // latencySamples is latencyOn's measurement: every job's insert to start,
 // in ms, measured and in the warm-up.
 func latencySamples(ctx context.Context, pool *pgxpool.Pool, cfg ferry.Config, rate int, dur time.Duration) (lats, cold []float64, err error) {
+	return tenantLatencySamples(ctx, pool, cfg, rate, dur, "")
+}
+
+// tenantLatencySamples is latencySamples whose jobs carry tenant in their
+// args' tenant field (a fairness's key; none when empty).
+func tenantLatencySamples(ctx context.Context, pool *pgxpool.Pool, cfg ferry.Config, rate int, dur time.Duration, tenant string) (lats, cold []float64, err error) {
 	w := &stampKind{}
 	cfg.Kinds = []jobs.Kind{jobs.Define[stampArgs](w, river.QueueDefault, "bench stamp")}
 	cfg.Logger = slog.New(slog.DiscardHandler)
@@ -891,7 +928,7 @@ func latencySamples(ctx context.Context, pool *pgxpool.Pool, cfg ferry.Config, r
 	for i := range warm + n {
 		<-t.C
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			_, err := ins.InsertTx(ctx, tx, stampArgs{At: time.Now().UnixNano(), Warm: i < warm}, nil)
+			_, err := ins.InsertTx(ctx, tx, stampArgs{At: time.Now().UnixNano(), Warm: i < warm, Tenant: tenant}, nil)
 			return err
 		})
 		if err != nil {

@@ -55,8 +55,9 @@ import (
 )
 
 type stampArgs struct {
-	At   int64 `json:"at"`             // insert time, unix ns
-	Warm bool  `json:"warm,omitempty"` // inserted during the warm-up
+	At     int64  `json:"at"`               // insert time, unix ns
+	Warm   bool   `json:"warm,omitempty"`   // inserted during the warm-up
+	Tenant string `json:"tenant,omitempty"` // a fairness's key (-mode fairness)
 }
 
 func (stampArgs) Kind() string { return "bench.stamp" }
@@ -100,7 +101,7 @@ type result struct {
 
 func main() {
 	var (
-		mode     = flag.String("mode", "sweep", "all, quick, sweep, latency, throughput, failover, orphans, ticks, outbox, ordered, sealed, sealcleanup, bounded, pgbouncer, pgfailover, riverbest, otel, lean, bulkcopy, counts, scale, scaling, pickup, limits, limits-overhead, limits-backlog, sustained, workflow or aging")
+		mode     = flag.String("mode", "sweep", "all, quick, sweep, latency, throughput, failover, orphans, ticks, outbox, ordered, sealed, sealcleanup, bounded, pgbouncer, pgfailover, riverbest, otel, lean, bulkcopy, counts, scale, scaling, pickup, limits, limits-overhead, limits-backlog, fairness, sustained, workflow or aging")
 		out      = flag.String("out", "bench/results.json", "all and quick modes: where to write the results")
 		url      = flag.String("database-url", os.Getenv("TEST_DATABASE_URL"), "server to create scratch databases on")
 		cooldown = flag.Duration("cooldown", ferry.DefaultFetchCooldown, "worker fetch cooldown")
@@ -111,8 +112,8 @@ func main() {
 		dur      = flag.Duration("duration", 4*time.Second, "latency and ticks modes: how long to run; aging mode: the aging period (default 10s); limits-backlog mode: the window (default 1m)")
 		plots    = flag.String("plots", "", "pickup, scale and failover modes: draw SVG pictures into this directory (pickup: a sweep of insert rates)")
 		claims   = flag.Int("claims", 5_000_000, "sealcleanup mode: expired seal claims to delete")
-		backlog  = flag.Int("backlog", 50000, "throughput, sealed and pgbouncer modes: jobs in the backlog (sealed, pgbouncer: half); scaling mode: jobs (default 200,000); outbox mode: messages for the relay; workflow mode: steps (default 10,000); limits-backlog mode: jobs waiting (default 1,000,000)")
-		trials   = flag.Int("trials", 20, "failover mode: trials of each kind; orphans and pgfailover modes: trials; ordered mode: rounds; riverbest and workflow modes: paired rounds (default 5)")
+		backlog  = flag.Int("backlog", 50000, "throughput, sealed and pgbouncer modes: jobs in the backlog (sealed, pgbouncer: half); scaling mode: jobs (default 200,000); outbox mode: messages for the relay; workflow mode: steps (default 10,000); limits-backlog mode: jobs waiting (default 1,000,000); fairness mode: the flooding key's jobs (default 500,000)")
+		trials   = flag.Int("trials", 20, "failover mode: trials of each kind; orphans and pgfailover modes: trials; ordered mode: rounds; riverbest and workflow modes: paired rounds (default 5); fairness mode: paired rounds of the fetch ratio (default 3)")
 		parts    = flag.Int("partitions", -1, "failover mode: partition trials (default: -trials)")
 		orphans  = flag.Int("jobs", 100, "orphans mode: running jobs of the killed worker")
 		scheds   = flag.Int("schedules", 10, "ticks mode: schedules firing every second")
@@ -201,6 +202,20 @@ func main() {
 		r, err := limitBacklogBench(ctx, *url, n, 1000, 100, d)
 		if err != nil {
 			log.Fatalf("bench: limits-backlog: %v", redact.Postgres(err.Error()))
+		}
+		_ = json.NewEncoder(os.Stdout).Encode(r)
+		return
+	case "fairness":
+		sz := fairnessFull
+		if flagSet("backlog") {
+			sz.Flood = *backlog
+		}
+		if flagSet("trials") {
+			sz.Rounds = *trials
+		}
+		r, err := fairnessBench(ctx, *url, sz, 0)
+		if err != nil {
+			log.Fatalf("bench: fairness: %v", redact.Postgres(err.Error()))
 		}
 		_ = json.NewEncoder(os.Stdout).Encode(r)
 		return
