@@ -36,6 +36,8 @@ const oracleSchema = `
 	CREATE TABLE chaos_db_run (job_id bigint NOT NULL, key text NOT NULL, seq int NOT NULL, others int NOT NULL,
 		at timestamptz NOT NULL DEFAULT clock_timestamp());
 	CREATE TABLE chaos_limit_run (job_id bigint NOT NULL, tenant text NOT NULL, others int NOT NULL,
+		at timestamptz NOT NULL DEFAULT clock_timestamp());
+	CREATE TABLE chaos_fair_run (job_id bigint NOT NULL, source text NOT NULL,
 		at timestamptz NOT NULL DEFAULT clock_timestamp());`
 
 // verdict is a check's outcome. Only verdictOK passes.

@@ -69,6 +69,9 @@ func TestOracle_FailsClosed(t *testing.T) {
 		{"TicksQueryError", checkTicks(tickObs{from: at(0), to: at(10), ticks: 11, err: errQuery}), "query failed: connection refused"},
 		{"LimitedNoRun", checkLimited(limitedObs{committed: 9}), "9 limited jobs committed, 0 runs"},
 		{"LimitedQueryError", checkLimited(limitedObs{committed: 9, runs: 9, err: errQuery}), "query failed: connection refused"},
+		{"FairNoQuiet", checkFair(fairObs{flood: 1000}), "1000 flood and 0 quiet jobs committed, 0 quiet started"},
+		{"FairNoBacklog", checkFair(fairObs{flood: 1000, quiet: 9, started: 9, checked: 4}), "the flood kept no backlog"},
+		{"FairQueryError", checkFair(fairObs{flood: 1000, quiet: 9, err: errQuery}), "query failed: connection refused"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -592,6 +595,37 @@ func TestCheckLimited(t *testing.T) {
 		verdictViolated, "starts beyond the concurrency of 2: [job 4 of tenant-0 beside 2 others]")
 	requireVerdict(t, checkLimited(limitedObs{committed: 9, jobs: 9, completed: 8, runs: 8, most: 1}), verdictViolated,
 		"9 limited jobs committed, 9 in river_job, 8 completed: some never ran")
+}
+
+func TestCheckFair(t *testing.T) {
+	t.Parallel()
+
+	ok := fairObs{flood: 2000, quiet: 9, floodJobs: 2000, floodDone: 2000, quietJobs: 9, quietDone: 9, started: 9, checked: 9,
+		leastPassed: 0.5, quietWait: 300 * time.Millisecond, floodWait: 12 * time.Second}
+	tests := []struct {
+		name   string
+		change func(o *fairObs)
+		want   verdict
+		hint   string
+	}{
+		{"AllRan", func(*fairObs) {}, verdictOK,
+			"9 quiet jobs of 3 sources all completed beside a flood of 2000 (2000 completed, none lost), each before the flood jobs waiting at its insert (9 checked: at least 50% of them passed); longest wait to a first start: quiet 300ms, flood 12s"},
+		{"FloodWaiting", func(o *fairObs) { o.floodDone = 1500 }, verdictOK, "beside a flood of 2000 (1500 completed, none lost)"},
+		{"Starved", func(o *fairObs) {
+			o.starved = []string{"job 7 of quiet-1 waited 12.0s, behind all 1000 flood jobs waiting at its insert"}
+		}, verdictViolated, "quiet jobs starved by the flood: [job 7 of quiet-1"},
+		{"QuietUnrun", func(o *fairObs) { o.quietDone = 8 }, verdictViolated, "9 quiet jobs committed, 9 in river_job, 8 completed: some never ran"},
+		{"FloodLost", func(o *fairObs) { o.floodLost = 1 }, verdictViolated,
+			"2000 flood jobs committed, 2000 in river_job, 1 discarded or cancelled: some lost"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			o := ok
+			tt.change(&o)
+			requireVerdict(t, checkFair(o), tt.want, tt.hint)
+		})
+	}
 }
 
 func TestCheckTerms(t *testing.T) {

@@ -434,10 +434,14 @@ func run(ctx context.Context, serverURL string, steady, marathon time.Duration, 
   - {id: chaos-tick, name: Chaos tick, every: 1s, kind: ferry.noop, overlap: allow}
 limits:
   - {name: chaos-tenants, kind: chaos.limited, key: tenant, concurrency: %d}
+queues:
+  - {name: %s, workers: %d}
+fairness:
+  - {queue: %s, key: source}
 outbox:
   routes:
     - {topic: chaos.event, name: receiver, url: "http://%s/hook", secret_env: CHAOS_HOOK_SECRET, timeout: 5s}
-`, limitedConcurrency, ln.Addr())
+`, limitedConcurrency, fairQueue, fairWorkers, fairQueue, ln.Addr())
 	if err := os.WriteFile(s.cfgFile, []byte(cfg), 0o600); err != nil {
 		return false, err
 	}
@@ -487,6 +491,8 @@ outbox:
 	wg.Go(func() { s.produceDebounced(loadCtx, &debounced) })
 	var limited atomic.Int64
 	wg.Go(func() { s.produceLimited(loadCtx, &limited) })
+	var fair fairRun
+	wg.Go(func() { s.produceFair(loadCtx, &fair) })
 
 	time.Sleep(steady)
 	faults := []struct {
@@ -675,6 +681,7 @@ outbox:
 		checkWorkflows(shapes, observeWorkflows(ctx, s.pool, &wfs)),
 		checkDebounced(observeDebounced(ctx, s.pool, &debounced)),
 		checkLimited(observeLimited(ctx, s.pool, limited.Load())),
+		checkFair(observeFair(ctx, s.pool, &fair)),
 	}
 	attributeDeaths(s.faults, rows)
 	return report(os.Stdout, s.faults, checks), nil

@@ -22,6 +22,9 @@
 //     suite's FERRY_CONFIG): at its start it records itself
 //     (chaos_limit_run) with how many other jobs of its tenant River shows
 //     running, then sleeps sleep_ms;
+//   - kind chaos.fair, on queue chaos_fair, shared by weight across its
+//     sources (the suite's FERRY_CONFIG fairness): at its start it records
+//     itself (chaos_fair_run), then sleeps sleep_ms;
 //   - a leader runnable that records when this process starts and stops
 //     acting as leader (chaos_leader_run), so the oracle can check that no
 //     two processes' runnables overlap in time.
@@ -237,6 +240,38 @@ func (w *limitedWorker) NextRetry(*river.Job[LimitedArgs]) time.Time {
 	return time.Now().Add(time.Second)
 }
 
+// FairArgs are the args of chaos.fair: its source (the fairness's key)
+// and how long it runs.
+type FairArgs struct {
+	Source  string `json:"source"`
+	SleepMS int    `json:"sleep_ms,omitempty"`
+}
+
+// Kind implements river.JobArgs.
+func (FairArgs) Kind() string { return "chaos.fair" }
+
+// fairQueue is the queue the suite shares by weight across the sources of
+// chaos.fair (its FERRY_CONFIG's fairness and queues).
+const fairQueue = "chaos_fair"
+
+type fairWorker struct {
+	river.WorkerDefaults[FairArgs]
+	pool func() *pgxpool.Pool
+}
+
+// Work records its start (chaos_fair_run), then sleeps.
+func (w *fairWorker) Work(ctx context.Context, job *river.Job[FairArgs]) error {
+	if _, err := w.pool().Exec(ctx, `INSERT INTO chaos_fair_run (job_id, source) VALUES ($1, $2)`, job.ID, job.Args.Source); err != nil {
+		return err
+	}
+	return loop.Sleep(ctx, time.Duration(job.Args.SleepMS)*time.Millisecond)
+}
+
+// NextRetry retries a failed run after a second, as chaos.effect.
+func (w *fairWorker) NextRetry(*river.Job[FairArgs]) time.Time {
+	return time.Now().Add(time.Second)
+}
+
 func main() {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -246,6 +281,7 @@ func main() {
 	sw := &stepWorker{pool: func() *pgxpool.Pool { return srv.Pool() }}
 	dw := &debouncedWorker{pool: func() *pgxpool.Pool { return srv.Pool() }}
 	lw := &limitedWorker{pool: func() *pgxpool.Pool { return srv.Pool() }}
+	fw := &fairWorker{pool: func() *pgxpool.Pool { return srv.Pool() }}
 	var err error
 	srv, err = ferry.New(ctx, ferry.Config{
 		Database: ferry.DatabaseConfig{URL: os.Getenv("DATABASE_URL"), SessionURL: os.Getenv("FERRY_SESSION_DATABASE_URL"), Pooler: os.Getenv("FERRY_POOLER")},
@@ -259,7 +295,8 @@ func main() {
 		Kinds: []jobs.Kind{jobs.Define[EffectArgs](w, river.QueueDefault, "chaos: a job with a once-only effect"),
 			jobs.Define[StepArgs](sw, river.QueueDefault, "chaos: a workflow's step that checks its dependencies"),
 			jobs.Define[DebouncedArgs](dw, river.QueueDefault, "chaos: a debounced job that records its runs"),
-			jobs.Define[LimitedArgs](lw, river.QueueDefault, "chaos: a job under a concurrency limit per tenant that records its runs")},
+			jobs.Define[LimitedArgs](lw, river.QueueDefault, "chaos: a job under a concurrency limit per tenant that records its runs"),
+			jobs.Define[FairArgs](fw, fairQueue, "chaos: a job of a queue shared by weight across its sources that records its runs")},
 		Logger: log,
 	})
 	if err != nil {
