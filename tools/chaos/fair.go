@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -60,7 +61,9 @@ func (s *suite) produceFair(ctx context.Context, n *fairRun) {
 		})
 	}
 	flooded := make(chan struct{})
-	go func() {
+	var flood sync.WaitGroup
+	defer flood.Wait()
+	flood.Go(func() {
 		// The flood tops its waiting jobs up to fairBacklog (read on the
 		// direct pool, as the oracle reads).
 		first := true
@@ -82,7 +85,7 @@ func (s *suite) produceFair(ctx context.Context, n *fairRun) {
 			case <-time.After(fairTopUp):
 			}
 		}
-	}()
+	})
 	select {
 	case <-ctx.Done():
 		return
