@@ -110,6 +110,9 @@ type Console interface {
 	// Limits lists the concurrency and rate limits with their use
 	// (enqueue limits).
 	Limits(ctx context.Context) ([]limit.Status, error)
+	// Fairness lists the fair queues with their keys' weights, jobs
+	// waiting, running and started (enqueue queues).
+	Fairness(ctx context.Context) ([]limit.FairStatus, error)
 	// Workers lists the live and lost workers, and those dead or stopped
 	// within since (enqueue workers).
 	Workers(ctx context.Context, since time.Duration) ([]liveness.WorkerInfo, error)
@@ -292,4 +295,8 @@ func (d data) Locks(ctx context.Context) ([]locks.Holder, error) {
 
 func (d data) Limits(ctx context.Context) ([]limit.Status, error) {
 	return limit.List(ctx, d.pool)
+}
+
+func (d data) Fairness(ctx context.Context) ([]limit.FairStatus, error) {
+	return limit.ListFair(ctx, d.pool)
 }

@@ -150,7 +150,7 @@ func (s *Server) routePages(mux *http.ServeMux) {
 		s.page(w, r, "locks", v, err)
 	})
 	mux.HandleFunc("GET /admin/limits", func(w http.ResponseWriter, r *http.Request) {
-		v, err := call(r.Context(), s.limits)
+		v, err := call(r.Context(), s.limitsPage)
 		s.page(w, r, "limits", v, err)
 	})
 	mux.HandleFunc("POST /admin/outbox/reset", s.resetOutbox)
@@ -195,6 +195,7 @@ func (s *Server) routePages(mux *http.ServeMux) {
 		"outbox":    func(ctx context.Context) (any, error) { return s.cfg.Console.Outbox(ctx) },
 		"locks":     func(ctx context.Context) (any, error) { return s.heldLocks(ctx) },
 		"limits":    func(ctx context.Context) (any, error) { return s.limits(ctx) },
+		"fairness":  func(ctx context.Context) (any, error) { return s.fairness(ctx) },
 		"telegram":  func(ctx context.Context) (any, error) { return s.telegram(ctx) },
 	}
 	for _, p := range s.cfg.Pages {
@@ -265,6 +266,56 @@ func (s *Server) limits(ctx context.Context) ([]limit.Status, error) {
 		ls = []limit.Status{}
 	}
 	return ls, err
+}
+
+// fairness is the Console's fair queues, [] rather than null when none
+// is.
+func (s *Server) fairness(ctx context.Context) ([]limit.FairStatus, error) {
+	fs, err := s.cfg.Console.Fairness(ctx)
+	if fs == nil {
+		fs = []limit.FairStatus{}
+	}
+	return fs, err
+}
+
+// shownFairKeys is how many keys of a fair queue the limits page lists
+// (the busiest); /admin/api/fairness lists them all.
+const shownFairKeys = 20
+
+// limitsPage is the limits page's data: the limits, and the fair queues
+// below them (their JSON is /admin/api/limits and /admin/api/fairness).
+type limitsPage struct {
+	Limits []limit.Status
+	Fair   []fairView
+}
+
+// fairView is a fair queue as the limits page shows it: its busiest keys,
+// how many more it has, and the jobs started from all of them.
+type fairView struct {
+	limit.FairStatus
+	Shown   []limit.FairKeyStatus
+	More    int
+	Started int64
+}
+
+func (s *Server) limitsPage(ctx context.Context) (limitsPage, error) {
+	ls, err := s.limits(ctx)
+	if err != nil {
+		return limitsPage{}, err
+	}
+	fs, err := s.fairness(ctx)
+	if err != nil {
+		return limitsPage{}, err
+	}
+	p := limitsPage{Limits: ls}
+	for _, f := range fs {
+		v := fairView{FairStatus: f, Shown: f.Keys[:min(len(f.Keys), shownFairKeys)], More: max(len(f.Keys)-shownFairKeys, 0)}
+		for _, k := range f.Keys {
+			v.Started += k.Started
+		}
+		p.Fair = append(p.Fair, v)
+	}
+	return p, nil
 }
 
 func (s *Server) telegram(ctx context.Context) ([]telegram.BotStatus, error) {

@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -142,10 +143,23 @@ func (c *fakeConsole) Limits(context.Context) ([]limit.Status, error) {
 	}}, c.fail
 }
 
+// Fairness is one fair queue of 22 keys: acme (weight 3) the busiest,
+// then t00…t20 (the default weight, 0.5).
+func (c *fakeConsole) Fairness(context.Context) ([]limit.FairStatus, error) {
+	c.calls.Add(1)
+	f := limit.FairStatus{Queue: "imports", KeyField: "tenant", Fairness: limit.Fairness{Weights: map[string]float64{"acme": 3}, DefaultWeight: 0.5},
+		Running: 2, Waiting: 9 + 21}
+	f.Keys = append(f.Keys, limit.FairKeyStatus{Key: "acme", Weight: 3, Running: 2, Waiting: 9, Started: 41})
+	for i := range 21 {
+		f.Keys = append(f.Keys, limit.FairKeyStatus{Key: fmt.Sprintf("t%02d", i), Weight: 0.5, Waiting: 1, Started: 1})
+	}
+	return []limit.FairStatus{f}, c.fail
+}
+
 // pages and apis are every GET that calls the Console.
 var (
 	pages = []string{"/admin/", "/admin/leader", "/admin/workers", "/admin/schedules", "/admin/outbox", "/admin/locks", "/admin/limits", "/admin/telegram"}
-	apis  = []string{"/admin/api/summary", "/admin/api/leader", "/admin/api/workers", "/admin/api/schedules", "/admin/api/outbox", "/admin/api/locks", "/admin/api/limits", "/admin/api/telegram"}
+	apis  = []string{"/admin/api/summary", "/admin/api/leader", "/admin/api/workers", "/admin/api/schedules", "/admin/api/outbox", "/admin/api/locks", "/admin/api/limits", "/admin/api/fairness", "/admin/api/telegram"}
 )
 
 // noRedirect is a client that returns redirects instead of following them.
