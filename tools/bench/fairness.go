@@ -16,7 +16,6 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
-	"github.com/ferryq/ferry"
 	"github.com/ferryq/ferry/internal/limit"
 	"github.com/ferryq/ferry/jobs"
 )
@@ -205,25 +204,18 @@ func fairShares(ctx context.Context, serverURL, dir string, perKey int, window t
 		return nil, 0, err
 	}
 	cfg.Logger = workerLog()
-	srv, err := ferry.New(ctx, cfg)
+	srv, stop, err := startServer(ctx, cfg)
 	if err != nil {
 		return nil, 0, err
 	}
-	// The channel holds every job of the backlog: River drops the events a
-	// full channel cannot take.
+	defer stop()
+	// The window opens as the server has started. The channel holds every
+	// job of the backlog: River drops the events a full channel cannot
+	// take.
 	events, cancel := srv.River().SubscribeConfig(&river.SubscribeConfig{ChanSize: perKey * len(keys), Kinds: []river.EventKind{
 		river.EventKindJobCompleted, river.EventKindJobFailed, river.EventKindJobCancelled,
 	}})
 	defer cancel()
-	runCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	exited := make(chan error, 1)
-	go func() { exited <- srv.Run(runCtx) }()
-	select {
-	case <-srv.Started():
-	case err := <-exited:
-		return nil, 0, fmt.Errorf("server: %w", err)
-	}
 	end := time.NewTimer(window)
 	defer end.Stop()
 	counts := map[string]int{}
@@ -242,14 +234,10 @@ func fairShares(ctx context.Context, serverURL, dir string, perKey int, window t
 			total++
 		case <-end.C:
 			done = true
-		case err := <-exited:
-			return nil, 0, fmt.Errorf("server exited: %w", err)
 		case <-ctx.Done():
 			return nil, 0, ctx.Err()
 		}
 	}
-	stop()
-	<-exited
 	if total == 0 {
 		return nil, 0, fmt.Errorf("no job completed in %s", window)
 	}
@@ -272,12 +260,30 @@ func fairPickup(ctx context.Context, serverURL, dir string, sz fairnessSizes, re
 	if err != nil {
 		return err
 	}
-	flooded := func() ([]float64, error) {
-		pool, drop, err := scratch(ctx, serverURL)
-		if err != nil {
-			return nil, err
-		}
-		defer drop()
+	lats, err := quietSamples(ctx, serverURL, sz, cfgFile, res)
+	if err != nil {
+		return err
+	}
+	res.QuietP50, res.QuietP99 = pct(lats, 50), pct(lats, 99)
+	base, err := quietSamples(ctx, serverURL, sz, "", res)
+	if err != nil {
+		return fmt.Errorf("baseline: %w", err)
+	}
+	res.BaseP50, res.BaseP99 = pct(base, 50), pct(base, 99)
+	res.QuietRatio = res.QuietP99 / res.BaseP99
+	return nil
+}
+
+// quietSamples is one side of fairPickup: with cfgFile, the fairness is
+// registered, the flood written and the worker runs with the file; without,
+// the quiet key's jobs are the queue's only ones.
+func quietSamples(ctx context.Context, serverURL string, sz fairnessSizes, cfgFile string, res *fairnessResult) ([]float64, error) {
+	pool, drop, err := scratch(ctx, serverURL)
+	if err != nil {
+		return nil, err
+	}
+	defer drop()
+	if cfgFile != "" {
 		if err := registerFair(nil)(ctx, pool); err != nil {
 			return nil, err
 		}
@@ -286,48 +292,26 @@ func fairPickup(ctx context.Context, serverURL, dir string, sz fairnessSizes, re
 			return nil, err
 		}
 		res.FloodWriteSec = time.Since(t).Seconds()
-		cfg, _, err := workerConfig(pool, false)
-		if err != nil {
-			return nil, err
-		}
-		cfg.ConfigFile = cfgFile
-		lats, _, err := tenantLatencySamples(ctx, pool, cfg, sz.QuietRate, sz.QuietDur, "quiet")
-		if err != nil {
-			return nil, err
-		}
-		// The flood must outlast the window, or the quiet key was measured
-		// on an idle queue.
-		var left bool
-		if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM river_job WHERE state IN ('available', 'pending'))`).Scan(&left); err != nil {
-			return nil, err
-		}
-		if !left {
-			return nil, fmt.Errorf("the flood of %d jobs was worked within the window: raise it", sz.Flood)
-		}
-		return lats, nil
 	}
-	lats, err := flooded()
-	if err != nil {
-		return err
-	}
-	res.QuietP50, res.QuietP99 = pct(lats, 50), pct(lats, 99)
-
-	pool, drop, err := scratch(ctx, serverURL)
-	if err != nil {
-		return err
-	}
-	defer drop()
 	cfg, _, err := workerConfig(pool, false)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	base, _, err := tenantLatencySamples(ctx, pool, cfg, sz.QuietRate, sz.QuietDur, "quiet")
-	if err != nil {
-		return fmt.Errorf("baseline: %w", err)
+	cfg.ConfigFile = cfgFile
+	lats, _, err := tenantLatencySamples(ctx, pool, cfg, sz.QuietRate, sz.QuietDur, "quiet")
+	if err != nil || cfgFile == "" {
+		return lats, err
 	}
-	res.BaseP50, res.BaseP99 = pct(base, 50), pct(base, 99)
-	res.QuietRatio = res.QuietP99 / res.BaseP99
-	return nil
+	// The flood must outlast the window, or the quiet key was measured on
+	// an idle queue.
+	var left bool
+	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM river_job WHERE state IN ('available', 'pending'))`).Scan(&left); err != nil {
+		return nil, err
+	}
+	if !left {
+		return nil, fmt.Errorf("the flood of %d jobs was worked within the window: raise it", sz.Flood)
+	}
+	return lats, nil
 }
 
 // fairFetch works n no-op jobs spread over keys tenants with ferry's whole
