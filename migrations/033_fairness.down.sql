@@ -1,7 +1,9 @@
 DROP TRIGGER ferry_limit_gate_activate ON ferry_limit_gate;
 DROP FUNCTION ferry_limit_gate_activate();
+DROP TABLE ferry_limit_gate_started;
 DROP INDEX ferry_limit_gate_activated;
-ALTER TABLE ferry_limit_gate DROP COLUMN activated, DROP COLUMN started;
+DROP INDEX ferry_limit_gate_drained;
+ALTER TABLE ferry_limit_gate DROP COLUMN activated, DROP COLUMN drained_at;
 DROP SEQUENCE ferry_limit_gate_activation;
 -- Jobs parked behind a fairness only go back to 'available' (they park
 -- again behind the limits left, if any, as the sweep frees them).

@@ -19,13 +19,24 @@ ALTER TABLE ferry_limit ADD CONSTRAINT ferry_limit_fair_whole
 -- activated orders the gates' activations (a new gate's, or an inactive
 -- one's that a job parks in): a worker serving a fair queue keeps its
 -- gates in memory and reads only those activated since it last looked.
--- started counts the jobs claimed from the gate (each worker adds its own
--- every few seconds), which `enqueue queues` and the console show per key.
+-- drained_at is when a claim last marked the gate inactive: the leader's
+-- sweep looks every second at the gates drained in the last seconds for a
+-- job parked while the claim looked (every minute at all of them).
 CREATE SEQUENCE ferry_limit_gate_activation;
 ALTER TABLE ferry_limit_gate
     ADD COLUMN activated bigint NOT NULL DEFAULT nextval('ferry_limit_gate_activation'),
-    ADD COLUMN started bigint NOT NULL DEFAULT 0;
+    ADD COLUMN drained_at timestamptz;
 CREATE INDEX ferry_limit_gate_activated ON ferry_limit_gate (queue, activated) WHERE active;
+CREATE INDEX ferry_limit_gate_drained ON ferry_limit_gate (drained_at) WHERE NOT active;
+
+-- The jobs claimed from each gate, as each worker adds its own every few
+-- seconds: `enqueue queues` and the console show them per key. A table of
+-- its own, so that the counts' writes never wait on, or hold up, the
+-- gates' rows that parks and claims update.
+CREATE TABLE ferry_limit_gate_started (
+    gate_id bigint PRIMARY KEY,
+    started bigint NOT NULL
+);
 
 CREATE FUNCTION ferry_limit_gate_activate() RETURNS trigger
 LANGUAGE plpgsql AS $$

@@ -58,7 +58,9 @@
 // knows, so a key back from a quiet spell is served at once, with no
 // credit for the spell. Neither the lock nor the use read is needed for a
 // fairness (it has no room to count): a claim from gates with no limit is
-// one statement, outside a transaction.
+// one statement, outside a transaction, and one more when a gate had
+// fewer jobs parked than its share (a quiet key's one job): the room it
+// left goes to the others, by stride.
 //
 // The passes are each worker's own, in memory (fairQueue): each worker
 // serves the keys in proportion to their weights, so the workers together
@@ -67,8 +69,10 @@
 // activated since its last read (ferry_limit_gate.activated, from a
 // sequence, set as a gate is made or made active again: migration 033),
 // so a fetch reads few rows however many keys the queue has. Each worker
-// adds the jobs it claimed from each gate to the gate's started count
-// every five seconds: ListFair, `enqueue queues` and the console read it.
+// adds the jobs it claimed from each gate to the gate's count in
+// ferry_limit_gate_started every five seconds (a table of its own: those
+// writes never wait on a gate's row): ListFair, `enqueue queues` and the
+// console read it.
 //
 // # Concurrency
 //
@@ -104,7 +108,9 @@
 // registered for ten minutes (a limit removed from every config must not
 // hold its jobs: made available again, they park behind the limits left,
 // if any), marks active a gate that a claim marked drained while a job
-// was parking in it, turns the park's sequence off once no worker
+// was parking in it (of the gates drained in the last ten seconds; of all
+// of them once a minute, for a park whose transaction stayed open
+// longer), turns the park's sequence off once no worker
 // enforces a limit, and forgets idle gates, full rate buckets and old
 // limits. `enqueue limits`, the console and the metrics read the limits
 // in ferry_limit and their use from the gates (List). During a deploy

@@ -241,8 +241,9 @@ type Execer interface {
 }
 
 // sqlAddStarted adds the jobs claimed from the gates $1, $2 each.
-const sqlAddStarted = `UPDATE ferry_limit_gate g SET started = g.started + s.n
-FROM unnest($1::bigint[], $2::bigint[]) AS s(id, n) WHERE g.id = s.id`
+const sqlAddStarted = `INSERT INTO ferry_limit_gate_started AS s (gate_id, started)
+SELECT * FROM unnest($1::bigint[], $2::bigint[])
+ON CONFLICT (gate_id) DO UPDATE SET started = s.started + excluded.started`
 
 // gateOutcome is what a claim did with a gate it was given.
 type gateOutcome struct {

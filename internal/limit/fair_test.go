@@ -2,12 +2,17 @@ package limit
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
 
+	"github.com/riverqueue/river/riverdriver"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ferryq/ferry/internal/base/pgtest"
 )
 
 // fairTenants is the fairness of these tests: the default queue shared by
@@ -154,4 +159,49 @@ func TestCheck_Fairness(t *testing.T) {
 	}
 	_, err = Limit{Name: "fair:x", Kind: "k", Concurrency: 1}.Check()
 	assert.ErrorContains(t, err, "names a queue's fairness")
+}
+
+// One claim of a fair queue takes as many jobs as the fetch asks for: the
+// share a quiet key's one job left goes to the keys with more, and each
+// key's share follows the weights across claims.
+func TestFair_ClaimFillsTheFetch(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.PoolFor(t, pgtest.NewDatabase(t, true))
+	ctx := context.Background()
+	l, err := New(Config{Pool: pool, Limits: []Limit{fairTenants()}})
+	require.NoError(t, err)
+	require.NoError(t, l.Register(ctx))
+	_, err = pool.Exec(ctx, `INSERT INTO river_job (args, kind, max_attempts, queue, state)
+		SELECT jsonb_build_object('tenant', t), 'limit.test', 25, 'default', 'available'::river_job_state
+		FROM unnest(ARRAY['a', 'c']) t, generate_series(1, 100)
+		UNION ALL SELECT '{"tenant": "quiet"}', 'limit.test', 25, 'default', 'available'::river_job_state`)
+	require.NoError(t, err)
+	claim := func(n int) map[string]int {
+		t.Helper()
+		rows, err := l.Claim(ctx, riverpgxv5.New(pool).GetExecutor(), &riverdriver.JobGetAvailableParams{
+			ClientID: "fair-test", MaxAttemptedBy: 100, MaxToLock: n, Queue: "default",
+		})
+		require.NoError(t, err)
+		out := map[string]int{}
+		for _, r := range rows {
+			var a testArgs
+			require.NoError(t, json.Unmarshal(r.EncodedArgs, &a))
+			out[a.Tenant]++
+		}
+		return out
+	}
+	// Weights a 1, c 7, quiet 1: shares of 16 are 2, 12 and 2; quiet has
+	// one job, so a and c share the rest by stride.
+	first := claim(16)
+	assert.Equal(t, 1, first["quiet"])
+	assert.Equal(t, 16, first["a"]+first["c"]+first["quiet"], "the fetch is filled: %v", first)
+	// Across claims, a and c by 1:7.
+	total := map[string]int{"a": first["a"], "c": first["c"]}
+	for range 4 {
+		for k, n := range claim(16) {
+			total[k] += n
+		}
+	}
+	assert.Equal(t, 79, total["a"]+total["c"])
+	assert.InDelta(t, 79.0/8, total["a"], 2, "a: 1 of 8: %v", total)
 }

@@ -92,7 +92,7 @@ ON CONFLICT (limit_name, key) DO UPDATE SET tat = excluded.tat`
 	// sqlDrained marks inactive the gates ($1) a claim found no job
 	// parked in. A job parked meanwhile by a transaction not yet committed
 	// finds its gate active, or the sweep marks it so.
-	sqlDrained = `UPDATE ferry_limit_gate g SET active = false
+	sqlDrained = `UPDATE ferry_limit_gate g SET active = false, drained_at = now()
 WHERE g.id = ANY($1::bigint[]) AND g.active AND NOT EXISTS (
     SELECT 1 FROM river_job j WHERE j.state = 'pending' AND j.metadata ? 'ferry_gate'
       AND (j.metadata->>'ferry_gate')::bigint = g.id)`
@@ -243,9 +243,12 @@ func (l *Limiter) claim(ctx context.Context, conn *pgx.Conn, gates []gate, strid
 		names[i], keys[i] = byLock[n].name, byLock[n].key
 		counted[i] = l.byName[names[i]].Concurrency > 0
 	}
-	// Without a room to read, the claim is one statement and needs no
-	// transaction: each job is claimed once by SKIP LOCKED.
+	// Without a room to read, the claim needs no transaction: each job is
+	// claimed once by SKIP LOCKED.
 	tx := len(lockNames) > 0
+	if !tx && strides != nil {
+		return l.claimFair(ctx, conn, gates, strides, fq, params)
+	}
 	now := time.Now()
 	held := map[part]bool{}
 	st := map[part]*partState{}
@@ -301,19 +304,9 @@ func (l *Limiter) claim(ctx context.Context, conn *pgx.Conn, gates []gate, strid
 			asked = append(asked, j)
 		}
 	}
-	var got []claimedJob
-	if len(ids) > 0 {
-		rows, err := conn.Query(ctx, sqlClaim, ids, ns, params.Kind, params.ClientID,
-			int32(min(params.MaxAttemptedBy, math.MaxInt32))) //nolint:gosec // bounded
-		if err != nil {
-			return res, fmt.Errorf("claim: %w", err)
-		}
-		if got, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (claimedJob, error) {
-			var c claimedJob
-			return c, row.Scan(&c.id, &c.ord)
-		}); err != nil {
-			return res, fmt.Errorf("claim: %w", err)
-		}
+	got, err := claimFrom(ctx, conn, ids, ns, params)
+	if err != nil {
+		return res, err
 	}
 	// The turns of the jobs claimed, as many as each gate gave; the gates
 	// that gave fewer than asked may be drained.
@@ -367,6 +360,92 @@ func (l *Limiter) claim(ctx context.Context, conn *pgx.Conn, gates []gate, strid
 		for i, o := range res.outcomes {
 			fq.started[gates[i].id] += int64(o.got)
 		}
+	}
+	return res, nil
+}
+
+// claimFrom runs sqlClaim: up to ns[i] parked jobs of gate ids[i].
+func claimFrom(ctx context.Context, conn *pgx.Conn, ids []int64, ns []int32, params *riverdriver.JobGetAvailableParams) ([]claimedJob, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	rows, err := conn.Query(ctx, sqlClaim, ids, ns, params.Kind, params.ClientID,
+		int32(min(params.MaxAttemptedBy, math.MaxInt32))) //nolint:gosec // bounded
+	if err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
+	}
+	got, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (claimedJob, error) {
+		var c claimedJob
+		return c, row.Scan(&c.id, &c.ord)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
+	}
+	return got, nil
+}
+
+// claimFair is claim for a fair queue's gates with no room to count (no
+// limit but the fairness): no lock, no use read, no transaction. The
+// stride's shares are asked of the gates; when some gate had fewer jobs
+// parked than its share (a quiet key's one job), the room it left is
+// asked again of the gates that gave all they were asked, by stride, in
+// one more statement.
+func (l *Limiter) claimFair(ctx context.Context, conn *pgx.Conn, gates []gate, strides []stride, fq *fairQueue, params *riverdriver.JobGetAvailableParams) (claimResult, error) {
+	res := claimResult{outcomes: make([]gateOutcome, len(gates))}
+	passes := slices.Clone(strides)
+	open := make([]int, len(gates)) // the indexes of the gates still asked of
+	for i := range open {
+		open[i] = i
+	}
+	var drained []int64
+	left := params.MaxToLock
+	for round := 0; round < 2 && left > 0 && len(open) > 0; round++ {
+		sub, w := make([]gate, len(open)), make([]stride, len(open))
+		for j, i := range open {
+			sub[j], w[j] = gates[i], passes[i]
+		}
+		want, _ := plan(sub, w, nil, l.byName, time.Now(), 0, left, nil)
+		var ids []int64
+		var ns []int32
+		var asked []int // the index in gates of each gate asked of
+		for j, i := range open {
+			if want[j] > 0 {
+				ids, ns = append(ids, gates[i].id), append(ns, int32(want[j])) //nolint:gosec // at most MaxToLock
+				asked = append(asked, i)
+			}
+		}
+		got, err := claimFrom(ctx, conn, ids, ns, params)
+		if err != nil {
+			return res, err
+		}
+		gotBy := make([]int, len(gates))
+		for _, c := range got {
+			gotBy[asked[c.ord-1]]++
+			res.ids, res.turns = append(res.ids, c.id), append(res.turns, time.Time{})
+		}
+		left -= len(got)
+		short := false
+		for k, i := range asked {
+			o := &res.outcomes[i]
+			o.got += gotBy[i]
+			passes[i].pass += float64(gotBy[i]) / passes[i].weight
+			if gotBy[i] < int(ns[k]) {
+				o.drained, short = true, true
+				drained = append(drained, gates[i].id)
+			}
+		}
+		if !short {
+			break
+		}
+		open = slices.DeleteFunc(open, func(i int) bool { return res.outcomes[i].drained })
+	}
+	if len(drained) > 0 {
+		if _, err := conn.Exec(ctx, sqlDrained, drained); err != nil {
+			return res, fmt.Errorf("mark drained gates: %w", err)
+		}
+	}
+	for i, o := range res.outcomes {
+		fq.started[gates[i].id] += int64(o.got)
 	}
 	return res, nil
 }

@@ -60,6 +60,9 @@ type Limiter struct {
 	sweep  time.Duration
 	logger *slog.Logger
 
+	// reactivatedAll is when the sweep last looked at every drained gate.
+	reactivatedAll time.Time
+
 	// turns holds the rate turns of the jobs this process claimed ahead
 	// of their turn: job id to the local time it may start.
 	turns sync.Map

@@ -171,10 +171,10 @@ FROM ferry_limit WHERE seen_at > now() - make_interval(secs => $1) AND fair ORDE
 	// and the jobs started.
 	sqlFairUse = sqlGateJobs + `
 SELECT gp.limit_name, gp.key, coalesce(sum(jobs.running), 0)::bigint, coalesce(sum(jobs.waiting), 0)::bigint,
-    sum(g.started)::bigint
+    coalesce(sum(s.started), 0)::bigint
 FROM ferry_limit_gate_part gp
 JOIN ferry_limit l ON l.name = gp.limit_name AND l.fair
-JOIN ferry_limit_gate g ON g.id = gp.gate_id
+LEFT JOIN ferry_limit_gate_started s ON s.gate_id = gp.gate_id
 LEFT JOIN jobs ON jobs.gate = gp.gate_id
 GROUP BY 1, 2`
 )

@@ -18,6 +18,10 @@ import (
 // from every worker's config: no job parks behind it (the park reads the
 // same ten minutes, migration 032) and the jobs parked behind it are
 // freed; past forgetAfter its row is deleted.
+// reactivateWithin is how far back each sweep looks for gates a claim
+// drained while a job was parking in them; every minute it looks at all.
+const reactivateWithin = 10 * time.Second
+
 const (
 	seenEvery   = time.Minute
 	goneAfter   = 10 * time.Minute
@@ -70,22 +74,26 @@ WHERE state = 'pending' AND metadata ? 'ferry_gate' AND id IN (SELECT j.id FROM 
     LIMIT 10000)`
 
 	// sqlReactivate marks active the gates with jobs parked that a claim
-	// marked drained while their park was not yet committed, and returns
-	// their queues.
+	// marked drained while their park was not yet committed (of those
+	// drained in the last $1 seconds, or of all when $1 is NULL), and
+	// returns their queues.
 	sqlReactivate = `UPDATE ferry_limit_gate g SET active = true
-WHERE NOT g.active AND EXISTS (SELECT 1 FROM river_job j WHERE j.state = 'pending' AND j.metadata ? 'ferry_gate'
+WHERE NOT g.active AND ($1::float8 IS NULL OR g.drained_at > now() - make_interval(secs => $1))
+  AND EXISTS (SELECT 1 FROM river_job j WHERE j.state = 'pending' AND j.metadata ? 'ferry_gate'
     AND (j.metadata->>'ferry_gate')::bigint = g.id)
 RETURNING g.queue`
 
 	// sqlDropGates forgets the gates idle for a day (no job parked behind
 	// them nor running through them); a job of one that comes back parks
 	// behind a new one.
-	sqlDropGates = `DELETE FROM ferry_limit_gate g
+	sqlDropGates = `WITH gone AS (DELETE FROM ferry_limit_gate g
 WHERE NOT g.active AND g.created_at < now() - interval '1 day'
   AND NOT EXISTS (SELECT 1 FROM river_job j WHERE j.state = 'pending' AND j.metadata ? 'ferry_gate'
     AND (j.metadata->>'ferry_gate')::bigint = g.id)
   AND NOT EXISTS (SELECT 1 FROM river_job j WHERE j.state = 'running' AND j.metadata ? 'ferry_gate'
-    AND (j.metadata->>'ferry_gate')::bigint = g.id)`
+    AND (j.metadata->>'ferry_gate')::bigint = g.id)
+RETURNING g.id)
+DELETE FROM ferry_limit_gate_started s USING gone WHERE s.gate_id = gone.id`
 
 	// sqlDropFullBuckets forgets the rate rows that say nothing: a bucket
 	// whose tat has passed is full, as if it had no row.
@@ -273,8 +281,17 @@ func (l *Limiter) Sweep(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("turn the park off: %w", err)
 	}
+	// The gates drained in the last seconds every pass; all of them every
+	// minute (a park whose transaction stayed open longer).
+	var within *float64
+	if time.Since(l.reactivatedAll) < time.Minute {
+		s := reactivateWithin.Seconds()
+		within = &s
+	} else {
+		l.reactivatedAll = time.Now()
+	}
 	return pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, sqlReactivate)
+		rows, err := tx.Query(ctx, sqlReactivate, within)
 		if err != nil {
 			return fmt.Errorf("mark gates active: %w", err)
 		}
