@@ -205,3 +205,42 @@ func TestFair_ClaimFillsTheFetch(t *testing.T) {
 	assert.Equal(t, 79, total["a"]+total["c"])
 	assert.InDelta(t, 79.0/8, total["a"], 2, "a: 1 of 8: %v", total)
 }
+
+// A gate that gave a claim fewer jobs than asked but still has one parked
+// (one not due yet, or parked since the claim looked) stays active, and
+// the worker keeps serving it: a job parked in it next is claimed at the
+// next fetch, not when the worker next reads every gate.
+func TestFair_AShortGateWithJobsParkedIsServedNext(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.PoolFor(t, pgtest.NewDatabase(t, true))
+	ctx := context.Background()
+	l, err := New(Config{Pool: pool, Limits: []Limit{fairTenants()}})
+	require.NoError(t, err)
+	require.NoError(t, l.Register(ctx))
+	insert := func(tenant string, n int, due string) {
+		t.Helper()
+		_, err := pool.Exec(ctx, `INSERT INTO river_job (args, kind, max_attempts, queue, state, scheduled_at)
+			SELECT jsonb_build_object('tenant', $1::text), 'limit.test', 25, 'default', 'available', now() + $3::interval
+			FROM generate_series(1, $2)`, tenant, n, due)
+		require.NoError(t, err)
+	}
+	insert("flood", 100, "0s")
+	insert("quiet", 1, "1h") // parked, not due
+	claim := func() map[string]int {
+		t.Helper()
+		rows, err := l.Claim(ctx, riverpgxv5.New(pool).GetExecutor(), &riverdriver.JobGetAvailableParams{
+			ClientID: "fair-test", MaxAttemptedBy: 100, MaxToLock: 10, Queue: "default",
+		})
+		require.NoError(t, err)
+		out := map[string]int{}
+		for _, r := range rows {
+			var a testArgs
+			require.NoError(t, json.Unmarshal(r.EncodedArgs, &a))
+			out[a.Tenant]++
+		}
+		return out
+	}
+	assert.Equal(t, map[string]int{"flood": 10}, claim(), "the quiet gate had nothing due")
+	insert("quiet", 1, "0s")
+	assert.Equal(t, 1, claim()["quiet"], "the quiet key's due job at the next claim")
+}

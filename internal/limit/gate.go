@@ -89,13 +89,21 @@ SELECT id, ord FROM claimed ORDER BY ord, priority, scheduled_at, id`
 SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[])
 ON CONFLICT (limit_name, key) DO UPDATE SET tat = excluded.tat`
 
-	// sqlDrained marks inactive the gates ($1) a claim found no job
-	// parked in. A job parked meanwhile by a transaction not yet committed
-	// finds its gate active, or the sweep marks it so.
-	sqlDrained = `UPDATE ferry_limit_gate g SET active = false, drained_at = now()
-WHERE g.id = ANY($1::bigint[]) AND g.active AND NOT EXISTS (
-    SELECT 1 FROM river_job j WHERE j.state = 'pending' AND j.metadata ? 'ferry_gate'
-      AND (j.metadata->>'ferry_gate')::bigint = g.id)`
+	// sqlDrained marks inactive those of the gates ($1) that gave a claim
+	// fewer jobs than it asked for that have no job parked now, and
+	// returns the others (a job parked since the claim's snapshot, or one
+	// not yet due): they stay active. A job parked meanwhile by a
+	// transaction not yet committed finds its gate active, or the sweep
+	// marks it so.
+	sqlDrained = `WITH d AS (
+    SELECT g.id, EXISTS (SELECT 1 FROM river_job j WHERE j.state = 'pending' AND j.metadata ? 'ferry_gate'
+        AND (j.metadata->>'ferry_gate')::bigint = g.id) AS parked
+    FROM ferry_limit_gate g WHERE g.id = ANY($1::bigint[])
+), marked AS (
+    UPDATE ferry_limit_gate g SET active = false, drained_at = now()
+    FROM d WHERE g.id = d.id AND NOT d.parked AND g.active
+)
+SELECT id FROM d WHERE parked`
 )
 
 // applies reports whether some limit of l may apply to jobs of queue: a
@@ -345,8 +353,13 @@ func (l *Limiter) claim(ctx context.Context, conn *pgx.Conn, gates []gate, strid
 	if n, k, t := changedTats(st); len(n) > 0 {
 		end.Queue(sqlSaveTat, n, k, t)
 	}
+	var still []int64 // the gates found short that still have jobs parked
 	if len(drained) > 0 {
-		end.Queue(sqlDrained, drained)
+		end.Queue(sqlDrained, drained).Query(func(rows pgx.Rows) error {
+			var err error
+			still, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+			return err
+		})
 	}
 	if tx {
 		end.Queue("COMMIT")
@@ -356,12 +369,24 @@ func (l *Limiter) claim(ctx context.Context, conn *pgx.Conn, gates []gate, strid
 			return res, fmt.Errorf("save the limits' state and commit: %w", err)
 		}
 	}
+	res.keep(gates, still)
 	if fq != nil {
 		for i, o := range res.outcomes {
 			fq.started[gates[i].id] += int64(o.got)
 		}
 	}
 	return res, nil
+}
+
+// keep clears the drained mark of the gates (of gates) found short that
+// still have jobs parked (sqlDrained's): a worker keeps them in its fair
+// queue, as they stay active.
+func (r *claimResult) keep(gates []gate, still []int64) {
+	for i := range r.outcomes {
+		if r.outcomes[i].drained && slices.Contains(still, gates[i].id) {
+			r.outcomes[i].drained = false
+		}
+	}
 }
 
 // claimFrom runs sqlClaim: up to ns[i] parked jobs of gate ids[i].
@@ -440,9 +465,15 @@ func (l *Limiter) claimFair(ctx context.Context, conn *pgx.Conn, gates []gate, s
 		open = slices.DeleteFunc(open, func(i int) bool { return res.outcomes[i].drained })
 	}
 	if len(drained) > 0 {
-		if _, err := conn.Exec(ctx, sqlDrained, drained); err != nil {
+		rows, err := conn.Query(ctx, sqlDrained, drained)
+		if err != nil {
 			return res, fmt.Errorf("mark drained gates: %w", err)
 		}
+		still, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return res, fmt.Errorf("mark drained gates: %w", err)
+		}
+		res.keep(gates, still)
 	}
 	for i, o := range res.outcomes {
 		fq.started[gates[i].id] += int64(o.got)
