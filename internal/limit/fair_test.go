@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/assert"
@@ -243,4 +244,36 @@ func TestFair_AShortGateWithJobsParkedIsServedNext(t *testing.T) {
 	assert.Equal(t, map[string]int{"flood": 10}, claim(), "the quiet gate had nothing due")
 	insert("quiet", 1, "0s")
 	assert.Equal(t, 1, claim()["quiet"], "the quiet key's due job at the next claim")
+}
+
+// Only a job parked under a concurrency limit is marked (ferry_slot): its
+// end is what frees a slot, so only its end wakes the queue's workers.
+func TestPark_MarksTheJobsThatHoldASlot(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.PoolFor(t, pgtest.NewDatabase(t, true))
+	ctx := context.Background()
+	l, err := New(Config{Pool: pool, Limits: []Limit{fairTenants(),
+		{Name: "slots", Kind: "limit.slot", Concurrency: 1},
+		{Name: "rate", Kind: "limit.rate", Rate: Rate{Count: 1, Period: time.Second, Burst: 1}}}})
+	require.NoError(t, err)
+	require.NoError(t, l.Register(ctx))
+	_, err = pool.Exec(ctx, `INSERT INTO river_job (args, kind, max_attempts, queue, state)
+		SELECT '{"tenant": "a"}', k, 25, 'default', 'available' FROM unnest(ARRAY['limit.test', 'limit.slot', 'limit.rate']) k`)
+	require.NoError(t, err)
+	rows, err := pool.Query(ctx, `SELECT kind, state::text, metadata ? 'ferry_gate', metadata ? 'ferry_slot' FROM river_job ORDER BY kind`)
+	require.NoError(t, err)
+	type park struct {
+		kind, state  string
+		gated, slots bool
+	}
+	got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (park, error) {
+		var p park
+		return p, r.Scan(&p.kind, &p.state, &p.gated, &p.slots)
+	})
+	require.NoError(t, err)
+	assert.Equal(t, []park{
+		{"limit.rate", "pending", true, false},
+		{"limit.slot", "pending", true, true},
+		{"limit.test", "pending", true, false},
+	}, got)
 }

@@ -68,7 +68,7 @@ WHERE EXISTS (SELECT 1 FROM jsonb_array_elements(g.parts) p
 	// sqlFreeGone makes available again up to 10,000 of the jobs parked
 	// behind the gates $1: the park puts them behind the limits left, if
 	// any.
-	sqlFreeGone = `UPDATE river_job SET state = 'available', metadata = metadata - 'ferry_gate'
+	sqlFreeGone = `UPDATE river_job SET state = 'available', metadata = metadata - ARRAY['ferry_gate', 'ferry_slot']
 WHERE state = 'pending' AND metadata ? 'ferry_gate' AND id IN (SELECT j.id FROM river_job j
     WHERE j.state = 'pending' AND j.metadata ? 'ferry_gate' AND (j.metadata->>'ferry_gate')::bigint = ANY($1::bigint[])
     LIMIT 10000)`
