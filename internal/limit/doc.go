@@ -108,9 +108,9 @@
 // registered for ten minutes (a limit removed from every config must not
 // hold its jobs: made available again, they park behind the limits left,
 // if any), marks active a gate that a claim marked drained while a job
-// was parking in it (of the gates drained in the last ten seconds; of all
-// of them once a minute, for a park whose transaction stayed open
-// longer), turns the park's sequence off once no worker
+// was parking in it (of the gates drained in the last three seconds; of
+// those of the last fifteen minutes once a minute and of all once an
+// hour, for a park whose transaction stayed open longer), turns the park's sequence off once no worker
 // enforces a limit, and forgets idle gates, full rate buckets and old
 // limits. `enqueue limits`, the console and the metrics read the limits
 // in ferry_limit and their use from the gates (List). During a deploy

@@ -60,8 +60,9 @@ type Limiter struct {
 	sweep  time.Duration
 	logger *slog.Logger
 
-	// reactivatedAll is when the sweep last looked at every drained gate.
-	reactivatedAll time.Time
+	// reactivatedAll and reactivatedLate are when the sweep last looked
+	// at every drained gate, and at those of the last reactivateLate.
+	reactivatedAll, reactivatedLate time.Time
 
 	// turns holds the rate turns of the jobs this process claimed ahead
 	// of their turn: job id to the local time it may start.

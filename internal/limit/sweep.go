@@ -18,9 +18,18 @@ import (
 // from every worker's config: no job parks behind it (the park reads the
 // same ten minutes, migration 032) and the jobs parked behind it are
 // freed; past forgetAfter its row is deleted.
-// reactivateWithin is how far back each sweep looks for gates a claim
-// drained while a job was parking in them; every minute it looks at all.
-const reactivateWithin = 10 * time.Second
+// How far back the sweep looks for gates a claim drained while a job was
+// parking in them (the park's transaction committed after the claim
+// looked): each pass at the gates drained in the last reactivateWithin
+// (a park commits within milliseconds, mostly), once a minute at those of
+// the last reactivateLate (a transaction that stayed open), once an hour
+// at all of them. Each look costs a probe of the parked jobs' index per
+// gate: with 10,000 keys draining, looking at all of them every second
+// took a third of a second each time.
+const (
+	reactivateWithin = 3 * time.Second
+	reactivateLate   = 15 * time.Minute
+)
 
 const (
 	seenEvery   = time.Minute
@@ -281,14 +290,15 @@ func (l *Limiter) Sweep(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("turn the park off: %w", err)
 	}
-	// The gates drained in the last seconds every pass; all of them every
-	// minute (a park whose transaction stayed open longer).
-	var within *float64
-	if time.Since(l.reactivatedAll) < time.Minute {
-		s := reactivateWithin.Seconds()
-		within = &s
-	} else {
-		l.reactivatedAll = time.Now()
+	// The gates drained in the last seconds every pass, those of the
+	// last minutes every minute, all of them every hour.
+	s := reactivateWithin.Seconds()
+	within := &s
+	switch {
+	case time.Since(l.reactivatedAll) >= time.Hour:
+		l.reactivatedAll, l.reactivatedLate, within = time.Now(), time.Now(), nil
+	case time.Since(l.reactivatedLate) >= time.Minute:
+		l.reactivatedLate, s = time.Now(), reactivateLate.Seconds()
 	}
 	return pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, sqlReactivate, within)
