@@ -58,7 +58,8 @@ FROM unnest($1::text[], $2::text[], $3::boolean[]) AS p(name, key, counted)`
 	// or any when NULL) that are due (a job snoozed briefly is available
 	// later, and parks at once), in River's fetch order, as River's fetch claims
 	// ($4 the client, $5 how many clients attempted_by keeps), and returns
-	// them in the gates' order, then River's.
+	// them (as River's driver reads them, and each one's gate's place) in
+	// the gates' order, then River's.
 	sqlClaim = `WITH want AS (
     SELECT * FROM unnest($1::bigint[], $2::int[]) WITH ORDINALITY AS w(gate, n, ord)
 ),
@@ -81,9 +82,9 @@ claimed AS (
     SET ` + pilot.ClaimSet("now()", "$4", "$5") + `
     FROM locked
     WHERE river_job.id = locked.id
-    RETURNING river_job.id, locked.ord, locked.priority, locked.scheduled_at
+    RETURNING river_job.*, locked.ord
 )
-SELECT id, ord FROM claimed ORDER BY ord, priority, scheduled_at, id`
+SELECT ` + jobColumns + `, ord FROM claimed ORDER BY ord, priority, scheduled_at, id`
 
 	sqlSaveTat = `INSERT INTO ferry_limit_rate (limit_name, key, tat)
 SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[])
@@ -124,9 +125,9 @@ func (l *Limiter) applies(queue string) bool {
 // statement of a transaction reads a snapshot of its own, taken once the
 // one before it ended, so the use read sees every claim committed before
 // the locks; none of the three when no gate has a concurrency or a rate);
-// the claim; the rate state, the gates found drained and COMMIT,
-// pipelined; then River's read of the claimed rows.
-func (l *Limiter) Claim(ctx context.Context, exec riverdriver.Executor, params *riverdriver.JobGetAvailableParams) ([]*rivertype.JobRow, error) {
+// the claim, which returns the claimed rows as River's driver reads them;
+// the rate state, the gates found drained and COMMIT, pipelined.
+func (l *Limiter) Claim(ctx context.Context, _ riverdriver.Executor, params *riverdriver.JobGetAvailableParams) ([]*rivertype.JobRow, error) {
 	if !l.applies(params.Queue) {
 		return nil, nil
 	}
@@ -178,16 +179,7 @@ func (l *Limiter) Claim(ctx context.Context, exec riverdriver.Executor, params *
 			l.turns.Store(id, c.turns[i].Add(-c.offset))
 		}
 	}
-	rows, err := exec.JobGetByIDMany(ctx, &riverdriver.JobGetByIDManyParams{ID: c.ids, Schema: params.Schema})
-	if err != nil {
-		// Claimed and committed: ferry's rescue does not take a live
-		// worker's jobs, so River must have them. Try once more.
-		rows, err = exec.JobGetByIDMany(context.WithoutCancel(ctx), &riverdriver.JobGetByIDManyParams{ID: c.ids, Schema: params.Schema})
-		if err != nil {
-			return nil, fmt.Errorf("limits: read %d claimed jobs: %w", len(c.ids), err)
-		}
-	}
-	return rows, nil
+	return c.rows, nil
 }
 
 // enforces reports whether this worker enforces every limit of g.
@@ -225,6 +217,7 @@ func (l *Limiter) activeGates(ctx context.Context, queue string) ([]gate, error)
 // process's, and what it did with each gate it was given.
 type claimResult struct {
 	ids      []int64
+	rows     []*rivertype.JobRow
 	turns    []time.Time
 	offset   time.Duration
 	outcomes []gateOutcome
@@ -347,7 +340,7 @@ func (l *Limiter) claim(ctx context.Context, conn *pgx.Conn, gates []gate, strid
 		if !turn.After(now) {
 			turn = time.Time{}
 		}
-		res.ids, res.turns = append(res.ids, c.id), append(res.turns, turn)
+		res.ids, res.rows, res.turns = append(res.ids, c.id), append(res.rows, c.row), append(res.turns, turn)
 	}
 	end := &pgx.Batch{}
 	if n, k, t := changedTats(st); len(n) > 0 {
@@ -401,7 +394,12 @@ func claimFrom(ctx context.Context, conn *pgx.Conn, ids []int64, ns []int32, par
 	}
 	got, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (claimedJob, error) {
 		var c claimedJob
-		return c, row.Scan(&c.id, &c.ord)
+		var err error
+		c.row, err = scanJobRow(row, &c.ord)
+		if c.row != nil {
+			c.id = c.row.ID
+		}
+		return c, err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
@@ -446,7 +444,7 @@ func (l *Limiter) claimFair(ctx context.Context, conn *pgx.Conn, gates []gate, s
 		gotBy := make([]int, len(gates))
 		for _, c := range got {
 			gotBy[asked[c.ord-1]]++
-			res.ids, res.turns = append(res.ids, c.id), append(res.turns, time.Time{})
+			res.ids, res.rows, res.turns = append(res.ids, c.id), append(res.rows, c.row), append(res.turns, time.Time{})
 		}
 		left -= len(got)
 		short := false
@@ -481,9 +479,10 @@ func (l *Limiter) claimFair(ctx context.Context, conn *pgx.Conn, gates []gate, s
 	return res, nil
 }
 
-// claimedJob is a job of sqlClaim: its id and its gate's place in the
-// claim (1-based, among the gates asked of).
+// claimedJob is a job of sqlClaim: its row, its id and its gate's place
+// in the claim (1-based, among the gates asked of).
 type claimedJob struct {
+	row *rivertype.JobRow
 	id  int64
 	ord int64
 }
