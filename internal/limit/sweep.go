@@ -86,10 +86,19 @@ WHERE state = 'pending' AND metadata ? 'ferry_gate' AND id IN (SELECT j.id FROM 
 	// marked drained while their park was not yet committed (of those
 	// drained in the last $1 seconds, or of all when $1 is NULL), and
 	// returns their queues.
-	sqlReactivate = `UPDATE ferry_limit_gate g SET active = true
-WHERE NOT g.active AND ($1::float8 IS NULL OR g.drained_at > now() - make_interval(secs => $1))
-  AND EXISTS (SELECT 1 FROM river_job j WHERE j.state = 'pending' AND j.metadata ? 'ferry_gate'
-    AND (j.metadata->>'ferry_gate')::bigint = g.id)
+	// (A probe of the parked jobs' index per gate, LATERAL: as an EXISTS,
+	// Postgres hashed every parked job's gate, 0.3 s a pass with 500,000
+	// parked.)
+	sqlReactivate = `WITH drained AS MATERIALIZED (
+    SELECT g.id FROM ferry_limit_gate g
+    WHERE NOT g.active AND ($1::float8 IS NULL OR g.drained_at > now() - make_interval(secs => $1))
+)
+UPDATE ferry_limit_gate g SET active = true
+FROM drained d CROSS JOIN LATERAL (
+    SELECT 1 FROM river_job j WHERE j.state = 'pending' AND j.metadata ? 'ferry_gate'
+      AND (j.metadata->>'ferry_gate')::bigint = d.id
+    LIMIT 1) parked
+WHERE g.id = d.id AND NOT g.active
 RETURNING g.queue`
 
 	// sqlDropGates forgets the gates idle for a day (no job parked behind
