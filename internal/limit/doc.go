@@ -126,7 +126,11 @@
 // window over 11; with kill -9s of workers mid-run, never more than 20 in
 // flight in any 50 ms sample. A global limit no job reaches
 // costs a worker's no-op throughput a claim per fetch and a trigger per
-// end (`go run ./tools/bench -mode limits-overhead`: 0.91 of the same
+// end (`go run ./tools/bench -mode limits-overhead`: 0.93 of the same
 // worker without limits, over jobs inserted while the limit was
-// registered).
+// registered). `go run ./tools/bench -mode fairness`: keys of weights
+// 1:2:7 started 0.101, 0.202 and 0.697 of the jobs; a quiet key's job
+// beside another's 500,000 started within 173 ms at p99 (a saturated
+// worker's fetch cycle; 11.8 ms on an idle queue); a fairness over
+// 10,000 keys kept 0.79 of the queue's no-op throughput.
 package limit
