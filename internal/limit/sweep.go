@@ -70,9 +70,10 @@ WHERE state = 'available' AND id IN (
 
 	// sqlGoneGates lists the gates with a limit that no worker enforces
 	// any more (marked seen more than $1 seconds ago).
-	sqlGoneGates = `SELECT g.id FROM ferry_limit_gate g
-WHERE EXISTS (SELECT 1 FROM jsonb_array_elements(g.parts) p
-    WHERE NOT EXISTS (SELECT 1 FROM ferry_limit l WHERE l.name = p->>0 AND l.seen_at > now() - make_interval(secs => $1)))`
+	// (From the gates' parts' rows: reading each gate's parts from its
+	// jsonb took 40 ms a pass with 10,000 gates.)
+	sqlGoneGates = `SELECT DISTINCT gp.gate_id FROM ferry_limit_gate_part gp
+WHERE NOT EXISTS (SELECT 1 FROM ferry_limit l WHERE l.name = gp.limit_name AND l.seen_at > now() - make_interval(secs => $1))`
 
 	// sqlFreeGone makes available again up to 10,000 of the jobs parked
 	// behind the gates $1: the park puts them behind the limits left, if
