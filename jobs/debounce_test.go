@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
@@ -106,7 +108,9 @@ func TestDebounce_Collapses(t *testing.T) {
 func TestDebounce_CollapsesIntoAParkedJob(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := pgtest.Pool(t)
+	// A database of its own: River's scheduler below makes every due job
+	// of it available.
+	pool := pgtest.PoolFor(t, pgtest.NewDatabase(t, true))
 	ins, err := jobs.NewInserter(pool, jobs.WithSealKeys(nil))
 	require.NoError(t, err)
 	kind := uniqueKind("debounce_parked")
@@ -118,10 +122,12 @@ func TestDebounce_CollapsesIntoAParkedJob(t *testing.T) {
 
 	first, err := debounceInsert(t, pool, ins, kind, `{"n":1}`, opts)
 	require.NoError(t, err)
-	// It comes due: River's scheduler makes it available, and the park
-	// takes it.
-	_, err = pool.Exec(ctx, `UPDATE river_job SET state = 'available', scheduled_at = now() WHERE id = $1`, first.Job.ID)
+	// It comes due: River's scheduler (its own query, run as of a time
+	// past the window) makes it available, and the park takes it.
+	due := first.Job.ScheduledAt.Add(time.Second)
+	scheduled, err := riverpgxv5.New(pool).GetExecutor().JobSchedule(ctx, &riverdriver.JobScheduleParams{Max: 10, Now: &due})
 	require.NoError(t, err)
+	require.Len(t, scheduled, 1)
 	require.Equal(t, "pending", jobsOf(t, pool, kind)[0].State, "parked behind the limit")
 
 	res, err := debounceInsert(t, pool, ins, kind, `{"n":2}`, opts)
