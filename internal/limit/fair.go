@@ -190,12 +190,13 @@ func (f *fairQueue) take(n int) []*fairGate {
 }
 
 // settle puts back the gates take gave, their passes moved by what the
-// claim did with each (outcomes[i] is gates[i]'s; nil: the claim failed,
-// nothing moves).
+// claim did with each, and counts the jobs claimed from each (outcomes[i]
+// is gates[i]'s; nil: the claim failed, nothing moves).
 func (f *fairQueue) settle(gates []*fairGate, outcomes []gateOutcome) {
 	for i, g := range gates {
 		if outcomes != nil {
 			o := outcomes[i]
+			f.started[g.id] += int64(o.got)
 			switch {
 			case o.drained:
 				delete(f.byID, g.id)

@@ -177,29 +177,15 @@ func TestFair_ClaimFillsTheFetch(t *testing.T) {
 		FROM unnest(ARRAY['a', 'c']) t, generate_series(1, 100)
 		UNION ALL SELECT '{"tenant": "quiet"}', 'limit.test', 25, 'default', 'available'::river_job_state`)
 	require.NoError(t, err)
-	claim := func(n int) map[string]int {
-		t.Helper()
-		rows, err := l.Claim(ctx, riverpgxv5.New(pool).GetExecutor(), &riverdriver.JobGetAvailableParams{
-			ClientID: "fair-test", MaxAttemptedBy: 100, MaxToLock: n, Queue: "default",
-		})
-		require.NoError(t, err)
-		out := map[string]int{}
-		for _, r := range rows {
-			var a testArgs
-			require.NoError(t, json.Unmarshal(r.EncodedArgs, &a))
-			out[a.Tenant]++
-		}
-		return out
-	}
 	// Weights a 1, c 7, quiet 1: shares of 16 are 2, 12 and 2; quiet has
 	// one job, so a and c share the rest by stride.
-	first := claim(16)
+	first := claimTenants(t, l, 16)
 	assert.Equal(t, 1, first["quiet"])
 	assert.Equal(t, 16, first["a"]+first["c"]+first["quiet"], "the fetch is filled: %v", first)
 	// Across claims, a and c by 1:7.
 	total := map[string]int{"a": first["a"], "c": first["c"]}
 	for range 4 {
-		for k, n := range claim(16) {
+		for k, n := range claimTenants(t, l, 16) {
 			total[k] += n
 		}
 	}
@@ -227,23 +213,9 @@ func TestFair_AShortGateWithJobsParkedIsServedNext(t *testing.T) {
 	}
 	insert("flood", 100, "0s")
 	insert("quiet", 1, "1h") // parked, not due
-	claim := func() map[string]int {
-		t.Helper()
-		rows, err := l.Claim(ctx, riverpgxv5.New(pool).GetExecutor(), &riverdriver.JobGetAvailableParams{
-			ClientID: "fair-test", MaxAttemptedBy: 100, MaxToLock: 10, Queue: "default",
-		})
-		require.NoError(t, err)
-		out := map[string]int{}
-		for _, r := range rows {
-			var a testArgs
-			require.NoError(t, json.Unmarshal(r.EncodedArgs, &a))
-			out[a.Tenant]++
-		}
-		return out
-	}
-	assert.Equal(t, map[string]int{"flood": 10}, claim(), "the quiet gate had nothing due")
+	assert.Equal(t, map[string]int{"flood": 10}, claimTenants(t, l, 10), "the quiet gate had nothing due")
 	insert("quiet", 1, "0s")
-	assert.Equal(t, 1, claim()["quiet"], "the quiet key's due job at the next claim")
+	assert.Equal(t, 1, claimTenants(t, l, 10)["quiet"], "the quiet key's due job at the next claim")
 }
 
 // Only a job parked under a concurrency limit is marked (ferry_slot): its
@@ -276,4 +248,21 @@ func TestPark_MarksTheJobsThatHoldASlot(t *testing.T) {
 		{"limit.slot", "pending", true, true},
 		{"limit.test", "pending", true, false},
 	}, got)
+}
+
+// claimTenants makes one claim of up to n jobs of the default queue with
+// l, as a worker's fetch does, and counts the jobs claimed per tenant.
+func claimTenants(t *testing.T, l *Limiter, n int) map[string]int {
+	t.Helper()
+	rows, err := l.Claim(context.Background(), riverpgxv5.New(l.pool).GetExecutor(), &riverdriver.JobGetAvailableParams{
+		ClientID: "fair-test", MaxAttemptedBy: 100, MaxToLock: n, Queue: "default",
+	})
+	require.NoError(t, err)
+	out := map[string]int{}
+	for _, r := range rows {
+		var a testArgs
+		require.NoError(t, json.Unmarshal(r.EncodedArgs, &a))
+		out[a.Tenant]++
+	}
+	return out
 }

@@ -165,18 +165,18 @@ func (l *Limiter) Claim(ctx context.Context, _ riverdriver.Executor, params *riv
 	// A connection released inside a transaction (a failed claim whose
 	// ROLLBACK failed too) is closed by the pool, not reused.
 	defer conn.Release()
-	c, err := l.claim(ctx, conn.Conn(), gates, strides, fq, params)
+	c, err := l.claim(ctx, conn.Conn(), gates, strides, params)
 	if err != nil {
 		_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
 		return nil, fmt.Errorf("limits: claim parked jobs of queue %q: %w", params.Queue, err)
 	}
 	outcomes = c.outcomes
-	if len(c.ids) == 0 {
+	if len(c.rows) == 0 {
 		return nil, nil
 	}
-	for i, id := range c.ids {
+	for i, row := range c.rows {
 		if !c.turns[i].IsZero() {
-			l.turns.Store(id, c.turns[i].Add(-c.offset))
+			l.turns.Store(row.ID, c.turns[i].Add(-c.offset))
 		}
 	}
 	return c.rows, nil
@@ -216,7 +216,6 @@ func (l *Limiter) activeGates(ctx context.Context, queue string) ([]gate, error)
 // database's clock (zero: now), the database's clock minus this
 // process's, and what it did with each gate it was given.
 type claimResult struct {
-	ids      []int64
 	rows     []*rivertype.JobRow
 	turns    []time.Time
 	offset   time.Duration
@@ -225,8 +224,8 @@ type claimResult struct {
 
 // claim is Claim's transaction on conn, which it begins and, when it
 // returns no error, commits. strides, when not nil, are the gates' in a
-// fair queue (fq): the room is spent on the gates by stride, not in turn.
-func (l *Limiter) claim(ctx context.Context, conn *pgx.Conn, gates []gate, strides []stride, fq *fairQueue, params *riverdriver.JobGetAvailableParams) (claimResult, error) {
+// fair queue: the room is spent on the gates by stride, not in turn.
+func (l *Limiter) claim(ctx context.Context, conn *pgx.Conn, gates []gate, strides []stride, params *riverdriver.JobGetAvailableParams) (claimResult, error) {
 	res := claimResult{outcomes: make([]gateOutcome, len(gates))}
 	// The parts with a room to lock and read: a fairness has none.
 	byLock := map[string]part{}
@@ -239,16 +238,16 @@ func (l *Limiter) claim(ctx context.Context, conn *pgx.Conn, gates []gate, strid
 	}
 	lockNames := slices.Sorted(maps.Keys(byLock))
 	names, keys := make([]string, len(lockNames)), make([]string, len(lockNames))
-	counted := make([]bool, len(lockNames))
+	concurrent := make([]bool, len(lockNames)) // its running jobs are read
 	for i, n := range lockNames {
 		names[i], keys[i] = byLock[n].name, byLock[n].key
-		counted[i] = l.byName[names[i]].Concurrency > 0
+		concurrent[i] = l.byName[names[i]].Concurrency > 0
 	}
 	// Without a room to read, the claim needs no transaction: each job is
 	// claimed once by SKIP LOCKED.
 	tx := len(lockNames) > 0
 	if !tx && strides != nil {
-		return l.claimFair(ctx, conn, gates, strides, fq, params)
+		return l.claimFair(ctx, conn, gates, strides, params)
 	}
 	now := time.Now()
 	held := map[part]bool{}
@@ -257,7 +256,7 @@ func (l *Limiter) claim(ctx context.Context, conn *pgx.Conn, gates []gate, strid
 		b := &pgx.Batch{}
 		b.Queue("BEGIN")
 		b.Queue(sqlTryLock, lockNames)
-		b.Queue(sqlPartState, names, keys, counted)
+		b.Queue(sqlPartState, names, keys, concurrent)
 		before := time.Now()
 		br := conn.SendBatch(ctx, b)
 		var err error
@@ -340,7 +339,7 @@ func (l *Limiter) claim(ctx context.Context, conn *pgx.Conn, gates []gate, strid
 		if !turn.After(now) {
 			turn = time.Time{}
 		}
-		res.ids, res.rows, res.turns = append(res.ids, c.id), append(res.rows, c.row), append(res.turns, turn)
+		res.rows, res.turns = append(res.rows, c.row), append(res.turns, turn)
 	}
 	end := &pgx.Batch{}
 	if n, k, t := changedTats(st); len(n) > 0 {
@@ -363,11 +362,6 @@ func (l *Limiter) claim(ctx context.Context, conn *pgx.Conn, gates []gate, strid
 		}
 	}
 	res.keep(gates, still)
-	if fq != nil {
-		for i, o := range res.outcomes {
-			fq.started[gates[i].id] += int64(o.got)
-		}
-	}
 	return res, nil
 }
 
@@ -396,9 +390,6 @@ func claimFrom(ctx context.Context, conn *pgx.Conn, ids []int64, ns []int32, par
 		var c claimedJob
 		var err error
 		c.row, err = scanJobRow(row, &c.ord)
-		if c.row != nil {
-			c.id = c.row.ID
-		}
 		return c, err
 	})
 	if err != nil {
@@ -413,7 +404,7 @@ func claimFrom(ctx context.Context, conn *pgx.Conn, ids []int64, ns []int32, par
 // parked than its share (a quiet key's one job), the room it left is
 // asked again of the gates that gave all they were asked, by stride, in
 // one more statement.
-func (l *Limiter) claimFair(ctx context.Context, conn *pgx.Conn, gates []gate, strides []stride, fq *fairQueue, params *riverdriver.JobGetAvailableParams) (claimResult, error) {
+func (l *Limiter) claimFair(ctx context.Context, conn *pgx.Conn, gates []gate, strides []stride, params *riverdriver.JobGetAvailableParams) (claimResult, error) {
 	res := claimResult{outcomes: make([]gateOutcome, len(gates))}
 	passes := slices.Clone(strides)
 	open := make([]int, len(gates)) // the indexes of the gates still asked of
@@ -444,7 +435,7 @@ func (l *Limiter) claimFair(ctx context.Context, conn *pgx.Conn, gates []gate, s
 		gotBy := make([]int, len(gates))
 		for _, c := range got {
 			gotBy[asked[c.ord-1]]++
-			res.ids, res.rows, res.turns = append(res.ids, c.id), append(res.rows, c.row), append(res.turns, time.Time{})
+			res.rows, res.turns = append(res.rows, c.row), append(res.turns, time.Time{})
 		}
 		left -= len(got)
 		short := false
@@ -473,17 +464,13 @@ func (l *Limiter) claimFair(ctx context.Context, conn *pgx.Conn, gates []gate, s
 		}
 		res.keep(gates, still)
 	}
-	for i, o := range res.outcomes {
-		fq.started[gates[i].id] += int64(o.got)
-	}
 	return res, nil
 }
 
-// claimedJob is a job of sqlClaim: its row, its id and its gate's place
-// in the claim (1-based, among the gates asked of).
+// claimedJob is a job of sqlClaim: its row and its gate's place in the
+// claim (1-based, among the gates asked of).
 type claimedJob struct {
 	row *rivertype.JobRow
-	id  int64
 	ord int64
 }
 
