@@ -16,6 +16,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/ferryq/ferry"
 	"github.com/ferryq/ferry/internal/limit"
 	"github.com/ferryq/ferry/jobs"
 )
@@ -147,14 +148,8 @@ func fairConfig(dir string, weights map[string]float64) (string, error) {
 // registerFair registers the fairness fairConfig writes, as a running
 // worker's registration has before the backlog is written.
 func registerFair(weights map[string]float64) func(context.Context, *pgxpool.Pool) error {
-	return func(ctx context.Context, pool *pgxpool.Pool) error {
-		l, err := limit.New(limit.Config{Pool: pool, Limits: []limit.Limit{{Name: limit.FairName(river.QueueDefault), Queue: river.QueueDefault,
-			KeyField: "tenant", Fair: &limit.Fairness{Weights: weights, DefaultWeight: 1}}}})
-		if err != nil {
-			return err
-		}
-		return l.Register(ctx)
-	}
+	return registerLimits(limit.Limit{Name: limit.FairName(river.QueueDefault), Queue: river.QueueDefault,
+		KeyField: "tenant", Fair: &limit.Fairness{Weights: weights, DefaultWeight: 1}})
 }
 
 // tenantBacklog writes n ferry.noop jobs, the i-th with tenant
@@ -337,24 +332,12 @@ func fairFetch(ctx context.Context, serverURL, dir string, n, keys, rounds int) 
 // with cfgFile, the fairness it holds is registered before the backlog is
 // written and the worker runs with it.
 func tenantThroughput(ctx context.Context, serverURL string, n int, tenant func(int) string, cfgFile string) (float64, error) {
-	pool, drop, err := scratch(ctx, serverURL)
-	if err != nil {
-		return 0, err
-	}
-	defer drop()
+	r := throughputRound{backlog: func(ctx context.Context, pool *pgxpool.Pool, n int) error {
+		return tenantBacklog(ctx, pool, n, tenant)
+	}}
 	if cfgFile != "" {
-		if err := registerFair(nil)(ctx, pool); err != nil {
-			return 0, err
-		}
+		r.before = registerFair(nil)
+		r.tune = []func(*ferry.Config){func(c *ferry.Config) { c.ConfigFile = cfgFile }}
 	}
-	if err := tenantBacklog(ctx, pool, n, tenant); err != nil {
-		return 0, err
-	}
-	cfg, _, err := workerConfig(pool, false)
-	if err != nil {
-		return 0, err
-	}
-	cfg.ConfigFile = cfgFile
-	cfg.Logger = workerLog()
-	return serverThroughput(ctx, cfg, n)
+	return ferryThroughputOf(ctx, serverURL, n, r)
 }

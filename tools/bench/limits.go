@@ -337,17 +337,24 @@ func limitOverhead(ctx context.Context, serverURL string, n, rounds int) (unlimi
 	// cost, measured by -mode counts), and the rounds measure what a
 	// worker pays for the limit as it works. (A limit first registered
 	// over a backlog parks it once, as the worker starts.)
-	register := func(ctx context.Context, pool *pgxpool.Pool) error {
-		l, err := limit.New(limit.Config{Pool: pool, Limits: []limit.Limit{{Kind: jobs.NoopArgs{}.Kind(), Concurrency: 100000}}})
+	register := registerLimits(limit.Limit{Kind: jobs.NoopArgs{}.Kind(), Concurrency: 100000})
+	p, err := pairedRounds(rounds,
+		func() (float64, error) { return ferryThroughput(ctx, serverURL, n, nil, false) },
+		func() (float64, error) {
+			return ferryThroughputOf(ctx, serverURL, n, throughputRound{before: register,
+				tune: []func(*ferry.Config){func(c *ferry.Config) { c.ConfigFile = cfg }}})
+		})
+	return p.Base, p.Other, p.Ratio(), err
+}
+
+// registerLimits registers ls as a worker whose config file gives them
+// does as it starts (limit.Limiter.Register).
+func registerLimits(ls ...limit.Limit) func(context.Context, *pgxpool.Pool) error {
+	return func(ctx context.Context, pool *pgxpool.Pool) error {
+		l, err := limit.New(limit.Config{Pool: pool, Limits: ls})
 		if err != nil {
 			return err
 		}
 		return l.Register(ctx)
 	}
-	p, err := pairedRounds(rounds,
-		func() (float64, error) { return ferryThroughput(ctx, serverURL, n, nil, false) },
-		func() (float64, error) {
-			return ferryThroughputAfter(ctx, serverURL, n, register, nil, false, func(c *ferry.Config) { c.ConfigFile = cfg })
-		})
-	return p.Base, p.Other, p.Ratio(), err
 }

@@ -301,25 +301,38 @@ func scratchRiver(ctx context.Context, serverURL string, riverSchema bool) (*pgx
 // mode (FERRY_POOLER=transaction). tune, if any, changes the worker's
 // configuration last.
 func ferryThroughput(ctx context.Context, serverURL string, n int, keys *seal.Keys, pooled bool, tune ...func(*ferry.Config)) (float64, error) {
-	return ferryThroughputAfter(ctx, serverURL, n, nil, keys, pooled, tune...)
+	return ferryThroughputOf(ctx, serverURL, n, throughputRound{keys: keys, pooled: pooled, tune: tune})
 }
 
-// ferryThroughputAfter is ferryThroughput whose before, if not nil, runs on
-// the scratch database before the backlog is written (as a running
-// worker's registrations are there before the jobs it works).
-func ferryThroughputAfter(ctx context.Context, serverURL string, n int, before func(context.Context, *pgxpool.Pool) error, keys *seal.Keys, pooled bool, tune ...func(*ferry.Config)) (float64, error) {
+// throughputRound is how ferryThroughputOf sets up its round.
+type throughputRound struct {
+	// before, if not nil, runs on the scratch database before the backlog
+	// is written (as a running worker's registrations are there before
+	// the jobs it works).
+	before func(context.Context, *pgxpool.Pool) error
+	// backlog, if not nil, writes the n jobs (and settles them) in place
+	// of n plain no-op jobs.
+	backlog func(ctx context.Context, pool *pgxpool.Pool, n int) error
+	keys    *seal.Keys
+	pooled  bool
+	tune    []func(*ferry.Config)
+}
+
+// ferryThroughputOf is ferryThroughput set up by r.
+func ferryThroughputOf(ctx context.Context, serverURL string, n int, r throughputRound) (float64, error) {
+	keys := r.keys
 	pool, drop, err := scratch(ctx, serverURL)
 	if err != nil {
 		return 0, err
 	}
 	defer drop()
-	cfg, stopBouncer, err := workerConfig(pool, pooled)
+	cfg, stopBouncer, err := workerConfig(pool, r.pooled)
 	if err != nil {
 		return 0, err
 	}
 	defer stopBouncer()
-	if before != nil {
-		if err := before(ctx, pool); err != nil {
+	if r.before != nil {
+		if err := r.before(ctx, pool); err != nil {
 			return 0, err
 		}
 	}
@@ -330,13 +343,18 @@ func ferryThroughputAfter(ctx context.Context, serverURL string, n int, before f
 			return 0, err
 		}
 	}
-	if err := backlogSettled(ctx, pool, n, seal.Middleware(keys)); err != nil {
+	if r.backlog != nil {
+		err = r.backlog(ctx, pool, n)
+	} else {
+		err = backlogSettled(ctx, pool, n, seal.Middleware(keys))
+	}
+	if err != nil {
 		return 0, err
 	}
 	// ferry's default queues and workers (cfg.Queues.Workers nil).
 	cfg.Seal.Keys = keys
 	cfg.Logger = workerLog()
-	for _, f := range tune {
+	for _, f := range r.tune {
 		f(&cfg)
 	}
 	return serverThroughput(ctx, cfg, n)
